@@ -1,0 +1,31 @@
+"""lyra-simpy: a fast, calibrated SimPy simulator of LLM serving systems.
+
+>>> from lyra_simpy import load_scenario, simulate
+>>> results = simulate(load_scenario("scenarios/lab02_static_vs_continuous.yaml", quick=True))
+>>> results.summary["output_throughput"]  # doctest: +SKIP
+"""
+
+from lyra_simpy.cost import COST_MODELS, BatchShape, CostModel
+from lyra_simpy.errors import LyraError, ScenarioError
+from lyra_simpy.policies import SCHEDULERS, BatchPlan, EngineView, Scheduler
+from lyra_simpy.runner import run_scenario
+from lyra_simpy.scenario import Scenario, load_scenario, scenario_from_dict
+from lyra_simpy.simulation import Results, simulate
+
+__all__ = [
+    "COST_MODELS",
+    "SCHEDULERS",
+    "BatchPlan",
+    "BatchShape",
+    "CostModel",
+    "EngineView",
+    "LyraError",
+    "Results",
+    "Scenario",
+    "ScenarioError",
+    "Scheduler",
+    "load_scenario",
+    "run_scenario",
+    "scenario_from_dict",
+    "simulate",
+]

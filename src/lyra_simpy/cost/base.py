@@ -1,0 +1,49 @@
+"""What a cost model sees of one engine iteration, and the protocol it implements.
+
+One engine iteration is one forward pass over a batch (DESIGN §3). Its time depends on
+the prefill tokens in it, the decoding sequences (padded when CUDA graphs are used) and
+the context those decodes read. Cost models are pure: shape in, seconds out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+
+@dataclass(slots=True, frozen=True)
+class BatchShape:
+    """The batch of one iteration, as the cost model needs it."""
+
+    prefill_seqs: int
+    """Sequences computing prompt tokens (a whole prompt, or a chunk of one)."""
+    prefill_tokens: int
+    """Prompt tokens computed in this iteration (cache hits excluded)."""
+    prefill_attention_tokens: int
+    """Sum over prefill sequences of new × (cached + new) tokens: the attention work."""
+    decode_seqs: int
+    """Sequences emitting one token each."""
+    decode_rows: int
+    """Rows the decode runs over: ``decode_seqs`` plus rows held by finished members of
+    a static batch. Padding (CUDA graphs) is applied to this by the cost model."""
+    decode_context_tokens: int
+    """Sum of the decoding sequences' context lengths (KV read by attention)."""
+
+
+class CostModel(Protocol):
+    """Iteration time of a batch, in seconds."""
+
+    def iteration_s(self, shape: BatchShape) -> float:
+        """Time of one iteration of *shape*."""
+        ...
+
+    def decode_span_s(self, rows: int, context_tokens: int, growth: int, k: int) -> npt.NDArray[
+        np.float64
+    ]:
+        """Times of *k* consecutive decode-only iterations over *rows* rows whose total
+        context is ``context_tokens + j * growth`` at iteration *j*. The engine uses
+        this for every decode-only iteration, fused or not, so both agree bit for bit."""
+        ...

@@ -1,0 +1,38 @@
+"""CUDA-graph padding of decode batches.
+
+Engines that replay CUDA graphs for decode run a batch of *n* sequences as the graph
+captured for the next size up, and pay for the padded size: vLLM pads to its
+``cudagraph_capture_sizes``, SGLang to the sizes up to ``--cuda-graph-max-bs``. Above the
+largest captured size they run eagerly (no padding). Mixed and prefill iterations run
+eagerly in SGLang and are not padded here.
+
+YAML: ``padding: none`` (eager), ``padding: max_batch`` (one graph at the scheduler's
+batch width: every decode batch costs the full width, as in the classroom model), or a
+list of captured sizes, e.g. ``[1, 2, 4, 8, 16, 24, 32]``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Literal
+
+Padding = Literal["none", "max_batch"] | list[int]
+
+
+class Padder:
+    """Maps a decode row count to the count the cost model charges."""
+
+    __slots__ = ("_sizes",)
+
+    def __init__(self, padding: Padding, max_batch: int) -> None:
+        if padding == "none":
+            self._sizes: list[int] = []
+        elif padding == "max_batch":
+            self._sizes = [max_batch]
+        else:
+            self._sizes = sorted(set(padding))
+
+    def __call__(self, rows: int) -> int:
+        sizes = self._sizes
+        i = bisect.bisect_left(sizes, rows)
+        return sizes[i] if i < len(sizes) else rows

@@ -1,0 +1,74 @@
+"""Exceptions that reach the user as one line.
+
+A bad scenario must fail before anything is simulated, with one message naming the field
+path, the value and what is allowed (DESIGN §6), e.g.
+``scheduler.max_num_seqs: got 0, must be > 0``. :func:`from_validation_error` turns a
+pydantic ``ValidationError`` into that shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+
+class LyraError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class ScenarioError(LyraError):
+    """An invalid scenario: the message is one line, ``field.path: got X, must be Y``."""
+
+
+class TraceError(LyraError):
+    """A trace or profile file that is missing or malformed."""
+
+
+class SimulationError(LyraError):
+    """A modelling invariant broke during a run (a bug in a policy or the engine)."""
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif item.startswith("function-") or item in {"list[...]", "tagged-union[...]"}:
+            continue
+        else:
+            parts.append(("." if parts else "") + item)
+    return "".join(parts) or "<root>"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def from_validation_error(exc: ValidationError, prefix: str = "") -> ScenarioError:
+    """Condense a pydantic error to its first problem, as one line."""
+    err = exc.errors(include_url=False)[0]
+    path = _loc(tuple(err["loc"]))
+    if prefix:
+        path = f"{prefix}.{path}" if path != "<root>" else prefix
+    msg = err["msg"]
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return ScenarioError(f"{path}: unknown field (check the spelling; see `lyra-simpy schema`)")
+    if kind == "missing":
+        return ScenarioError(f"{path}: required field is missing")
+    if kind == "union_tag_invalid":
+        ctx = err.get("ctx", {})
+        return ScenarioError(
+            f"{path}: got {ctx.get('tag')!r}, must be one of {ctx.get('expected_tags')}"
+        )
+    if kind == "union_tag_not_found":
+        return ScenarioError(f"{path}: needs a 'name' field choosing the kind")
+    msg = msg.removeprefix("Value error, ")
+    for prefix_word in ("Input should be ", "Value should be "):
+        if msg.startswith(prefix_word):
+            msg = "must be " + msg[len(prefix_word) :]
+    if "input" in err:
+        return ScenarioError(f"{path}: got {_short(err['input'])}, {msg}")
+    return ScenarioError(f"{path}: {msg}")

@@ -1,0 +1,80 @@
+"""Figures drawn from a scenario's result folder. ``FIGURES`` maps a figure ``name``
+(as in a scenario's ``figures:`` list) to a function ``(results_dir, out_path, spec)``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lyra_simpy import plots
+from lyra_simpy.metrics.io import read_jsonl, read_series_csv
+from lyra_simpy.report import FigureSpec, lookup
+from lyra_simpy.scenario import Scenario
+
+
+def _variants(results_dir: Path) -> list[Path]:
+    """Variant folders in the order they were run (the manifest's label order)."""
+    folders = [p for p in results_dir.iterdir() if (p / "summary.json").is_file()]
+    return sorted(folders, key=lambda p: (_manifest(p).get("variant_index", 0), p.name))
+
+
+def _manifest(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / "manifest.json").read_text())  # type: ignore[no-any-return]
+
+
+def cdf_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> None:
+    samples = {}
+    for folder in _variants(results_dir):
+        rows = read_jsonl(folder / "requests.jsonl")
+        vals = [r[spec.metric] for r in rows if r["status"] == "ok" and r[spec.metric] is not None]
+        samples[folder.name] = np.asarray(vals, dtype=np.float64)
+    plots.save(plots.cdf(samples, spec.metric, spec.log_x, spec.title), out_path)
+
+
+def metrics_vs_param_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> None:
+    if spec.param is None or not spec.metrics:
+        raise ValueError("metrics_vs_param needs param and metrics")
+    points = []
+    for folder in _variants(results_dir):
+        x = lookup(spec.param, _manifest(folder)["scenario"])
+        summary = json.loads((folder / "summary.json").read_text())
+        points.append((x, summary))
+    points.sort(key=lambda p: p[0])
+    xs = [p[0] for p in points]
+    ys = {m: [p[1][m] for p in points] for m in spec.metrics}
+    first = spec.metrics[-1]
+    i_best = int(np.argmax(ys[first]))
+    fig = plots.metrics_vs_param(
+        xs, ys, spec.param.split(".")[-1], (xs[i_best], ys[first][i_best]), spec.title, spec.log_x
+    )
+    plots.save(fig, out_path)
+
+
+def timeline_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> None:
+    folders = _variants(results_dir)
+    folder = next((f for f in folders if f.name == spec.variant), folders[0])
+    series = read_series_csv(folder / "timeseries.csv")
+    plots.save(plots.timeline(series, spec.title or folder.name), out_path)
+
+
+FIGURES: dict[str, Callable[[Path, Path, FigureSpec], None]] = {
+    "cdf": cdf_figure,
+    "metrics_vs_param": metrics_vs_param_figure,
+    "timeline": timeline_figure,
+}
+
+
+def draw_scenario_figures(scenario: Scenario, results_dir: Path, figures_dir: Path) -> list[Path]:
+    """Draw every figure *scenario* declares from *results_dir* into *figures_dir*."""
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    out = []
+    for spec in scenario.figures:
+        path = figures_dir / f"{spec.file_stem(scenario.name)}.png"
+        FIGURES[spec.name](results_dir, path, spec)
+        out.append(path)
+    return out

@@ -1,0 +1,61 @@
+"""KV-cache block pool (vLLM PagedAttention accounting).
+
+The cache holds ``num_blocks`` blocks of ``block_size`` tokens. A request with *t*
+tokens in the cache holds ``ceil(t / block_size)`` blocks; blocks are allocated as its
+context grows and all released when it finishes or is preempted (recompute). The pool
+never hands out more than it has: :meth:`BlockPool.allocate` raises, which a correct
+scheduler never triggers (an invariant the tests check).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, PositiveInt
+
+from lyra_simpy.errors import SimulationError
+
+
+class KVCacheConfig(BaseModel):
+    """KV-cache geometry of one replica."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    block_size: PositiveInt = 16
+    """Tokens per block (vLLM ``--block-size``, default 16; SGLang ``--page-size``)."""
+    num_blocks: PositiveInt
+    """Blocks available for KV (vLLM reports this as ``# GPU blocks`` at start-up)."""
+
+
+def blocks_for(tokens: int, block_size: int) -> int:
+    """Blocks needed to hold *tokens* tokens."""
+    return -(-tokens // block_size)
+
+
+class BlockPool:
+    """Counts KV blocks in use on one replica; *num_blocks* is the capacity."""
+
+    __slots__ = ("block_size", "num_blocks", "peak_used", "used")
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.used = 0
+        self.peak_used = 0
+
+    @property
+    def free(self) -> int:
+        return self.num_blocks - self.used
+
+    def allocate(self, blocks: int) -> None:
+        used = self.used + blocks
+        if used > self.num_blocks:
+            raise SimulationError(
+                f"KV over capacity: {used} blocks in use > {self.num_blocks} (scheduler bug)"
+            )
+        self.used = used
+        if used > self.peak_used:
+            self.peak_used = used
+
+    def release(self, blocks: int) -> None:
+        self.used -= blocks
+        if self.used < 0:
+            raise SimulationError("KV blocks released twice (engine bug)")

@@ -1,0 +1,72 @@
+"""Reading and writing results: per-request JSONL, summary JSON, time-series CSV.
+
+Writes go to a temporary sibling folder that is renamed into place only when every file
+is complete, so an interrupted run never leaves a result folder that looks finished.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    with path.open("w") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, allow_nan=False))
+            fh.write("\n")
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with path.open() as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
+
+
+def write_series_csv(path: Path, series: dict[str, np.ndarray]) -> None:
+    names = list(series)
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(names)
+        if names:
+            writer.writerows(zip(*(series[n].tolist() for n in names), strict=True))
+
+
+def read_series_csv(path: Path) -> dict[str, np.ndarray]:
+    with path.open() as fh:
+        header = fh.readline().strip().split(",")
+    if not header or header == [""]:
+        return {}
+    data = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
+    return {name: data[:, i] for i, name in enumerate(header)}
+
+
+@contextmanager
+def atomic_dir(final: Path) -> Iterator[Path]:
+    """Yield a fresh temporary folder that replaces *final* only if the block succeeds."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = None
+    if final.exists():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        final.rename(old)
+    tmp.rename(final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,116 @@
+"""The summary of a run, named as vLLM's serving benchmark names its results.
+
+Definitions (DESIGN §4; vLLM ``benchmarks/serve``): ``duration`` = last finish − first
+arrival; throughputs = counts / duration; TPOT = (e2el − ttft) / (output_tokens − 1) over
+completed requests with more than one output token; ITL = gaps between consecutive
+token-carrying chunks of a request, pooled over all requests (kept as weighted pairs,
+see :mod:`~lyra_simpy.metrics.collector`); percentiles use NumPy's default (linear)
+interpolation and std the population std, as vLLM does. A request is *good* when it
+completed and met every SLO set; ``slo_attainment`` is good / all arrivals (a rejected
+or unfinished request misses). Without SLOs every completed request is good.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+PERCENTILES = (("median", 50.0), ("p90", 90.0), ("p99", 99.0))
+METRICS = ("ttft", "tpot", "itl", "e2el")
+
+
+def weighted_percentile(
+    values: npt.NDArray[np.float64], weights: npt.NDArray[np.int64], q: float
+) -> float:
+    """``np.percentile(np.repeat(values, weights), q)`` without expanding the pairs."""
+    order = np.argsort(values, kind="stable")
+    v = values[order]
+    cum = np.cumsum(weights[order])
+    total = int(cum[-1])
+    pos = q / 100.0 * (total - 1)
+    lo = int(np.floor(pos))
+    hi = min(lo + 1, total - 1)
+    v_lo = v[np.searchsorted(cum, lo, side="right")]
+    v_hi = v[np.searchsorted(cum, hi, side="right")]
+    frac = pos - lo
+    return float(v_lo + (v_hi - v_lo) * frac) if frac else float(v_lo)
+
+
+def _stats(
+    name: str, values_ms: npt.NDArray[np.float64], weights: npt.NDArray[np.int64] | None = None
+) -> dict[str, float]:
+    out: dict[str, float] = {}
+    if weights is None:
+        weights = np.ones(len(values_ms), dtype=np.int64)
+    keep = weights > 0
+    values_ms, weights = values_ms[keep], weights[keep]
+    if len(values_ms) == 0:
+        for stat in ("mean", "median", "std", "p90", "p99"):
+            out[f"{stat}_{name}_ms"] = 0.0
+        return out
+    total = float(weights.sum())
+    mean = float((values_ms * weights).sum() / total)
+    out[f"mean_{name}_ms"] = mean
+    for label, q in PERCENTILES:
+        out[f"{label}_{name}_ms"] = weighted_percentile(values_ms, weights, q)
+    out[f"std_{name}_ms"] = float(np.sqrt((weights * (values_ms - mean) ** 2).sum() / total))
+    # Reorder to vLLM's order: mean, median, std, p90, p99.
+    return {f"{s}_{name}_ms": out[f"{s}_{name}_ms"] for s in ("mean", "median", "std", "p90", "p99")}
+
+
+def good_mask(
+    records: dict[str, npt.NDArray[Any]], slo: dict[str, float | None]
+) -> npt.NDArray[np.bool_]:
+    """Requests that completed and met every SLO that is set."""
+    ok = records["status"] == "ok"
+    for key in ("ttft_ms", "tpot_ms", "e2el_ms"):
+        limit = slo.get(key)
+        if limit is not None:
+            vals = np.nan_to_num(records[key], nan=0.0)
+            ok &= vals <= limit
+    return ok
+
+
+def summarize(
+    records: dict[str, npt.NDArray[Any]],
+    itl_s: tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]],
+    slo: dict[str, float | None],
+) -> dict[str, Any]:
+    """The summary dict of one run from its request records and ITL pairs."""
+    status = records["status"]
+    done = status == "ok"
+    n_arrivals = len(status)
+    if n_arrivals:
+        first_arrival = float(np.min(records["arrival_s"]))
+        last_finish = float(np.nanmax(records["finish_s"])) if done.any() else first_arrival
+        duration = max(last_finish - first_arrival, 0.0)
+    else:
+        duration = 0.0
+    out_tok = records["output_tokens"][done]
+    in_tok = records["input_tokens"][done]
+    good = good_mask(records, slo)
+    per_s = (lambda x: float(x) / duration) if duration > 0 else (lambda x: 0.0)
+    summary: dict[str, Any] = {
+        "duration": duration,
+        "completed": int(done.sum()),
+        "rejected": int((status == "rejected").sum()),
+        "unfinished": int((status == "unfinished").sum()),
+        "total_input_tokens": int(in_tok.sum()),
+        "total_output_tokens": int(out_tok.sum()),
+        "request_throughput": per_s(done.sum()),
+        "output_throughput": per_s(out_tok.sum()),
+        "total_token_throughput": per_s(out_tok.sum() + in_tok.sum()),
+        "request_goodput": per_s(good.sum()),
+        "goodput_token_throughput": per_s(records["output_tokens"][good].sum()),
+        "slo_attainment": float(good.sum() / n_arrivals) if n_arrivals else 0.0,
+    }
+    summary.update(_stats("ttft", records["ttft_ms"][done]))
+    multi = done & (records["output_tokens"] > 1)
+    summary.update(_stats("tpot", records["tpot_ms"][multi]))
+    values, weights = itl_s
+    summary.update(_stats("itl", values * 1000.0, weights))
+    summary.update(_stats("e2el", records["e2el_ms"][done]))
+    summary["total_preemptions"] = int(records["preemptions"].sum())
+    return summary

@@ -1,0 +1,117 @@
+"""Matplotlib helpers shared by figures and notebooks: data in, ``Figure`` out.
+
+One style for every figure, readable in a two-column paper: 3.4 × 2.4 in panels, 8-pt
+text, units on the axes, no titles inside the plot unless asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import numpy.typing as npt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+STYLE = {
+    "font.size": 8,
+    "axes.labelsize": 8,
+    "legend.fontsize": 7,
+    "xtick.labelsize": 7,
+    "ytick.labelsize": 7,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "lines.linewidth": 1.4,
+    "savefig.dpi": 200,
+}
+
+UNITS = {
+    "ttft_ms": "TTFT (ms)",
+    "tpot_ms": "TPOT (ms)",
+    "e2el_ms": "end-to-end latency (ms)",
+    "output_throughput": "throughput (output tok/s)",
+    "goodput_token_throughput": "goodput (output tok/s)",
+    "request_goodput": "goodput (req/s)",
+    "request_throughput": "throughput (req/s)",
+    "slo_attainment": "SLO attainment",
+}
+
+
+def label_of(name: str) -> str:
+    return UNITS.get(name, name.replace("_", " "))
+
+
+def cdf(
+    samples: Mapping[str, npt.NDArray[np.float64]], metric: str, log_x: bool = False,
+    title: str | None = None,
+) -> Figure:
+    """Empirical CDFs of *metric*, one line per label."""
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(3.4, 2.4), layout="constrained")
+        for label, values in samples.items():
+            v = np.sort(values[~np.isnan(values)])
+            if len(v):
+                ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=label)
+        ax.set_xlabel(label_of(metric))
+        ax.set_ylabel("fraction of requests")
+        ax.set_ylim(0, 1.02)
+        if log_x:
+            ax.set_xscale("log")
+        ax.legend(frameon=False)
+        if title:
+            ax.set_title(title)
+    return fig
+
+
+def metrics_vs_param(
+    x: Sequence[Any], ys: Mapping[str, Sequence[float]], xlabel: str,
+    best: tuple[Any, float] | None = None, title: str | None = None, log_x: bool = False,
+) -> Figure:
+    """Lines of summary metrics against a swept parameter (one y axis per unit)."""
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(3.4, 2.4), layout="constrained")
+        for name, values in ys.items():
+            ax.plot(x, values, marker="o", markersize=3, label=label_of(name))
+        if best is not None:
+            ax.axvline(best[0], color="0.5", linestyle=":", linewidth=1)
+            ax.annotate(f"best: {best[0]}", (best[0], best[1]), textcoords="offset points",
+                        xytext=(4, 4), fontsize=7)
+        ax.set_xlabel(xlabel)
+        if log_x:
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(list(x), [str(v) for v in x])
+        units = sorted({label_of(n).rpartition("(")[2].rstrip(")") for n in ys})
+        ax.set_ylabel(label_of(next(iter(ys))) if len(ys) == 1 else " | ".join(units))
+        ax.legend(frameon=False)
+        if title:
+            ax.set_title(title)
+    return fig
+
+
+def timeline(series: Mapping[str, npt.NDArray[Any]], title: str | None = None) -> Figure:
+    """Per-iteration batch size, KV blocks in use and queue length against time."""
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(3, 1, figsize=(3.4, 3.6), sharex=True, layout="constrained")
+        t = series["start_s"]
+        for ax, key, ylabel in zip(
+            axes, ("batch_seqs", "kv_blocks", "waiting"),
+            ("batch (seqs)", "KV blocks used", "queue (reqs)"), strict=True,
+        ):
+            ax.step(t, series[key], where="post", linewidth=0.8)
+            ax.set_ylabel(ylabel)
+        axes[-1].set_xlabel("time (s)")
+        if title:
+            axes[0].set_title(title)
+    return fig
+
+
+def save(fig: Figure, path: Any) -> None:
+    """Save with no time stamp in the file, so reruns give identical files."""
+    fig.savefig(path, metadata={"Software": None})
+    plt.close(fig)

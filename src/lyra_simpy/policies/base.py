@@ -1,0 +1,67 @@
+"""The scheduler protocol and the data it exchanges with the engine.
+
+A scheduler is a plain class without SimPy (STYLE §3): each iteration the engine hands it
+a read-only :class:`EngineView` and executes the :class:`BatchPlan` it returns. The plan
+names which waiting requests start (and how many prompt tokens each computes), which
+running requests decode, and which are preempted; or, when nothing should run yet (a
+static batch still filling), until when to wait.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from lyra_simpy.request import Request
+
+
+@dataclass(slots=True, frozen=True)
+class EngineView:
+    """What a scheduler may read of one replica at a scheduling point."""
+
+    now_s: float
+    waiting: Sequence[Request]
+    """Queue in order (front first); preempted requests re-enter at the front."""
+    running: Sequence[Request]
+    """Requests holding KV, in the order they were admitted (newest last)."""
+    free_blocks: int
+    block_size: int
+    arrivals_pending: bool
+    """Whether a further arrival is already known (False: none will come before
+    something running finishes)."""
+
+
+@dataclass(slots=True)
+class BatchPlan:
+    """One iteration's decision. An empty plan means: run nothing now."""
+
+    prefill: list[tuple[Request, int]] = field(default_factory=list)
+    """(request, prompt tokens to compute now): waiting requests start, running ones
+    continue a chunked prefill."""
+    decode: list[Request] = field(default_factory=list)
+    """Running requests that emit one token each."""
+    preempt: list[Request] = field(default_factory=list)
+    """Running requests to preempt by recompute, in the order chosen."""
+    rows: int = 0
+    """Decode rows the batch occupies when larger than ``len(decode)`` (static batches
+    keep the rows of finished members until the batch ends)."""
+    wait_until_s: float | None = None
+    """With an empty plan: wake at this time (or on the next arrival, if sooner)."""
+
+    @property
+    def empty(self) -> bool:
+        return not self.prefill and not self.decode
+
+
+class Scheduler(Protocol):
+    """Forms the batch of each iteration."""
+
+    def plan(self, view: EngineView) -> BatchPlan:
+        """The next iteration's batch for the replica seen in *view*."""
+        ...
+
+    def accepts(self, request: Request, num_blocks: int, block_size: int) -> bool:
+        """Whether *request* can ever run on a replica with *num_blocks* KV blocks
+        (a request that cannot is rejected on arrival instead of blocking the queue)."""
+        ...

@@ -1,0 +1,113 @@
+"""Continuous (iteration-level) batching, as vLLM's V1 scheduler does it without chunking.
+
+Every iteration (Orca, OSDI'22; vLLM ``vllm/v1/core/sched/scheduler.py``):
+
+1. Running requests first, in admission order: each decodes one token and gets the KV
+   block it needs. When the pool is out of blocks, the *newest* running request is
+   preempted by recompute (its KV dropped, back to the front of the queue; vLLM's
+   default preemption mode) until the allocation succeeds or the request being served
+   is itself the one preempted.
+2. Then, only if nothing was preempted this iteration, waiting requests in FCFS order
+   while ``max_num_seqs`` sequences are not reached, the whole prompt fits in the rest
+   of the token budget ``max_num_batched_tokens`` (no chunking: a prompt that does not
+   fit waits) and the KV pool has blocks for the prompt. The first one that does not fit
+   stops admission (head-of-line order is kept).
+
+Prefills and decodes share the iteration (a "mixed" batch). A request whose longest
+possible prefill (prompt plus all but one output token, after a recompute) exceeds the
+token budget can never run and is rejected on arrival, as vLLM refuses prompts longer
+than ``max_model_len`` (which it requires to be ≤ the budget when chunking is off).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, PositiveInt, model_validator
+
+from lyra_simpy.kv import blocks_for
+from lyra_simpy.policies.base import BatchPlan, EngineView
+from lyra_simpy.request import Request
+
+
+class ContinuousConfig(BaseModel):
+    """Knobs of continuous batching (vLLM names)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Literal["continuous"] = "continuous"
+    max_num_seqs: PositiveInt = 256
+    """Most sequences running at once (vLLM ``--max-num-seqs``, default 256)."""
+    max_num_batched_tokens: PositiveInt = 8192
+    """Token budget of one iteration (vLLM ``--max-num-batched-tokens``; 8192 is its
+    online-serving default on GPUs)."""
+
+    @model_validator(mode="after")
+    def _budget_covers_seqs(self) -> ContinuousConfig:
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
+                f"max_num_seqs ({self.max_num_seqs}), as vLLM requires"
+            )
+        return self
+
+    @property
+    def max_batch(self) -> int:
+        return self.max_num_seqs
+
+
+class ContinuousBatching:
+    """Iteration-level scheduling under a sequence cap, a token budget and KV blocks."""
+
+    def __init__(self, config: ContinuousConfig) -> None:
+        self.config = config
+
+    def accepts(self, request: Request, num_blocks: int, block_size: int) -> bool:
+        longest = request.input_tokens + request.output_tokens - 1
+        return (
+            longest <= self.config.max_num_batched_tokens
+            and blocks_for(longest, block_size) <= num_blocks
+        )
+
+    def plan(self, view: EngineView) -> BatchPlan:
+        bs = view.block_size
+        free = view.free_blocks
+        budget = self.config.max_num_batched_tokens
+        running = list(view.running)
+        plan = BatchPlan()
+        i = 0
+        while i < len(running):
+            req = running[i]
+            pending = req.input_tokens + req.generated_tokens - req.computed_tokens
+            need = blocks_for(req.computed_tokens + pending, bs) - req.blocks
+            while need > free:
+                victim = running.pop()
+                plan.preempt.append(victim)
+                free += victim.blocks
+                if victim is req:
+                    break
+            else:
+                free -= need
+                budget -= pending
+                if pending == 1 and req.generated_tokens:
+                    plan.decode.append(req)
+                else:
+                    plan.prefill.append((req, pending))
+                i += 1
+        if plan.preempt:
+            return plan
+        slots = self.config.max_num_seqs - len(running)
+        for req in view.waiting:
+            if slots <= 0:
+                break
+            tokens = req.input_tokens + req.generated_tokens - req.computed_tokens
+            if tokens > budget:
+                break
+            need = blocks_for(req.computed_tokens + tokens, bs) - req.blocks
+            if need > free:
+                break
+            plan.prefill.append((req, tokens))
+            budget -= tokens
+            free -= need
+            slots -= 1
+        return plan

@@ -1,0 +1,65 @@
+"""The manifest written beside every result (DESIGN §4): what produced these numbers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from lyra_simpy.scenario import Scenario
+
+
+def package_version() -> str:
+    try:
+        return metadata.version("lyra-simpy")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def git_revision() -> str:
+    """The source tree's commit (with ``-dirty`` if it has changes), or ``unknown``."""
+    here = Path(__file__).resolve().parent
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5
+        )
+        if rev.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here, capture_output=True, text=True, timeout=5,
+        )
+        return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def cost_provenance(scenario: Scenario) -> dict[str, Any]:
+    """Which cost model, with which numbers, calibrated from where."""
+    cfg = scenario.cost
+    return {
+        "name": cfg.name,
+        "parameters": cfg.model_dump(mode="json"),
+        "calibration": "coefficients given in the scenario YAML",
+    }
+
+
+def manifest(scenario: Scenario, engine: dict[str, Any], source_file: str | None) -> dict[str, Any]:
+    """Provenance of one run of *scenario*."""
+    return {
+        "scenario": scenario.resolved(),
+        "scenario_file": source_file,
+        "seed": scenario.seed,
+        "package": "lyra-simpy",
+        "version": package_version(),
+        "git_revision": git_revision(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "cost_model": cost_provenance(scenario),
+        "engine": engine,
+    }

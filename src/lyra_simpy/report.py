@@ -1,0 +1,69 @@
+"""What a scenario prints and draws: its table columns and its figures.
+
+Columns name a summary metric (``output_throughput``, ``p99_ttft_ms`` …), ``label``, or
+a dotted scenario path (``scheduler.max_num_seqs``), under a header of the scenario's
+choosing, so each scenario prints the table its question needs. ``best`` names a metric
+to maximise across variants; the winner is printed under the table.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ReportConfig(BaseModel):
+    """The table printed after a scenario's runs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    columns: dict[str, str] = Field(
+        default_factory=lambda: {
+            "variant": "label",
+            "thru(tok/s)": "output_throughput",
+            "goodput(req/s)": "request_goodput",
+            "p50_TTFT": "median_ttft_ms",
+            "p99_TTFT": "p99_ttft_ms",
+            "p50_TPOT": "median_tpot_ms",
+            "completed": "completed",
+        }
+    )
+    """Header → metric name, ``label``, or dotted scenario path."""
+    best: str | None = None
+    """Metric to maximise across variants; the best variant is named under the table."""
+
+
+class FigureSpec(BaseModel):
+    """One figure of the scenario, drawn by ``FIGURES[name]`` from its results."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Literal["cdf", "metrics_vs_param", "timeline"]
+    metric: str = "ttft_ms"
+    """``cdf``: per-request field to plot (ttft_ms, tpot_ms, e2el_ms)."""
+    param: str | None = None
+    """``metrics_vs_param``: dotted scenario path on the x axis."""
+    metrics: list[str] = Field(default_factory=list)
+    """``metrics_vs_param``: summary metrics on the y axis."""
+    variant: str | None = None
+    """``timeline``: which variant's time series (default: the first)."""
+    title: str | None = None
+    log_x: bool = False
+
+    def file_stem(self, scenario: str) -> str:
+        if self.name == "cdf":
+            return f"{scenario}_{self.metric.removesuffix('_ms')}_cdf"
+        if self.name == "metrics_vs_param":
+            return f"{scenario}_vs_{(self.param or 'param').split('.')[-1]}"
+        return f"{scenario}_timeline_{self.variant or 'first'}"
+
+
+def lookup(path: str, data: dict[str, Any]) -> Any:
+    """The value at dotted *path* in nested mappings (None when absent)."""
+    node: Any = data
+    for key in path.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node

@@ -1,0 +1,115 @@
+"""Run a scenario file end to end: every variant, its files, its table, its figures.
+
+Layout of ``OUT/<scenario>/``: one folder per variant with ``requests.jsonl``,
+``summary.json``, ``timeseries.csv`` and ``manifest.json``, plus ``table.csv`` (the
+printed table). The whole folder is written atomically (see
+:func:`~lyra_simpy.metrics.io.atomic_dir`).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lyra_simpy.metrics.io import atomic_dir, write_json, write_jsonl, write_series_csv
+from lyra_simpy.provenance import manifest
+from lyra_simpy.report import lookup
+from lyra_simpy.scenario import Scenario
+from lyra_simpy.simulation import Results, simulate
+
+
+def table_rows(scenario: Scenario, results: list[Results]) -> tuple[list[str], list[list[Any]]]:
+    """Header and rows of the scenario's report table."""
+    headers = list(scenario.report.columns)
+    rows = []
+    for res in results:
+        resolved = res.scenario.resolved()
+        row = []
+        for key in scenario.report.columns.values():
+            if key == "label":
+                row.append(res.scenario.label)
+            elif key in res.summary:
+                row.append(res.summary[key])
+            else:
+                row.append(lookup(key, resolved))
+        rows.append(row)
+    return headers, rows
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
+    return str(value)
+
+
+def format_table(headers: list[str], rows: list[list[Any]]) -> str:
+    cells = [headers] + [[_fmt(v) for v in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def best_variant(scenario: Scenario, results: list[Results]) -> Results | None:
+    metric = scenario.report.best
+    if metric is None:
+        return None
+    return max(results, key=lambda r: r.summary.get(metric, float("-inf")))
+
+
+def write_variant(res: Results, folder: Path, source_file: str | None, index: int = 0) -> None:
+    """Write one run's files (DESIGN §4) into *folder*."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_jsonl(folder / "requests.jsonl", res.requests())
+    write_json(folder / "summary.json", res.summary)
+    write_series_csv(folder / "timeseries.csv", res.timeseries)
+    info = manifest(res.scenario, res.engine, source_file)
+    info["variant_index"] = index
+    write_json(folder / "manifest.json", info)
+
+
+def run_scenario(
+    scenario: Scenario,
+    out_root: Path | None = Path("results"),
+    figures_dir: Path | None = Path("figures"),
+    source_file: str | None = None,
+    echo: Callable[[str], None] = print,
+) -> list[Results]:
+    """Simulate every variant of *scenario*; write results and figures unless the
+    folders are None; print the report table through *echo*."""
+    variants = scenario.expand()
+    results = []
+    for variant in variants:
+        t0 = time.perf_counter()
+        res = simulate(variant)
+        res.engine["wall_s"] = round(time.perf_counter() - t0, 3)
+        results.append(res)
+    headers, rows = table_rows(scenario, results)
+    echo(f"== {scenario.name}" + (f": {scenario.description}" if scenario.description else ""))
+    echo(format_table(headers, rows))
+    best = best_variant(scenario, results)
+    if best is not None:
+        echo(f"best {scenario.report.best}: {best.scenario.label} "
+             f"({_fmt(best.summary[scenario.report.best])})")
+    if out_root is not None:
+        final = out_root / scenario.name
+        with atomic_dir(final) as tmp:
+            for i, res in enumerate(results):
+                write_variant(res, tmp / res.scenario.label, source_file, i)
+            with (tmp / "table.csv").open("w", newline="") as fh:
+                writer = csv.writer(fh)
+                writer.writerow(headers)
+                writer.writerows(rows)
+        echo(f"results: {final}/")
+        if figures_dir is not None and scenario.figures:
+            from lyra_simpy.figures import draw_scenario_figures
+
+            for path in draw_scenario_figures(scenario, final, figures_dir):
+                echo(f"figure: {path}")
+    return results

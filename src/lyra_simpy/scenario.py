@@ -1,0 +1,235 @@
+"""The scenario: one YAML file → one validated, frozen :class:`Scenario`.
+
+Loading order: read YAML → with ``quick``, deep-merge the file's ``quick:`` block →
+apply ``--set path=value`` overrides → validate. ``variants:`` (a list of labelled
+``set:`` blocks, or a ``grid:`` of one dotted path over values) expand into one resolved
+scenario each, validated before anything runs. Any problem is one line naming the field
+path, the value and what is allowed (:class:`~lyra_simpy.errors.ScenarioError`).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Annotated, Any, Union
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
+)
+
+from lyra_simpy.cost import LinearCostConfig
+from lyra_simpy.errors import ScenarioError, from_validation_error
+from lyra_simpy.kv import KVCacheConfig
+from lyra_simpy.policies import ContinuousConfig, StaticConfig
+from lyra_simpy.report import FigureSpec, ReportConfig
+from lyra_simpy.workload import WorkloadConfig
+
+SchedulerConfig = Annotated[Union[StaticConfig, ContinuousConfig], Field(discriminator="name")]
+CostConfig = Annotated[Union[LinearCostConfig], Field(discriminator="name")]
+
+
+class SLOConfig(BaseModel):
+    """Service-level objectives; a request meets them when every set one holds."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ttft_ms: PositiveFloat | None = None
+    tpot_ms: PositiveFloat | None = None
+    e2el_ms: PositiveFloat | None = None
+
+
+class SimulationConfig(BaseModel):
+    """How the run itself is carried out (not what is modelled)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    until_s: PositiveFloat | None = None
+    """Stop the clock here; requests still in the system end ``unfinished``."""
+    fuse_iterations: bool = True
+    """Advance runs of unchanged decode iterations as one event (identical results)."""
+    timeseries: bool = True
+    """Keep the per-iteration time series (one compact row per iteration)."""
+
+
+class Variant(BaseModel):
+    """A labelled change of the base scenario: dotted path → value."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    label: str
+    set: dict[str, Any] = Field(default_factory=dict)
+
+
+class Grid(BaseModel):
+    """One variant per value of *path*, labelled ``<label_prefix><value>``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str
+    values: Annotated[list[Any], Field(min_length=1)]
+    label_prefix: str = ""
+    also_set: list[str] = Field(default_factory=list)
+    """Other paths set to the same value (e.g. a padding width following the batch)."""
+
+
+class Scenario(BaseModel):
+    """A complete, validated simulation scenario."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "scenario"
+    description: str = ""
+    label: str = "base"
+    """Which variant this is (``base`` when the file has none)."""
+    seed: int = 0
+    workload: WorkloadConfig
+    scheduler: SchedulerConfig = Field(default_factory=ContinuousConfig)
+    kv_cache: KVCacheConfig
+    cost: CostConfig
+    slo: SLOConfig = Field(default_factory=SLOConfig)
+    simulation: SimulationConfig = Field(default_factory=SimulationConfig)
+    variants: list[Variant] = Field(default_factory=list)
+    grid: Grid | None = None
+    report: ReportConfig = Field(default_factory=ReportConfig)
+    figures: list[FigureSpec] = Field(default_factory=list)
+    quick: dict[str, Any] = Field(default_factory=dict)
+    """Overrides for a short run (tests, CI, ``--quick``), merged into the file."""
+
+    _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
+    _raw: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_expansion(self) -> Scenario:
+        if self.variants and self.grid is not None:
+            raise ValueError("use either variants or grid, not both")
+        return self
+
+    @property
+    def base_dir(self) -> Path:
+        """Folder that relative paths in the scenario are read from."""
+        return self._base_dir
+
+    def expand(self) -> list[Scenario]:
+        """The resolved scenario of every variant (just ``[self]`` without variants)."""
+        variants = list(self.variants)
+        if self.grid is not None:
+            g = self.grid
+            for value in g.values:
+                sets = {g.path: value, **dict.fromkeys(g.also_set, value)}
+                variants.append(Variant(label=f"{g.label_prefix}{value}", set=sets))
+        if not variants:
+            return [self]
+        out = []
+        labels = set()
+        for i, var in enumerate(variants):
+            if var.label in labels:
+                raise ScenarioError(f"variants[{i}].label: got {var.label!r}, must be unique")
+            labels.add(var.label)
+            raw = copy.deepcopy(self._raw)
+            raw.pop("variants", None)
+            raw.pop("grid", None)
+            for path, value in var.set.items():
+                set_path(raw, path, value, where=f"variants[{i}].set")
+            raw["label"] = var.label
+            out.append(_validate(raw, self._base_dir, prefix=f"variants[{var.label}]"))
+        return out
+
+    def resolved(self) -> dict[str, Any]:
+        """The full scenario as plain data (defaults filled in), for manifests."""
+        return self.model_dump(mode="json", exclude={"quick", "variants", "grid"})
+
+
+def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """*base* with *extra* merged in (mappings merge, everything else replaces)."""
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def set_path(raw: dict[str, Any], path: str, value: Any, where: str = "--set") -> None:
+    """Set the dotted *path* of *raw* to *value*, creating mappings on the way."""
+    keys = path.split(".")
+    if not all(keys):
+        raise ScenarioError(f"{where}: got {path!r}, must be a dotted path like scheduler.max_num_seqs")
+    node = raw
+    for key in keys[:-1]:
+        nxt = node.setdefault(key, {})
+        if not isinstance(nxt, dict):
+            raise ScenarioError(f"{where}: {path}: {key!r} is {nxt!r}, not a mapping")
+        node = nxt
+    node[keys[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``path=value`` with *value* read as YAML (``64`` → int, ``[1, 2]`` → list)."""
+    path, sep, value = text.partition("=")
+    if not sep or not path.strip():
+        raise ScenarioError(f"--set: got {text!r}, must be path=value")
+    try:
+        return path.strip(), yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"--set {path.strip()}: value {value!r} is not valid YAML") from exc
+
+
+def _validate(raw: dict[str, Any], base_dir: Path, prefix: str = "") -> Scenario:
+    try:
+        scenario = Scenario.model_validate(raw)
+    except ValidationError as exc:
+        raise from_validation_error(exc, prefix) from None
+    scenario._base_dir = base_dir
+    scenario._raw = raw
+    return scenario
+
+
+def scenario_from_dict(
+    raw: dict[str, Any],
+    base_dir: Path | None = None,
+    overrides: tuple[str, ...] | list[str] = (),
+    quick: bool = False,
+) -> Scenario:
+    """Validate a scenario given as a mapping (what the YAML file holds)."""
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"<root>: got {type(raw).__name__}, must be a mapping of fields")
+    data = copy.deepcopy(raw)
+    if quick:
+        block = data.get("quick") or {}
+        if not isinstance(block, dict):
+            raise ScenarioError(f"quick: got {block!r}, must be a mapping of overrides")
+        data = deep_merge(data, block)
+    for text in overrides:
+        path, value = parse_override(text)
+        set_path(data, path, value)
+    scenario = _validate(data, base_dir or Path.cwd())
+    scenario.expand()  # every variant is validated before anything runs
+    return scenario
+
+
+def load_scenario(
+    path: str | Path, overrides: tuple[str, ...] | list[str] = (), quick: bool = False
+) -> Scenario:
+    """Read and validate the scenario file at *path* (see the module docstring)."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ScenarioError(f"{p}: cannot read scenario ({exc.strerror})") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ScenarioError(f"{p}:{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if isinstance(raw, dict):
+        raw.setdefault("name", p.stem)
+    return scenario_from_dict(raw, p.parent.resolve(), overrides, quick)

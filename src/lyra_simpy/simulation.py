@@ -1,0 +1,121 @@
+"""``simulate(scenario) -> Results``: wire the parts from the registries and run.
+
+Nothing is written here (STYLE §8): the caller decides what to keep
+(:mod:`lyra_simpy.metrics.io` writes the files of DESIGN §4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import chain
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import simpy
+
+from lyra_simpy.cost import COST_MODELS
+from lyra_simpy.engine import Replica
+from lyra_simpy.kv import BlockPool
+from lyra_simpy.metrics.collector import STATUS_CODES, Collector
+from lyra_simpy.metrics.summary import summarize
+from lyra_simpy.policies import SCHEDULERS
+from lyra_simpy.request import RECORD_FIELDS
+from lyra_simpy.rng import Streams
+from lyra_simpy.scenario import Scenario
+from lyra_simpy.workload import build_source
+
+
+@dataclass
+class Results:
+    """Everything one run produced, in memory."""
+
+    scenario: Scenario
+    records: dict[str, npt.NDArray[Any]]
+    """Per-request columns named as the JSONL contract (DESIGN §4), one row per arrival."""
+    summary: dict[str, Any]
+    """vLLM-named summary metrics (see :mod:`lyra_simpy.metrics.summary`)."""
+    timeseries: dict[str, npt.NDArray[Any]]
+    """Per-iteration columns (``SERIES_FIELDS``); empty with ``timeseries: false``."""
+    itl_s: tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]
+    """Pooled inter-token latencies as (value in seconds, how many) pairs."""
+    engine: dict[str, Any] = field(default_factory=dict)
+    """Engine counters: iterations, simulated end time, peak KV blocks."""
+
+    def requests(self) -> Iterator[dict[str, Any]]:
+        """The per-request records as dicts (JSONL field order; NaN becomes None)."""
+        cols = [self.records[name].tolist() for name in RECORD_FIELDS]
+        for row in zip(*cols, strict=True):
+            yield {
+                k: (None if isinstance(v, float) and v != v else v)
+                for k, v in zip(RECORD_FIELDS, row, strict=True)
+            }
+
+
+def _records(source: Any, collector: Collector, end_s: float) -> dict[str, npt.NDArray[Any]]:
+    arrival = np.asarray(source.arrival_s, dtype=np.float64)
+    # Arrivals are the requests whose time came by the end of the run.
+    n = int(np.count_nonzero(arrival <= end_s))
+    arrival = arrival[:n]
+    first = collector.first_token_s[:n]
+    finish = collector.finish_s[:n]
+    out_tok = source.output_tokens[:n]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ttft = (first - arrival) * 1000.0
+        e2el = (finish - arrival) * 1000.0
+        tpot = np.where(out_tok > 1, (e2el - ttft) / (out_tok - 1), np.nan)
+    status = np.array(STATUS_CODES, dtype=object)[collector.status[:n]]
+    tpot = np.where(status == "ok", tpot, np.nan)
+    return {
+        "request_id": np.arange(n, dtype=np.int64),
+        "arrival_s": arrival,
+        "input_tokens": source.input_tokens[:n],
+        "output_tokens": out_tok,
+        "cached_tokens": collector.cached_tokens[:n],
+        "first_token_s": first,
+        "finish_s": finish,
+        "ttft_ms": ttft,
+        "tpot_ms": tpot,
+        "e2el_ms": e2el,
+        "status": status,
+        "replica": collector.replica[:n],
+        "preemptions": collector.preemptions[:n],
+    }
+
+
+def simulate(scenario: Scenario) -> Results:
+    """Run *scenario* (one variant: see :meth:`Scenario.expand`) and return its results."""
+    streams = Streams(scenario.seed)
+    source = build_source(scenario.workload, streams, scenario.base_dir)
+    scheduler = SCHEDULERS[scenario.scheduler.name](scenario.scheduler)
+    cost = COST_MODELS[scenario.cost.name](scenario.cost, scenario.scheduler.max_batch)
+    kv = BlockPool(scenario.kv_cache.num_blocks, scenario.kv_cache.block_size)
+    collector = Collector(len(source.input_tokens), scenario.simulation.timeseries)
+    env = simpy.Environment()
+    replica = Replica(
+        env, 0, scheduler, cost, kv, source, collector, scenario.simulation.fuse_iterations
+    )
+    env.process(replica.run())
+    env.run(until=scenario.simulation.until_s)
+    for req in chain(replica.waiting, replica.running):
+        collector.leave_unfinished(req)
+    records = _records(source, collector, float(env.now))
+    itl = (
+        np.frombuffer(collector.itl_values, dtype=np.float64),
+        np.frombuffer(collector.itl_weights, dtype=np.int64),
+    )
+    slo = scenario.slo.model_dump()
+    return Results(
+        scenario=scenario,
+        records=records,
+        summary=summarize(records, itl, slo),
+        timeseries=collector.series_arrays() if scenario.simulation.timeseries else {},
+        itl_s=itl,
+        engine={
+            "iterations": collector.iterations,
+            "end_s": float(env.now),
+            "peak_kv_blocks": kv.peak_used,
+            "kv_blocks": kv.num_blocks,
+        },
+    )

@@ -1,0 +1,158 @@
+"""Workloads: when requests arrive and how long their prompts and outputs are.
+
+``ARRIVALS`` and ``LENGTHS`` map the YAML ``name`` of an arrival process or a length
+distribution to its config class. :func:`build_source` turns a :class:`WorkloadConfig`
+into the request source of a run, drawing from the named streams ``arrivals``,
+``input_tokens``, ``output_tokens`` and ``trace_rows`` of the run's generator tree.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, model_validator
+
+from lyra_simpy.rng import Streams
+from lyra_simpy.workload.arrivals import (
+    ArrivalConfig,
+    ClosedLoopArrivals,
+    ConstantArrivals,
+    GammaArrivals,
+    PoissonArrivals,
+    TraceArrivals,
+    open_loop_times,
+    trace_times,
+)
+from lyra_simpy.workload.lengths import (
+    EmpiricalLength,
+    FixedLength,
+    LengthConfig,
+    LengthContext,
+    LogNormalLength,
+    MixtureLength,
+    NormalLength,
+    TraceLength,
+    UniformLength,
+    read,
+    sample_lengths,
+)
+from lyra_simpy.workload.source import ClosedLoopSource, OpenLoopSource, Source
+from lyra_simpy.workload.traces import Trace, TraceFormat
+
+ARRIVALS: dict[str, type[BaseModel]] = {
+    "poisson": PoissonArrivals,
+    "gamma": GammaArrivals,
+    "constant": ConstantArrivals,
+    "closed_loop": ClosedLoopArrivals,
+    "trace": TraceArrivals,
+}
+
+LENGTHS: dict[str, type[BaseModel]] = {
+    "fixed": FixedLength,
+    "uniform": UniformLength,
+    "normal": NormalLength,
+    "lognormal": LogNormalLength,
+    "empirical": EmpiricalLength,
+    "trace": TraceLength,
+    "mixture": MixtureLength,
+}
+
+
+class WorkloadConfig(BaseModel):
+    """Arrivals, lengths, and how many requests (or for how long)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    arrival: ArrivalConfig
+    input_tokens: LengthConfig
+    output_tokens: LengthConfig
+    num_requests: PositiveInt | None = None
+    """Requests to send (with a ``trace`` arrival: at most this many rows)."""
+    duration_s: PositiveFloat | None = None
+    """Send requests arriving before this time (with ``num_requests``: whichever first)."""
+    max_total_tokens: PositiveInt | None = None
+    """Cap on input + output per request: longer requests are scaled down in proportion
+    (both lengths × cap / total, floored, at least 1 each) — as a server's
+    ``max_model_len`` bounds them. None: no cap."""
+
+    @model_validator(mode="after")
+    def _bounded(self) -> WorkloadConfig:
+        if (
+            self.num_requests is None
+            and self.duration_s is None
+            and not isinstance(self.arrival, TraceArrivals)
+        ):
+            raise ValueError("set num_requests or duration_s (or both)")
+        if isinstance(self.arrival, ClosedLoopArrivals) and self.num_requests is None:
+            raise ValueError("closed_loop needs num_requests (duration_s may stop it earlier)")
+        uses_trace = any(isinstance(d, TraceLength) for d in (self.input_tokens, self.output_tokens))
+        if uses_trace and not isinstance(self.arrival, TraceArrivals):
+            raise ValueError("length 'trace' needs arrival.name 'trace'")
+        return self
+
+
+def _cap(inp: np.ndarray, out: np.ndarray, cap: int | None) -> tuple[np.ndarray, np.ndarray]:
+    if cap is None:
+        return inp, out
+    total = inp + out
+    over = total > cap
+    if over.any():
+        inp, out = inp.copy(), out.copy()
+        inp[over] = np.maximum(inp[over] * cap // total[over], 1)
+        out[over] = np.maximum(np.minimum(out[over] * cap // total[over], cap - inp[over]), 1)
+    return inp, out
+
+
+def build_source(cfg: WorkloadConfig, streams: Streams, base_dir: Path) -> Source:
+    """Draw the workload and return the source that feeds it to a replica."""
+    row_cache: dict[tuple[str, str], np.ndarray] = {}
+
+    def rows(path: str, fmt: TraceFormat, n: int) -> tuple[Trace, np.ndarray]:
+        trace = read(path, fmt, base_dir)
+        key = (path, fmt)
+        idx = row_cache.get(key)
+        if idx is None or len(idx) < n:
+            idx = streams.get("trace_rows").integers(0, len(trace), size=n)
+            row_cache[key] = idx
+        return trace, idx[:n]
+
+    arrival = cfg.arrival
+    n = cfg.num_requests
+    times: np.ndarray | None = None
+    trace_lengths: Any = None
+    if isinstance(arrival, TraceArrivals):
+        trace = read(arrival.path, arrival.format, base_dir)
+        times = trace_times(arrival, trace.arrival_s)
+        if cfg.duration_s is not None:
+            times = times[times < cfg.duration_s]
+        if n is not None:
+            times = times[:n]
+        skip = arrival.skip_rows
+
+        def trace_lengths(field: str) -> np.ndarray:
+            col = trace.input_tokens if field == "input" else trace.output_tokens
+            return col[skip:]
+
+        n = len(times)
+    elif not isinstance(arrival, ClosedLoopArrivals):
+        times = open_loop_times(arrival, streams.get("arrivals"), n, cfg.duration_s)
+        n = len(times)
+    assert n is not None
+    count = int(n)
+
+    def draw(dist: Any, stream: str, field: Any) -> np.ndarray:
+        ctx = LengthContext(streams.get(stream), base_dir, rows, trace_lengths, field)
+        return sample_lengths(dist, ctx, count)
+
+    inp = draw(cfg.input_tokens, "input_tokens", "input")
+    out = draw(cfg.output_tokens, "output_tokens", "output")
+    inp, out = _cap(inp, out, cfg.max_total_tokens)
+    if isinstance(arrival, ClosedLoopArrivals):
+        return ClosedLoopSource(arrival.concurrency, arrival.think_time_s, inp, out, cfg.duration_s)
+    assert times is not None
+    return OpenLoopSource(times, inp, out)
+
+
+__all__ = ["ARRIVALS", "LENGTHS", "WorkloadConfig", "build_source"]

@@ -1,0 +1,115 @@
+"""Arrival processes.
+
+Open loop (times known up front, first request at t = 0 as vLLM's benchmark sends it):
+``poisson`` (exponential gaps), ``gamma`` (gaps with the given coefficient of variation:
+CV 1 is Poisson, larger is burstier; shape = 1/CV², as vLLM's ``--burstiness`` = 1/CV²),
+``constant`` (evenly spaced), ``trace`` (a real trace's timestamps, optionally rescaled
+to a target mean rate). Closed loop: ``closed_loop`` keeps *concurrency* requests in
+flight.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
+
+from lyra_simpy.workload.traces import TraceFormat
+
+Floats = npt.NDArray[np.float64]
+
+
+class _Arrival(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PoissonArrivals(_Arrival):
+    name: Literal["poisson"] = "poisson"
+    rate_per_s: PositiveFloat
+
+
+class GammaArrivals(_Arrival):
+    name: Literal["gamma"] = "gamma"
+    rate_per_s: PositiveFloat
+    cv: PositiveFloat
+    """Coefficient of variation of the gaps (1 = Poisson)."""
+
+
+class ConstantArrivals(_Arrival):
+    name: Literal["constant"] = "constant"
+    rate_per_s: PositiveFloat
+
+
+class ClosedLoopArrivals(_Arrival):
+    name: Literal["closed_loop"] = "closed_loop"
+    concurrency: PositiveInt
+    think_time_s: NonNegativeFloat = 0.0
+    """Pause between a request's end and its client's next request."""
+
+
+class TraceArrivals(_Arrival):
+    """Replay a trace's arrival times (relative to its first row)."""
+
+    name: Literal["trace"] = "trace"
+    path: str
+    """Trace file, relative to the scenario file."""
+    format: TraceFormat = "azure"
+    rate_per_s: PositiveFloat | None = None
+    """Rescale the times so the replayed rows' mean rate is this (None: as recorded)."""
+    skip_rows: int = Field(default=0, ge=0)
+    """Rows to skip at the start of the trace."""
+
+
+ArrivalConfig = Annotated[
+    Union[PoissonArrivals, GammaArrivals, ConstantArrivals, ClosedLoopArrivals, TraceArrivals],
+    Field(discriminator="name"),
+]
+
+
+def _gaps(cfg: _Arrival, rng: np.random.Generator, n: int) -> Floats:
+    if isinstance(cfg, PoissonArrivals):
+        return rng.exponential(1.0 / cfg.rate_per_s, size=n)
+    if isinstance(cfg, GammaArrivals):
+        shape = 1.0 / cfg.cv**2
+        return rng.gamma(shape, 1.0 / (cfg.rate_per_s * shape), size=n)
+    if isinstance(cfg, ConstantArrivals):
+        return np.full(n, 1.0 / cfg.rate_per_s)
+    raise TypeError(f"{cfg!r} has no gap distribution")
+
+
+def open_loop_times(
+    cfg: PoissonArrivals | GammaArrivals | ConstantArrivals,
+    rng: np.random.Generator,
+    n: int | None,
+    duration_s: float | None,
+) -> Floats:
+    """Arrival times from 0: *n* of them, or all before *duration_s* (or the fewer)."""
+    if isinstance(cfg, ConstantArrivals):
+        count = n if n is not None else int(np.ceil(duration_s * cfg.rate_per_s))  # type: ignore[operator]
+        times = np.arange(count, dtype=np.float64) / cfg.rate_per_s
+    elif n is not None:
+        times = np.concatenate(([0.0], np.cumsum(_gaps(cfg, rng, n - 1))))
+    else:
+        assert duration_s is not None
+        chunks = [np.zeros(1)]
+        last = 0.0
+        block = max(64, int(duration_s * cfg.rate_per_s * 1.2))
+        while last < duration_s:
+            steps = last + np.cumsum(_gaps(cfg, rng, block))
+            chunks.append(steps)
+            last = float(steps[-1])
+        times = np.concatenate(chunks)
+    if duration_s is not None:
+        times = times[times < duration_s]
+    return times
+
+
+def trace_times(cfg: TraceArrivals, trace_arrival_s: Floats) -> Floats:
+    """The trace's times from ``skip_rows`` on, from 0, rescaled to ``rate_per_s``."""
+    t = trace_arrival_s[cfg.skip_rows :] - trace_arrival_s[cfg.skip_rows]
+    if cfg.rate_per_s is not None and len(t) > 1 and t[-1] > 0:
+        observed = (len(t) - 1) / t[-1]
+        t = t * (observed / cfg.rate_per_s)
+    return t

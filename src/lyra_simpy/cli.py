@@ -19,9 +19,15 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="simulate scenario files: results, tables, figures")
-    run.add_argument("scenarios", nargs="+", type=Path, help="scenario YAML files")
-    run.add_argument("--set", dest="overrides", action="append", default=[],
-                     metavar="PATH=VALUE", help="override a field, e.g. scheduler.max_num_seqs=64")
+    run.add_argument("scenarios", nargs="+", type=Path, help="scenario YAML files or folders")
+    run.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="override a field, e.g. scheduler.max_num_seqs=64",
+    )
     run.add_argument("--quick", action="store_true", help="apply each file's quick: block")
     run.add_argument("--out", type=Path, default=Path("results"), help="results folder")
     run.add_argument("--figures", type=Path, default=Path("figures"), help="figures folder")
@@ -36,6 +42,14 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _expand(paths: list[Path]) -> list[Path]:
+    """Scenario files named, with each folder standing for its ``*.yaml`` files."""
+    out: list[Path] = []
+    for path in paths:
+        out.extend(sorted(path.glob("*.yaml")) if path.is_dir() else [path])
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -47,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         from lyra_simpy.scenario import load_scenario
 
         # Validate every file (and every variant) before simulating any.
-        scenarios = [(path, load_scenario(path, args.overrides, args.quick)) for path in args.scenarios]
+        paths = _expand(args.scenarios)
+        scenarios = [(path, load_scenario(path, args.overrides, args.quick)) for path in paths]
         if args.command == "validate":
             for path, sc in scenarios:
                 print(f"{path}: ok ({len(sc.expand())} run(s))")

@@ -85,7 +85,11 @@ class Replica:
                 yield env.timeout(exact_delay(now, nxt))
                 continue
             view = EngineView(
-                now, self.waiting, self.running, self.kv.free, self.kv.block_size,
+                now,
+                self.waiting,
+                self.running,
+                self.kv.free,
+                self.kv.block_size,
                 source.next_s() is not None,
             )
             plan = self.scheduler.plan(view)
@@ -170,8 +174,14 @@ class Replica:
         yield self.env.timeout(duration)
         end: float = self.env.now
         self.collector.iteration(
-            self.replica_id, start, end, len(plan.prefill) + n_dec, prefill_tokens, n_dec,
-            self.kv.used, len(waiting),
+            self.replica_id,
+            start,
+            end,
+            len(plan.prefill) + n_dec,
+            prefill_tokens,
+            n_dec,
+            self.kv.used,
+            len(waiting),
         )
         common = 0
         done: list[Request] = []
@@ -244,9 +254,7 @@ class Replica:
         yield self.env.timeout(exact_delay(start, end))
         n = len(decode)
         if grown is not None:
-            self.collector.span(
-                self.replica_id, ends, start, n, kv.used + grown, len(self.waiting)
-            )
+            self.collector.span(self.replica_id, ends, start, n, kv.used + grown, len(self.waiting))
         else:
             self.collector.span(self.replica_id, ends, start, n, np.zeros(0, np.int64), 0)
         first_end = float(ends[0])

@@ -12,12 +12,12 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import numpy.typing as npt  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import numpy.typing as npt
+from matplotlib.figure import Figure
 
-STYLE = {
+STYLE: dict[str, Any] = {
     "font.size": 8,
     "axes.labelsize": 8,
     "legend.fontsize": 7,
@@ -48,11 +48,13 @@ def label_of(name: str) -> str:
 
 
 def cdf(
-    samples: Mapping[str, npt.NDArray[np.float64]], metric: str, log_x: bool = False,
+    samples: Mapping[str, npt.NDArray[np.float64]],
+    metric: str,
+    log_x: bool = False,
     title: str | None = None,
 ) -> Figure:
     """Empirical CDFs of *metric*, one line per label."""
-    with plt.rc_context(STYLE):
+    with plt.rc_context(STYLE):  # type: ignore[arg-type]
         fig, ax = plt.subplots(figsize=(3.4, 2.4), layout="constrained")
         for label, values in samples.items():
             v = np.sort(values[~np.isnan(values)])
@@ -70,18 +72,27 @@ def cdf(
 
 
 def metrics_vs_param(
-    x: Sequence[Any], ys: Mapping[str, Sequence[float]], xlabel: str,
-    best: tuple[Any, float] | None = None, title: str | None = None, log_x: bool = False,
+    x: Sequence[Any],
+    ys: Mapping[str, Sequence[float]],
+    xlabel: str,
+    best: tuple[Any, float] | None = None,
+    title: str | None = None,
+    log_x: bool = False,
 ) -> Figure:
     """Lines of summary metrics against a swept parameter (one y axis per unit)."""
-    with plt.rc_context(STYLE):
+    with plt.rc_context(STYLE):  # type: ignore[arg-type]
         fig, ax = plt.subplots(figsize=(3.4, 2.4), layout="constrained")
         for name, values in ys.items():
             ax.plot(x, values, marker="o", markersize=3, label=label_of(name))
         if best is not None:
             ax.axvline(best[0], color="0.5", linestyle=":", linewidth=1)
-            ax.annotate(f"best: {best[0]}", (best[0], best[1]), textcoords="offset points",
-                        xytext=(4, 4), fontsize=7)
+            ax.annotate(
+                f"best: {best[0]}",
+                (best[0], best[1]),
+                textcoords="offset points",
+                xytext=(4, 4),
+                fontsize=7,
+            )
         ax.set_xlabel(xlabel)
         if log_x:
             ax.set_xscale("log", base=2)
@@ -96,12 +107,14 @@ def metrics_vs_param(
 
 def timeline(series: Mapping[str, npt.NDArray[Any]], title: str | None = None) -> Figure:
     """Per-iteration batch size, KV blocks in use and queue length against time."""
-    with plt.rc_context(STYLE):
+    with plt.rc_context(STYLE):  # type: ignore[arg-type]
         fig, axes = plt.subplots(3, 1, figsize=(3.4, 3.6), sharex=True, layout="constrained")
         t = series["start_s"]
         for ax, key, ylabel in zip(
-            axes, ("batch_seqs", "kv_blocks", "waiting"),
-            ("batch (seqs)", "KV blocks used", "queue (reqs)"), strict=True,
+            axes,
+            ("batch_seqs", "kv_blocks", "waiting"),
+            ("batch (seqs)", "KV blocks used", "queue (reqs)"),
+            strict=True,
         ):
             ax.step(t, series[key], where="post", linewidth=0.8)
             ax.set_ylabel(ylabel)

@@ -31,7 +31,10 @@ def git_revision() -> str:
             return "unknown"
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=here, capture_output=True, text=True, timeout=5,
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=5,
         )
         return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):

@@ -60,7 +60,7 @@ def best_variant(scenario: Scenario, results: list[Results]) -> Results | None:
     metric = scenario.report.best
     if metric is None:
         return None
-    return max(results, key=lambda r: r.summary.get(metric, float("-inf")))
+    return max(results, key=lambda r: float(r.summary.get(metric, float("-inf"))))
 
 
 def write_variant(res: Results, folder: Path, source_file: str | None, index: int = 0) -> None:
@@ -94,9 +94,9 @@ def run_scenario(
     echo(f"== {scenario.name}" + (f": {scenario.description}" if scenario.description else ""))
     echo(format_table(headers, rows))
     best = best_variant(scenario, results)
-    if best is not None:
-        echo(f"best {scenario.report.best}: {best.scenario.label} "
-             f"({_fmt(best.summary[scenario.report.best])})")
+    metric = scenario.report.best
+    if best is not None and metric is not None:
+        echo(f"best {metric}: {best.scenario.label} ({_fmt(best.summary[metric])})")
     if out_root is not None:
         final = out_root / scenario.name
         with atomic_dir(final) as tmp:

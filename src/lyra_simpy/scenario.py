@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Annotated, Any, Union
+from typing import Annotated, Any
 
 import yaml
 from pydantic import (
@@ -29,10 +29,10 @@ from lyra_simpy.errors import ScenarioError, from_validation_error
 from lyra_simpy.kv import KVCacheConfig
 from lyra_simpy.policies import ContinuousConfig, StaticConfig
 from lyra_simpy.report import FigureSpec, ReportConfig
-from lyra_simpy.workload import WorkloadConfig
+from lyra_simpy.workload import WorkloadConfig, check_files
 
-SchedulerConfig = Annotated[Union[StaticConfig, ContinuousConfig], Field(discriminator="name")]
-CostConfig = Annotated[Union[LinearCostConfig], Field(discriminator="name")]
+SchedulerConfig = Annotated[StaticConfig | ContinuousConfig, Field(discriminator="name")]
+CostConfig = Annotated[LinearCostConfig, Field(discriminator="name")]
 
 
 class SLOConfig(BaseModel):
@@ -161,7 +161,9 @@ def set_path(raw: dict[str, Any], path: str, value: Any, where: str = "--set") -
     """Set the dotted *path* of *raw* to *value*, creating mappings on the way."""
     keys = path.split(".")
     if not all(keys):
-        raise ScenarioError(f"{where}: got {path!r}, must be a dotted path like scheduler.max_num_seqs")
+        raise ScenarioError(
+            f"{where}: got {path!r}, must be a dotted path like scheduler.max_num_seqs"
+        )
     node = raw
     for key in keys[:-1]:
         nxt = node.setdefault(key, {})
@@ -189,6 +191,7 @@ def _validate(raw: dict[str, Any], base_dir: Path, prefix: str = "") -> Scenario
         raise from_validation_error(exc, prefix) from None
     scenario._base_dir = base_dir
     scenario._raw = raw
+    check_files(scenario.workload, base_dir)
     return scenario
 
 
@@ -229,7 +232,9 @@ def load_scenario(
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
-        raise ScenarioError(f"{p}:{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        raise ScenarioError(
+            f"{p}:{where}: not valid YAML ({getattr(exc, 'problem', exc)})"
+        ) from None
     if isinstance(raw, dict):
         raw.setdefault("name", p.stem)
     return scenario_from_dict(raw, p.parent.resolve(), overrides, quick)

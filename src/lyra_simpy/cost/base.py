@@ -40,9 +40,9 @@ class CostModel(Protocol):
         """Time of one iteration of *shape*."""
         ...
 
-    def decode_span_s(self, rows: int, context_tokens: int, growth: int, k: int) -> npt.NDArray[
-        np.float64
-    ]:
+    def decode_span_s(
+        self, rows: int, context_tokens: int, growth: int, k: int
+    ) -> npt.NDArray[np.float64]:
         """Times of *k* consecutive decode-only iterations over *rows* rows whose total
         context is ``context_tokens + j * growth`` at iteration *j*. The engine uses
         this for every decode-only iteration, fused or not, so both agree bit for bit."""

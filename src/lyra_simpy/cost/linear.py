@@ -64,4 +64,4 @@ class LinearCost:
         c = self.config
         fixed = c.base_ms + c.per_seq_ms * self._pad(rows) + c.per_prefill_token_ms * 0
         context = context_tokens + growth * np.arange(k, dtype=np.int64)
-        return (fixed + c.per_context_token_ms * context) / 1000.0
+        return np.asarray((fixed + c.per_context_token_ms * context) / 1000.0, dtype=np.float64)

@@ -45,8 +45,9 @@ class Collector:
         self.preemptions = np.zeros(n, dtype=np.int64)
         self.status = np.full(n, UNFINISHED, dtype=np.int8)
         self.replica = np.full(n, -1, dtype=np.int32)
-        self.series: dict[str, array[float] | array[int]] = {
-            name: array("d") if name.endswith("_s") else array("q") for name in SERIES_FIELDS
+        self.times: dict[str, array[float]] = {"start_s": array("d"), "end_s": array("d")}
+        self.counts: dict[str, array[int]] = {
+            name: array("q") for name in SERIES_FIELDS if not name.endswith("_s")
         }
         self.itl_values: array[float] = array("d")
         self.itl_weights: array[int] = array("q")
@@ -90,10 +91,10 @@ class Collector:
         self.iterations += 1
         if not self.record_series:
             return
-        s = self.series
+        s = self.counts
+        self.times["start_s"].append(start_s)
+        self.times["end_s"].append(end_s)
         s["replica"].append(replica)
-        s["start_s"].append(start_s)
-        s["end_s"].append(end_s)
         s["batch_seqs"].append(batch_seqs)
         s["prefill_tokens"].append(prefill_tokens)
         s["decode_seqs"].append(decode_seqs)
@@ -114,13 +115,13 @@ class Collector:
         self.iterations += k
         if not self.record_series:
             return
-        s = self.series
+        s = self.counts
         const = np.empty(k, dtype=np.int64)
         const.fill(replica)
         s["replica"].frombytes(const.tobytes())
-        s["start_s"].append(start_s)
-        s["start_s"].frombytes(ends_s[:-1].tobytes())
-        s["end_s"].frombytes(ends_s.tobytes())
+        self.times["start_s"].append(start_s)
+        self.times["start_s"].frombytes(ends_s[:-1].tobytes())
+        self.times["end_s"].frombytes(ends_s.tobytes())
         const.fill(seqs)
         s["batch_seqs"].frombytes(const.tobytes())
         s["decode_seqs"].frombytes(const.tobytes())
@@ -141,7 +142,10 @@ class Collector:
         self.itl_weights.frombytes(w.tobytes())
 
     def series_arrays(self) -> dict[str, npt.NDArray[np.generic]]:
-        return {
-            name: np.frombuffer(col, dtype=np.float64 if col.typecode == "d" else np.int64)
-            for name, col in self.series.items()
-        }
+        out: dict[str, npt.NDArray[np.generic]] = {}
+        for name in SERIES_FIELDS:
+            if name in self.times:
+                out[name] = np.frombuffer(self.times[name], dtype=np.float64)
+            else:
+                out[name] = np.frombuffer(self.counts[name], dtype=np.int64)
+        return out

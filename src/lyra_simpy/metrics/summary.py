@@ -57,7 +57,9 @@ def _stats(
         out[f"{label}_{name}_ms"] = weighted_percentile(values_ms, weights, q)
     out[f"std_{name}_ms"] = float(np.sqrt((weights * (values_ms - mean) ** 2).sum() / total))
     # Reorder to vLLM's order: mean, median, std, p90, p99.
-    return {f"{s}_{name}_ms": out[f"{s}_{name}_ms"] for s in ("mean", "median", "std", "p90", "p99")}
+    return {
+        f"{s}_{name}_ms": out[f"{s}_{name}_ms"] for s in ("mean", "median", "std", "p90", "p99")
+    }
 
 
 def good_mask(
@@ -70,7 +72,7 @@ def good_mask(
         if limit is not None:
             vals = np.nan_to_num(records[key], nan=0.0)
             ok &= vals <= limit
-    return ok
+    return np.asarray(ok, dtype=np.bool_)
 
 
 def summarize(
@@ -91,7 +93,10 @@ def summarize(
     out_tok = records["output_tokens"][done]
     in_tok = records["input_tokens"][done]
     good = good_mask(records, slo)
-    per_s = (lambda x: float(x) / duration) if duration > 0 else (lambda x: 0.0)
+
+    def per_s(count: Any) -> float:
+        return float(count) / duration if duration > 0 else 0.0
+
     summary: dict[str, Any] = {
         "duration": duration,
         "completed": int(done.sum()),

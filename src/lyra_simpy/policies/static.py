@@ -57,11 +57,11 @@ class StaticBatching:
         cfg = self.config
         full = len(waiting) >= cfg.max_batch
         deadline = (
-            None
-            if cfg.max_wait_ms is None
-            else waiting[0].arrival_s + cfg.max_wait_ms / 1000.0
+            None if cfg.max_wait_ms is None else waiting[0].arrival_s + cfg.max_wait_ms / 1000.0
         )
-        if not (full or not view.arrivals_pending or (deadline is not None and deadline <= view.now_s)):
+        if not (
+            full or not view.arrivals_pending or (deadline is not None and deadline <= view.now_s)
+        ):
             return BatchPlan(wait_until_s=deadline)
         plan = BatchPlan()
         # Reserve each member's full length up front; the engine allocates only the

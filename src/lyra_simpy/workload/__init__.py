@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, model_validator
 
+from lyra_simpy.errors import ScenarioError, TraceError
 from lyra_simpy.rng import Streams
 from lyra_simpy.workload.arrivals import (
     ArrivalConfig,
@@ -87,10 +88,46 @@ class WorkloadConfig(BaseModel):
             raise ValueError("set num_requests or duration_s (or both)")
         if isinstance(self.arrival, ClosedLoopArrivals) and self.num_requests is None:
             raise ValueError("closed_loop needs num_requests (duration_s may stop it earlier)")
-        uses_trace = any(isinstance(d, TraceLength) for d in (self.input_tokens, self.output_tokens))
+        uses_trace = any(
+            isinstance(d, TraceLength) for d in (self.input_tokens, self.output_tokens)
+        )
         if uses_trace and not isinstance(self.arrival, TraceArrivals):
             raise ValueError("length 'trace' needs arrival.name 'trace'")
         return self
+
+
+def trace_files(cfg: WorkloadConfig) -> list[tuple[str, str, TraceFormat]]:
+    """(field path, file, format) of every trace file the workload reads."""
+    out: list[tuple[str, str, TraceFormat]] = []
+    if isinstance(cfg.arrival, TraceArrivals):
+        out.append(("workload.arrival.path", cfg.arrival.path, cfg.arrival.format))
+
+    def walk(dist: Any, where: str) -> None:
+        if isinstance(dist, EmpiricalLength):
+            out.append((f"{where}.path", dist.path, dist.format))
+        elif isinstance(dist, MixtureLength):
+            for i, comp in enumerate(dist.components):
+                walk(comp.dist, f"{where}.components[{i}].dist")
+
+    walk(cfg.input_tokens, "workload.input_tokens")
+    walk(cfg.output_tokens, "workload.output_tokens")
+    return out
+
+
+def check_files(cfg: WorkloadConfig, base_dir: Path) -> None:
+    """Read every trace the workload names, so a missing or malformed file fails
+    before anything is simulated (with the field path in the message)."""
+    for where, path, fmt in trace_files(cfg):
+        try:
+            trace = read(path, fmt, base_dir)
+        except TraceError as exc:
+            raise ScenarioError(f"{where}: {exc}") from None
+        arrival = cfg.arrival
+        if isinstance(arrival, TraceArrivals) and arrival.skip_rows >= len(trace):
+            raise ScenarioError(
+                f"workload.arrival.skip_rows: got {arrival.skip_rows}, "
+                f"must be < the trace's {len(trace)} rows"
+            )
 
 
 def _cap(inp: np.ndarray, out: np.ndarray, cap: int | None) -> tuple[np.ndarray, np.ndarray]:
@@ -155,4 +192,4 @@ def build_source(cfg: WorkloadConfig, streams: Streams, base_dir: Path) -> Sourc
     return OpenLoopSource(times, inp, out)
 
 
-__all__ = ["ARRIVALS", "LENGTHS", "WorkloadConfig", "build_source"]
+__all__ = ["ARRIVALS", "LENGTHS", "WorkloadConfig", "build_source", "check_files"]

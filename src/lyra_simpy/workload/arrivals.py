@@ -10,7 +10,7 @@ flight.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -63,7 +63,7 @@ class TraceArrivals(_Arrival):
 
 
 ArrivalConfig = Annotated[
-    Union[PoissonArrivals, GammaArrivals, ConstantArrivals, ClosedLoopArrivals, TraceArrivals],
+    PoissonArrivals | GammaArrivals | ConstantArrivals | ClosedLoopArrivals | TraceArrivals,
     Field(discriminator="name"),
 ]
 
@@ -103,7 +103,7 @@ def open_loop_times(
         times = np.concatenate(chunks)
     if duration_s is not None:
         times = times[times < duration_s]
-    return times
+    return np.asarray(times, dtype=np.float64)
 
 
 def trace_times(cfg: TraceArrivals, trace_arrival_s: Floats) -> Floats:
@@ -112,4 +112,4 @@ def trace_times(cfg: TraceArrivals, trace_arrival_s: Floats) -> Floats:
     if cfg.rate_per_s is not None and len(t) > 1 and t[-1] > 0:
         observed = (len(t) - 1) / t[-1]
         t = t * (observed / cfg.rate_per_s)
-    return t
+    return np.asarray(t, dtype=np.float64)

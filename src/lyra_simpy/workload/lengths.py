@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -116,10 +116,13 @@ class MixtureLength(_Dist):
 
 
 LengthConfig = Annotated[
-    Union[
-        FixedLength, UniformLength, NormalLength, LogNormalLength, EmpiricalLength,
-        TraceLength, MixtureLength,
-    ],
+    FixedLength
+    | UniformLength
+    | NormalLength
+    | LogNormalLength
+    | EmpiricalLength
+    | TraceLength
+    | MixtureLength,
     Field(discriminator="name"),
 ]
 MixtureComponent.model_rebuild()

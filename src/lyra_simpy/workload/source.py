@@ -23,6 +23,11 @@ class Source(Protocol):
     """Requests for one replica, pulled by time."""
 
     done: bool
+    """True once no further request will ever arrive."""
+    arrival_s: npt.NDArray[np.float64]
+    """Arrival time of every request (NaN for closed-loop requests not sent yet)."""
+    input_tokens: npt.NDArray[np.int64]
+    output_tokens: npt.NDArray[np.int64]
 
     def pop_until(self, now_s: float) -> list[Request]:
         """Requests that have arrived by *now_s* and were not taken yet, in order."""

@@ -49,8 +49,8 @@ import json  # noqa: E402
 import os  # noqa: E402
 import pstats  # noqa: E402
 import sys  # noqa: E402
-from importlib.metadata import version  # noqa: E402
 from collections.abc import Generator  # noqa: E402
+from importlib.metadata import version  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 

@@ -33,16 +33,23 @@ from lyra_simpy.request import Request
 from lyra_simpy.workload.source import Source
 
 
-def exact_delay(now: float, target: float) -> float:
-    """A delay *d* with ``now + d == target`` in floating point, so fused spans land on
-    exactly the times the unfused engine reaches by adding durations one by one."""
+def exact_delay(now: float, target: float) -> float | None:
+    """A delay *d* with ``now + d == target`` in floating point (None if no float does
+    it: a rounding tie can skip *target*). Fused spans land on exactly the times the
+    unfused engine reaches by adding durations one by one."""
     d = target - now
     for _ in range(4):
         reached = now + d
         if reached == target:
             return d
         d = math.nextafter(d, math.inf if reached < target else -math.inf)
-    return target - now
+    return None
+
+
+def _delay(now: float, target: float) -> float:
+    """Delay to sleep until *target* (idle waits: the nearest float is fine there)."""
+    d = exact_delay(now, target)
+    return target - now if d is None else d
 
 
 class Replica:
@@ -58,6 +65,7 @@ class Replica:
         source: Source,
         collector: Collector,
         fuse: bool = True,
+        stop_s: float | None = None,
     ) -> None:
         self.env = env
         self.replica_id = replica_id
@@ -67,6 +75,8 @@ class Replica:
         self.source = source
         self.collector = collector
         self.fuse = fuse
+        self.stop_s = stop_s
+        """The run stops here (``env.run(until=...)``): a span never runs past it."""
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
 
@@ -82,7 +92,7 @@ class Replica:
                     if source.done:
                         return
                     raise SimulationError("replica idle while the source waits on it")
-                yield env.timeout(exact_delay(now, nxt))
+                yield env.timeout(_delay(now, nxt))
                 continue
             view = EngineView(
                 now,
@@ -104,19 +114,22 @@ class Replica:
                     target = nxt
                 if target is None or target <= now:
                     raise SimulationError("scheduler ran nothing and gave nothing to wait for")
-                yield env.timeout(exact_delay(now, target))
+                yield env.timeout(_delay(now, target))
                 continue
             yield from self._execute(plan, now)
 
     def _pull(self, now: float) -> None:
         fits = self.scheduler.accepts
-        for req in self.source.pop_until(now):
-            self.collector.assign(req, self.replica_id)
-            if fits(req, self.kv.num_blocks, self.kv.block_size):
-                self.waiting.append(req)
-            else:
-                self.collector.reject(req)
-                self.source.on_finish(now)
+        # A rejection ends a closed-loop request at once; its client's next request may
+        # be due now too, so take arrivals until none is due.
+        while due := self.source.pop_until(now):
+            for req in due:
+                self.collector.assign(req, self.replica_id)
+                if fits(req, self.kv.num_blocks, self.kv.block_size):
+                    self.waiting.append(req)
+                else:
+                    self.collector.reject(req)
+                    self.source.on_finish(now)
 
     def _preempt(self, plan: BatchPlan) -> None:
         for victim in plan.preempt:
@@ -231,6 +244,9 @@ class Replica:
         nxt = self.source.next_s()
         if nxt is not None:
             k = min(k, int(np.searchsorted(ends, nxt, side="left")) + 1)
+        if self.stop_s is not None:
+            # Iterations ending at or after the stop never complete (SimPy stops first).
+            k = max(1, min(k, int(np.searchsorted(ends, self.stop_s, side="left"))))
         # KV growth: after step 0 (already allocated) request i holds c_i + j tokens at
         # step j and needs a new block whenever c_i + j - 1 is a multiple of bs.
         c = np.fromiter((r.computed_tokens + 1 for r in decode), dtype=np.int64, count=len(decode))
@@ -244,14 +260,19 @@ class Replica:
             grown = np.cumsum(inc)
             if need_all > kv.free:
                 k = int(np.searchsorted(grown, kv.free, side="right"))
-                grown = grown[:k]
-            else:
-                grown = grown[:k]
         else:
             grown = None
+        # Land exactly on the unfused end time; if a rounding tie makes it unreachable
+        # in one addition, end the span earlier (one step is always exact).
+        delay = exact_delay(start, float(ends[k - 1]))
+        while delay is None:
+            k -= 1
+            delay = exact_delay(start, float(ends[k - 1]))
+        if grown is not None:
+            grown = grown[:k]
         ends = ends[:k]
         end = float(ends[-1])
-        yield self.env.timeout(exact_delay(start, end))
+        yield self.env.timeout(delay)
         n = len(decode)
         if grown is not None:
             self.collector.span(self.replica_id, ends, start, n, kv.used + grown, len(self.waiting))

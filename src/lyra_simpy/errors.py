@@ -29,12 +29,18 @@ class SimulationError(LyraError):
     """A modelling invariant broke during a run (a bug in a policy or the engine)."""
 
 
+#: Names pydantic puts in an error's location for the member of a union it tried.
+_UNION_MEMBERS = {"int", "float", "str", "bool", "none", "list", "dict"}
+
+
 def _loc(loc: tuple[int | str, ...]) -> str:
     parts: list[str] = []
     for item in loc:
         if isinstance(item, int):
             parts.append(f"[{item}]")
-        elif item.startswith("function-") or item in {"list[...]", "tagged-union[...]"}:
+        elif (
+            "[" in item or item.startswith(("function-", "constrained-")) or item in _UNION_MEMBERS
+        ):
             continue
         else:
             parts.append(("." if parts else "") + item)
@@ -69,6 +75,6 @@ def from_validation_error(exc: ValidationError, prefix: str = "") -> ScenarioErr
     for prefix_word in ("Input should be ", "Value should be "):
         if msg.startswith(prefix_word):
             msg = "must be " + msg[len(prefix_word) :]
-    if "input" in err:
+    if "input" in err and not isinstance(err["input"], dict):
         return ScenarioError(f"{path}: got {_short(err['input'])}, {msg}")
     return ScenarioError(f"{path}: {msg}")

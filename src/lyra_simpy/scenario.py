@@ -10,6 +10,7 @@ path, the value and what is allowed (:class:`~lyra_simpy.errors.ScenarioError`).
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -138,7 +139,7 @@ class Scenario(BaseModel):
             for path, value in var.set.items():
                 set_path(raw, path, value, where=f"variants[{i}].set")
             raw["label"] = var.label
-            out.append(_validate(raw, self._base_dir, prefix=f"variants[{var.label}]"))
+            out.append(_validate(raw, self._base_dir, prefix=f"variants[{var.label!r}]"))
         return out
 
     def resolved(self) -> dict[str, Any]:
@@ -173,13 +174,19 @@ def set_path(raw: dict[str, Any], path: str, value: Any, where: str = "--set") -
     node[keys[-1]] = value
 
 
+_EXPONENT_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """``path=value`` with *value* read as YAML (``64`` → int, ``[1, 2]`` → list)."""
     path, sep, value = text.partition("=")
     if not sep or not path.strip():
         raise ScenarioError(f"--set: got {text!r}, must be path=value")
     try:
-        return path.strip(), yaml.safe_load(value)
+        parsed = yaml.safe_load(value)
+        if isinstance(parsed, str) and _EXPONENT_NUMBER.match(parsed):
+            parsed = float(parsed)  # YAML 1.1 reads 2.5e2 (no dot) as a string
+        return path.strip(), parsed
     except yaml.YAMLError as exc:
         raise ScenarioError(f"--set {path.strip()}: value {value!r} is not valid YAML") from exc
 

@@ -93,13 +93,17 @@ def simulate(scenario: Scenario) -> Results:
     kv = BlockPool(scenario.kv_cache.num_blocks, scenario.kv_cache.block_size)
     collector = Collector(len(source.input_tokens), scenario.simulation.timeseries)
     env = simpy.Environment()
+    until = scenario.simulation.until_s
     replica = Replica(
-        env, 0, scheduler, cost, kv, source, collector, scenario.simulation.fuse_iterations
+        env, 0, scheduler, cost, kv, source, collector, scenario.simulation.fuse_iterations, until
     )
     env.process(replica.run())
-    env.run(until=scenario.simulation.until_s)
+    env.run(until=until)
     for req in chain(replica.waiting, replica.running):
         collector.leave_unfinished(req)
+    # Requests due by the stop but not yet taken by the replica still arrived: they are
+    # recorded as unfinished (closed-loop ones get their arrival time when taken).
+    source.pop_until(float(env.now))
     records = _records(source, collector, float(env.now))
     itl = (
         np.frombuffer(collector.itl_values, dtype=np.float64),

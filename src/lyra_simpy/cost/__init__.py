@@ -11,6 +11,4 @@ COST_MODELS: dict[str, type[Any]] = {
     "linear": LinearCost,
 }
 
-CostConfig = LinearCostConfig
-
-__all__ = ["COST_MODELS", "BatchShape", "CostConfig", "CostModel", "LinearCost", "LinearCostConfig"]
+__all__ = ["COST_MODELS", "BatchShape", "CostModel", "LinearCost", "LinearCostConfig"]

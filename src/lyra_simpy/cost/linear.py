@@ -11,14 +11,14 @@ weights, ≈ 0.09 ms per prefill token, ≈ 0.00026 ms per context token read).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeFloat
 
 from lyra_simpy.cost.base import BatchShape
-from lyra_simpy.cost.padding import Padder
+from lyra_simpy.cost.padding import Padder, Padding, check_padding
 
 
 class LinearCostConfig(BaseModel):
@@ -35,7 +35,7 @@ class LinearCostConfig(BaseModel):
     """Time per prompt token computed."""
     per_context_token_ms: NonNegativeFloat = 0.0
     """Time per context token read by decode attention."""
-    padding: Literal["none", "max_batch"] | list[PositiveInt] = Field(default="none")
+    padding: Annotated[Padding, BeforeValidator(check_padding)] = Field(default="none")
     """CUDA-graph padding of decode-only batches (none, max_batch, or captured sizes)."""
 
 

@@ -19,6 +19,19 @@ from typing import Literal
 Padding = Literal["none", "max_batch"] | list[int]
 
 
+def check_padding(value: object) -> object:
+    """Accept ``none``, ``max_batch`` or a non-empty list of positive sizes."""
+    if value in ("none", "max_batch"):
+        return value
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+    ):
+        return value
+    raise ValueError("must be 'none', 'max_batch' or a list of captured batch sizes (ints > 0)")
+
+
 class Padder:
     """Maps a decode row count to the count the cost model charges."""
 

@@ -1,0 +1,93 @@
+"""Shared fixtures (STYLE §12): ``env``, ``rng``, ``tiny_scenario`` and a scenario factory.
+
+Hypothesis runs with a modest example budget and no deadline (simulations vary in wall
+time); set ``HYPOTHESIS_PROFILE=thorough`` for a longer search.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import simpy
+from hypothesis import HealthCheck, settings
+
+from lyra_simpy import Scenario, scenario_from_dict
+from lyra_simpy.scenario import set_path
+
+settings.register_profile(
+    "default",
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
+settings.register_profile(
+    "thorough", max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # When a property fails, hypothesis imports libcst to write a patch; libcst imports
+    # mypy_extensions, which warns, and filterwarnings=error would turn the failure report
+    # into an INTERNALERROR that hides the falsifying example.
+    config.addinivalue_line(
+        "filterwarnings", "ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning"
+    )
+
+
+#: A small, valid scenario: 12 Poisson requests on a continuous-batching replica.
+TINY: dict[str, Any] = {
+    "name": "tiny",
+    "seed": 7,
+    "workload": {
+        "num_requests": 12,
+        "arrival": {"name": "poisson", "rate_per_s": 20.0},
+        "input_tokens": {"name": "uniform", "low": 4, "high": 40},
+        "output_tokens": {"name": "uniform", "low": 1, "high": 24},
+    },
+    "scheduler": {"name": "continuous", "max_num_seqs": 4, "max_num_batched_tokens": 256},
+    "kv_cache": {"block_size": 8, "num_blocks": 64},
+    "cost": {"name": "linear", "base_ms": 10.0, "per_seq_ms": 1.0},
+    "slo": {"ttft_ms": 200.0, "tpot_ms": 20.0},
+}
+
+
+@pytest.fixture
+def env() -> simpy.Environment:
+    return simpy.Environment()
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(20240607)
+
+
+@pytest.fixture
+def tiny_raw() -> dict[str, Any]:
+    """The tiny scenario as plain data (a fresh copy per test)."""
+    return copy.deepcopy(TINY)
+
+
+@pytest.fixture
+def tiny_scenario(tiny_raw: dict[str, Any]) -> Scenario:
+    return scenario_from_dict(tiny_raw)
+
+
+@pytest.fixture
+def make_scenario() -> Callable[..., Scenario]:
+    """``make_scenario({"scheduler.max_num_seqs": 2, ...})``: the tiny scenario with
+    dotted paths replaced (a mapping value replaces the whole sub-tree)."""
+
+    def make(changes: dict[str, Any] | None = None, **kw: Any) -> Scenario:
+        raw = copy.deepcopy(TINY)
+        for path, value in (changes or {}).items():
+            set_path(raw, path, value)
+        return scenario_from_dict(raw, **kw)
+
+    return make

@@ -1,0 +1,122 @@
+"""Golden tier (STYLE §12d): each scenario's quick run against tests/golden/<name>.json,
+plus the qualitative claims the lab scenarios are written to show.
+
+Regenerate with ``python tests/golden/regen.py`` (see README.md in this folder).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+SCENARIOS = sorted((HERE.parents[1] / "scenarios").glob("*.yaml"))
+
+
+def _regen_module() -> Any:
+    spec = importlib.util.spec_from_file_location("golden_regen", HERE / "regen.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+regen = _regen_module()
+
+
+@cache
+def quick_run(name: str) -> dict[str, Any]:
+    """The golden record of scenarios/<name>.yaml as the code computes it now."""
+    return regen.golden_of(HERE.parents[1] / "scenarios" / f"{name}.yaml")
+
+
+def variants(name: str) -> dict[str, dict[str, Any]]:
+    return {label: v["summary"] for label, v in quick_run(name)["variants"].items()}
+
+
+def test_every_scenario_has_a_golden_file():
+    assert SCENARIOS
+    missing = [p.stem for p in SCENARIOS if not (HERE / f"{p.stem}.json").is_file()]
+    assert not missing, f"run `python tests/golden/regen.py {' '.join(missing)}`"
+    orphans = {p.stem for p in HERE.glob("*.json")} - {p.stem for p in SCENARIOS}
+    assert not orphans
+
+
+def assert_matches(got: Any, want: Any, where: str) -> None:
+    if isinstance(want, dict):
+        assert isinstance(got, dict), where
+        assert list(got) == list(want), f"{where}: keys differ"
+        for key in want:
+            assert_matches(got[key], want[key], f"{where}.{key}")
+    elif isinstance(want, (bool, int, str)):
+        assert got == want, f"{where}: got {got!r}, golden {want!r}"
+        assert type(got) is type(want), f"{where}: type {type(got).__name__}"
+    else:
+        assert isinstance(got, float), f"{where}: got {got!r}"
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-9), (
+            f"{where}: got {got!r}, golden {want!r}"
+        )
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def test_quick_run_matches_golden(path):
+    golden_file = HERE / f"{path.stem}.json"
+    if not golden_file.is_file():
+        pytest.fail(f"no golden file: run `python tests/golden/regen.py {path.stem}`")
+    golden = json.loads(golden_file.read_text())
+    got = json.loads(regen.render(quick_run(path.stem)))  # as it would be written
+    assert_matches(got, golden, path.stem)
+
+
+def test_regen_check_reports_changes(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(regen, "GOLDEN", tmp_path)
+    monkeypatch.setattr(regen, "ROOT", tmp_path.parent)
+    monkeypatch.setattr(regen, "golden_of", lambda p: quick_run(p.stem))
+    name = SCENARIOS[0].stem
+    assert regen.main(["--check", name]) == 1  # missing file: would change
+    assert not (tmp_path / f"{name}.json").exists()
+    assert regen.main([name]) == 0
+    assert regen.main(["--check", name]) == 0
+    assert "unchanged" in capsys.readouterr().out.splitlines()[-1]
+
+
+# -- what the lab scenarios claim ---------------------------------------------------------
+
+
+def test_continuous_beats_static():
+    runs = variants("lab02_static_vs_continuous")
+    static, cont = runs["static"], runs["continuous"]
+    assert static["completed"] == cont["completed"] == 150
+    assert cont["output_throughput"] > 1.5 * static["output_throughput"]
+    assert static["p99_ttft_ms"] >= 10 * cont["p99_ttft_ms"]
+    assert static["median_ttft_ms"] >= 10 * cont["median_ttft_ms"]
+    # the padded classroom engine: every decode iteration costs 15 + 16 = 31 ms in both
+    assert static["median_tpot_ms"] == pytest.approx(31.0, abs=1e-6)
+    assert cont["median_itl_ms"] == pytest.approx(31.0, abs=1e-6)
+    # continuous meets the SLO for (nearly) everyone; static for almost nobody
+    assert cont["slo_attainment"] >= 0.95
+    assert static["slo_attainment"] <= 0.1
+
+
+def test_goodput_peaks_at_depth_16():
+    runs = variants("lab02_goodput_vs_batch")
+    assert list(runs) == ["4", "8", "16", "32", "64"]
+    goodput = {int(k): v["goodput_token_throughput"] for k, v in runs.items()}
+    assert max(goodput, key=goodput.__getitem__) == 16
+    assert runs["16"]["slo_attainment"] >= 0.95
+    # 15 + 32 = 47 ms per decode iteration > the 40 ms TPOT SLO: nobody is good
+    assert goodput[32] == 0.0
+    assert runs["32"]["median_tpot_ms"] > 40.0
+    assert runs["32"]["median_tpot_ms"] == pytest.approx(47.0, rel=0.05)
+    assert goodput[64] == 0.0
+    # shallow depths saturate: their queues grow and TTFT breaks the SLO
+    assert runs["4"]["p99_ttft_ms"] > 300.0
+    assert runs["4"]["slo_attainment"] < 0.5
+    # raw throughput does not tell the story: depth 32 serves tokens, but none good
+    assert runs["32"]["output_throughput"] > 0.5 * runs["16"]["output_throughput"]

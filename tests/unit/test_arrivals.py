@@ -1,0 +1,215 @@
+"""Open-loop arrival processes and trace readers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lyra_simpy.errors import ScenarioError, TraceError
+from lyra_simpy.workload import ARRIVALS
+from lyra_simpy.workload.arrivals import open_loop_times, trace_times
+from lyra_simpy.workload.traces import read_trace
+
+
+def times(cfg: dict, rng, n=None, duration_s=None) -> np.ndarray:
+    model = ARRIVALS[cfg["name"]].model_validate(cfg)
+    return open_loop_times(model, rng, n, duration_s)
+
+
+def test_poisson_mean_gap_and_first_arrival_at_zero(rng):
+    t = times({"name": "poisson", "rate_per_s": 5.0}, rng, n=40_000)
+    assert len(t) == 40_000
+    assert t[0] == 0.0
+    gaps = np.diff(t)
+    assert (gaps >= 0).all()
+    assert gaps.mean() == pytest.approx(0.2, rel=0.02)
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, rel=0.03)  # exponential: CV 1
+
+
+@pytest.mark.parametrize("cv", [0.5, 2.0])
+def test_gamma_rate_and_cv(rng, cv):
+    t = times({"name": "gamma", "rate_per_s": 10.0, "cv": cv}, rng, n=60_000)
+    assert t[0] == 0.0
+    gaps = np.diff(t)
+    assert gaps.mean() == pytest.approx(0.1, rel=0.03)
+    assert gaps.std() / gaps.mean() == pytest.approx(cv, rel=0.05)
+
+
+def test_constant_spacing_is_exact(rng):
+    t = times({"name": "constant", "rate_per_s": 4.0}, rng, n=9)
+    np.testing.assert_array_equal(t, np.arange(9) / 4.0)
+
+
+@pytest.mark.parametrize(("duration_s", "count"), [(3.0, 6), (3.2, 7), (0.1, 1)])
+def test_constant_duration_truncation(rng, duration_s, count):
+    t = times({"name": "constant", "rate_per_s": 2.0}, rng, duration_s=duration_s)
+    np.testing.assert_array_equal(t, np.arange(count) / 2.0)
+
+
+def test_poisson_duration_truncation(rng):
+    t = times({"name": "poisson", "rate_per_s": 50.0}, rng, duration_s=200.0)
+    assert t[0] == 0.0
+    assert t.max() < 200.0
+    assert (np.diff(t) >= 0).all()
+    # 10 000 expected; ± 4 standard deviations (100)
+    assert abs(len(t) - 10_000) < 400
+
+
+def test_num_requests_and_duration_whichever_first(rng):
+    t = times({"name": "constant", "rate_per_s": 1.0}, rng, n=100, duration_s=10.0)
+    assert len(t) == 10
+    t = times({"name": "constant", "rate_per_s": 1.0}, rng, n=5, duration_s=10.0)
+    assert len(t) == 5
+    t = times({"name": "poisson", "rate_per_s": 1.0}, rng, n=3, duration_s=1e6)
+    assert len(t) == 3
+
+
+def test_trace_times_rescaled_to_rate():
+    cfg = ARRIVALS["trace"].model_validate({"name": "trace", "path": "x", "rate_per_s": 4.0})
+    t = trace_times(cfg, np.array([10.0, 11.0, 13.0, 20.0]))
+    # 3 gaps over 10 s (0.3/s) rescaled to 4/s: last arrival at 3 / 4 = 0.75 s
+    np.testing.assert_allclose(t, [0.0, 0.075, 0.225, 0.75])
+    cfg = ARRIVALS["trace"].model_validate({"name": "trace", "path": "x", "skip_rows": 2})
+    np.testing.assert_allclose(trace_times(cfg, np.array([10.0, 11.0, 13.0, 20.0])), [0.0, 7.0])
+
+
+# -- trace readers --------------------------------------------------------------------
+
+
+def test_azure_reader(tmp_path):
+    p = tmp_path / "azure.csv"
+    p.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.6805900,374,44\n"
+        "2023-11-16 18:15:50.9951690,396,109\n"
+        "2023-11-16 18:15:51.0000000,0,5\n"  # zero tokens: dropped
+        "2023-11-16 18:16:46,1000,1\n"
+    )
+    tr = read_trace(p, "azure")
+    assert len(tr) == 3
+    np.testing.assert_allclose(tr.arrival_s, [0.0, 4.314579, 59.31941], atol=1e-6)
+    np.testing.assert_array_equal(tr.input_tokens, [374, 396, 1000])
+    np.testing.assert_array_equal(tr.output_tokens, [44, 109, 1])
+
+
+def test_mooncake_reader_ms_timestamps_sorted(tmp_path):
+    p = tmp_path / "mc.jsonl"
+    rows = [
+        {"timestamp": 3000, "input_length": 30, "output_length": 3, "hash_ids": [1, 2]},
+        {"timestamp": 1000, "input_length": 10, "output_length": 1, "hash_ids": [1]},
+        {"timestamp": 1500, "input_length": 15, "output_length": 0, "hash_ids": []},
+    ]
+    p.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    tr = read_trace(p, "mooncake")
+    np.testing.assert_allclose(tr.arrival_s, [0.0, 2.0])
+    np.testing.assert_array_equal(tr.input_tokens, [10, 30])
+    np.testing.assert_array_equal(tr.output_tokens, [1, 3])
+
+
+def test_csv_and_burstgpt_readers(tmp_path):
+    p = tmp_path / "plain.csv"
+    p.write_text("arrival_s,input_tokens,output_tokens,extra\n5.5,10,2,x\n6.0,20.0,4,y\n")
+    tr = read_trace(p, "csv")
+    np.testing.assert_allclose(tr.arrival_s, [0.0, 0.5])
+    np.testing.assert_array_equal(tr.input_tokens, [10, 20])
+    q = tmp_path / "burst.csv"
+    q.write_text(
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        "5,ChatGPT,472,18,490,Conversation log\n"
+        "45,GPT-4,1087,0,1087,Conversation log\n"
+        "47,ChatGPT,200,30,230,API log\n"
+    )
+    tr = read_trace(q, "burstgpt")
+    np.testing.assert_allclose(tr.arrival_s, [0.0, 42.0])
+    np.testing.assert_array_equal(tr.output_tokens, [18, 30])
+
+
+def test_missing_trace_file_says_where_to_download(tmp_path):
+    with pytest.raises(TraceError) as info:
+        read_trace(tmp_path / "AzureLLMInferenceTrace_conv.csv", "azure")
+    msg = str(info.value)
+    assert "not found" in msg
+    assert "github.com/Azure/AzurePublicDataset" in msg
+    assert "\n" not in msg
+    with pytest.raises(TraceError, match=r"github\.com/kvcache-ai/Mooncake"):
+        read_trace(tmp_path / "x.jsonl", "mooncake")
+
+
+def test_wrong_columns(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("time,in,out\n1,2,3\n")
+    with pytest.raises(TraceError, match=r"not a csv trace, missing columns \['arrival_s'"):
+        read_trace(p, "csv")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text"),
+    [
+        ("csv", "arrival_s,input_tokens,output_tokens\n1,two,3\n"),
+        ("azure", "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,1,1\n"),
+        ("mooncake", '{"timestamp": 1, "input_length": 2}\n'),
+        ("mooncake", "{not json\n"),
+    ],
+)
+def test_malformed_trace(tmp_path, fmt, text):
+    p = tmp_path / "t.txt"
+    p.write_text(text)
+    with pytest.raises(TraceError, match=f"malformed {fmt} trace"):
+        read_trace(p, fmt)
+
+
+def test_trace_without_usable_rows(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("arrival_s,input_tokens,output_tokens\n1,0,3\n")
+    with pytest.raises(TraceError, match="no usable rows"):
+        read_trace(p, "csv")
+
+
+def test_trace_reread_after_change(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("arrival_s,input_tokens,output_tokens\n1,2,3\n")
+    assert read_trace(p, "csv").input_tokens.tolist() == [2]
+    p.write_text("arrival_s,input_tokens,output_tokens\n1,5,3\n2,6,3\n")
+    import os
+
+    st = p.stat()
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert read_trace(p, "csv").input_tokens.tolist() == [5, 6]
+
+
+def test_missing_trace_fails_at_validation_naming_the_field(make_scenario, tmp_path):
+    with pytest.raises(ScenarioError) as info:
+        make_scenario(
+            {"workload.arrival": {"name": "trace", "path": "nope.csv", "format": "csv"}},
+            base_dir=Path(tmp_path),
+        )
+    msg = str(info.value)
+    assert msg.startswith("workload.arrival.path: trace file not found")
+    assert "nope.csv" in msg
+    assert "\n" not in msg
+
+
+def test_missing_empirical_trace_inside_a_mixture(make_scenario, tmp_path):
+    emp = {"name": "empirical", "path": "gone.csv", "format": "azure", "field": "output"}
+    mix = {
+        "name": "mixture",
+        "components": [
+            {"weight": 1, "dist": {"name": "fixed", "tokens": 3}},
+            {"weight": 1, "dist": emp},
+        ],
+    }
+    with pytest.raises(ScenarioError) as info:
+        make_scenario({"workload.output_tokens": mix}, base_dir=Path(tmp_path))
+    msg = str(info.value)
+    assert msg.startswith("workload.output_tokens.components[1].dist.path: trace file not found")
+    assert "github.com/Azure/AzurePublicDataset" in msg
+
+
+def test_skip_rows_beyond_the_trace(make_scenario, tmp_path):
+    (tmp_path / "t.csv").write_text("arrival_s,input_tokens,output_tokens\n0,1,1\n1,1,1\n")
+    arrival = {"name": "trace", "path": "t.csv", "format": "csv", "skip_rows": 2}
+    with pytest.raises(ScenarioError, match=r"^workload.arrival.skip_rows: got 2, must be < "):
+        make_scenario({"workload.arrival": arrival}, base_dir=Path(tmp_path))

@@ -1,0 +1,170 @@
+"""Closed-loop arrivals: at most *concurrency* in flight; each new request follows an end."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lyra_simpy import simulate
+
+
+def in_flight_max(arrival: np.ndarray, finish: np.ndarray) -> int:
+    """Most requests with arrival <= t < finish at any t (checked at every event time)."""
+    ts = np.unique(np.concatenate([arrival, finish]))
+    return max(int(((arrival <= t) & (t < finish)).sum()) for t in ts)
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "think_s", "scheduler"),
+    [
+        (3, 0.0, {"name": "continuous", "max_num_seqs": 8, "max_num_batched_tokens": 256}),
+        (4, 0.013, {"name": "continuous", "max_num_seqs": 2, "max_num_batched_tokens": 256}),
+        (5, 0.002, {"name": "static", "max_batch": 2, "max_wait_ms": 5}),
+    ],
+)
+def test_closed_loop_concurrency_and_think_time(make_scenario, concurrency, think_s, scheduler):
+    sc = make_scenario(
+        {
+            "workload.num_requests": 30,
+            "workload.arrival": {
+                "name": "closed_loop",
+                "concurrency": concurrency,
+                "think_time_s": think_s,
+            },
+            "scheduler": scheduler,
+        }
+    )
+    res = simulate(sc)
+    rec = res.records
+    assert len(rec["status"]) == 30
+    assert (rec["status"] == "ok").all()
+    arrival, finish = rec["arrival_s"], rec["finish_s"]
+    assert (np.diff(arrival) >= 0).all()
+    # the first `concurrency` clients start at 0, nobody else does
+    assert (arrival[:concurrency] == 0.0).all()
+    assert (arrival[concurrency:] > 0.0).all()
+    assert in_flight_max(arrival, finish) == concurrency
+    # every later arrival is exactly some earlier request's finish + think time
+    ends = finish + think_s
+    for t in arrival[concurrency:]:
+        assert (ends == t).any()
+    # and each finish (but the last `concurrency` ones) starts exactly one new request
+    later = np.sort(arrival[concurrency:])
+    np.testing.assert_array_equal(later, np.sort(ends)[: len(later)])
+
+
+def test_closed_loop_stops_at_duration(make_scenario):
+    sc = make_scenario(
+        {
+            "workload.num_requests": 1000,
+            "workload.duration_s": 0.5,
+            "workload.arrival": {"name": "closed_loop", "concurrency": 2},
+        }
+    )
+    res = simulate(sc)
+    rec = res.records
+    n = len(rec["status"])
+    assert 2 < n < 1000
+    assert (rec["arrival_s"] < 0.5).all()
+    assert (rec["status"] == "ok").all()
+
+
+def test_closed_loop_rejection_starts_the_next_request(make_scenario):
+    # prompts of 300 tokens can never fit a 256-token budget: each is rejected on
+    # arrival and its client sends the next one at once
+    sc = make_scenario(
+        {
+            "workload.num_requests": 5,
+            "workload.arrival": {"name": "closed_loop", "concurrency": 1},
+            "workload.input_tokens": {"name": "fixed", "tokens": 300},
+        }
+    )
+    res = simulate(sc)
+    assert res.records["status"].tolist() == ["rejected"] * 5
+    assert res.records["arrival_s"].tolist() == [0.0] * 5
+    assert res.summary["rejected"] == 5
+    assert res.summary["slo_attainment"] == 0.0
+
+
+def think0_raw(scheduler: dict) -> dict:
+    """Closed loop, 2 clients, no think time; seed 0 draws outputs 3, 2, 1 (checked below),
+    and the first request is too long for the replica, so it is rejected at t = 0 and its
+    client's next request arrives at t = 0 too."""
+    return {
+        "seed": 0,
+        "workload": {
+            "num_requests": 3,
+            "arrival": {"name": "closed_loop", "concurrency": 2, "think_time_s": 0.0},
+            "input_tokens": {"name": "fixed", "tokens": 1},
+            "output_tokens": {"name": "lognormal", "mean": 3, "sigma": 0.8, "max": 48},
+        },
+        "scheduler": scheduler,
+        "kv_cache": {"block_size": 1, "num_blocks": 3},
+        "cost": {"name": "linear", "base_ms": 10.0},
+    }
+
+
+STATIC2 = {"name": "static", "max_batch": 2}
+CONT_BUDGET2 = {"name": "continuous", "max_num_seqs": 2, "max_num_batched_tokens": 2}
+
+
+def test_think0_workload_preconditions():
+    from lyra_simpy import scenario_from_dict
+    from lyra_simpy.rng import Streams
+    from lyra_simpy.workload import build_source
+
+    for sched in (STATIC2, CONT_BUDGET2):
+        sc = scenario_from_dict(think0_raw(sched))
+        src = build_source(sc.workload, Streams(sc.seed), sc.base_dir)
+        assert src.output_tokens.tolist() == [3, 2, 1]
+    # static needs blocks for 1 + 3 tokens > 3; continuous needs 1 + 3 - 1 > budget 2
+    from lyra_simpy.policies import ContinuousBatching, ContinuousConfig, StaticBatching
+    from lyra_simpy.request import Request
+
+    big, small = Request(0, 0, 0.0, 1, 3), Request(1, 1, 0.0, 1, 2)
+    static = StaticBatching(scenario_from_dict(think0_raw(STATIC2)).scheduler)
+    assert not static.accepts(big, 3, 1)
+    assert static.accepts(small, 3, 1)
+    cont = ContinuousBatching(ContinuousConfig(**CONT_BUDGET2))
+    assert not cont.accepts(big, 3, 1)
+    assert cont.accepts(small, 3, 1)
+
+
+def test_closed_loop_think0_rejection_with_static_batching():
+    from lyra_simpy import scenario_from_dict
+
+    res = simulate(scenario_from_dict(think0_raw(STATIC2)))
+    assert res.records["status"].tolist() == ["rejected", "ok", "ok"]
+
+
+def test_closed_loop_think0_successor_joins_the_first_iteration():
+    from lyra_simpy import scenario_from_dict
+
+    res = simulate(scenario_from_dict(think0_raw(CONT_BUDGET2)))
+    rec = res.records
+    assert rec["status"].tolist() == ["rejected", "ok", "ok"]
+    assert rec["arrival_s"].tolist() == [0.0, 0.0, 0.0]
+    # both prompts (1 token each) fit the 2-token budget of the iteration at t = 0
+    np.testing.assert_allclose(rec["first_token_s"][1:], [0.010, 0.010])
+
+
+def test_closed_loop_arrival_before_until_s_is_recorded():
+    from lyra_simpy import scenario_from_dict
+
+    raw = {
+        "workload": {
+            "num_requests": 3,
+            "arrival": {"name": "closed_loop", "concurrency": 2, "think_time_s": 0.001},
+            "input_tokens": {"name": "fixed", "tokens": 1},
+            "output_tokens": {"name": "fixed", "tokens": 2},
+        },
+        "scheduler": {"name": "continuous", "max_num_seqs": 1, "max_num_batched_tokens": 8},
+        "kv_cache": {"block_size": 1, "num_blocks": 8},
+        "cost": {"name": "linear", "base_ms": 10.0},
+        "simulation": {"until_s": 0.025},
+    }
+    # request 0 runs 0-20 ms; its client sends request 2 at 21 ms, while request 1 is in
+    # its prefill (20-30 ms); the clock stops at 25 ms
+    rec = simulate(scenario_from_dict(raw)).records
+    assert rec["status"].tolist() == ["ok", "unfinished", "unfinished"]
+    np.testing.assert_allclose(rec["arrival_s"], [0.0, 0.0, 0.021])

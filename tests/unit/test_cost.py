@@ -1,0 +1,92 @@
+"""CUDA-graph padding and the linear cost model, numbers computed by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lyra_simpy.cost import BatchShape, LinearCost, LinearCostConfig
+from lyra_simpy.cost.padding import Padder
+
+
+@pytest.mark.parametrize(("rows", "padded"), [(0, 0), (1, 1), (7, 7), (64, 64)])
+def test_padder_none_is_identity(rows, padded):
+    assert Padder("none", 16)(rows) == padded
+
+
+@pytest.mark.parametrize(("rows", "padded"), [(1, 16), (15, 16), (16, 16), (17, 17), (40, 40)])
+def test_padder_max_batch_pads_to_width_and_runs_eager_above(rows, padded):
+    assert Padder("max_batch", 16)(rows) == padded
+
+
+@pytest.mark.parametrize(
+    ("rows", "padded"), [(1, 1), (2, 2), (3, 4), (5, 8), (8, 8), (9, 16), (24, 24), (25, 25)]
+)
+def test_padder_captured_sizes_with_eager_fallback(rows, padded):
+    # unsorted, with a duplicate: the padder sorts and deduplicates
+    assert Padder([16, 1, 2, 4, 8, 24, 8], 999)(rows) == padded
+
+
+def cost(max_batch=16, **kw) -> LinearCost:
+    return LinearCost(LinearCostConfig(**kw), max_batch)
+
+
+def shape(prefill_seqs=0, prefill_tokens=0, decode_seqs=0, rows=None, context=0) -> BatchShape:
+    rows = decode_seqs if rows is None else rows
+    return BatchShape(prefill_seqs, prefill_tokens, 0, decode_seqs, rows, context)
+
+
+def test_classroom_engine_decode_padded_to_16():
+    c = cost(base_ms=15, per_seq_ms=1, padding="max_batch")
+    assert c.iteration_s(shape(decode_seqs=5)) == pytest.approx(0.031, abs=1e-15)
+    assert c.iteration_s(shape(decode_seqs=16)) == pytest.approx(0.031, abs=1e-15)
+    np.testing.assert_allclose(c.decode_span_s(5, 0, 5, 3), [0.031] * 3, rtol=0, atol=1e-15)
+
+
+def test_mixed_iteration_is_not_padded():
+    c = cost(base_ms=15, per_seq_ms=1, padding="max_batch")
+    # 2 prefills + 3 decodes run eagerly: 15 + 5 ms
+    assert c.iteration_s(shape(prefill_seqs=2, prefill_tokens=100, decode_seqs=3)) == (
+        pytest.approx(0.020, abs=1e-15)
+    )
+
+
+def test_unpadded_decode():
+    c = cost(base_ms=15, per_seq_ms=1)
+    assert c.iteration_s(shape(decode_seqs=5)) == pytest.approx(0.020, abs=1e-15)
+
+
+def test_static_rows_are_charged_not_live_sequences():
+    c = cost(base_ms=10, per_seq_ms=2)
+    assert c.iteration_s(shape(decode_seqs=1, rows=4)) == pytest.approx(0.018, abs=1e-15)
+
+
+def test_all_terms():
+    c = cost(
+        base_ms=7,
+        per_seq_ms=0.5,
+        per_prefill_token_ms=0.09,
+        per_context_token_ms=0.001,
+        padding=[4, 8],
+    )
+    # mixed: 7 + 0.5 × (1 + 3) + 0.09 × 200 + 0.001 × 300 (no padding)
+    t = c.iteration_s(shape(prefill_seqs=1, prefill_tokens=200, decode_seqs=3, context=300))
+    assert t == pytest.approx((7 + 2 + 18 + 0.3) / 1000, rel=1e-12)
+    # decode-only, 3 rows padded to 4: 7 + 2 + 0.3
+    t = c.iteration_s(shape(decode_seqs=3, context=300))
+    assert t == pytest.approx(9.3 / 1000, rel=1e-12)
+
+
+def test_decode_span_context_grows_per_iteration():
+    c = cost(base_ms=10, per_seq_ms=1, per_context_token_ms=0.01)
+    # 2 rows, context 100 growing by 2 tokens per iteration
+    expected = [(10 + 2 + 0.01 * (100 + 2 * j)) / 1000 for j in range(4)]
+    np.testing.assert_allclose(c.decode_span_s(2, 100, 2, 4), expected, rtol=1e-12)
+
+
+def test_decode_span_first_iteration_equals_iteration_s():
+    c = cost(base_ms=3, per_seq_ms=0.7, per_context_token_ms=0.003, padding=[2, 8])
+    single = c.iteration_s(shape(decode_seqs=5, context=1234))
+    span = c.decode_span_s(5, 1234, 5, 1)
+    assert span.shape == (1,)
+    assert float(span[0]) == pytest.approx(single, rel=1e-15)

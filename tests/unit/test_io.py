@@ -1,0 +1,82 @@
+"""Result files: JSONL / JSON / CSV round trips and the atomic result folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lyra_simpy import simulate
+from lyra_simpy.metrics.io import (
+    atomic_dir,
+    read_jsonl,
+    read_series_csv,
+    write_json,
+    write_jsonl,
+    write_series_csv,
+)
+
+
+def write_then_fail(final: Path, exc: BaseException) -> None:
+    with atomic_dir(final) as tmp:
+        (tmp / "requests.jsonl").write_text("{}\n")
+        (tmp / "sub").mkdir()
+        raise exc
+
+
+def test_atomic_dir_leaves_nothing_when_the_block_raises(tmp_path):
+    final = tmp_path / "results" / "scenario"
+    with pytest.raises(RuntimeError, match="boom"):
+        write_then_fail(final, RuntimeError("boom"))
+    assert not final.exists()
+    assert list((tmp_path / "results").iterdir()) == []
+
+
+def test_atomic_dir_keeps_the_old_folder_when_the_block_raises(tmp_path):
+    final = tmp_path / "scenario"
+    final.mkdir()
+    (final / "old.txt").write_text("old")
+    with pytest.raises(KeyboardInterrupt):
+        write_then_fail(final, KeyboardInterrupt())
+    assert [p.name for p in final.iterdir()] == ["old.txt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["scenario"]
+
+
+def test_atomic_dir_replaces_on_success(tmp_path):
+    final = tmp_path / "scenario"
+    final.mkdir()
+    (final / "old.txt").write_text("old")
+    with atomic_dir(final) as tmp:
+        assert tmp != final
+        assert not (tmp / "old.txt").exists()
+        (tmp / "new.txt").write_text("new")
+    assert [p.name for p in final.iterdir()] == ["new.txt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["scenario"]  # no temp or .old left
+
+
+def test_jsonl_round_trip_with_rejections(make_scenario, tmp_path):
+    res = simulate(make_scenario({"scheduler.max_num_batched_tokens": 30}))
+    rows = list(res.requests())
+    assert any(r["status"] == "rejected" for r in rows)
+    write_jsonl(tmp_path / "r.jsonl", rows)  # NaN must have become null (allow_nan=False)
+    assert read_jsonl(tmp_path / "r.jsonl") == rows
+
+
+def test_json_refuses_nan(tmp_path):
+    with pytest.raises(ValueError, match="Out of range float"):
+        write_json(tmp_path / "s.json", {"x": float("nan")})
+
+
+def test_series_csv_round_trip(tiny_scenario, tmp_path):
+    res = simulate(tiny_scenario)
+    write_series_csv(tmp_path / "t.csv", res.timeseries)
+    back = read_series_csv(tmp_path / "t.csv")
+    assert list(back) == list(res.timeseries)
+    for name, col in res.timeseries.items():
+        np.testing.assert_array_equal(back[name], col)
+
+
+def test_empty_series_csv(tmp_path):
+    write_series_csv(tmp_path / "t.csv", {})
+    assert read_series_csv(tmp_path / "t.csv") == {}

@@ -1,0 +1,72 @@
+"""Every registry's keys equal the names of its config union (STYLE §4, §5)."""
+
+from __future__ import annotations
+
+import types
+import typing
+
+import pytest
+
+import lyra_simpy
+from lyra_simpy import COST_MODELS, SCHEDULERS
+from lyra_simpy.scenario import CostConfig, SchedulerConfig
+from lyra_simpy.workload import ARRIVALS, LENGTHS
+from lyra_simpy.workload.arrivals import ArrivalConfig
+from lyra_simpy.workload.lengths import LengthConfig
+
+
+def union_names(annotated: object) -> list[str]:
+    """The ``name`` literal of every member of ``Annotated[A | B | ..., Field(...)]``."""
+    inner = typing.get_args(annotated)[0]
+    origin = typing.get_origin(inner)
+    members = typing.get_args(inner) if origin in (typing.Union, types.UnionType) else (inner,)
+    names = []
+    for cls in members:
+        (literal,) = typing.get_args(cls.model_fields["name"].annotation)
+        assert cls.model_fields["name"].default == literal
+        names.append(literal)
+    return names
+
+
+@pytest.mark.parametrize(
+    ("union", "registry"),
+    [
+        (SchedulerConfig, SCHEDULERS),
+        (CostConfig, COST_MODELS),
+        (ArrivalConfig, ARRIVALS),
+        (LengthConfig, LENGTHS),
+    ],
+    ids=["scheduler", "cost", "arrival", "length"],
+)
+def test_union_names_equal_registry_keys(union, registry):
+    names = union_names(union)
+    assert len(names) == len(set(names))
+    assert set(names) == set(registry)
+
+
+def test_scheduler_registry_classes_take_their_config():
+    for name, cls in SCHEDULERS.items():
+        (config_cls,) = [
+            c
+            for c in typing.get_args(typing.get_args(SchedulerConfig)[0])
+            if c.model_fields["name"].default == name
+        ]
+        sched = cls(config_cls())
+        assert hasattr(sched, "plan")
+        assert hasattr(sched, "accepts")
+
+
+def test_public_api():
+    assert set(lyra_simpy.__all__) >= {
+        "simulate",
+        "load_scenario",
+        "Scenario",
+        "Results",
+        "SCHEDULERS",
+        "COST_MODELS",
+        "Scheduler",
+        "CostModel",
+        "ScenarioError",
+    }
+    for name in lyra_simpy.__all__:
+        assert getattr(lyra_simpy, name) is not None

@@ -17,16 +17,20 @@ false`` steps one by one and a test checks both give byte-identical results.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Generator
+from itertools import accumulate
+from operator import sub
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import simpy
 
 from lyra_simpy.cost.base import BatchShape, CostModel
 from lyra_simpy.errors import SimulationError
-from lyra_simpy.kv import BlockPool, blocks_for
+from lyra_simpy.kv import BlockPool
 from lyra_simpy.metrics.collector import Collector
 from lyra_simpy.policies.base import BatchPlan, EngineView, Scheduler
 from lyra_simpy.request import Request
@@ -143,10 +147,14 @@ class Replica:
 
     # -- one iteration or one fused span --------------------------------------------
     def _execute(self, plan: BatchPlan, start: float) -> Generator[simpy.Event, Any, None]:
-        bs = self.kv.block_size
+        # Hot path (one call per event): blocks_for() and Replica._emit() are inlined
+        # in the per-request loops; the arithmetic is the same.
+        kv = self.kv
+        bs = kv.block_size
         waiting, running = self.waiting, self.running
+        prefill = plan.prefill
         alloc = prefill_tokens = attention = 0
-        for req, tokens in plan.prefill:
+        for req, tokens in prefill:
             if not req.running:
                 if waiting[0] is req:
                     waiting.popleft()
@@ -154,59 +162,92 @@ class Replica:
                     waiting.remove(req)
                 req.running = True
                 running.append(req)
-            need = blocks_for(req.computed_tokens + tokens, bs) - req.blocks
+            total = req.computed_tokens + tokens
+            need = (total + bs - 1) // bs - req.blocks
             req.blocks += need
             alloc += need
             prefill_tokens += tokens
-            attention += tokens * (req.computed_tokens + tokens)
+            attention += tokens * total
         decode = plan.decode
         n_dec = len(decode)
         context = 0
-        for req in decode:
-            c = req.computed_tokens + 1
-            context += c
-            need = blocks_for(c, bs) - req.blocks
-            if need:
-                req.blocks += need
-                alloc += need
-        self.kv.allocate(alloc)
-        rows = max(n_dec, plan.rows)
-        if not plan.prefill:
-            k = 1
-            if self.fuse and n_dec == len(running):
-                k = min(r.output_tokens - r.generated_tokens for r in decode)
+        k = 1
+        hist: list[int] = []
+        if self.fuse and not prefill and n_dec == len(running):
+            # A span candidate: also find the shortest remaining output (the span's
+            # length before cuts) and, per step offset modulo bs, how many requests
+            # cross a block boundary there (hist[r]: requests whose context c_i + j
+            # needs a new block at the steps j = r (mod bs), j >= 1).
+            hist = [0] * bs
+            k = n_left = decode[0].output_tokens - decode[0].generated_tokens
+            for req in decode:
+                comp = req.computed_tokens
+                c = comp + 1
+                context += c
+                need = (c + bs - 1) // bs - req.blocks
+                if need:
+                    req.blocks += need
+                    alloc += need
+                hist[-comp % bs] += 1
+                n_left = req.output_tokens - req.generated_tokens
+                if n_left < k:
+                    k = n_left
+        else:
+            for req in decode:
+                c = req.computed_tokens + 1
+                context += c
+                need = (c + bs - 1) // bs - req.blocks
+                if need:
+                    req.blocks += need
+                    alloc += need
+        kv.allocate(alloc)
+        rows = plan.rows if plan.rows > n_dec else n_dec
+        if not prefill:
             durations = self.cost.decode_span_s(rows, context, n_dec, k)
             if k > 1:
-                yield from self._span(decode, start, durations)
+                yield from self._span(decode, start, durations, hist)
                 return
             duration = float(durations[0])
         else:
             duration = self.cost.iteration_s(
-                BatchShape(len(plan.prefill), prefill_tokens, attention, n_dec, rows, context)
+                BatchShape(len(prefill), prefill_tokens, attention, n_dec, rows, context)
             )
         yield self.env.timeout(duration)
         end: float = self.env.now
-        self.collector.iteration(
+        collector = self.collector
+        collector.iteration(
             self.replica_id,
             start,
             end,
-            len(plan.prefill) + n_dec,
+            len(prefill) + n_dec,
             prefill_tokens,
             n_dec,
-            self.kv.used,
+            kv.used,
             len(waiting),
         )
         common = 0
         done: list[Request] = []
-        for req, tokens in plan.prefill:
+        for req, tokens in prefill:
             req.computed_tokens += tokens
             if req.computed_tokens == req.input_tokens + req.generated_tokens:
                 common += self._emit(req, start, end, done)
-        for req in decode:
+        itl = collector.itl
+        for req in decode:  # _emit() inlined
             req.computed_tokens += 1
-            common += self._emit(req, start, end, done)
+            gen = req.generated_tokens
+            if gen == 0:
+                req.first_token_s = end
+            elif req.last_token_s == start:
+                common += 1
+            else:
+                itl(end - req.last_token_s, 1)
+            gen += 1
+            req.generated_tokens = gen
+            req.last_token_s = end
+            if gen == req.output_tokens:
+                done.append(req)
         if common:
-            self.collector.itl(end - start, common)
+            itl(end - start, common)
         if done:
             self._finish(done, end)
 
@@ -235,69 +276,79 @@ class Replica:
         self.running[:] = [r for r in self.running if r.running]
 
     def _span(
-        self, decode: list[Request], start: float, durations: np.ndarray
+        self,
+        decode: list[Request],
+        start: float,
+        durations: npt.NDArray[np.float64],
+        hist: list[int],
     ) -> Generator[simpy.Event, Any, None]:
-        """Advance up to ``len(durations)`` decode-only iterations as one event."""
+        """Advance up to ``len(durations)`` decode-only iterations as one event.
+
+        Spans are short (a few to a few tens of iterations between arrivals and
+        finishes), so this works on Python lists: ``itertools.accumulate`` adds left to
+        right exactly as the unfused engine (and ``numpy.cumsum``) does, and a handful
+        of C-level list operations cost less than NumPy's per-call overhead."""
         kv, bs = self.kv, self.kv.block_size
-        ends = np.cumsum(np.concatenate(([start], durations)))[1:]
-        k = len(ends)
+        ends = list(accumulate(durations.tolist(), initial=start))
+        del ends[0]
         nxt = self.source.next_s()
         if nxt is not None:
-            k = min(k, int(np.searchsorted(ends, nxt, side="left")) + 1)
+            # The first iteration ending at or after the next arrival closes the span.
+            del ends[bisect_left(ends, nxt) + 1 :]
         if self.stop_s is not None:
             # Iterations ending at or after the stop never complete (SimPy stops first).
-            k = max(1, min(k, int(np.searchsorted(ends, self.stop_s, side="left"))))
-        # KV growth: after step 0 (already allocated) request i holds c_i + j tokens at
-        # step j and needs a new block whenever c_i + j - 1 is a multiple of bs.
-        c = np.fromiter((r.computed_tokens + 1 for r in decode), dtype=np.int64, count=len(decode))
-        need_all = int(((c + k - 1 + bs - 1) // bs).sum()) - int(((c + bs - 1) // bs).sum())
-        series = self.collector.record_series
-        if need_all > kv.free or series:
-            hist = np.bincount((1 - c) % bs, minlength=bs)
-            steps = np.arange(k)
-            inc = hist[steps % bs]
-            inc[0] = 0
-            grown = np.cumsum(inc)
-            if need_all > kv.free:
-                k = int(np.searchsorted(grown, kv.free, side="right"))
-        else:
-            grown = None
+            del ends[max(1, bisect_left(ends, self.stop_s)) :]
+        k = len(ends)
+        # KV growth: step j >= 1 adds hist[j % bs] blocks (see _execute); grown[j] is
+        # what steps 1..j add (step 0 was allocated in _execute).
+        inc = hist[:k] if k <= bs else (hist * (k // bs + 1))[:k]
+        inc[0] = 0
+        grown = list(accumulate(inc))
+        if grown[-1] > kv.free:
+            k = bisect_right(grown, kv.free)
         # Land exactly on the unfused end time; if a rounding tie makes it unreachable
         # in one addition, end the span earlier (one step is always exact).
-        delay = exact_delay(start, float(ends[k - 1]))
+        delay = exact_delay(start, ends[k - 1])
         while delay is None:
             k -= 1
-            delay = exact_delay(start, float(ends[k - 1]))
-        if grown is not None:
-            grown = grown[:k]
-        ends = ends[:k]
-        end = float(ends[-1])
+            delay = exact_delay(start, ends[k - 1])
+        del ends[k:]
+        del grown[k:]
+        end = ends[-1]
         yield self.env.timeout(delay)
         n = len(decode)
-        if grown is not None:
-            self.collector.span(self.replica_id, ends, start, n, kv.used + grown, len(self.waiting))
+        collector = self.collector
+        if collector.record_series:
+            used = kv.used
+            collector.span(
+                self.replica_id, ends, start, n, [used + g for g in grown], len(self.waiting)
+            )
         else:
-            self.collector.span(self.replica_id, ends, start, n, np.zeros(0, np.int64), 0)
-        first_end = float(ends[0])
+            collector.span(self.replica_id, ends, start, n, [], 0)
+        first_end = ends[0]
         common = 0
         added = 0
         done: list[Request] = []
+        itl = collector.itl
         for req in decode:
-            if req.last_token_s == start:
+            last = req.last_token_s
+            if last == start:
                 common += 1
             else:
-                self.collector.itl(first_end - req.last_token_s, 1)
-            req.computed_tokens += k
-            req.generated_tokens += k
+                itl(first_end - last, 1)
+            comp = req.computed_tokens + k
+            req.computed_tokens = comp
+            gen = req.generated_tokens + k
+            req.generated_tokens = gen
             req.last_token_s = end
-            b = blocks_for(req.computed_tokens, bs)
+            b = (comp + bs - 1) // bs
             added += b - req.blocks
             req.blocks = b
-            if req.generated_tokens == req.output_tokens:
+            if gen == req.output_tokens:
                 done.append(req)
         if common:
-            self.collector.itl(first_end - start, common)
-        self.collector.itl_many(np.diff(ends), n)
+            itl(first_end - start, common)
+        collector.itl_many(list(map(sub, ends[1:], ends[:-1])), n)
         kv.allocate(added)
         if done:
             self._finish(done, end)

@@ -20,6 +20,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeF
 from lyra_simpy.cost.base import BatchShape
 from lyra_simpy.cost.padding import Padder, Padding, check_padding
 
+_SHORT_SPAN = 32
+"""Spans up to this many iterations are costed in plain Python (see decode_span_s)."""
+
 
 class LinearCostConfig(BaseModel):
     """Coefficients of the linear cost model, in milliseconds."""
@@ -63,5 +66,13 @@ class LinearCost:
     ) -> npt.NDArray[np.float64]:
         c = self.config
         fixed = c.base_ms + c.per_seq_ms * self._pad(rows) + c.per_prefill_token_ms * 0
+        per = c.per_context_token_ms
+        if k <= _SHORT_SPAN:
+            # Most spans are short: the same float operations, element by element, cost
+            # less than NumPy's per-call overhead (and give the same doubles).
+            return np.array(
+                [(fixed + per * (context_tokens + growth * j)) / 1000.0 for j in range(k)],
+                dtype=np.float64,
+            )
         context = context_tokens + growth * np.arange(k, dtype=np.int64)
         return np.asarray((fixed + c.per_context_token_ms * context) / 1000.0, dtype=np.float64)

@@ -104,42 +104,39 @@ class Collector:
     def span(
         self,
         replica: int,
-        ends_s: npt.NDArray[np.float64],
+        ends_s: list[float],
         start_s: float,
         seqs: int,
-        kv_blocks: npt.NDArray[np.int64],
+        kv_blocks: list[int],
         waiting: int,
     ) -> None:
-        """*k* decode-only iterations ending at *ends_s*, the first starting at *start_s*."""
+        """*k* decode-only iterations ending at *ends_s*, the first starting at *start_s*
+        (Python lists: spans are short, and ``array`` takes lists at C speed)."""
         k = len(ends_s)
         self.iterations += k
         if not self.record_series:
             return
-        s = self.counts
-        const = np.empty(k, dtype=np.int64)
-        const.fill(replica)
-        s["replica"].frombytes(const.tobytes())
-        self.times["start_s"].append(start_s)
-        self.times["start_s"].frombytes(ends_s[:-1].tobytes())
-        self.times["end_s"].frombytes(ends_s.tobytes())
-        const.fill(seqs)
-        s["batch_seqs"].frombytes(const.tobytes())
-        s["decode_seqs"].frombytes(const.tobytes())
-        const.fill(0)
-        s["prefill_tokens"].frombytes(const.tobytes())
-        s["kv_blocks"].frombytes(np.ascontiguousarray(kv_blocks, dtype=np.int64).tobytes())
-        const.fill(waiting)
-        s["waiting"].frombytes(const.tobytes())
+        times, counts = self.times, self.counts
+        starts = times["start_s"]
+        starts.append(start_s)
+        starts.fromlist(ends_s[:-1])
+        times["end_s"].fromlist(ends_s)
+        counts["replica"].fromlist([replica] * k)
+        same = [seqs] * k
+        counts["batch_seqs"].fromlist(same)
+        counts["decode_seqs"].fromlist(same)
+        counts["prefill_tokens"].fromlist([0] * k)
+        counts["kv_blocks"].fromlist(kv_blocks)
+        counts["waiting"].fromlist([waiting] * k)
 
     def itl(self, value_s: float, weight: int) -> None:
         self.itl_values.append(value_s)
         self.itl_weights.append(weight)
 
-    def itl_many(self, values_s: npt.NDArray[np.float64], weight: int) -> None:
-        self.itl_values.frombytes(np.ascontiguousarray(values_s).tobytes())
-        w = np.empty(len(values_s), dtype=np.int64)
-        w.fill(weight)
-        self.itl_weights.frombytes(w.tobytes())
+    def itl_many(self, values_s: list[float], weight: int) -> None:
+        """*values_s* each seen by *weight* sequences."""
+        self.itl_values.fromlist(values_s)
+        self.itl_weights.fromlist([weight] * len(values_s))
 
     def series_arrays(self) -> dict[str, npt.NDArray[np.generic]]:
         out: dict[str, npt.NDArray[np.generic]] = {}

@@ -73,9 +73,27 @@ class ContinuousBatching:
         bs = view.block_size
         free = view.free_blocks
         budget = self.config.max_num_batched_tokens
-        running = list(view.running)
         plan = BatchPlan()
+        decode, prefill = plan.decode, plan.prefill
+        # Fast path (every iteration without preemption): one pass, blocks_for inlined.
         i = 0
+        for req in view.running:
+            total = req.input_tokens + req.generated_tokens  # computed + pending
+            need = (total + bs - 1) // bs - req.blocks
+            if need > free:
+                break
+            free -= need
+            pending = total - req.computed_tokens
+            budget -= pending
+            if pending == 1 and req.generated_tokens:
+                decode.append(req)
+            else:
+                prefill.append((req, pending))
+            i += 1
+        else:
+            return self._admit(view, plan, len(view.running), budget, free)
+        # Slow path from the first request whose blocks do not fit: preempt the newest.
+        running = list(view.running)
         while i < len(running):
             req = running[i]
             pending = req.input_tokens + req.generated_tokens - req.computed_tokens
@@ -90,13 +108,18 @@ class ContinuousBatching:
                 free -= need
                 budget -= pending
                 if pending == 1 and req.generated_tokens:
-                    plan.decode.append(req)
+                    decode.append(req)
                 else:
-                    plan.prefill.append((req, pending))
+                    prefill.append((req, pending))
                 i += 1
-        if plan.preempt:
-            return plan
-        slots = self.config.max_num_seqs - len(running)
+        return plan  # something was preempted: nothing is admitted this iteration
+
+    def _admit(
+        self, view: EngineView, plan: BatchPlan, n_running: int, budget: int, free: int
+    ) -> BatchPlan:
+        """Waiting requests in FCFS order while they fit (step 2 of the docstring)."""
+        bs = view.block_size
+        slots = self.config.max_num_seqs - n_running
         for req in view.waiting:
             if slots <= 0:
                 break

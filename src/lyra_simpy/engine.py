@@ -1,31 +1,29 @@
-"""The replica process: one SimPy timeout per engine iteration (or per fused span).
+"""The replica process: at most one SimPy timeout per engine iteration.
 
 Each loop: take the arrivals that are due, ask the scheduler for a plan, allocate KV,
 charge the cost model, sleep for the iteration, then emit tokens, finish requests and
 free their blocks. An idle replica sleeps until the next known arrival (no polling).
 
-*Fused spans* (DESIGN §6). When the plan is decode-only over every running request, the
-batch cannot change until the earliest of: a request finishes, the next arrival is due,
-or the KV pool runs out of blocks. Those *k* iterations are advanced as one event. Their
-end times come from a sequential cumulative sum of the same per-iteration durations the
-unfused engine uses, arrivals are cut at the first iteration that ends at or after them
-(the unfused engine admits an arrival at the first scheduling point at or after it),
-and the time series, ITL pairs and KV counts are expanded exactly; ``fuse_iterations:
-false`` steps one by one and a test checks both give byte-identical results.
+*Fused runs* (DESIGN §6). Once every running request is decoding and nothing waits,
+the batch cannot change before the next arrival is due except by requests finishing
+(open loop) or by the KV pool running out. The engine then advances all those
+iterations as one event (:mod:`lyra_simpy.span`), and an iteration that admitted
+requests continues straight into such a run when no arrival is due at its end. This
+relies on one rule every scheduler keeps: *with nothing waiting and every running
+request decoding, the next plan decodes every running request* (unless KV is short, in
+which case the engine asks the scheduler). Every observable — token times, ITL, time
+series, summaries — is identical to stepping one by one (``fuse_iterations: false``);
+a property test checks it for every registered scheduler.
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Generator
-from itertools import accumulate
 from operator import sub
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 import simpy
 
 from lyra_simpy.cost.base import BatchShape, CostModel
@@ -34,12 +32,15 @@ from lyra_simpy.kv import BlockPool
 from lyra_simpy.metrics.collector import Collector
 from lyra_simpy.policies.base import BatchPlan, EngineView, Scheduler
 from lyra_simpy.request import Request
+from lyra_simpy.span import plan_run
 from lyra_simpy.workload.source import Source
+
+Process = Generator[simpy.Event, Any, Any]
 
 
 def exact_delay(now: float, target: float) -> float | None:
     """A delay *d* with ``now + d == target`` in floating point (None if no float does
-    it: a rounding tie can skip *target*). Fused spans land on exactly the times the
+    it: a rounding tie can skip *target*). Fused runs land on exactly the times the
     unfused engine reaches by adding durations one by one."""
     d = target - now
     for _ in range(4):
@@ -80,12 +81,16 @@ class Replica:
         self.collector = collector
         self.fuse = fuse
         self.stop_s = stop_s
-        """The run stops here (``env.run(until=...)``): a span never runs past it."""
+        """The run stops here (``env.run(until=...)``): no iteration is fused past it."""
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
+        self._steady = False
+        """Every running request is decoding (set by the last commit)."""
+        self._rows = 0
+        """``rows`` of the last plan: the batch width a static batch keeps."""
 
     # -- process --------------------------------------------------------------------
-    def run(self) -> Generator[simpy.Event, Any, None]:
+    def run(self) -> Process:
         env, source = self.env, self.source
         while True:
             now: float = env.now
@@ -98,15 +103,19 @@ class Replica:
                     raise SimulationError("replica idle while the source waits on it")
                 yield env.timeout(_delay(now, nxt))
                 continue
+            if (
+                self.fuse
+                and self._steady
+                and not self.waiting
+                and (yield from self._run(now, 0.0, now, self._rows, not source.feedback))
+            ):
+                continue
             view = EngineView(
-                now,
-                self.waiting,
-                self.running,
-                self.kv.free,
-                self.kv.block_size,
+                now, self.waiting, self.running, self.kv.free, self.kv.block_size,
                 source.next_s() is not None,
-            )
+            )  # fmt: skip
             plan = self.scheduler.plan(view)
+            self._rows = plan.rows
             if plan.preempt:
                 self._preempt(plan)
             if plan.empty:
@@ -120,7 +129,11 @@ class Replica:
                     raise SimulationError("scheduler ran nothing and gave nothing to wait for")
                 yield env.timeout(_delay(now, target))
                 continue
-            yield from self._execute(plan, now)
+            if self.fuse and not plan.prefill and len(plan.decode) == len(self.running):
+                if (yield from self._run(now, 0.0, now, plan.rows, False)):
+                    continue
+                raise SimulationError("scheduler planned decodes the KV pool cannot hold")
+            yield from self._step(plan, now)
 
     def _pull(self, now: float) -> None:
         fits = self.scheduler.accepts
@@ -144,16 +157,16 @@ class Replica:
             victim.running = False
             self.running.remove(victim)
             self.waiting.appendleft(victim)
+        self._steady = False
 
-    # -- one iteration or one fused span --------------------------------------------
-    def _execute(self, plan: BatchPlan, start: float) -> Generator[simpy.Event, Any, None]:
-        # Hot path (one call per event): blocks_for() and Replica._emit() are inlined
-        # in the per-request loops; the arithmetic is the same.
-        kv = self.kv
-        bs = kv.block_size
+    # -- one iteration ----------------------------------------------------------------
+    def _step(self, plan: BatchPlan, start: float) -> Process:
+        """Run one iteration of *plan*; continue into a fused run when nothing can
+        arrive before it ends."""
+        kv, bs = self.kv, self.kv.block_size
         waiting, running = self.waiting, self.running
-        prefill = plan.prefill
-        alloc = prefill_tokens = attention = 0
+        prefill, decode = plan.prefill, plan.decode
+        alloc = prefill_tokens = attention = context = 0
         for req, tokens in prefill:
             if not req.running:
                 if waiting[0] is req:
@@ -168,187 +181,170 @@ class Replica:
             alloc += need
             prefill_tokens += tokens
             attention += tokens * total
-        decode = plan.decode
-        n_dec = len(decode)
-        context = 0
-        k = 1
-        hist: list[int] = []
-        if self.fuse and not prefill and n_dec == len(running):
-            # A span candidate: also find the shortest remaining output (the span's
-            # length before cuts) and, per step offset modulo bs, how many requests
-            # cross a block boundary there (hist[r]: requests whose context c_i + j
-            # needs a new block at the steps j = r (mod bs), j >= 1).
-            hist = [0] * bs
-            k = n_left = decode[0].output_tokens - decode[0].generated_tokens
-            for req in decode:
-                comp = req.computed_tokens
-                c = comp + 1
-                context += c
-                need = (c + bs - 1) // bs - req.blocks
-                if need:
-                    req.blocks += need
-                    alloc += need
-                hist[-comp % bs] += 1
-                n_left = req.output_tokens - req.generated_tokens
-                if n_left < k:
-                    k = n_left
-        else:
-            for req in decode:
-                c = req.computed_tokens + 1
-                context += c
-                need = (c + bs - 1) // bs - req.blocks
-                if need:
-                    req.blocks += need
-                    alloc += need
+        for req in decode:
+            c = req.computed_tokens + 1
+            context += c
+            need = (c + bs - 1) // bs - req.blocks
+            if need:
+                req.blocks += need
+                alloc += need
         kv.allocate(alloc)
-        rows = plan.rows if plan.rows > n_dec else n_dec
-        if not prefill:
-            durations = self.cost.decode_span_s(rows, context, n_dec, k)
-            if k > 1:
-                yield from self._span(decode, start, durations, hist)
-                return
-            duration = float(durations[0])
+        n_dec = len(decode)
+        rows = (plan.rows if plan.rows > n_dec else n_dec) if n_dec else 0
+        if prefill:
+            shape = BatchShape(len(prefill), prefill_tokens, attention, n_dec, rows, context)
+            duration = self.cost.iteration_s(shape)
         else:
-            duration = self.cost.iteration_s(
-                BatchShape(len(prefill), prefill_tokens, attention, n_dec, rows, context)
-            )
+            duration = self.cost.decode_span_s(rows, context, n_dec, 1)[0]
+        end = start + duration
+        nxt = self.source.next_s()
+        if (
+            self.fuse
+            and not waiting
+            and (nxt is None or nxt > end)
+            and (self.stop_s is None or end < self.stop_s)
+        ):
+            # Nothing can reach this replica before the iteration ends: commit it now
+            # and go on into a fused run, sleeping once for both.
+            self._commit(plan, start, end)
+            nxt = self.source.next_s()
+            if self._steady and running and (nxt is None or nxt > end):
+                absorb = not self.source.feedback
+                if (yield from self._run(start, duration, end, plan.rows, absorb)):
+                    return
+            yield self.env.timeout(duration)
+            return
         yield self.env.timeout(duration)
-        end: float = self.env.now
+        self._commit(plan, start, self.env.now)
+
+    def _commit(self, plan: BatchPlan, start: float, end: float) -> None:
+        """Emit the tokens of the iteration of *plan* that ran from *start* to *end*."""
         collector = self.collector
+        prefill, decode = plan.prefill, plan.decode
+        n_dec = len(decode)
         collector.iteration(
-            self.replica_id,
-            start,
-            end,
-            len(prefill) + n_dec,
-            prefill_tokens,
-            n_dec,
-            kv.used,
-            len(waiting),
-        )
+            self.replica_id, start, end, len(prefill) + n_dec,
+            sum(tokens for _, tokens in prefill), n_dec, self.kv.used, len(self.waiting),
+        )  # fmt: skip
+        steady = len(prefill) + n_dec == len(self.running)
         common = 0
         done: list[Request] = []
+        itl = collector.itl
         for req, tokens in prefill:
             req.computed_tokens += tokens
             if req.computed_tokens == req.input_tokens + req.generated_tokens:
                 common += self._emit(req, start, end, done)
-        itl = collector.itl
-        for req in decode:  # _emit() inlined
+            else:
+                steady = False
+        for req in decode:  # _emit, inlined: the hottest loop of a step
             req.computed_tokens += 1
-            gen = req.generated_tokens
-            if gen == 0:
-                req.first_token_s = end
-            elif req.last_token_s == start:
+            gen = req.generated_tokens + 1
+            if req.last_token_s == start:
                 common += 1
             else:
                 itl(end - req.last_token_s, 1)
-            gen += 1
             req.generated_tokens = gen
             req.last_token_s = end
             if gen == req.output_tokens:
                 done.append(req)
         if common:
             itl(end - start, common)
+        self._steady = steady
         if done:
-            self._finish(done, end)
+            self._finish(done)
 
     def _emit(self, req: Request, start: float, end: float, done: list[Request]) -> int:
         """Emit one token of *req* at *end*; returns 1 when its ITL equals the iteration."""
         common = 0
-        if req.generated_tokens == 0:
+        gen = req.generated_tokens
+        if gen == 0:
             req.first_token_s = end
         elif req.last_token_s == start:
             common = 1
         else:
             self.collector.itl(end - req.last_token_s, 1)
-        req.generated_tokens += 1
+        req.generated_tokens = gen + 1
         req.last_token_s = end
-        if req.generated_tokens == req.output_tokens:
+        if gen + 1 == req.output_tokens:
             done.append(req)
         return common
 
-    def _finish(self, done: list[Request], end: float) -> None:
+    def _finish(self, done: list[Request]) -> None:
+        """Free and record requests that emitted their last token (at ``last_token_s``)."""
         for req in done:
             self.kv.release(req.blocks)
             req.blocks = 0
             req.running = False
-            self.collector.finish(req, end)
-            self.source.on_finish(end)
+            self.collector.finish(req, req.last_token_s)
+            self.source.on_finish(req.last_token_s)
         self.running[:] = [r for r in self.running if r.running]
 
-    def _span(
-        self,
-        decode: list[Request],
-        start: float,
-        durations: npt.NDArray[np.float64],
-        hist: list[int],
-    ) -> Generator[simpy.Event, Any, None]:
-        """Advance up to ``len(durations)`` decode-only iterations as one event.
-
-        Spans are short (a few to a few tens of iterations between arrivals and
-        finishes), so this works on Python lists: ``itertools.accumulate`` adds left to
-        right exactly as the unfused engine (and ``numpy.cumsum``) does, and a handful
-        of C-level list operations cost less than NumPy's per-call overhead."""
-        kv, bs = self.kv, self.kv.block_size
-        ends = list(accumulate(durations.tolist(), initial=start))
-        del ends[0]
-        nxt = self.source.next_s()
-        if nxt is not None:
-            # The first iteration ending at or after the next arrival closes the span.
-            del ends[bisect_left(ends, nxt) + 1 :]
-        if self.stop_s is not None:
-            # Iterations ending at or after the stop never complete (SimPy stops first).
-            del ends[max(1, bisect_left(ends, self.stop_s)) :]
-        k = len(ends)
-        # KV growth: step j >= 1 adds hist[j % bs] blocks (see _execute); grown[j] is
-        # what steps 1..j add (step 0 was allocated in _execute).
-        inc = hist[:k] if k <= bs else (hist * (k // bs + 1))[:k]
-        inc[0] = 0
-        grown = list(accumulate(inc))
-        if grown[-1] > kv.free:
-            k = bisect_right(grown, kv.free)
+    # -- a fused run of decode iterations ----------------------------------------------
+    def _run(self, origin: float, lead: float, start: float, rows: int, absorb: bool) -> Process:
+        """Advance every running request through decode iterations from *start* as one
+        event; the clock reads *origin* (``origin + lead == start``: an iteration already
+        committed may come first). Returns False, doing nothing, when the KV pool cannot
+        hold the first iteration (the scheduler must preempt)."""
+        kv, running = self.kv, self.running
+        run = plan_run(
+            running, start, kv.used, kv.num_blocks, kv.block_size, rows, self.cost,
+            absorb, self.source.next_s(), self.stop_s,
+        )  # fmt: skip
+        if run is None:
+            return False
+        ends = run.ends_s
         # Land exactly on the unfused end time; if a rounding tie makes it unreachable
-        # in one addition, end the span earlier (one step is always exact).
-        delay = exact_delay(start, ends[k - 1])
-        while delay is None:
+        # in one addition, end the run earlier (one step from *start* is always exact).
+        k = len(ends)
+        delay = exact_delay(origin, ends[k - 1])
+        while delay is None and k > 1:
             k -= 1
-            delay = exact_delay(start, ends[k - 1])
-        del ends[k:]
-        del grown[k:]
-        end = ends[-1]
+            delay = exact_delay(origin, ends[k - 1])
+        if delay is None:  # two events: to the end of the committed iteration, then one step
+            yield self.env.timeout(lead)
+            delay = run.first_s
+        run.truncate(k)
         yield self.env.timeout(delay)
-        n = len(decode)
-        collector = self.collector
-        if collector.record_series:
-            used = kv.used
-            collector.span(
-                self.replica_id, ends, start, n, [used + g for g in grown], len(self.waiting)
-            )
-        else:
-            collector.span(self.replica_id, ends, start, n, [], 0)
+        kv.note_peak(max(run.kv_blocks))
+        self._commit_run(running, start, ends)
+        self.collector.span(
+            self.replica_id, ends, start, run.seqs, run.kv_blocks, len(self.waiting)
+        )
+        weights = run.seqs[1:]
+        if weights:
+            self.collector.itl_pairs(list(map(sub, ends[1:], ends[:-1])), weights)
+        return True
+
+    def _commit_run(self, decode: list[Request], start: float, ends: list[float]) -> None:
+        """Emit each request's tokens of the run: request *i* decodes in the first
+        ``min(remaining_i, k)`` of its *k* iterations."""
+        bs, k = self.kv.block_size, len(ends)
         first_end = ends[0]
-        common = 0
-        added = 0
+        common = used = 0
         done: list[Request] = []
-        itl = collector.itl
+        itl = self.collector.itl
         for req in decode:
             last = req.last_token_s
             if last == start:
                 common += 1
             else:
                 itl(first_end - last, 1)
-            comp = req.computed_tokens + k
+            steps = req.output_tokens - req.generated_tokens
+            if steps > k:
+                steps = k
+            comp = req.computed_tokens + steps
             req.computed_tokens = comp
-            gen = req.generated_tokens + k
-            req.generated_tokens = gen
-            req.last_token_s = end
-            b = (comp + bs - 1) // bs
-            added += b - req.blocks
-            req.blocks = b
-            if gen == req.output_tokens:
+            req.generated_tokens += steps
+            req.last_token_s = ends[steps - 1]
+            if req.generated_tokens == req.output_tokens:
+                req.blocks = 0  # freed after its last step, inside the run
                 done.append(req)
+            else:
+                req.blocks = (comp + bs - 1) // bs
+                used += req.blocks
         if common:
             itl(first_end - start, common)
-        collector.itl_many(list(map(sub, ends[1:], ends[:-1])), n)
-        kv.allocate(added)
+        self.kv.set_used(used)
+        self._steady = True
         if done:
-            self._finish(done, end)
+            self._finish(done)

@@ -55,6 +55,19 @@ class BlockPool:
         if used > self.peak_used:
             self.peak_used = used
 
+    def set_used(self, used: int) -> None:
+        """Set the blocks in use after a fused run (its peak went to :meth:`note_peak`)."""
+        if not 0 <= used <= self.num_blocks:
+            raise SimulationError(f"KV blocks in use out of range: {used} (engine bug)")
+        self.used = used
+
+    def note_peak(self, used: int) -> None:
+        """Record a peak reached inside a fused run."""
+        if used > self.num_blocks:
+            raise SimulationError(f"KV over capacity in a fused run: {used} (engine bug)")
+        if used > self.peak_used:
+            self.peak_used = used
+
     def release(self, blocks: int) -> None:
         self.used -= blocks
         if self.used < 0:

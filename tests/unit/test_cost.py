@@ -88,5 +88,16 @@ def test_decode_span_first_iteration_equals_iteration_s():
     c = cost(base_ms=3, per_seq_ms=0.7, per_context_token_ms=0.003, padding=[2, 8])
     single = c.iteration_s(shape(decode_seqs=5, context=1234))
     span = c.decode_span_s(5, 1234, 5, 1)
-    assert span.shape == (1,)
-    assert float(span[0]) == pytest.approx(single, rel=1e-15)
+    assert len(span) == 1
+    assert span[0] == pytest.approx(single, rel=1e-15)
+
+
+@pytest.mark.parametrize("k", [5, 32, 33, 400])
+def test_decode_span_element_j_is_the_single_iteration_at_its_context(k):
+    """The protocol's exactness rule, on both the short (Python) and long (NumPy) paths:
+    fused runs and single steps must charge the same doubles."""
+    c = cost(base_ms=7.1, per_seq_ms=0.37, per_context_token_ms=0.00026, padding=[4, 16])
+    span = c.decode_span_s(11, 98765, 11, k)
+    assert all(isinstance(v, float) for v in span)
+    for j in range(k):
+        assert span[j] == c.decode_span_s(11, 98765 + 11 * j, 11, 1)[0]

@@ -10,9 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-import numpy as np
-import numpy.typing as npt
-
 
 @dataclass(slots=True, frozen=True)
 class BatchShape:
@@ -40,10 +37,9 @@ class CostModel(Protocol):
         """Time of one iteration of *shape*."""
         ...
 
-    def decode_span_s(
-        self, rows: int, context_tokens: int, growth: int, k: int
-    ) -> npt.NDArray[np.float64]:
+    def decode_span_s(self, rows: int, context_tokens: int, growth: int, k: int) -> list[float]:
         """Times of *k* consecutive decode-only iterations over *rows* rows whose total
-        context is ``context_tokens + j * growth`` at iteration *j*. The engine uses
-        this for every decode-only iteration, fused or not, so both agree bit for bit."""
+        context is ``context_tokens + j * growth`` at iteration *j*. Element *j* must
+        equal ``decode_span_s(rows, context_tokens + j * growth, growth, 1)[0]`` bit for
+        bit: the engine uses this for every decode-only iteration, fused or not."""
         ...

@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import numpy as np
-import numpy.typing as npt
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeFloat
 
 from lyra_simpy.cost.base import BatchShape
@@ -61,18 +60,14 @@ class LinearCost:
         )
         return ms / 1000.0
 
-    def decode_span_s(
-        self, rows: int, context_tokens: int, growth: int, k: int
-    ) -> npt.NDArray[np.float64]:
+    def decode_span_s(self, rows: int, context_tokens: int, growth: int, k: int) -> list[float]:
         c = self.config
         fixed = c.base_ms + c.per_seq_ms * self._pad(rows) + c.per_prefill_token_ms * 0
         per = c.per_context_token_ms
         if k <= _SHORT_SPAN:
-            # Most spans are short: the same float operations, element by element, cost
+            # Most runs are short: the same float operations, element by element, cost
             # less than NumPy's per-call overhead (and give the same doubles).
-            return np.array(
-                [(fixed + per * (context_tokens + growth * j)) / 1000.0 for j in range(k)],
-                dtype=np.float64,
-            )
+            return [(fixed + per * (context_tokens + growth * j)) / 1000.0 for j in range(k)]
         context = context_tokens + growth * np.arange(k, dtype=np.int64)
-        return np.asarray((fixed + c.per_context_token_ms * context) / 1000.0, dtype=np.float64)
+        out: list[float] = ((fixed + per * context) / 1000.0).tolist()
+        return out

@@ -106,7 +106,7 @@ class Collector:
         replica: int,
         ends_s: list[float],
         start_s: float,
-        seqs: int,
+        seqs: list[int],
         kv_blocks: list[int],
         waiting: int,
     ) -> None:
@@ -122,9 +122,8 @@ class Collector:
         starts.fromlist(ends_s[:-1])
         times["end_s"].fromlist(ends_s)
         counts["replica"].fromlist([replica] * k)
-        same = [seqs] * k
-        counts["batch_seqs"].fromlist(same)
-        counts["decode_seqs"].fromlist(same)
+        counts["batch_seqs"].fromlist(seqs)
+        counts["decode_seqs"].fromlist(seqs)
         counts["prefill_tokens"].fromlist([0] * k)
         counts["kv_blocks"].fromlist(kv_blocks)
         counts["waiting"].fromlist([waiting] * k)
@@ -133,10 +132,10 @@ class Collector:
         self.itl_values.append(value_s)
         self.itl_weights.append(weight)
 
-    def itl_many(self, values_s: list[float], weight: int) -> None:
-        """*values_s* each seen by *weight* sequences."""
+    def itl_pairs(self, values_s: list[float], weights: list[int]) -> None:
+        """Gaps *values_s*, each seen by the matching number of sequences."""
         self.itl_values.fromlist(values_s)
-        self.itl_weights.fromlist([weight] * len(values_s))
+        self.itl_weights.fromlist(weights)
 
     def series_arrays(self) -> dict[str, npt.NDArray[np.generic]]:
         out: dict[str, npt.NDArray[np.generic]] = {}

@@ -44,8 +44,9 @@ class BatchPlan:
     preempt: list[Request] = field(default_factory=list)
     """Running requests to preempt by recompute, in the order chosen."""
     rows: int = 0
-    """Decode rows the batch occupies when larger than ``len(decode)`` (static batches
-    keep the rows of finished members until the batch ends)."""
+    """Rows the batch occupies when larger than the decoding count: a static batch keeps
+    the rows of finished members until it ends (set at formation and on every decode
+    plan). Charged only to iterations that decode."""
     wait_until_s: float | None = None
     """With an empty plan: wake at this time (or on the next arrival, if sooner)."""
 
@@ -55,7 +56,12 @@ class BatchPlan:
 
 
 class Scheduler(Protocol):
-    """Forms the batch of each iteration."""
+    """Forms the batch of each iteration.
+
+    One rule lets the engine fuse iterations (:mod:`lyra_simpy.engine`): with nothing
+    waiting and every running request decoding, :meth:`plan` decodes every running
+    request with the ``rows`` of its previous plan, unless the KV pool cannot hold
+    that (then the engine asks). The fused-vs-unfused property test checks it."""
 
     def plan(self, view: EngineView) -> BatchPlan:
         """The next iteration's batch for the replica seen in *view*."""

@@ -75,5 +75,5 @@ class StaticBatching:
                 break
             free -= full_blocks
             plan.prefill.append((req, req.input_tokens))
-        self._rows = len(plan.prefill)
+        self._rows = plan.rows = len(plan.prefill)
         return plan

@@ -24,6 +24,8 @@ class Source(Protocol):
 
     done: bool
     """True once no further request will ever arrive."""
+    feedback: bool
+    """Whether an end (``on_finish``) can make a new request arrive."""
     arrival_s: npt.NDArray[np.float64]
     """Arrival time of every request (NaN for closed-loop requests not sent yet)."""
     input_tokens: npt.NDArray[np.int64]
@@ -59,6 +61,7 @@ class OpenLoopSource:
         self._outputs: list[int] = output_tokens.tolist()
         self._next = 0
         self.done = len(self._times) == 0
+        self.feedback = False
 
     def pop_until(self, now_s: float) -> list[Request]:
         i, times = self._next, self._times
@@ -107,6 +110,7 @@ class ClosedLoopSource:
         self._scheduled = len(self._heap)
         self._issued = 0
         self.done = self.limit == 0
+        self.feedback = True
 
     def pop_until(self, now_s: float) -> list[Request]:
         heap = self._heap

@@ -1,0 +1,142 @@
+"""Fused decode runs: the arithmetic of advancing many decode iterations as one event.
+
+A *run* starts when every running request is decoding. Until the next arrival is due
+(or the clock stops, or the KV pool would overflow) each iteration decodes every
+running request, so the batch changes only when a request emits its last token; with
+``absorb_finishes`` those completions happen inside the run (the batch shrinks from one
+*segment* of iterations to the next), otherwise the run ends at the first one.
+
+:func:`plan_run` computes, without SimPy and without changing any request, everything
+the unfused engine would see iteration by iteration: end times (a left-to-right running
+sum of the same per-iteration durations the unfused engine adds one by one), sequences
+per iteration, and KV blocks in use (the step that needs a new block for request *i* is
+the one whose token lands at a block boundary; a finished request's blocks are freed
+after its last step). The engine then commits the run in one pass over the requests.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+from itertools import accumulate
+
+from lyra_simpy.cost.base import CostModel
+from lyra_simpy.request import Request
+
+
+@dataclass(slots=True)
+class DecodeRun:
+    """What a run of decode iterations produces, one entry per iteration."""
+
+    start_s: float
+    first_s: float
+    """Duration of the first iteration (``start_s + first_s == ends_s[0]`` exactly)."""
+    ends_s: list[float]
+    seqs: list[int]
+    """Sequences decoding in each iteration."""
+    kv_blocks: list[int]
+    """Blocks in use during each iteration (after its allocation, before its frees)."""
+
+    def truncate(self, k: int) -> None:
+        """Keep the first *k* iterations."""
+        del self.ends_s[k:]
+        del self.seqs[k:]
+        del self.kv_blocks[k:]
+
+
+def plan_run(
+    decode: list[Request],
+    start_s: float,
+    kv_used: int,
+    num_blocks: int,
+    block_size: int,
+    rows: int,
+    cost: CostModel,
+    absorb_finishes: bool,
+    horizon_s: float | None,
+    stop_s: float | None,
+) -> DecodeRun | None:
+    """Plan a run of decode iterations of every request in *decode* from *start_s*.
+
+    *kv_used* blocks are in use before the first iteration (all held by *decode*);
+    *rows* is the least row count the cost model is charged (a static batch's width).
+    The run ends at the first iteration ending at or after *horizon_s* (the next
+    arrival), before any iteration ending at or after *stop_s* (at least one iteration
+    is kept: it never completes), before an iteration that would overflow the KV pool,
+    and, unless *absorb_finishes*, at the first completion. Returns None when the first
+    iteration itself does not fit in the KV pool (the scheduler must preempt).
+    """
+    bs = block_size
+    hist = [0] * bs  # hist[r]: active requests needing a new block at steps j ≡ r (mod bs)
+    groups: dict[int, list[int]] = {}  # remaining steps → [c_i, residue_i, c_j, ...]
+    need0 = sum_c = 0
+    k_min = -1
+    for req in decode:
+        comp = req.computed_tokens
+        c = comp + 1  # tokens in the cache after the first step
+        sum_c += c
+        need0 += (c + bs - 1) // bs - req.blocks
+        res = -comp % bs
+        hist[res] += 1
+        r = req.output_tokens - req.generated_tokens
+        if r < k_min or k_min < 0:
+            k_min = r
+        if absorb_finishes:
+            g = groups.get(r)
+            if g is None:
+                groups[r] = [c, res]
+            else:
+                g.append(c)
+                g.append(res)
+    used = kv_used + need0
+    if used > num_blocks:
+        return None
+    run = DecodeRun(start_s, 0.0, [], [], [])
+    ends, seqs, kvs = run.ends_s, run.seqs, run.kv_blocks
+    boundaries = sorted(groups) if absorb_finishes else [k_min]
+    n = len(decode)
+    t = start_s
+    a = 0
+    for b in boundaries:
+        length = b - a
+        durations = cost.decode_span_s(n if n > rows else rows, sum_c + n * a, n, length)
+        if not a:
+            run.first_s = durations[0]
+        seg_ends = list(accumulate(durations, initial=t))
+        del seg_ends[0]
+        # Blocks in use at each step: one more for each request whose token lands on a
+        # block boundary there (steps a+1, a+2, ... read hist from (a+1) mod bs on).
+        shift = (a + 1) % bs
+        inc = hist[shift:] + hist[:shift]
+        inc *= (length - 1) // bs + 1
+        del inc[length - 1 :]
+        seg_kv = list(accumulate(inc, initial=used))
+        cut = length
+        arrived = horizon_s is not None and seg_ends[-1] >= horizon_s
+        if arrived:
+            cut = bisect_left(seg_ends, horizon_s or 0.0) + 1
+        if stop_s is not None and seg_ends[cut - 1] >= stop_s:
+            # Keep the run's first iteration even so: it never completes, as unfused.
+            cut = bisect_left(seg_ends, stop_s, 0, cut) or (0 if ends else 1)
+        if cut and seg_kv[cut - 1] > num_blocks:
+            cut = bisect_left(seg_kv, num_blocks + 1, 0, cut)
+        ends.extend(seg_ends[:cut])
+        kvs.extend(seg_kv[:cut])
+        seqs.extend([n] * cut)
+        if cut < length or arrived or not absorb_finishes:
+            break
+        # Requests with b steps to go emitted their last token at step b - 1: free them.
+        g = groups[b]
+        freed = 0
+        for i in range(0, len(g), 2):
+            c, res = g[i], g[i + 1]
+            freed += (c + b - 1 + bs - 1) // bs
+            sum_c -= c
+            hist[res] -= 1
+            n -= 1
+        used = seg_kv[-1] - freed + hist[b % bs]
+        if n == 0 or used > num_blocks:
+            break
+        t = seg_ends[-1]
+        a = b
+    return run

@@ -334,9 +334,10 @@ class Replica:
                 steps = k
             comp = req.computed_tokens + steps
             req.computed_tokens = comp
-            req.generated_tokens += steps
+            gen = req.generated_tokens + steps
+            req.generated_tokens = gen
             req.last_token_s = ends[steps - 1]
-            if req.generated_tokens == req.output_tokens:
+            if gen == req.output_tokens:
                 req.blocks = 0  # freed after its last step, inside the run
                 done.append(req)
             else:

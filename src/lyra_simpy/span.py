@@ -69,14 +69,13 @@ def plan_run(
     bs = block_size
     hist = [0] * bs  # hist[r]: active requests needing a new block at steps j ≡ r (mod bs)
     groups: dict[int, list[int]] = {}  # remaining steps → [c_i, residue_i, c_j, ...]
-    need0 = sum_c = 0
+    sum_c = 0
     k_min = -1
     for req in decode:
         comp = req.computed_tokens
         c = comp + 1  # tokens in the cache after the first step
         sum_c += c
-        need0 += (c + bs - 1) // bs - req.blocks
-        res = -comp % bs
+        res = -comp % bs  # a request holds ceil(comp / bs) blocks: full when res == 0
         hist[res] += 1
         r = req.output_tokens - req.generated_tokens
         if r < k_min or k_min < 0:
@@ -88,6 +87,7 @@ def plan_run(
             else:
                 g.append(c)
                 g.append(res)
+    need0 = hist[0]  # requests whose blocks are full need one more for the first step
     used = kv_used + need0
     if used > num_blocks:
         return None

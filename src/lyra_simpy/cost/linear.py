@@ -48,6 +48,8 @@ class LinearCost:
     def __init__(self, config: LinearCostConfig, max_batch: int) -> None:
         self.config = config
         self._pad = Padder(config.padding, max_batch)
+        self._fixed: dict[int, float] = {}
+        """Row count → fixed part of a decode iteration (ms), computed once."""
 
     def iteration_s(self, shape: BatchShape) -> float:
         c = self.config
@@ -62,7 +64,10 @@ class LinearCost:
 
     def decode_span_s(self, rows: int, context_tokens: int, growth: int, k: int) -> list[float]:
         c = self.config
-        fixed = c.base_ms + c.per_seq_ms * self._pad(rows) + c.per_prefill_token_ms * 0
+        fixed = self._fixed.get(rows)
+        if fixed is None:
+            fixed = c.base_ms + c.per_seq_ms * self._pad(rows) + c.per_prefill_token_ms * 0
+            self._fixed[rows] = fixed
         per = c.per_context_token_ms
         if k <= _SHORT_SPAN:
             # Most runs are short: the same float operations, element by element, cost

@@ -74,13 +74,22 @@ class ContinuousBatching:
         free = view.free_blocks
         budget = self.config.max_num_batched_tokens
         plan = BatchPlan()
-        decode, prefill = plan.decode, plan.prefill
-        # Fast path (every iteration without preemption): one pass, blocks_for inlined.
-        i = 0
-        for req in view.running:
+        decode, prefill, preempt = plan.decode, plan.prefill, plan.preempt
+        running = view.running
+        n = len(running)  # requests not preempted: victims are taken from the end
+        for i, req in enumerate(running):
+            if i == n:
+                break
             total = req.input_tokens + req.generated_tokens  # computed + pending
             need = (total + bs - 1) // bs - req.blocks
-            if need > free:
+            while need > free:
+                n -= 1
+                victim = running[n]
+                preempt.append(victim)
+                free += victim.blocks
+                if n == i:
+                    break
+            if n == i:  # the request itself was preempted
                 break
             free -= need
             pending = total - req.computed_tokens
@@ -89,30 +98,9 @@ class ContinuousBatching:
                 decode.append(req)
             else:
                 prefill.append((req, pending))
-            i += 1
-        else:
-            return self._admit(view, plan, len(view.running), budget, free)
-        # Slow path from the first request whose blocks do not fit: preempt the newest.
-        running = list(view.running)
-        while i < len(running):
-            req = running[i]
-            pending = req.input_tokens + req.generated_tokens - req.computed_tokens
-            need = blocks_for(req.computed_tokens + pending, bs) - req.blocks
-            while need > free:
-                victim = running.pop()
-                plan.preempt.append(victim)
-                free += victim.blocks
-                if victim is req:
-                    break
-            else:
-                free -= need
-                budget -= pending
-                if pending == 1 and req.generated_tokens:
-                    decode.append(req)
-                else:
-                    prefill.append((req, pending))
-                i += 1
-        return plan  # something was preempted: nothing is admitted this iteration
+        if preempt:
+            return plan  # vLLM admits nothing in an iteration that preempted
+        return self._admit(view, plan, n, budget, free)
 
     def _admit(
         self, view: EngineView, plan: BatchPlan, n_running: int, budget: int, free: int

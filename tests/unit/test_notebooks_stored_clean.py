@@ -1,0 +1,22 @@
+"""Notebooks are stored without outputs (STYLE §14): what they show comes from running them."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+NOTEBOOKS = sorted((Path(__file__).parents[2] / "notebooks").glob("*.ipynb"))
+
+
+def test_there_is_a_quickstart_notebook():
+    assert any(p.name == "01_quickstart.ipynb" for p in NOTEBOOKS)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_has_no_outputs(path):
+    cells = json.loads(path.read_text())["cells"]
+    code = [c for c in cells if c["cell_type"] == "code"]
+    assert code, "a notebook without code cells shows nothing"
+    for cell in code:
+        assert cell["outputs"] == [], f"{path.name}: a cell has stored output"
+        assert cell["execution_count"] is None, f"{path.name}: a cell has an execution count"

@@ -3,6 +3,7 @@
 ``seed`` → ``numpy.random.SeedSequence`` → one child ``Generator`` per named consumer.
 Each consumer's stream is derived from its *name*, not from the order of creation, so
 adding a consumer (a new policy that draws numbers) never shifts another's draws.
+Streams in use: ``arrivals``, ``input_tokens``, ``output_tokens``, ``trace_rows``.
 """
 
 from __future__ import annotations
@@ -10,9 +11,6 @@ from __future__ import annotations
 import zlib
 
 import numpy as np
-
-#: Consumers known today; any other name works too (the key is a hash of the name).
-STREAMS = ("arrivals", "input_tokens", "output_tokens", "trace_rows", "speculative")
 
 
 class Streams:

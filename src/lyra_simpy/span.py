@@ -68,25 +68,24 @@ def plan_run(
     """
     bs = block_size
     hist = [0] * bs  # hist[r]: active requests needing a new block at steps j ≡ r (mod bs)
-    groups: dict[int, list[int]] = {}  # remaining steps → [c_i, residue_i, c_j, ...]
+    groups: dict[int, list[Request]] = {}  # remaining steps → requests
     sum_c = 0
     k_min = -1
     for req in decode:
         comp = req.computed_tokens
-        c = comp + 1  # tokens in the cache after the first step
-        sum_c += c
-        res = -comp % bs  # a request holds ceil(comp / bs) blocks: full when res == 0
-        hist[res] += 1
+        sum_c += comp
+        hist[-comp % bs] += 1  # it holds ceil(comp / bs) blocks: full when comp % bs == 0
         r = req.output_tokens - req.generated_tokens
-        if r < k_min or k_min < 0:
-            k_min = r
         if absorb_finishes:
             g = groups.get(r)
             if g is None:
-                groups[r] = [c, res]
+                groups[r] = [req]
             else:
-                g.append(c)
-                g.append(res)
+                g.append(req)
+        elif r < k_min or k_min < 0:
+            k_min = r
+    n = len(decode)
+    sum_c += n  # each holds one more token after the first step
     need0 = hist[0]  # requests whose blocks are full need one more for the first step
     used = kv_used + need0
     if used > num_blocks:
@@ -94,7 +93,6 @@ def plan_run(
     run = DecodeRun(start_s, 0.0, [], [], [])
     ends, seqs, kvs = run.ends_s, run.seqs, run.kv_blocks
     boundaries = sorted(groups) if absorb_finishes else [k_min]
-    n = len(decode)
     t = start_s
     a = 0
     for b in boundaries:
@@ -126,13 +124,12 @@ def plan_run(
         if cut < length or arrived or not absorb_finishes:
             break
         # Requests with b steps to go emitted their last token at step b - 1: free them.
-        g = groups[b]
         freed = 0
-        for i in range(0, len(g), 2):
-            c, res = g[i], g[i + 1]
-            freed += (c + b - 1 + bs - 1) // bs
-            sum_c -= c
-            hist[res] -= 1
+        for req in groups[b]:
+            comp = req.computed_tokens  # as before the run: it is committed afterwards
+            freed += (comp + b + bs - 1) // bs
+            sum_c -= comp + 1
+            hist[-comp % bs] -= 1
             n -= 1
         used = seg_kv[-1] - freed + hist[b % bs]
         if n == 0 or used > num_blocks:

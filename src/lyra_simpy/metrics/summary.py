@@ -21,45 +21,50 @@ PERCENTILES = (("median", 50.0), ("p90", 90.0), ("p99", 99.0))
 METRICS = ("ttft", "tpot", "itl", "e2el")
 
 
-def weighted_percentile(
-    values: npt.NDArray[np.float64], weights: npt.NDArray[np.int64], q: float
-) -> float:
-    """``np.percentile(np.repeat(values, weights), q)`` without expanding the pairs."""
+def weighted_percentiles(
+    values: npt.NDArray[np.float64], weights: npt.NDArray[np.int64], qs: tuple[float, ...]
+) -> list[float]:
+    """``np.percentile(np.repeat(values, weights), q)`` for each *q*, without expanding
+    the pairs (one sort for all of them)."""
     order = np.argsort(values, kind="stable")
     v = values[order]
     cum = np.cumsum(weights[order])
     total = int(cum[-1])
-    pos = q / 100.0 * (total - 1)
-    lo = int(np.floor(pos))
-    hi = min(lo + 1, total - 1)
-    v_lo = v[np.searchsorted(cum, lo, side="right")]
-    v_hi = v[np.searchsorted(cum, hi, side="right")]
-    frac = pos - lo
-    return float(v_lo + (v_hi - v_lo) * frac) if frac else float(v_lo)
+    out = []
+    for q in qs:
+        pos = q / 100.0 * (total - 1)
+        lo = int(np.floor(pos))
+        hi = min(lo + 1, total - 1)
+        v_lo = v[np.searchsorted(cum, lo, side="right")]
+        v_hi = v[np.searchsorted(cum, hi, side="right")]
+        frac = pos - lo
+        out.append(float(v_lo + (v_hi - v_lo) * frac) if frac else float(v_lo))
+    return out
+
+
+def weighted_percentile(
+    values: npt.NDArray[np.float64], weights: npt.NDArray[np.int64], q: float
+) -> float:
+    """``np.percentile(np.repeat(values, weights), q)`` without expanding the pairs."""
+    return weighted_percentiles(values, weights, (q,))[0]
 
 
 def _stats(
     name: str, values_ms: npt.NDArray[np.float64], weights: npt.NDArray[np.int64] | None = None
 ) -> dict[str, float]:
-    out: dict[str, float] = {}
+    keys = [f"{stat}_{name}_ms" for stat in ("mean", "median", "std", "p90", "p99")]
     if weights is None:
         weights = np.ones(len(values_ms), dtype=np.int64)
     keep = weights > 0
     values_ms, weights = values_ms[keep], weights[keep]
     if len(values_ms) == 0:
-        for stat in ("mean", "median", "std", "p90", "p99"):
-            out[f"{stat}_{name}_ms"] = 0.0
-        return out
+        return dict.fromkeys(keys, 0.0)
     total = float(weights.sum())
     mean = float((values_ms * weights).sum() / total)
-    out[f"mean_{name}_ms"] = mean
-    for label, q in PERCENTILES:
-        out[f"{label}_{name}_ms"] = weighted_percentile(values_ms, weights, q)
-    out[f"std_{name}_ms"] = float(np.sqrt((weights * (values_ms - mean) ** 2).sum() / total))
-    # Reorder to vLLM's order: mean, median, std, p90, p99.
-    return {
-        f"{s}_{name}_ms": out[f"{s}_{name}_ms"] for s in ("mean", "median", "std", "p90", "p99")
-    }
+    std = float(np.sqrt((weights * (values_ms - mean) ** 2).sum() / total))
+    median, p90, p99 = weighted_percentiles(values_ms, weights, tuple(q for _, q in PERCENTILES))
+    # vLLM's order: mean, median, std, p90, p99.
+    return dict(zip(keys, (mean, median, std, p90, p99), strict=True))
 
 
 def good_mask(

@@ -75,6 +75,7 @@ class ContinuousBatching:
         budget = self.config.max_num_batched_tokens
         plan = BatchPlan()
         decode, prefill, preempt = plan.decode, plan.prefill, plan.preempt
+        decodes = decode.append
         running = view.running
         n = len(running)  # requests not preempted: victims are taken from the end
         for i, req in enumerate(running):
@@ -95,7 +96,7 @@ class ContinuousBatching:
             pending = total - req.computed_tokens
             budget -= pending
             if pending == 1 and req.generated_tokens:
-                decode.append(req)
+                decodes(req)
             else:
                 prefill.append((req, pending))
         if preempt:

@@ -304,8 +304,10 @@ class Replica:
             yield self.env.timeout(lead)
             delay = run.first_s
         run.truncate(k)
-        yield self.env.timeout(delay)
+        # Each iteration holds its blocks from its start: an iteration still running at
+        # the stop counts toward the peak, as in the unfused engine.
         kv.note_peak(max(run.kv_blocks))
+        yield self.env.timeout(delay)
         self._commit_run(running, start, ends)
         self.collector.span(
             self.replica_id, ends, start, run.seqs, run.kv_blocks, len(self.waiting)

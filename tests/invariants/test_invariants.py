@@ -394,3 +394,32 @@ def test_fused_equals_unfused_with_until_s():
     unfused = run(raw, simulation__fuse_iterations=False)
     np.testing.assert_array_equal(unfused.timeseries["end_s"], fused.timeseries["end_s"])
     assert unfused.engine["iterations"] == fused.engine["iterations"]
+
+
+def test_peak_kv_counts_the_iteration_running_at_the_stop():
+    """Found by a differential run: an iteration still running at ``until_s`` holds its
+    blocks from its start, so the fused engine's peak must count it as unfused does."""
+    raw = {
+        "seed": 683,
+        "workload": {
+            "num_requests": 104,
+            "arrival": {"name": "gamma", "rate_per_s": 14.424216012845022, "cv": 2.566018438014001},
+            "input_tokens": {"name": "uniform", "low": 1, "high": 64},
+            "output_tokens": {"name": "uniform", "low": 1, "high": 200},
+        },
+        "scheduler": {"name": "static", "max_batch": 21, "max_wait_ms": 0.0},
+        "kv_cache": {"block_size": 1, "num_blocks": 200},
+        "cost": {
+            "name": "linear",
+            "base_ms": 15.53970028229193,
+            "per_seq_ms": 1.8183586279811004,
+            "per_prefill_token_ms": 0.01510622780768155,
+            "per_context_token_ms": 0.00026,
+            "padding": [1, 2, 4, 8],
+        },
+        "simulation": {"until_s": 7.653286284178662},
+    }
+    fused = run(raw)
+    unfused = run({**raw, "simulation": {**raw["simulation"], "fuse_iterations": False}})
+    assert fused.engine["peak_kv_blocks"] == unfused.engine["peak_kv_blocks"] == 187
+    assert_same_results(unfused, fused)

@@ -4,6 +4,9 @@ Each loop: take the arrivals that are due, ask the scheduler for a plan, allocat
 charge the cost model, sleep for the iteration, then emit tokens, finish requests and
 free their blocks. An idle replica sleeps until the next known arrival (no polling).
 
+Decoding requests are kept in a :class:`~lyra_simpy.decoding.DecodeSet`: an
+iteration advances all of them by one clock tick instead of touching each.
+
 *Fused runs* (DESIGN §6). Once every running request is decoding and nothing waits,
 the batch cannot change before the next arrival is due except by requests finishing
 (open loop) or by the KV pool running out. The engine then advances all those
@@ -27,12 +30,13 @@ from typing import Any
 import simpy
 
 from lyra_simpy.cost.base import BatchShape, CostModel
+from lyra_simpy.decoding import DecodeSet
 from lyra_simpy.errors import SimulationError
 from lyra_simpy.kv import BlockPool
 from lyra_simpy.metrics.collector import Collector
 from lyra_simpy.policies.base import BatchPlan, EngineView, Scheduler
 from lyra_simpy.request import Request
-from lyra_simpy.span import plan_run
+from lyra_simpy.span import DecodeRun, plan_run
 from lyra_simpy.workload.source import Source
 
 Process = Generator[simpy.Event, Any, Any]
@@ -84,10 +88,18 @@ class Replica:
         """The run stops here (``env.run(until=...)``): no iteration is fused past it."""
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
-        self._steady = False
-        """Every running request is decoding (set by the last commit)."""
+        """Requests holding KV, in admission order (newest last)."""
+        self.decoding = DecodeSet(kv.block_size)
+        """The running requests that are decoding."""
         self._rows = 0
         """``rows`` of the last plan: the batch width a static batch keeps."""
+        self._absorb = not source.feedback
+        """Fused runs go on through completions (they cannot make a request arrive)."""
+
+    @property
+    def _steady(self) -> bool:
+        """Every running request is decoding."""
+        return self.decoding.n == len(self.running)
 
     # -- process --------------------------------------------------------------------
     def run(self) -> Process:
@@ -103,16 +115,18 @@ class Replica:
                     raise SimulationError("replica idle while the source waits on it")
                 yield env.timeout(_delay(now, nxt))
                 continue
+            steady = self._steady
             if (
                 self.fuse
-                and self._steady
+                and steady
                 and not self.waiting
-                and (yield from self._run(now, 0.0, now, self._rows, not source.feedback))
+                and (yield from self._run(now, 0.0, now, self._rows, self._absorb))
             ):
                 continue
             view = EngineView(
                 now, self.waiting, self.running, self.kv.free, self.kv.block_size,
                 source.next_s() is not None,
+                self.decoding.blocks_needed() if steady else None,
             )  # fmt: skip
             plan = self.scheduler.plan(view)
             self._rows = plan.rows
@@ -129,7 +143,11 @@ class Replica:
                     raise SimulationError("scheduler ran nothing and gave nothing to wait for")
                 yield env.timeout(_delay(now, target))
                 continue
-            if self.fuse and not plan.prefill and len(plan.decode) == len(self.running):
+            if (
+                self.fuse
+                and not plan.prefill
+                and len(plan.decode) == len(self.running) == self.decoding.n
+            ):
                 if (yield from self._run(now, 0.0, now, plan.rows, False)):
                     continue
                 raise SimulationError("scheduler planned decodes the KV pool cannot hold")
@@ -150,6 +168,8 @@ class Replica:
 
     def _preempt(self, plan: BatchPlan) -> None:
         for victim in plan.preempt:
+            if victim.member_of is not None:
+                self.decoding.leave(victim)
             self.kv.release(victim.blocks)
             victim.blocks = 0
             victim.computed_tokens = 0
@@ -157,7 +177,6 @@ class Replica:
             victim.running = False
             self.running.remove(victim)
             self.waiting.appendleft(victim)
-        self._steady = False
 
     # -- one iteration ----------------------------------------------------------------
     def _step(self, plan: BatchPlan, start: float) -> Process:
@@ -166,7 +185,7 @@ class Replica:
         kv, bs = self.kv, self.kv.block_size
         waiting, running = self.waiting, self.running
         prefill, decode = plan.prefill, plan.decode
-        alloc = prefill_tokens = attention = context = 0
+        alloc = prefill_tokens = attention = 0
         for req, tokens in prefill:
             if not req.running:
                 if waiting[0] is req:
@@ -181,7 +200,13 @@ class Replica:
             alloc += need
             prefill_tokens += tokens
             attention += tokens * total
-        for req in decode:
+        n_dec = len(decode)
+        dset = self.decoding
+        if n_dec != dset.n:  # not every decoding request decodes: count them one by one
+            dset.clear()
+        context = dset.context_tokens
+        alloc += dset.blocks_needed()
+        for req in decode if not dset.n else ():
             c = req.computed_tokens + 1
             context += c
             need = (c + bs - 1) // bs - req.blocks
@@ -189,7 +214,6 @@ class Replica:
                 req.blocks += need
                 alloc += need
         kv.allocate(alloc)
-        n_dec = len(decode)
         rows = (plan.rows if plan.rows > n_dec else n_dec) if n_dec else 0
         if prefill:
             shape = BatchShape(len(prefill), prefill_tokens, attention, n_dec, rows, context)
@@ -208,10 +232,13 @@ class Replica:
             # and go on into a fused run, sleeping once for both.
             self._commit(plan, start, end)
             nxt = self.source.next_s()
-            if self._steady and running and (nxt is None or nxt > end):
-                absorb = not self.source.feedback
-                if (yield from self._run(start, duration, end, plan.rows, absorb)):
-                    return
+            if (
+                running
+                and self._steady
+                and (nxt is None or nxt > end)
+                and (yield from self._run(start, duration, end, plan.rows, self._absorb))
+            ):
+                return
             yield self.env.timeout(duration)
             return
         yield self.env.timeout(duration)
@@ -219,37 +246,42 @@ class Replica:
 
     def _commit(self, plan: BatchPlan, start: float, end: float) -> None:
         """Emit the tokens of the iteration of *plan* that ran from *start* to *end*."""
-        collector = self.collector
+        collector, dset = self.collector, self.decoding
         prefill, decode = plan.prefill, plan.decode
         n_dec = len(decode)
-        collector.iteration(
-            self.replica_id, start, end, len(prefill) + n_dec,
-            sum(tokens for _, tokens in prefill), n_dec, self.kv.used, len(self.waiting),
-        )  # fmt: skip
-        steady = len(prefill) + n_dec == len(self.running)
-        common = 0
+        common = prefill_tokens = 0
         done: list[Request] = []
-        itl = collector.itl
+        as_set = dset.n > 0
+        if as_set:  # the decode set decoded (it is the whole decode list, see _step)
+            last = dset.last_emit_s
+            if last == start:
+                common = dset.n
+            else:
+                collector.itl(end - last, dset.n)
+            done = dset.advance([end])
+        else:
+            for req in decode:
+                req.computed_tokens += 1
+                common += self._emit(req, start, end, done)
+        dset.last_emit_s = end
         for req, tokens in prefill:
+            prefill_tokens += tokens
             req.computed_tokens += tokens
             if req.computed_tokens == req.input_tokens + req.generated_tokens:
                 common += self._emit(req, start, end, done)
-            else:
-                steady = False
-        for req in decode:  # _emit, inlined: the hottest loop of a step
-            req.computed_tokens += 1
-            gen = req.generated_tokens + 1
-            if req.last_token_s == start:
-                common += 1
-            else:
-                itl(end - req.last_token_s, 1)
-            req.generated_tokens = gen
-            req.last_token_s = end
-            if gen == req.output_tokens:
-                done.append(req)
         if common:
-            itl(end - start, common)
-        self._steady = steady
+            collector.itl(end - start, common)
+        collector.iteration(
+            self.replica_id, start, end, len(prefill) + n_dec, prefill_tokens, n_dec,
+            self.kv.used, len(self.waiting),
+        )  # fmt: skip
+        # Requests that emitted and go on decoding join the set (last token: end).
+        for req in () if as_set else decode:
+            if req.generated_tokens < req.output_tokens:
+                dset.join(req)
+        for req, _ in prefill:
+            if req.decoding and req.generated_tokens < req.output_tokens:
+                dset.join(req)
         if done:
             self._finish(done)
 
@@ -277,7 +309,7 @@ class Replica:
             req.running = False
             self.collector.finish(req, req.last_token_s)
             self.source.on_finish(req.last_token_s)
-        self.running[:] = [r for r in self.running if r.running]
+            self.running.remove(req)
 
     # -- a fused run of decode iterations ----------------------------------------------
     def _run(self, origin: float, lead: float, start: float, rows: int, absorb: bool) -> Process:
@@ -285,10 +317,12 @@ class Replica:
         event; the clock reads *origin* (``origin + lead == start``: an iteration already
         committed may come first). Returns False, doing nothing, when the KV pool cannot
         hold the first iteration (the scheduler must preempt)."""
-        kv, running = self.kv, self.running
+        kv, dset = self.kv, self.decoding
         run = plan_run(
-            running, start, kv.used, kv.num_blocks, kv.block_size, rows, self.cost,
-            absorb, self.source.next_s(), self.stop_s,
+            dset.n, dset.context_tokens, dset.hist_now(),
+            dset.by_finish if absorb else None, dset.epoch, dset.fewest_left(),
+            start, kv.used, kv.num_blocks, kv.block_size, rows, self.cost,
+            self.source.next_s(), self.stop_s,
         )  # fmt: skip
         if run is None:
             return False
@@ -308,46 +342,28 @@ class Replica:
         # the stop counts toward the peak, as in the unfused engine.
         kv.note_peak(max(run.kv_blocks))
         yield self.env.timeout(delay)
-        self._commit_run(running, start, ends)
-        self.collector.span(
-            self.replica_id, ends, start, run.seqs, run.kv_blocks, len(self.waiting)
-        )
-        weights = run.seqs[1:]
-        if weights:
-            self.collector.itl_pairs(list(map(sub, ends[1:], ends[:-1])), weights)
+        self._commit_run(run)
         return True
 
-    def _commit_run(self, decode: list[Request], start: float, ends: list[float]) -> None:
-        """Emit each request's tokens of the run: request *i* decodes in the first
-        ``min(remaining_i, k)`` of its *k* iterations."""
-        bs, k = self.kv.block_size, len(ends)
-        first_end = ends[0]
-        common = used = 0
-        done: list[Request] = []
-        itl = self.collector.itl
-        for req in decode:
-            last = req.last_token_s
-            if last == start:
-                common += 1
-            else:
-                itl(first_end - last, 1)
-            steps = req.output_tokens - req.generated_tokens
-            if steps > k:
-                steps = k
-            comp = req.computed_tokens + steps
-            req.computed_tokens = comp
-            gen = req.generated_tokens + steps
-            req.generated_tokens = gen
-            req.last_token_s = ends[steps - 1]
-            if gen == req.output_tokens:
-                req.blocks = 0  # freed after its last step, inside the run
-                done.append(req)
-            else:
-                req.blocks = (comp + bs - 1) // bs
-                used += req.blocks
-        if common:
-            itl(first_end - start, common)
+    def _commit_run(self, run: DecodeRun) -> None:
+        """Emit the run's tokens: every member decodes until its last token or the end."""
+        dset, collector = self.decoding, self.collector
+        start, ends = run.start_s, run.ends_s
+        last = dset.last_emit_s
+        collector.itl(ends[0] - last, dset.n)  # everyone last emitted at *last*
+        done = dset.advance(ends)
+        # In use after the run: the last iteration's blocks less those of the requests
+        # that finished in it (earlier finishers were freed inside the run).
+        final = ends[-1]
+        used = run.kv_blocks[-1]
+        for req in done:
+            if req.last_token_s == final:
+                used -= req.blocks
+            req.blocks = 0
         self.kv.set_used(used)
-        self._steady = True
         if done:
             self._finish(done)
+        collector.span(self.replica_id, ends, start, run.seqs, run.kv_blocks, len(self.waiting))
+        weights = run.seqs[1:]
+        if weights:
+            collector.itl_pairs(list(map(sub, ends[1:], ends[:-1])), weights)

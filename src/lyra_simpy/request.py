@@ -7,8 +7,10 @@ and the object is dropped, so memory does not grow with finished requests.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from lyra_simpy.decoding import DecodeSet
 
 Status = Literal["ok", "rejected", "unfinished"]
 
@@ -30,7 +32,6 @@ RECORD_FIELDS = (
 )
 
 
-@dataclass(slots=True, eq=False)
 class Request:
     """One request's state in the engine.
 
@@ -39,28 +40,118 @@ class Request:
     prompt (plus, after a recompute preemption, every token generated so far) and emits
     one token; a decode step computes one token (the last one emitted) and emits the
     next. After every emitting step ``computed_tokens == input_tokens + generated_tokens - 1``.
+
+    While the request decodes in every iteration, the engine keeps it in a
+    :class:`~lyra_simpy.decoding.DecodeSet`: then ``computed_tokens``,
+    ``generated_tokens``, ``blocks`` and ``last_token_s`` are read through the set's
+    clock (one count for all members) instead of being written for each token.
     """
 
-    index: int
-    """Position in the workload (0-based); the record row."""
-    request_id: int
-    arrival_s: float
-    input_tokens: int
-    output_tokens: int
-    computed_tokens: int = 0
-    """Tokens whose KV is in the cache (reset to 0 by a recompute preemption)."""
-    generated_tokens: int = 0
-    """Output tokens emitted so far."""
-    blocks: int = 0
-    """KV blocks this request holds."""
-    cached_tokens: int = 0
-    """Prompt tokens served from a prefix cache (0 without one)."""
-    first_token_s: float | None = None
-    last_token_s: float = 0.0
-    """When the latest token-carrying chunk was emitted (for ITL)."""
-    preemptions: int = 0
-    running: bool = False
-    """Whether the request holds a running slot (set by the engine)."""
+    __slots__ = (
+        "_blocks",
+        "_computed",
+        "_generated",
+        "_last_token_s",
+        "arrival_s",
+        "cached_tokens",
+        "epoch0",
+        "finish_epoch",
+        "first_token_s",
+        "index",
+        "input_tokens",
+        "member_of",
+        "output_tokens",
+        "preemptions",
+        "request_id",
+        "running",
+    )
+
+    def __init__(
+        self,
+        index: int,
+        request_id: int,
+        arrival_s: float,
+        input_tokens: int,
+        output_tokens: int,
+        computed_tokens: int = 0,
+        generated_tokens: int = 0,
+        blocks: int = 0,
+        cached_tokens: int = 0,
+        first_token_s: float | None = None,
+        last_token_s: float = 0.0,
+        preemptions: int = 0,
+        running: bool = False,
+    ) -> None:
+        self.index = index
+        """Position in the workload (0-based); the record row."""
+        self.request_id = request_id
+        self.arrival_s = arrival_s
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+        self._computed = computed_tokens
+        self._generated = generated_tokens
+        self._blocks = blocks
+        self.cached_tokens = cached_tokens
+        """Prompt tokens served from a prefix cache (0 without one)."""
+        self.first_token_s = first_token_s
+        self._last_token_s = last_token_s
+        self.preemptions = preemptions
+        self.running = running
+        """Whether the request holds a running slot (set by the engine)."""
+        self.member_of: DecodeSet | None = None
+        """The decode set whose clock counts this request's tokens (None: not in one)."""
+        self.epoch0 = 0
+        """The set's clock when the request joined it."""
+        self.finish_epoch = 0
+        """The set's clock at which the request emits its last token."""
+
+    def __repr__(self) -> str:
+        return (
+            f"Request(index={self.index}, computed_tokens={self.computed_tokens}, "
+            f"generated_tokens={self.generated_tokens}, output_tokens={self.output_tokens})"
+        )
+
+    @property
+    def computed_tokens(self) -> int:
+        """Tokens whose KV is in the cache (reset to 0 by a recompute preemption)."""
+        s = self.member_of
+        return self._computed if s is None else self._computed + s.epoch - self.epoch0
+
+    @computed_tokens.setter
+    def computed_tokens(self, value: int) -> None:
+        self._computed = value
+
+    @property
+    def generated_tokens(self) -> int:
+        """Output tokens emitted so far."""
+        s = self.member_of
+        return self._generated if s is None else self._generated + s.epoch - self.epoch0
+
+    @generated_tokens.setter
+    def generated_tokens(self, value: int) -> None:
+        self._generated = value
+
+    @property
+    def blocks(self) -> int:
+        """KV blocks this request holds."""
+        s = self.member_of
+        if s is None:
+            return self._blocks
+        return -(-(self._computed + s.epoch - self.epoch0) // s.block_size)
+
+    @blocks.setter
+    def blocks(self, value: int) -> None:
+        self._blocks = value
+
+    @property
+    def last_token_s(self) -> float:
+        """When the latest token-carrying chunk was emitted (for ITL)."""
+        s = self.member_of
+        return self._last_token_s if s is None else s.last_emit_s
+
+    @last_token_s.setter
+    def last_token_s(self, value: float) -> None:
+        self._last_token_s = value
 
     @property
     def pending_tokens(self) -> int:

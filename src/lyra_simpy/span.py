@@ -45,54 +45,46 @@ class DecodeRun:
 
 
 def plan_run(
-    decode: list[Request],
+    n: int,
+    context_tokens: int,
+    hist: list[int],
+    finishing: dict[int, list[Request]] | None,
+    epoch: int,
+    fewest_left: int,
     start_s: float,
     kv_used: int,
     num_blocks: int,
     block_size: int,
     rows: int,
     cost: CostModel,
-    absorb_finishes: bool,
     horizon_s: float | None,
     stop_s: float | None,
 ) -> DecodeRun | None:
-    """Plan a run of decode iterations of every request in *decode* from *start_s*.
+    """Plan a run of decode iterations of *n* decoding requests from *start_s*.
 
-    *kv_used* blocks are in use before the first iteration (all held by *decode*);
+    They read *context_tokens* in the first iteration (one more each per iteration);
+    ``hist[r]`` of them need a new block at the iterations j ≡ r (mod *block_size*),
+    j = 0 the first; *finishing* maps ``epoch`` + iterations-to-go to the requests that
+    emit their last token then (None: the run ends at the first of them, after
+    *fewest_left* iterations). *kv_used* blocks are in use before the first iteration (all theirs);
     *rows* is the least row count the cost model is charged (a static batch's width).
     The run ends at the first iteration ending at or after *horizon_s* (the next
     arrival), before any iteration ending at or after *stop_s* (at least one iteration
-    is kept: it never completes), before an iteration that would overflow the KV pool,
-    and, unless *absorb_finishes*, at the first completion. Returns None when the first
-    iteration itself does not fit in the KV pool (the scheduler must preempt).
+    is kept: it never completes), and before an iteration that would overflow the KV
+    pool. Returns None when the first iteration itself does not fit (the scheduler
+    must preempt). *hist* is changed.
     """
     bs = block_size
-    hist = [0] * bs  # hist[r]: active requests needing a new block at steps j ≡ r (mod bs)
-    groups: dict[int, list[Request]] = {}  # remaining steps → requests
-    sum_c = 0
-    k_min = -1
-    for req in decode:
-        comp = req.computed_tokens
-        sum_c += comp
-        hist[-comp % bs] += 1  # it holds ceil(comp / bs) blocks: full when comp % bs == 0
-        r = req.output_tokens - req.generated_tokens
-        if absorb_finishes:
-            g = groups.get(r)
-            if g is None:
-                groups[r] = [req]
-            else:
-                g.append(req)
-        elif r < k_min or k_min < 0:
-            k_min = r
-    n = len(decode)
-    sum_c += n  # each holds one more token after the first step
-    need0 = hist[0]  # requests whose blocks are full need one more for the first step
-    used = kv_used + need0
+    sum_c = context_tokens
+    absorb_finishes = finishing is not None
+    groups = finishing or {}
+    k_min = fewest_left
+    used = kv_used + hist[0]  # requests whose blocks are full need one more first
     if used > num_blocks:
         return None
     run = DecodeRun(start_s, 0.0, [], [], [])
     ends, seqs, kvs = run.ends_s, run.seqs, run.kv_blocks
-    boundaries = sorted(groups) if absorb_finishes else [k_min]
+    boundaries = [f - epoch for f in sorted(groups)] if absorb_finishes else [k_min]
     t = start_s
     a = 0
     for b in boundaries:
@@ -125,10 +117,10 @@ def plan_run(
             break
         # Requests with b steps to go emitted their last token at step b - 1: free them.
         freed = 0
-        for req in groups[b]:
+        for req in groups[b + epoch]:
             comp = req.computed_tokens  # as before the run: it is committed afterwards
             freed += (comp + b + bs - 1) // bs
-            sum_c -= comp + 1
+            sum_c -= comp + 1  # (sum_c holds contexts at step 0)
             hist[-comp % bs] -= 1
             n -= 1
         used = seg_kv[-1] - freed + hist[b % bs]

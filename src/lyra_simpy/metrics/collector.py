@@ -1,8 +1,9 @@
 """Passive recorder of a run: per-request outcomes, per-iteration series, pooled ITL.
 
 Nothing here is per token. Per request: a few preallocated NumPy columns filled when the
-request ends. Per iteration: one row in compact ``array`` columns (a fused span of *k*
-iterations appends *k* rows at once from NumPy). Inter-token latencies are kept as
+request ends. Per iteration: times, decoding sequences and KV blocks in compact ``array``
+columns (a fused run of *k* iterations appends *k* rows at once); the columns that rarely
+change (replica, prefill work, queue length) are kept run-length encoded. Inter-token latencies are kept as
 (value, weight) pairs: in a decode iteration every sequence that also emitted in the
 previous iteration sees the same gap, so one pair stands for all of them; the summary
 computes exact weighted percentiles from these pairs.
@@ -33,6 +34,29 @@ SERIES_FIELDS = (
 )
 
 
+class _Runs:
+    """A run-length encoded integer column: (value, count) pairs."""
+
+    __slots__ = ("counts", "values")
+
+    def __init__(self) -> None:
+        self.values: array[int] = array("q")
+        self.counts: array[int] = array("q")
+
+    def add(self, value: int, count: int) -> None:
+        values = self.values
+        if values and values[-1] == value:
+            self.counts[-1] += count
+        else:
+            values.append(value)
+            self.counts.append(count)
+
+    def expand(self) -> npt.NDArray[np.int64]:
+        return np.repeat(
+            np.frombuffer(self.values, dtype=np.int64), np.frombuffer(self.counts, dtype=np.int64)
+        )
+
+
 class Collector:
     """Records what the engine reports; *n* is the number of requests in the workload."""
 
@@ -45,9 +69,12 @@ class Collector:
         self.preemptions = np.zeros(n, dtype=np.int64)
         self.status = np.full(n, UNFINISHED, dtype=np.int8)
         self.replica = np.full(n, -1, dtype=np.int32)
-        self.times: dict[str, array[float]] = {"start_s": array("d"), "end_s": array("d")}
-        self.counts: dict[str, array[int]] = {
-            name: array("q") for name in SERIES_FIELDS if not name.endswith("_s")
+        self.start_s: array[float] = array("d")
+        self.end_s: array[float] = array("d")
+        self.decode_seqs: array[int] = array("q")
+        self.kv_blocks: array[int] = array("q")
+        self.runs = {
+            name: _Runs() for name in ("replica", "prefill_seqs", "prefill_tokens", "waiting")
         }
         self.itl_values: array[float] = array("d")
         self.itl_weights: array[int] = array("q")
@@ -91,15 +118,15 @@ class Collector:
         self.iterations += 1
         if not self.record_series:
             return
-        s = self.counts
-        self.times["start_s"].append(start_s)
-        self.times["end_s"].append(end_s)
-        s["replica"].append(replica)
-        s["batch_seqs"].append(batch_seqs)
-        s["prefill_tokens"].append(prefill_tokens)
-        s["decode_seqs"].append(decode_seqs)
-        s["kv_blocks"].append(kv_blocks)
-        s["waiting"].append(waiting)
+        self.start_s.append(start_s)
+        self.end_s.append(end_s)
+        self.decode_seqs.append(decode_seqs)
+        self.kv_blocks.append(kv_blocks)
+        runs = self.runs
+        runs["replica"].add(replica, 1)
+        runs["prefill_seqs"].add(batch_seqs - decode_seqs, 1)
+        runs["prefill_tokens"].add(prefill_tokens, 1)
+        runs["waiting"].add(waiting, 1)
 
     def span(
         self,
@@ -110,23 +137,22 @@ class Collector:
         kv_blocks: list[int],
         waiting: int,
     ) -> None:
-        """*k* decode-only iterations ending at *ends_s*, the first starting at *start_s*
-        (Python lists: spans are short, and ``array`` takes lists at C speed)."""
+        """*k* decode-only iterations ending at *ends_s*, the first starting at *start_s*."""
         k = len(ends_s)
         self.iterations += k
         if not self.record_series:
             return
-        times, counts = self.times, self.counts
-        starts = times["start_s"]
+        starts = self.start_s
         starts.append(start_s)
         starts.fromlist(ends_s[:-1])
-        times["end_s"].fromlist(ends_s)
-        counts["replica"].fromlist([replica] * k)
-        counts["batch_seqs"].fromlist(seqs)
-        counts["decode_seqs"].fromlist(seqs)
-        counts["prefill_tokens"].fromlist([0] * k)
-        counts["kv_blocks"].fromlist(kv_blocks)
-        counts["waiting"].fromlist([waiting] * k)
+        self.end_s.fromlist(ends_s)
+        self.decode_seqs.fromlist(seqs)
+        self.kv_blocks.fromlist(kv_blocks)
+        runs = self.runs
+        runs["replica"].add(replica, k)
+        runs["prefill_seqs"].add(0, k)
+        runs["prefill_tokens"].add(0, k)
+        runs["waiting"].add(waiting, k)
 
     def itl(self, value_s: float, weight: int) -> None:
         self.itl_values.append(value_s)
@@ -138,10 +164,15 @@ class Collector:
         self.itl_weights.fromlist(weights)
 
     def series_arrays(self) -> dict[str, npt.NDArray[np.generic]]:
-        out: dict[str, npt.NDArray[np.generic]] = {}
-        for name in SERIES_FIELDS:
-            if name in self.times:
-                out[name] = np.frombuffer(self.times[name], dtype=np.float64)
-            else:
-                out[name] = np.frombuffer(self.counts[name], dtype=np.int64)
-        return out
+        decode = np.frombuffer(self.decode_seqs, dtype=np.int64)
+        runs = {name: col.expand() for name, col in self.runs.items()}
+        return {
+            "replica": runs["replica"],
+            "start_s": np.frombuffer(self.start_s, dtype=np.float64),
+            "end_s": np.frombuffer(self.end_s, dtype=np.float64),
+            "batch_seqs": decode + runs["prefill_seqs"],
+            "prefill_tokens": runs["prefill_tokens"],
+            "decode_seqs": decode,
+            "kv_blocks": np.frombuffer(self.kv_blocks, dtype=np.int64),
+            "waiting": runs["waiting"],
+        }

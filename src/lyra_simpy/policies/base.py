@@ -30,6 +30,9 @@ class EngineView:
     arrivals_pending: bool
     """Whether a further arrival is already known (False: none will come before
     something running finishes)."""
+    decode_blocks: int | None = None
+    """When every running request is decoding: the blocks they need, all together, to
+    decode one more token each (None: not known; read the requests)."""
 
 
 @dataclass(slots=True)

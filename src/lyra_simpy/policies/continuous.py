@@ -78,6 +78,10 @@ class ContinuousBatching:
         decodes = decode.append
         running = view.running
         n = len(running)  # requests not preempted: victims are taken from the end
+        need_all = view.decode_blocks
+        if need_all is not None and need_all <= free:  # all decode, nothing to preempt
+            decode.extend(running)
+            return self._admit(view, plan, n, budget - n, free - need_all)
         for i, req in enumerate(running):
             if i == n:
                 break

@@ -2,11 +2,11 @@
 
 Nothing here is per token. Per request: a few preallocated NumPy columns filled when the
 request ends. Per iteration: times, decoding sequences and KV blocks in compact ``array``
-columns (a fused run of *k* iterations appends *k* rows at once); the columns that rarely
-change (replica, prefill work, queue length) are kept run-length encoded. Inter-token latencies are kept as
-(value, weight) pairs: in a decode iteration every sequence that also emitted in the
-previous iteration sees the same gap, so one pair stands for all of them; the summary
-computes exact weighted percentiles from these pairs.
+columns (a fused run of *k* iterations appends *k* rows at once); the columns that
+rarely change (replica, prefill work, queue length) are kept run-length encoded.
+Inter-token latencies are kept as (value, weight) pairs: in a decode iteration every
+sequence that also emitted in the previous iteration sees the same gap, so one pair
+stands for all of them; the summary computes exact weighted percentiles from them.
 """
 
 from __future__ import annotations

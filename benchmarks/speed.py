@@ -201,12 +201,16 @@ def main(argv: list[str] | None = None) -> int:
     whole_s = script_s + (_STARTUP_S or 0.0)
 
     raw_rate = raw_simpy_rate()
+    # Best of RAW_REPEATS for simulate() too, as for the raw rate: both sides of the
+    # ratio are measured the same way (the first, cold run gives the whole-process time).
+    warm_s = [run(workload(trace, args.requests, fuse=True))[1] for _ in range(RAW_REPEATS - 1)]
+    best_fused_s = min([fused_s, *warm_s])
     plain, plain_s, plain_events = run(workload(trace, args.requests, fuse=False))
     simpy.Environment = _PlainEnvironment  # type: ignore[misc]
     diff = differences(fused, plain)
 
     iters = int(fused.engine["iterations"])
-    fused_rate = iters / fused_s
+    fused_rate = iters / best_fused_s
     plain_rate = int(plain.engine["iterations"]) / plain_s
     ratio = fused_rate / raw_rate
     completed = fused.summary["completed"]
@@ -222,9 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         ("interpreter start-up", startup, ""),
         ("import lyra_simpy", f"{_IMPORT_S:.3f} s", ""),
         ("trace read", f"{trace_s:.3f} s", ""),
-        ("simulate() (fused)", f"{fused_s:.3f} s", ""),
+        ("simulate() (fused)", f"{fused_s:.3f} s", f"best of {RAW_REPEATS}: {best_fused_s:.3f} s"),
         ("whole process", f"{whole_s:.3f} s", f"<= {TARGET_WHOLE_S:g} s  {mark[ok_whole]}"),
-        ("requests/s (wall)", _fmt_rate(args.requests / fused_s), ""),
+        ("requests/s (wall)", _fmt_rate(args.requests / best_fused_s), ""),
         ("engine iterations", f"{iters:,}", ""),
         ("SimPy events (fused)", "n/a" if fused_events is None else f"{fused_events:,}", per_event),
         ("iterations/s (fused)", _fmt_rate(fused_rate), ""),

@@ -34,27 +34,31 @@ SERIES_FIELDS = (
 )
 
 
-class _Runs:
-    """A run-length encoded integer column: (value, count) pairs."""
+_RLE_FIELDS = ("replica", "prefill_seqs", "prefill_tokens", "waiting")
 
-    __slots__ = ("counts", "values")
+
+class _Runs:
+    """Run-length encoded rows of the rarely-changing columns (``_RLE_FIELDS``)."""
+
+    __slots__ = ("counts", "last", "rows")
 
     def __init__(self) -> None:
-        self.values: array[int] = array("q")
-        self.counts: array[int] = array("q")
+        self.rows: list[tuple[int, int, int, int]] = []
+        self.counts: list[int] = []
+        self.last: tuple[int, int, int, int] | None = None
 
-    def add(self, value: int, count: int) -> None:
-        values = self.values
-        if values and values[-1] == value:
+    def add(self, row: tuple[int, int, int, int], count: int) -> None:
+        if row == self.last:
             self.counts[-1] += count
         else:
-            values.append(value)
+            self.rows.append(row)
             self.counts.append(count)
+            self.last = row
 
-    def expand(self) -> npt.NDArray[np.int64]:
-        return np.repeat(
-            np.frombuffer(self.values, dtype=np.int64), np.frombuffer(self.counts, dtype=np.int64)
-        )
+    def expand(self) -> dict[str, npt.NDArray[np.int64]]:
+        rows = np.array(self.rows, dtype=np.int64).reshape(-1, len(_RLE_FIELDS))
+        counts = np.array(self.counts, dtype=np.int64)
+        return {name: np.repeat(rows[:, i], counts) for i, name in enumerate(_RLE_FIELDS)}
 
 
 class Collector:
@@ -73,9 +77,7 @@ class Collector:
         self.end_s: array[float] = array("d")
         self.decode_seqs: array[int] = array("q")
         self.kv_blocks: array[int] = array("q")
-        self.runs = {
-            name: _Runs() for name in ("replica", "prefill_seqs", "prefill_tokens", "waiting")
-        }
+        self.runs = _Runs()
         self.itl_values: array[float] = array("d")
         self.itl_weights: array[int] = array("q")
         self.iterations = 0
@@ -122,11 +124,7 @@ class Collector:
         self.end_s.append(end_s)
         self.decode_seqs.append(decode_seqs)
         self.kv_blocks.append(kv_blocks)
-        runs = self.runs
-        runs["replica"].add(replica, 1)
-        runs["prefill_seqs"].add(batch_seqs - decode_seqs, 1)
-        runs["prefill_tokens"].add(prefill_tokens, 1)
-        runs["waiting"].add(waiting, 1)
+        self.runs.add((replica, batch_seqs - decode_seqs, prefill_tokens, waiting), 1)
 
     def span(
         self,
@@ -148,11 +146,7 @@ class Collector:
         self.end_s.fromlist(ends_s)
         self.decode_seqs.fromlist(seqs)
         self.kv_blocks.fromlist(kv_blocks)
-        runs = self.runs
-        runs["replica"].add(replica, k)
-        runs["prefill_seqs"].add(0, k)
-        runs["prefill_tokens"].add(0, k)
-        runs["waiting"].add(waiting, k)
+        self.runs.add((replica, 0, 0, waiting), k)
 
     def itl(self, value_s: float, weight: int) -> None:
         self.itl_values.append(value_s)
@@ -165,7 +159,7 @@ class Collector:
 
     def series_arrays(self) -> dict[str, npt.NDArray[np.generic]]:
         decode = np.frombuffer(self.decode_seqs, dtype=np.int64)
-        runs = {name: col.expand() for name, col in self.runs.items()}
+        runs = self.runs.expand()
         return {
             "replica": runs["replica"],
             "start_s": np.frombuffer(self.start_s, dtype=np.float64),

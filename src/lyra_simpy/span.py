@@ -11,7 +11,8 @@ the unfused engine would see iteration by iteration: end times (a left-to-right 
 sum of the same per-iteration durations the unfused engine adds one by one), sequences
 per iteration, and KV blocks in use (the step that needs a new block for request *i* is
 the one whose token lands at a block boundary; a finished request's blocks are freed
-after its last step). The engine then commits the run in one pass over the requests.
+after its last step). The engine then commits the run by advancing its decode set's
+clock (:mod:`lyra_simpy.decoding`): only the requests that finish are touched.
 """
 
 from __future__ import annotations

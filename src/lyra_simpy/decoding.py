@@ -89,14 +89,13 @@ class DecodeSet:
             self.next_finish = min(self.by_finish, default=-1)
         self._detach(req, self.last_emit_s)
 
-    def clear(self) -> list[Request]:
-        """Take every member out; returns them."""
-        members = [r for group in self.by_finish.values() for r in group]
-        for req in members:
-            self._detach(req, self.last_emit_s)
+    def clear(self) -> None:
+        """Take every member out (their counts become plain fields again)."""
+        for group in self.by_finish.values():
+            for req in group:
+                self._detach(req, self.last_emit_s)
         self.by_finish.clear()
         self.next_finish = -1
-        return members
 
     # -- the clock ------------------------------------------------------------------------
     def advance(self, ends_s: list[float]) -> list[Request]:

@@ -334,8 +334,9 @@ class Replica:
         while delay is None and k > 1:
             k -= 1
             delay = exact_delay(origin, ends[k - 1])
-        if delay is None:  # two events: to the end of the committed iteration, then one step
-            yield self.env.timeout(lead)
+        if delay is None:  # land on the run's start first (after a committed iteration)
+            if lead:
+                yield self.env.timeout(lead)
             delay = run.first_s
         run.truncate(k)
         # Each iteration holds its blocks from its start: an iteration still running at

@@ -18,7 +18,6 @@ import numpy as np
 import numpy.typing as npt
 
 PERCENTILES = (("median", 50.0), ("p90", 90.0), ("p99", 99.0))
-METRICS = ("ttft", "tpot", "itl", "e2el")
 
 
 def weighted_percentiles(

@@ -82,8 +82,6 @@ class OpenLoopSource:
     def on_finish(self, now_s: float) -> None:
         return None
 
-    def issued(self) -> int:
-        return self._next
 
 
 class ClosedLoopSource:
@@ -136,5 +134,3 @@ class ClosedLoopSource:
             self._scheduled = self.limit  # ends come in time order: no client sends again
         self.done = not self._heap and self._scheduled >= self.limit
 
-    def issued(self) -> int:
-        return self._issued

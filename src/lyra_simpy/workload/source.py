@@ -83,7 +83,6 @@ class OpenLoopSource:
         return None
 
 
-
 class ClosedLoopSource:
     """*concurrency* clients, each sending its next request *think_time_s* after the
     previous one ended, until *limit* requests were sent or *stop_s* is reached."""
@@ -133,4 +132,3 @@ class ClosedLoopSource:
         else:
             self._scheduled = self.limit  # ends come in time order: no client sends again
         self.done = not self._heap and self._scheduled >= self.limit
-

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lyra_simpy import scenario_from_dict, simulate
+from lyra_simpy import simulate
 from lyra_simpy.decoding import DecodeSet
 from lyra_simpy.policies import SCHEDULERS, BatchPlan, ContinuousBatching, EngineView
 from lyra_simpy.request import Request
@@ -77,17 +77,15 @@ class PrefillFirst(ContinuousBatching):
         return plan
 
 
-RAW = {
+#: The tiny scenario (conftest) loaded enough that admissions overlap decoding.
+BUSY = {
     "seed": 5,
-    "workload": {
-        "num_requests": 60,
-        "arrival": {"name": "poisson", "rate_per_s": 20},
-        "input_tokens": {"name": "uniform", "low": 1, "high": 40},
-        "output_tokens": {"name": "uniform", "low": 1, "high": 30},
-    },
-    "scheduler": {"name": "continuous", "max_num_seqs": 8, "max_num_batched_tokens": 512},
+    "workload.num_requests": 60,
+    "workload.output_tokens": {"name": "uniform", "low": 1, "high": 30},
+    "scheduler.max_num_seqs": 8,
+    "scheduler.max_num_batched_tokens": 512,
     "kv_cache": {"block_size": BS, "num_blocks": 120},
-    "cost": {"name": "linear", "base_ms": 5, "per_seq_ms": 1, "per_context_token_ms": 0.01},
+    "cost.per_context_token_ms": 0.01,
 }
 
 
@@ -97,9 +95,9 @@ def prefill_first(monkeypatch):
 
 
 @pytest.mark.usefixtures("prefill_first")
-def test_decodes_skipping_an_iteration_are_counted_one_by_one():
-    fused = simulate(scenario_from_dict(RAW))
-    unfused = simulate(scenario_from_dict({**RAW, "simulation": {"fuse_iterations": False}}))
+def test_decodes_skipping_an_iteration_are_counted_one_by_one(make_scenario):
+    fused = simulate(make_scenario(BUSY))
+    unfused = simulate(make_scenario({**BUSY, "simulation.fuse_iterations": False}))
     assert list(fused.requests()) == list(unfused.requests())
     assert fused.summary == unfused.summary
     for name in fused.timeseries:

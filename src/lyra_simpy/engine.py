@@ -319,9 +319,7 @@ class Replica:
         hold the first iteration (the scheduler must preempt)."""
         kv, dset = self.kv, self.decoding
         run = plan_run(
-            dset.n, dset.context_tokens, dset.hist_now(),
-            dset.by_finish if absorb else None, dset.epoch, dset.fewest_left(),
-            start, kv.used, kv.num_blocks, kv.block_size, rows, self.cost,
+            dset, absorb, start, kv.used, kv.num_blocks, rows, self.cost,
             self.source.next_s(), self.stop_s,
         )  # fmt: skip
         if run is None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from lyra_simpy.cost.base import CostModel
-from lyra_simpy.request import Request
+from lyra_simpy.decoding import DecodeSet
 
 
 @dataclass(slots=True)
@@ -46,46 +46,40 @@ class DecodeRun:
 
 
 def plan_run(
-    n: int,
-    context_tokens: int,
-    hist: list[int],
-    finishing: dict[int, list[Request]] | None,
-    epoch: int,
-    fewest_left: int,
+    members: DecodeSet,
+    absorb_finishes: bool,
     start_s: float,
     kv_used: int,
     num_blocks: int,
-    block_size: int,
     rows: int,
     cost: CostModel,
     horizon_s: float | None,
     stop_s: float | None,
 ) -> DecodeRun | None:
-    """Plan a run of decode iterations of *n* decoding requests from *start_s*.
+    """Plan a run of decode iterations of the decode set *members* from *start_s*
+    (read only: the engine advances the set once the run has happened).
 
-    They read *context_tokens* in the first iteration (one more each per iteration);
-    ``hist[r]`` of them need a new block at the iterations j ≡ r (mod *block_size*),
-    j = 0 the first; *finishing* maps ``epoch`` + iterations-to-go to the requests that
-    emit their last token then (None: the run ends at the first of them, after
-    *fewest_left* iterations). *kv_used* blocks are in use before the first iteration (all theirs);
+    *kv_used* blocks are in use before the first iteration (all the members');
     *rows* is the least row count the cost model is charged (a static batch's width).
     The run ends at the first iteration ending at or after *horizon_s* (the next
     arrival), before any iteration ending at or after *stop_s* (at least one iteration
-    is kept: it never completes), and before an iteration that would overflow the KV
-    pool. Returns None when the first iteration itself does not fit (the scheduler
-    must preempt). *hist* is changed.
+    is kept: it never completes), before an iteration that would overflow the KV pool,
+    and, unless *absorb_finishes*, at the first member's last token. Returns None when
+    the first iteration itself does not fit (the scheduler must preempt).
     """
-    bs = block_size
-    sum_c = context_tokens
-    absorb_finishes = finishing is not None
-    groups = finishing or {}
-    k_min = fewest_left
-    used = kv_used + hist[0]  # requests whose blocks are full need one more first
+    bs = members.block_size
+    n = members.n
+    sum_c = members.context_tokens
+    hist = members.hist_now()  # a copy: the segments below change it
+    epoch = members.epoch
+    groups = members.by_finish
+    used = kv_used + hist[0]  # members whose blocks are full need one more first
     if used > num_blocks:
         return None
     run = DecodeRun(start_s, 0.0, [], [], [])
     ends, seqs, kvs = run.ends_s, run.seqs, run.kv_blocks
-    boundaries = [f - epoch for f in sorted(groups)] if absorb_finishes else [k_min]
+    ahead = sorted(groups) if absorb_finishes else [epoch + members.fewest_left()]
+    boundaries = [f - epoch for f in ahead]  # iterations until a member's last token
     t = start_s
     a = 0
     for b in boundaries:

@@ -43,7 +43,6 @@ class StaticBatching:
     def __init__(self, config: StaticConfig) -> None:
         self.config = config
         self._rows = 0
-        self._reserved = 0
 
     def accepts(self, request: Request, num_blocks: int, block_size: int) -> bool:
         return blocks_for(request.input_tokens + request.output_tokens, block_size) <= num_blocks

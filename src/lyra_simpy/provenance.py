@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import platform
 import subprocess
 import sys
@@ -20,8 +21,10 @@ def package_version() -> str:
         return "unknown"
 
 
+@functools.cache
 def git_revision() -> str:
-    """The source tree's commit (with ``-dirty`` if it has changes), or ``unknown``."""
+    """The source tree's commit (with ``-dirty`` if it has changes), or ``unknown``;
+    asked of git once per process."""
     here = Path(__file__).resolve().parent
     try:
         rev = subprocess.run(

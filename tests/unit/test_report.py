@@ -96,13 +96,16 @@ def test_provenance_fallbacks(monkeypatch):
         raise OSError("no git")
 
     monkeypatch.setattr(subprocess, "run", no_git)
+    provenance.git_revision.cache_clear()  # it asks git once per process
     assert provenance.git_revision() == "unknown"
 
     def not_a_repo(*_a, **_k):
         return subprocess.CompletedProcess([], 128, "", "fatal: not a git repository")
 
     monkeypatch.setattr(subprocess, "run", not_a_repo)
+    provenance.git_revision.cache_clear()
     assert provenance.git_revision() == "unknown"
+    provenance.git_revision.cache_clear()  # later tests see the real revision
 
 
 def test_manifest(tiny_scenario):

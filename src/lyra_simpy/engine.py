@@ -146,6 +146,7 @@ class Replica:
             if (
                 self.fuse
                 and not plan.prefill
+                and not self.waiting  # (a request preempted now may be admitted next)
                 and len(plan.decode) == len(self.running) == self.decoding.n
             ):
                 if (yield from self._run(now, 0.0, now, plan.rows, False)):
@@ -167,6 +168,7 @@ class Replica:
                     self.source.on_finish(now)
 
     def _preempt(self, plan: BatchPlan) -> None:
+        requeue = self.waiting.append if plan.preempt_to_back else self.waiting.appendleft
         for victim in plan.preempt:
             if victim.member_of is not None:
                 self.decoding.leave(victim)
@@ -176,7 +178,7 @@ class Replica:
             victim.preemptions += 1
             victim.running = False
             self.running.remove(victim)
-            self.waiting.appendleft(victim)
+            requeue(victim)
 
     # -- one iteration ----------------------------------------------------------------
     def _step(self, plan: BatchPlan, start: float) -> Process:
@@ -280,7 +282,9 @@ class Replica:
             if req.generated_tokens < req.output_tokens:
                 dset.join(req)
         for req, _ in prefill:
-            if req.decoding and req.generated_tokens < req.output_tokens:
+            # Only a request that emitted now: one whose chunk ended a recompute one
+            # token short of emitting decodes next, but last emitted before (its ITL).
+            if req.last_token_s == end and req.generated_tokens < req.output_tokens:
                 dset.join(req)
         if done:
             self._finish(done)

@@ -28,11 +28,19 @@ from pydantic import (
 from lyra_simpy.cost import LinearCostConfig
 from lyra_simpy.errors import ScenarioError, from_validation_error
 from lyra_simpy.kv import KVCacheConfig
-from lyra_simpy.policies import ContinuousConfig, StaticConfig
+from lyra_simpy.policies import (
+    ChunkedPrefillConfig,
+    ContinuousConfig,
+    PrefillFirstConfig,
+    StaticConfig,
+)
 from lyra_simpy.report import FigureSpec, ReportConfig
 from lyra_simpy.workload import WorkloadConfig, check_files
 
-SchedulerConfig = Annotated[StaticConfig | ContinuousConfig, Field(discriminator="name")]
+SchedulerConfig = Annotated[
+    StaticConfig | ContinuousConfig | ChunkedPrefillConfig | PrefillFirstConfig,
+    Field(discriminator="name"),
+]
 CostConfig = Annotated[LinearCostConfig, Field(discriminator="name")]
 
 
@@ -110,6 +118,17 @@ class Scenario(BaseModel):
     def _one_expansion(self) -> Scenario:
         if self.variants and self.grid is not None:
             raise ValueError("use either variants or grid, not both")
+        return self
+
+    @model_validator(mode="after")
+    def _chunks_in_pages(self) -> Scenario:
+        chunk = getattr(self.scheduler, "chunked_prefill_size", None)
+        page = self.kv_cache.block_size
+        if chunk is not None and chunk % page:
+            raise ValueError(
+                f"scheduler.chunked_prefill_size: got {chunk}, must be a multiple of "
+                f"kv_cache.block_size ({page}), as SGLang requires of its page size"
+            )
         return self
 
     @property

@@ -37,12 +37,32 @@ def _scenarios(count: int = 150, seed: int = 7) -> list[dict[str, Any]]:
         else:
             arrival = {"name": str(kind), "rate_per_s": float(rng.uniform(1, 40))}
         width = int(rng.integers(1, 24))
-        if rng.random() < 0.5:
+        block_size = int(rng.choice([1, 4, 7, 16]))
+        pick = rng.random()
+        if pick < 0.35:
             budget = max(width, int(rng.choice([256, 1024, 8192])))
             scheduler = {
                 "name": "continuous",
                 "max_num_seqs": width,
                 "max_num_batched_tokens": budget,
+            }
+        elif pick < 0.55:
+            scheduler = {
+                "name": "chunked_prefill",
+                "max_num_seqs": width,
+                "max_num_batched_tokens": max(width, int(rng.choice([16, 64, 512]))),
+                "long_prefill_token_threshold": int(rng.choice([0, 0, 8])),
+            }
+        elif pick < 0.75:
+            scheduler = {
+                "name": "prefill_first",
+                "max_running_requests": width,
+                "chunked_prefill_size": [None, block_size * int(rng.integers(1, 20))][
+                    int(rng.integers(0, 2))
+                ],
+                "max_prefill_tokens": int(rng.choice([64, 16384])),
+                "enable_mixed_chunk": bool(rng.random() < 0.5),
+                "new_token_ratio": float(rng.choice([0.0, 0.1, 0.7])),
             }
         else:
             scheduler = {
@@ -68,7 +88,7 @@ def _scenarios(count: int = 150, seed: int = 7) -> list[dict[str, Any]]:
             },
             "scheduler": scheduler,
             "kv_cache": {
-                "block_size": int(rng.choice([1, 4, 7, 16])),
+                "block_size": block_size,
                 "num_blocks": int(rng.choice([40, 200, 5000])),
             },
             "cost": {

@@ -57,12 +57,27 @@ def lengths(hi: int) -> st.SearchStrategy[dict[str, Any]]:
 
 @st.composite
 def schedulers(draw: st.DrawFn) -> dict[str, Any]:
-    if draw(st.booleans()):
+    kind = draw(st.sampled_from(["continuous", "chunked_prefill", "prefill_first", "static"]))
+    if kind in ("continuous", "chunked_prefill"):
         seqs = draw(st.integers(1, 8))
-        return {
-            "name": "continuous",
+        sched = {
+            "name": kind,
             "max_num_seqs": seqs,
             "max_num_batched_tokens": draw(st.integers(max(seqs, 24), 160)),
+        }
+        if kind == "chunked_prefill":
+            sched["max_num_batched_tokens"] = draw(st.integers(seqs, 64))
+            sched["long_prefill_token_threshold"] = draw(st.sampled_from([0, 1, 7, 32]))
+        return sched
+    if kind == "prefill_first":
+        return {
+            "name": "prefill_first",
+            "max_running_requests": draw(st.integers(1, 8)),
+            "chunked_prefill_size": draw(st.sampled_from([None, 1, 2, 5])),  # × block_size
+            "max_prefill_tokens": draw(st.integers(8, 128)),
+            "enable_mixed_chunk": draw(st.booleans()),
+            "new_token_ratio": draw(st.sampled_from([0.0, 0.1, 0.7])),
+            "clip_max_new_tokens": draw(st.sampled_from([16, 4096])),
         }
     return {
         "name": "static",
@@ -83,7 +98,7 @@ def scenarios(draw: st.DrawFn, until: bool = False) -> dict[str, Any]:
         # zero think time crashes static batching when a request is rejected:
         # test_closed_loop_think0_rejection_with_static_batching
         arrival["think_time_s"] = max(arrival["think_time_s"], 0.001)
-    width = sched.get("max_num_seqs", sched.get("max_batch"))
+    width = sched.get("max_num_seqs", sched.get("max_batch", sched.get("max_running_requests")))
     raw: dict[str, Any] = {
         "seed": draw(st.integers(0, 2**32 - 1)),
         "workload": {
@@ -108,6 +123,9 @@ def scenarios(draw: st.DrawFn, until: bool = False) -> dict[str, Any]:
         },
         "slo": {"ttft_ms": 100.0, "tpot_ms": 25.0},
     }
+    chunk = sched.get("chunked_prefill_size")
+    if chunk is not None:  # SGLang: a whole number of pages
+        sched["chunked_prefill_size"] = chunk * raw["kv_cache"]["block_size"]
     if until:
         raw["simulation"] = {"until_s": draw(st.floats(0.005, 1.0))}
     return raw
@@ -159,6 +177,13 @@ def served(raw: dict[str, Any], inp: np.ndarray, out: np.ndarray) -> np.ndarray:
     if sched["name"] == "continuous":
         longest = inp + out - 1
         ok = longest <= sched["max_num_batched_tokens"]
+    elif sched["name"] == "chunked_prefill":
+        longest = inp + out - 1
+        ok = np.ones(len(inp), dtype=bool)
+    elif sched["name"] == "prefill_first":
+        longest = inp + out - 1
+        future = np.minimum(out, sched["clip_max_new_tokens"])
+        ok = inp + future <= kv["num_blocks"] * kv["block_size"]
     else:
         longest = inp + out
         ok = np.ones(len(inp), dtype=bool)
@@ -221,9 +246,16 @@ def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
     assert len(start) == res.engine["iterations"]
     # batch limits
     sched = raw["scheduler"]
-    width = sched.get("max_num_seqs", sched.get("max_batch"))
+    width = sched.get("max_num_seqs", sched.get("max_batch", sched.get("max_running_requests")))
     assert (ts["batch_seqs"] <= width).all()
-    if sched["name"] == "continuous":
+    if sched["name"] == "prefill_first" and not sched["enable_mixed_chunk"]:
+        # SGLang's default: an iteration prefills or decodes, never both
+        assert ((ts["prefill_tokens"] == 0) | (ts["decode_seqs"] == 0)).all()
+    if sched["name"] == "prefill_first" and sched["chunked_prefill_size"] is not None:
+        prefilling = ts["prefill_tokens"] > 0
+        batch = ts["prefill_tokens"] + ts["decode_seqs"]
+        assert (batch[prefilling] <= sched["chunked_prefill_size"]).all()
+    if sched["name"] in ("continuous", "chunked_prefill"):
         assert (ts["prefill_tokens"] + ts["decode_seqs"] <= sched["max_num_batched_tokens"]).all()
     # the summary agrees with the records
     s = res.summary
@@ -250,9 +282,18 @@ def test_invariants_determinism_and_fused_equals_unfused(raw):
     assert len(status) == raw["workload"]["num_requests"]
     assert "unfinished" not in status.tolist()
     np.testing.assert_array_equal(ok, served(raw, rec["input_tokens"], rec["output_tokens"]))
-    # token conservation: each iteration emits one token per scheduled sequence (no
-    # chunking), and tokens generated before a preemption are kept
-    assert int(fused.timeseries["batch_seqs"].sum()) == int(rec["output_tokens"][ok].sum())
+    # token conservation: tokens generated before a preemption are kept; each iteration
+    # emits one token per scheduled sequence, except a prefill chunk that is not the last
+    emitted = int(rec["output_tokens"][ok].sum())
+    rows = int(fused.timeseries["batch_seqs"].sum())
+    if raw["scheduler"]["name"] in ("chunked_prefill", "prefill_first"):
+        assert rows >= emitted
+    else:
+        assert rows == emitted
+    if fused.summary["total_preemptions"] == 0:
+        # the chunks of every prompt add up to the prompt
+        prefilled = int(fused.timeseries["prefill_tokens"].sum())
+        assert prefilled == int(rec["input_tokens"][ok].sum())
     # ITL pairs: one gap per token after the first, summing to finish - first token
     values, weights = fused.itl_s
     assert int(weights.sum()) == int((rec["output_tokens"][ok] - 1).sum())

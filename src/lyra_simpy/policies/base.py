@@ -50,6 +50,9 @@ class BatchPlan:
     """Rows the batch occupies when larger than the decoding count: a static batch keeps
     the rows of finished members until it ends (set at formation and on every decode
     plan). Charged only to iterations that decode."""
+    preempt_to_back: bool = False
+    """Preempted requests re-enter the queue at the back (SGLang's retraction) instead
+    of the front (vLLM)."""
     wait_until_s: float | None = None
     """With an empty plan: wake at this time (or on the next arrival, if sooner)."""
 

@@ -30,12 +30,11 @@ from lyra_simpy.policies.base import BatchPlan, EngineView
 from lyra_simpy.request import Request
 
 
-class ContinuousConfig(BaseModel):
-    """Knobs of continuous batching (vLLM names)."""
+class TokenBudgetConfig(BaseModel):
+    """Knobs shared by the iteration-level schedulers (vLLM names)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Literal["continuous"] = "continuous"
     max_num_seqs: PositiveInt = 256
     """Most sequences running at once (vLLM ``--max-num-seqs``, default 256)."""
     max_num_batched_tokens: PositiveInt = 8192
@@ -43,7 +42,7 @@ class ContinuousConfig(BaseModel):
     online-serving default on GPUs)."""
 
     @model_validator(mode="after")
-    def _budget_covers_seqs(self) -> ContinuousConfig:
+    def _budget_covers_seqs(self) -> TokenBudgetConfig:
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
@@ -56,11 +55,20 @@ class ContinuousConfig(BaseModel):
         return self.max_num_seqs
 
 
+class ContinuousConfig(TokenBudgetConfig):
+    """Continuous batching without chunking."""
+
+    name: Literal["continuous"] = "continuous"
+
+
 class ContinuousBatching:
     """Iteration-level scheduling under a sequence cap, a token budget and KV blocks."""
 
-    def __init__(self, config: ContinuousConfig) -> None:
+    def __init__(self, config: TokenBudgetConfig) -> None:
         self.config = config
+        self._cap = config.max_num_batched_tokens
+        """Most prompt tokens one request computes in an iteration (the budget here:
+        running requests are always decoding without chunking)."""
 
     def accepts(self, request: Request, num_blocks: int, block_size: int) -> bool:
         longest = request.input_tokens + request.output_tokens - 1
@@ -82,11 +90,16 @@ class ContinuousBatching:
         if need_all is not None and need_all <= free:  # all decode, nothing to preempt
             decode.extend(running)
             return self._admit(view, plan, n, budget - n, free - need_all)
+        cap = self._cap
         for i, req in enumerate(running):
             if i == n:
                 break
+            if budget <= 0:
+                continue  # no budget left (chunked prefill only): skipped, keeps its KV
             total = req.input_tokens + req.generated_tokens  # computed + pending
-            need = (total + bs - 1) // bs - req.blocks
+            pending = total - req.computed_tokens
+            tokens = min(pending, budget, cap)
+            need = (req.computed_tokens + tokens + bs - 1) // bs - req.blocks
             while need > free:
                 n -= 1
                 victim = running[n]
@@ -97,12 +110,11 @@ class ContinuousBatching:
             if n == i:  # the request itself was preempted
                 break
             free -= need
-            pending = total - req.computed_tokens
-            budget -= pending
+            budget -= tokens
             if pending == 1 and req.generated_tokens:
                 decodes(req)
             else:
-                prefill.append((req, pending))
+                prefill.append((req, tokens))
         if preempt:
             return plan  # vLLM admits nothing in an iteration that preempted
         return self._admit(view, plan, n, budget, free)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from lyra_simpy import plots
-from lyra_simpy.metrics.io import read_jsonl, read_series_csv
+from lyra_simpy.metrics.io import read_itl_csv, read_jsonl, read_series_csv
 from lyra_simpy.report import FigureSpec, lookup
 from lyra_simpy.scenario import Scenario
 
@@ -30,10 +30,15 @@ def _manifest(folder: Path) -> dict[str, Any]:
 def cdf_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> None:
     samples = {}
     for folder in _variants(results_dir):
+        if spec.metric == "itl_ms":  # pooled gaps, one sample per token
+            values, counts = read_itl_csv(folder / "itl.csv")
+            samples[folder.name] = np.repeat(values, counts)
+            continue
         rows = read_jsonl(folder / "requests.jsonl")
         vals = [r[spec.metric] for r in rows if r["status"] == "ok" and r[spec.metric] is not None]
         samples[folder.name] = np.asarray(vals, dtype=np.float64)
-    plots.save(plots.cdf(samples, spec.metric, spec.log_x, spec.title), out_path)
+    fig = plots.cdf(samples, spec.metric, spec.log_x, spec.title, tail=spec.tail)
+    plots.save(fig, out_path)
 
 
 def metrics_vs_param_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> None:
@@ -62,10 +67,28 @@ def timeline_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> None
     plots.save(plots.timeline(series, spec.title or folder.name), out_path)
 
 
+def iteration_times_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> None:
+    """Each variant's iteration durations against time (stalls show as spikes)."""
+    lines = {}
+    for folder in _variants(results_dir):
+        series = read_series_csv(folder / "timeseries.csv")
+        start, end = series["start_s"], series["end_s"]
+        keep = np.ones(len(start), dtype=bool)
+        if spec.window_s is not None:
+            keep = (start >= spec.window_s[0]) & (start <= spec.window_s[1])
+        lines[folder.name] = (
+            start[keep],
+            (end - start)[keep] * 1000.0,
+            series["decode_seqs"][keep] > 0,
+        )
+    plots.save(plots.iteration_times(lines, spec.title), out_path)
+
+
 FIGURES: dict[str, Callable[[Path, Path, FigureSpec], None]] = {
     "cdf": cdf_figure,
     "metrics_vs_param": metrics_vs_param_figure,
     "timeline": timeline_figure,
+    "iteration_times": iteration_times_figure,
 }
 
 

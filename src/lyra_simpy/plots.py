@@ -35,6 +35,7 @@ UNITS = {
     "ttft_ms": "TTFT (ms)",
     "tpot_ms": "TPOT (ms)",
     "e2el_ms": "end-to-end latency (ms)",
+    "itl_ms": "inter-token latency (ms)",
     "output_throughput": "throughput (output tok/s)",
     "goodput_token_throughput": "goodput (output tok/s)",
     "request_goodput": "goodput (req/s)",
@@ -52,17 +53,30 @@ def cdf(
     metric: str,
     log_x: bool = False,
     title: str | None = None,
+    tail: bool = False,
 ) -> Figure:
-    """Empirical CDFs of *metric*, one line per label."""
+    """Empirical CDFs of *metric*, one line per label; with *tail*, the fraction above
+    each value on a log scale instead (where p99 and p99.9 can be read)."""
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
         fig, ax = plt.subplots(figsize=(3.4, 2.4), layout="constrained")
         for label, values in samples.items():
             v = np.sort(values[~np.isnan(values)])
             if len(v):
-                ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=label)
+                below = np.arange(1, len(v) + 1) / len(v)
+                if tail:
+                    ax.step(v, 1.0 - below + 1.0 / len(v), where="post", label=label)
+                else:
+                    ax.step(v, below, where="post", label=label)
         ax.set_xlabel(label_of(metric))
-        ax.set_ylabel("fraction of requests")
-        ax.set_ylim(0, 1.02)
+        what = "token gaps" if metric == "itl_ms" else "requests"
+        if tail:
+            ax.set_yscale("log")
+            ax.set_ylabel(f"fraction of {what} ≥ x")
+            for q in (1e-1, 1e-2, 1e-3):
+                ax.axhline(q, color="0.7", linewidth=0.5, linestyle=":")
+        else:
+            ax.set_ylabel(f"fraction of {what}")
+            ax.set_ylim(0, 1.02)
         if log_x:
             ax.set_xscale("log")
         ax.legend(frameon=False)
@@ -118,6 +132,35 @@ def timeline(series: Mapping[str, npt.NDArray[Any]], title: str | None = None) -
         ):
             ax.step(t, series[key], where="post", linewidth=0.8)
             ax.set_ylabel(ylabel)
+        axes[-1].set_xlabel("time (s)")
+        if title:
+            axes[0].set_title(title)
+    return fig
+
+
+def iteration_times(
+    lines: Mapping[
+        str, tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.bool_]]
+    ],
+    title: str | None = None,
+) -> Figure:
+    """Iteration duration (ms) against its start time, one panel per label; iterations
+    that carried no decode (the decodes stalled) in a second colour."""
+    with plt.rc_context(STYLE):  # type: ignore[arg-type]
+        n = max(len(lines), 1)
+        fig, axes = plt.subplots(
+            n, 1, figsize=(3.4, 0.9 + 0.8 * n), sharex=True, sharey=True, layout="constrained"
+        )
+        axes = np.atleast_1d(axes)
+        for i, (ax, (label, (t, ms, decoded))) in enumerate(zip(axes, lines.items(), strict=False)):
+            ax.vlines(t[decoded], 0, ms[decoded], linewidth=0.6, color="C0",
+                      label="with decodes" if i == 0 else None)  # fmt: skip
+            ax.vlines(t[~decoded], 0, ms[~decoded], linewidth=0.6, color="C3",
+                      label="decodes stalled" if i == 0 else None)  # fmt: skip
+            ax.set_ylabel("ms", rotation=0, labelpad=8)
+            ax.text(0.01, 0.95, label, transform=ax.transAxes, va="top", fontsize=7)
+            ax.set_yscale("symlog", linthresh=10)
+        axes[0].legend(frameon=False, loc="upper right", fontsize=6, ncols=2)
         axes[-1].set_xlabel("time (s)")
         if title:
             axes[0].set_title(title)

@@ -39,23 +39,30 @@ class FigureSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Literal["cdf", "metrics_vs_param", "timeline"]
+    name: Literal["cdf", "metrics_vs_param", "timeline", "iteration_times"]
     metric: str = "ttft_ms"
-    """``cdf``: per-request field to plot (ttft_ms, tpot_ms, e2el_ms)."""
+    """``cdf``: per-request field to plot (ttft_ms, tpot_ms, e2el_ms), or ``itl_ms``
+    (the pooled inter-token latencies)."""
     param: str | None = None
     """``metrics_vs_param``: dotted scenario path on the x axis."""
     metrics: list[str] = Field(default_factory=list)
     """``metrics_vs_param``: summary metrics on the y axis."""
     variant: str | None = None
     """``timeline``: which variant's time series (default: the first)."""
+    window_s: tuple[float, float] | None = None
+    """``iteration_times``: the stretch of simulated time to draw (default: all)."""
     title: str | None = None
     log_x: bool = False
+    tail: bool = False
+    """``cdf``: draw the complementary CDF on a log scale (the tail, p90 to p99.9)."""
 
     def file_stem(self, scenario: str) -> str:
         if self.name == "cdf":
             return f"{scenario}_{self.metric.removesuffix('_ms')}_cdf"
         if self.name == "metrics_vs_param":
             return f"{scenario}_vs_{(self.param or 'param').split('.')[-1]}"
+        if self.name == "iteration_times":
+            return f"{scenario}_iterations"
         return f"{scenario}_timeline_{self.variant or 'first'}"
 
 

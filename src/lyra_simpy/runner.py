@@ -1,7 +1,8 @@
 """Run a scenario file end to end: every variant, its files, its table, its figures.
 
 Layout of ``OUT/<scenario>/``: one folder per variant with ``requests.jsonl``,
-``summary.json``, ``timeseries.csv`` and ``manifest.json``, plus ``table.csv`` (the
+``summary.json``, ``timeseries.csv``, ``itl.csv`` (inter-token latencies as
+``itl_ms,count`` pairs) and ``manifest.json``, plus ``table.csv`` (the
 printed table). The whole folder is written atomically (see
 :func:`~lyra_simpy.metrics.io.atomic_dir`).
 """
@@ -15,7 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lyra_simpy.metrics.io import atomic_dir, write_json, write_jsonl, write_series_csv
+from lyra_simpy.metrics.io import (
+    atomic_dir,
+    write_itl_csv,
+    write_json,
+    write_jsonl,
+    write_series_csv,
+)
 from lyra_simpy.provenance import manifest
 from lyra_simpy.report import lookup
 from lyra_simpy.scenario import Scenario
@@ -69,6 +76,7 @@ def write_variant(res: Results, folder: Path, source_file: str | None, index: in
     write_jsonl(folder / "requests.jsonl", res.requests())
     write_json(folder / "summary.json", res.summary)
     write_series_csv(folder / "timeseries.csv", res.timeseries)
+    write_itl_csv(folder / "itl.csv", *res.itl_s)
     info = manifest(res.scenario, res.engine, source_file)
     info["variant_index"] = index
     write_json(folder / "manifest.json", info)

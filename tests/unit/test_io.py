@@ -10,8 +10,10 @@ import pytest
 from lyra_simpy import simulate
 from lyra_simpy.metrics.io import (
     atomic_dir,
+    read_itl_csv,
     read_jsonl,
     read_series_csv,
+    write_itl_csv,
     write_json,
     write_jsonl,
     write_series_csv,
@@ -80,3 +82,13 @@ def test_series_csv_round_trip(tiny_scenario, tmp_path):
 def test_empty_series_csv(tmp_path):
     write_series_csv(tmp_path / "t.csv", {})
     assert read_series_csv(tmp_path / "t.csv") == {}
+
+
+def test_itl_csv_merges_equal_gaps_and_keeps_counts(tiny_scenario, tmp_path):
+    res = simulate(tiny_scenario)
+    values, counts = res.itl_s
+    write_itl_csv(tmp_path / "itl.csv", values, counts)
+    ms, n = read_itl_csv(tmp_path / "itl.csv")
+    assert int(n.sum()) == int(counts.sum())  # every gap kept
+    assert (np.diff(ms) > 0).all()  # sorted, equal gaps merged
+    assert float((ms * n).sum()) == pytest.approx(float((values * counts).sum()) * 1000.0)

@@ -1,4 +1,4 @@
-"""Reading and writing results: per-request JSONL, summary JSON, time-series CSV.
+"""Reading and writing results: per-request JSONL, summary JSON, time-series and ITL CSV.
 
 Writes go to a temporary sibling folder that is renamed into place only when every file
 is complete, so an interrupted run never leaves a result folder that looks finished.
@@ -51,6 +51,22 @@ def read_series_csv(path: Path) -> dict[str, np.ndarray]:
         return {}
     data = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
     return {name: data[:, i] for i, name in enumerate(header)}
+
+
+def write_itl_csv(path: Path, values_s: np.ndarray, counts: np.ndarray) -> None:
+    """Inter-token latencies as ``itl_ms,count`` rows (equal gaps merged, sorted)."""
+    ms, inverse = np.unique(np.round(values_s * 1000.0, 9), return_inverse=True)
+    totals = np.bincount(inverse, weights=counts, minlength=len(ms)).astype(np.int64)
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["itl_ms", "count"])
+        writer.writerows(zip(ms.tolist(), totals.tolist(), strict=True))
+
+
+def read_itl_csv(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(itl_ms, count) arrays written by :func:`write_itl_csv`."""
+    data = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
+    return data[:, 0], data[:, 1].astype(np.int64)
 
 
 @contextmanager

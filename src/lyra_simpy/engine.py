@@ -35,6 +35,7 @@ from lyra_simpy.errors import SimulationError
 from lyra_simpy.kv import BlockPool
 from lyra_simpy.metrics.collector import Collector
 from lyra_simpy.policies.base import BatchPlan, EngineView, Scheduler
+from lyra_simpy.policies.prefix_cache import PrefixCache
 from lyra_simpy.request import Request
 from lyra_simpy.span import DecodeRun, plan_run
 from lyra_simpy.workload.source import Source
@@ -75,6 +76,7 @@ class Replica:
         collector: Collector,
         fuse: bool = True,
         stop_s: float | None = None,
+        cache: PrefixCache | None = None,
     ) -> None:
         self.env = env
         self.replica_id = replica_id
@@ -93,8 +95,12 @@ class Replica:
         """The running requests that are decoding."""
         self._rows = 0
         """``rows`` of the last plan: the batch width a static batch keeps."""
-        self._absorb = not source.feedback
-        """Fused runs go on through completions (they cannot make a request arrive)."""
+        self.cache = cache
+        """The prefix cache (None: off); the KV pool evicts from it (see kv.py)."""
+        kv.cache = cache
+        self._absorb = not source.feedback and cache is None
+        """Fused runs go on through completions (they cannot make a request arrive;
+        with a prefix cache a completion changes what is cached, so a run ends there)."""
 
     @property
     def _steady(self) -> bool:
@@ -126,7 +132,7 @@ class Replica:
             view = EngineView(
                 now, self.waiting, self.running, self.kv.free, self.kv.block_size,
                 source.next_s() is not None,
-                self.decoding.blocks_needed() if steady else None,
+                self.decoding.blocks_needed() if steady else None, self.cache,
             )  # fmt: skip
             plan = self.scheduler.plan(view)
             self._rows = plan.rows
@@ -172,7 +178,7 @@ class Replica:
         for victim in plan.preempt:
             if victim.member_of is not None:
                 self.decoding.leave(victim)
-            self.kv.release(victim.blocks)
+            self._release(victim)
             victim.blocks = 0
             victim.computed_tokens = 0
             victim.preemptions += 1
@@ -188,6 +194,7 @@ class Replica:
         waiting, running = self.waiting, self.running
         prefill, decode = plan.prefill, plan.decode
         alloc = prefill_tokens = attention = 0
+        cache = self.cache
         for req, tokens in prefill:
             if not req.running:
                 if waiting[0] is req:
@@ -196,6 +203,8 @@ class Replica:
                     waiting.remove(req)
                 req.running = True
                 running.append(req)
+                if cache is not None and req.keys:
+                    alloc += self._acquire(req, cache)
             total = req.computed_tokens + tokens
             need = (total + bs - 1) // bs - req.blocks
             req.blocks += need
@@ -266,9 +275,12 @@ class Replica:
                 req.computed_tokens += 1
                 common += self._emit(req, start, end, done)
         dset.last_emit_s = end
+        cache = self.cache
         for req, tokens in prefill:
             prefill_tokens += tokens
             req.computed_tokens += tokens
+            if cache is not None and req.keys:  # its full units are cached as computed
+                self.kv.release(-cache.insert(req, req.computed_tokens // cache.unit_tokens))
             if req.computed_tokens == req.input_tokens + req.generated_tokens:
                 common += self._emit(req, start, end, done)
         if common:
@@ -305,10 +317,35 @@ class Replica:
             done.append(req)
         return common
 
+    def _acquire(self, req: Request, cache: PrefixCache) -> int:
+        """Start *req* from its cached prefix; returns the blocks that stop being
+        evictable (the scheduler planned with the same lookup)."""
+        units, _ = cache.lookup(req)
+        if not units:
+            return 0
+        moved = cache.acquire(req, units)
+        hit = units * cache.unit_tokens
+        req.computed_tokens = hit
+        req.blocks = units * cache.unit_blocks
+        if not req.preemptions:  # vLLM reports the first admission's hit
+            req.cached_tokens = hit
+        return moved
+
+    def _release(self, req: Request) -> None:
+        """Free *req*'s KV; with a prefix cache its full units stay cached."""
+        cache = self.cache
+        if cache is None or not req.keys:
+            self.kv.release(req.blocks)
+            return
+        kv = self.kv
+        kv.release(-cache.insert(req, req.computed_tokens // cache.unit_tokens))
+        kv.release(req.blocks - len(req.held) * cache.unit_blocks)  # its own blocks
+        kv.release(cache.release(req))  # shared units nobody else uses
+
     def _finish(self, done: list[Request]) -> None:
         """Free and record requests that emitted their last token (at ``last_token_s``)."""
         for req in done:
-            self.kv.release(req.blocks)
+            self._release(req)
             req.blocks = 0
             req.running = False
             self.collector.finish(req, req.last_token_s)
@@ -359,11 +396,14 @@ class Replica:
         # that finished in it (earlier finishers were freed inside the run).
         final = ends[-1]
         used = run.kv_blocks[-1]
-        for req in done:
-            if req.last_token_s == final:
-                used -= req.blocks
-            req.blocks = 0
-        self.kv.set_used(used)
+        if self.cache is not None:  # the run ended at its first finish: _finish frees
+            self.kv.set_used(used)
+        else:
+            for req in done:
+                if req.last_token_s == final:
+                    used -= req.blocks
+                req.blocks = 0
+            self.kv.set_used(used)
         if done:
             self._finish(done)
         collector.span(self.replica_id, ends, start, run.seqs, run.kv_blocks, len(self.waiting))

@@ -1,5 +1,8 @@
 """KV-cache block pool (vLLM PagedAttention accounting).
 
+With a prefix cache, blocks of cached units that no running request references are
+free (they count toward ``free``) but hold content until an allocation needs them.
+
 The cache holds ``num_blocks`` blocks of ``block_size`` tokens. A request with *t*
 tokens in the cache holds ``ceil(t / block_size)`` blocks; blocks are allocated as its
 context grows and all released when it finishes or is preempted (recompute). The pool
@@ -9,9 +12,14 @@ scheduler never triggers (an invariant the tests check).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, ConfigDict, PositiveInt
 
 from lyra_simpy.errors import SimulationError
+
+if TYPE_CHECKING:
+    from lyra_simpy.policies.prefix_cache import PrefixCache
 
 
 class KVCacheConfig(BaseModel):
@@ -33,13 +41,23 @@ def blocks_for(tokens: int, block_size: int) -> int:
 class BlockPool:
     """Counts KV blocks in use on one replica; *num_blocks* is the capacity."""
 
-    __slots__ = ("block_size", "num_blocks", "peak_used", "used")
+    __slots__ = ("block_size", "cache", "num_blocks", "peak_used", "used")
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.used = 0
         self.peak_used = 0
+        self.cache: PrefixCache | None = None
+        """A prefix cache whose unreferenced units hold free blocks: they are evicted
+        when an allocation needs their blocks."""
+
+    def _make_room(self) -> None:
+        cache = self.cache
+        if cache is not None:
+            over = self.used + cache.evictable_blocks - self.num_blocks
+            if over > 0:
+                cache.evict(over)
 
     @property
     def free(self) -> int:
@@ -54,12 +72,14 @@ class BlockPool:
         self.used = used
         if used > self.peak_used:
             self.peak_used = used
+        self._make_room()
 
     def set_used(self, used: int) -> None:
         """Set the blocks in use after a fused run (its peak went to :meth:`note_peak`)."""
         if not 0 <= used <= self.num_blocks:
             raise SimulationError(f"KV blocks in use out of range: {used} (engine bug)")
         self.used = used
+        self._make_room()
 
     def note_peak(self, used: int) -> None:
         """Record a peak reached inside a fused run."""

@@ -7,7 +7,8 @@ and the object is dropped, so memory does not grow with finished requests.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from lyra_simpy.decoding import DecodeSet
@@ -53,12 +54,15 @@ class Request:
         "_generated",
         "_last_token_s",
         "arrival_s",
+        "cache_upto",
         "cached_tokens",
         "epoch0",
         "finish_epoch",
         "first_token_s",
+        "held",
         "index",
         "input_tokens",
+        "keys",
         "member_of",
         "output_tokens",
         "preemptions",
@@ -81,6 +85,7 @@ class Request:
         last_token_s: float = 0.0,
         preemptions: int = 0,
         running: bool = False,
+        keys: Sequence[int] = (),
     ) -> None:
         self.index = index
         """Position in the workload (0-based); the record row."""
@@ -102,6 +107,13 @@ class Request:
         """The decode set whose clock counts this request's tokens (None: not in one)."""
         self.epoch0 = 0
         """The set's clock when the request joined it."""
+        self.keys = keys
+        """Prefix-cache keys of its content, one per unit (empty: no prefix sharing;
+        see :mod:`lyra_simpy.workload.prefixes`)."""
+        self.held: list[Any] = []
+        """Prefix-cache units it references, in prefix order."""
+        self.cache_upto = 0
+        """Units of its content already in the prefix cache (held)."""
         self.finish_epoch = 0
         """The set's clock at which the request emits its last token."""
 

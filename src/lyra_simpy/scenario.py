@@ -34,8 +34,10 @@ from lyra_simpy.policies import (
     PrefillFirstConfig,
     StaticConfig,
 )
+from lyra_simpy.policies.prefix_cache import PrefixCacheConfig
 from lyra_simpy.report import FigureSpec, ReportConfig
 from lyra_simpy.workload import WorkloadConfig, check_files
+from lyra_simpy.workload.prefixes import unit_tokens
 
 SchedulerConfig = Annotated[
     StaticConfig | ContinuousConfig | ChunkedPrefillConfig | PrefillFirstConfig,
@@ -101,6 +103,8 @@ class Scenario(BaseModel):
     workload: WorkloadConfig
     scheduler: SchedulerConfig = Field(default_factory=ContinuousConfig)
     kv_cache: KVCacheConfig
+    prefix_cache: PrefixCacheConfig | None = None
+    """Reuse cached prompt prefixes (``block_hash``: vLLM, ``radix``: SGLang); None: off."""
     cost: CostConfig
     slo: SLOConfig = Field(default_factory=SLOConfig)
     simulation: SimulationConfig = Field(default_factory=SimulationConfig)
@@ -118,6 +122,23 @@ class Scenario(BaseModel):
     def _one_expansion(self) -> Scenario:
         if self.variants and self.grid is not None:
             raise ValueError("use either variants or grid, not both")
+        return self
+
+    @model_validator(mode="after")
+    def _prefix_cache_fits(self) -> Scenario:
+        if self.prefix_cache is None:
+            return self
+        if self.scheduler.name == "static":
+            raise ValueError(
+                "prefix_cache: got a cache with scheduler 'static', must be used with "
+                "continuous, chunked_prefill or prefill_first"
+            )
+        unit = unit_tokens(self.workload.prefix, self.kv_cache.block_size)
+        if unit % self.kv_cache.block_size:
+            raise ValueError(
+                f"workload.prefix.unit_tokens: got {unit}, must be a multiple of "
+                f"kv_cache.block_size ({self.kv_cache.block_size})"
+            )
         return self
 
     @model_validator(mode="after")

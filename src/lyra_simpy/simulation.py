@@ -21,10 +21,12 @@ from lyra_simpy.kv import BlockPool
 from lyra_simpy.metrics.collector import STATUS_CODES, Collector
 from lyra_simpy.metrics.summary import summarize
 from lyra_simpy.policies import SCHEDULERS
+from lyra_simpy.policies.prefix_cache import PREFIX_CACHES
 from lyra_simpy.request import RECORD_FIELDS
 from lyra_simpy.rng import Streams
 from lyra_simpy.scenario import Scenario
 from lyra_simpy.workload import build_source
+from lyra_simpy.workload.prefixes import unit_tokens
 
 
 @dataclass
@@ -87,16 +89,23 @@ def _records(source: Any, collector: Collector, end_s: float) -> dict[str, npt.N
 def simulate(scenario: Scenario) -> Results:
     """Run *scenario* (one variant: see :meth:`Scenario.expand`) and return its results."""
     streams = Streams(scenario.seed)
-    source = build_source(scenario.workload, streams, scenario.base_dir)
+    kv_cfg = scenario.kv_cache
+    source = build_source(scenario.workload, streams, scenario.base_dir, kv_cfg.block_size)
     scheduler = SCHEDULERS[scenario.scheduler.name](scenario.scheduler)
     cost = COST_MODELS[scenario.cost.name](scenario.cost, scenario.scheduler.max_batch)
-    kv = BlockPool(scenario.kv_cache.num_blocks, scenario.kv_cache.block_size)
+    kv = BlockPool(kv_cfg.num_blocks, kv_cfg.block_size)
+    cache = None
+    if scenario.prefix_cache is not None:
+        cache = PREFIX_CACHES[scenario.prefix_cache.name](
+            unit_tokens(scenario.workload.prefix, kv_cfg.block_size), kv_cfg.block_size
+        )
     collector = Collector(len(source.input_tokens), scenario.simulation.timeseries)
     env = simpy.Environment()
     until = scenario.simulation.until_s
     replica = Replica(
-        env, 0, scheduler, cost, kv, source, collector, scenario.simulation.fuse_iterations, until
-    )
+        env, 0, scheduler, cost, kv, source, collector,
+        scenario.simulation.fuse_iterations, until, cache,
+    )  # fmt: skip
     env.process(replica.run())
     env.run(until=until)
     for req in chain(replica.waiting, replica.running):
@@ -121,5 +130,6 @@ def simulate(scenario: Scenario) -> Results:
             "end_s": float(env.now),
             "peak_kv_blocks": kv.peak_used,
             "kv_blocks": kv.num_blocks,
+            "prefix_cache_units": cache.units if cache is not None else 0,
         },
     )

@@ -122,4 +122,10 @@ def summarize(
     summary.update(_stats("itl", values * 1000.0, weights))
     summary.update(_stats("e2el", records["e2el_ms"][done]))
     summary["total_preemptions"] = int(records["preemptions"].sum())
+    # Prefix cache: prompt tokens served from it (vLLM's prompt_tokens_details), over
+    # the prompt tokens of the completed requests.
+    cached_col = records.get("cached_tokens")
+    cached = int(cached_col[done].sum()) if cached_col is not None else 0
+    summary["total_cached_tokens"] = cached
+    summary["prefix_cache_hit_rate"] = cached / int(in_tok.sum()) if in_tok.sum() else 0.0
     return summary

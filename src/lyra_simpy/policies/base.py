@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from lyra_simpy.request import Request
+
+if TYPE_CHECKING:
+    from lyra_simpy.policies.prefix_cache import PrefixCache
 
 
 @dataclass(slots=True, frozen=True)
@@ -33,6 +36,19 @@ class EngineView:
     decode_blocks: int | None = None
     """When every running request is decoding: the blocks they need, all together, to
     decode one more token each (None: not known; read the requests)."""
+    prefix: PrefixCache | None = None
+    """The prefix cache, to look up waiting requests' hits (None: no cache)."""
+
+
+def prefix_hit(view: EngineView, req: Request) -> tuple[int, int]:
+    """(prompt tokens a waiting *req* finds cached, free blocks those cached units take
+    when it starts: they stop being evictable) — (0, 0) without a cache. The engine
+    starts it from the same hit (vLLM ``get_computed_blocks``; SGLang ``match_prefix``)."""
+    cache = view.prefix
+    if cache is None or not req.keys or req.running:
+        return 0, 0
+    units, free_units = cache.lookup(req)
+    return units * cache.unit_tokens, free_units * cache.unit_blocks
 
 
 @dataclass(slots=True)

@@ -27,7 +27,7 @@ from typing import Literal
 from pydantic import NonNegativeInt, PositiveInt
 
 from lyra_simpy.kv import blocks_for
-from lyra_simpy.policies.base import BatchPlan, EngineView
+from lyra_simpy.policies.base import BatchPlan, EngineView, prefix_hit
 from lyra_simpy.policies.continuous import ContinuousBatching, TokenBudgetConfig
 from lyra_simpy.request import Request
 
@@ -68,12 +68,14 @@ class ChunkedPrefill(ContinuousBatching):
         bs = view.block_size
         cap = self._cap
         slots = self.config.max_num_seqs - n_running
+        prefix = view.prefix
         for req in view.waiting:
             if slots <= 0 or budget <= 0:
                 break
-            pending = req.input_tokens + req.generated_tokens - req.computed_tokens
+            hit, hit_free = prefix_hit(view, req) if prefix is not None else (0, 0)
+            pending = req.input_tokens + req.generated_tokens - req.computed_tokens - hit
             tokens = min(pending, budget, cap)
-            need = blocks_for(req.computed_tokens + tokens, bs) - req.blocks
+            need = blocks_for(hit + tokens, bs) - hit // bs + hit_free
             if need > free:
                 break
             plan.prefill.append((req, tokens))

@@ -26,7 +26,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, PositiveInt, model_validator
 
 from lyra_simpy.kv import blocks_for
-from lyra_simpy.policies.base import BatchPlan, EngineView
+from lyra_simpy.policies.base import BatchPlan, EngineView, prefix_hit
 from lyra_simpy.request import Request
 
 
@@ -125,13 +125,15 @@ class ContinuousBatching:
         """Waiting requests in FCFS order while they fit (step 2 of the docstring)."""
         bs = view.block_size
         slots = self.config.max_num_seqs - n_running
+        prefix = view.prefix
         for req in view.waiting:
             if slots <= 0:
                 break
-            tokens = req.input_tokens + req.generated_tokens - req.computed_tokens
+            hit, hit_free = prefix_hit(view, req) if prefix is not None else (0, 0)
+            tokens = req.input_tokens + req.generated_tokens - req.computed_tokens - hit
             if tokens > budget:
                 break
-            need = blocks_for(req.computed_tokens + tokens, bs) - req.blocks
+            need = blocks_for(hit + tokens, bs) - hit // bs + hit_free
             if need > free:
                 break
             plan.prefill.append((req, tokens))

@@ -33,12 +33,13 @@ here it is one fixed value, defaulting to that floor, which is where a busy serv
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from lyra_simpy.kv import blocks_for
-from lyra_simpy.policies.base import BatchPlan, EngineView
+from lyra_simpy.policies.base import BatchPlan, EngineView, prefix_hit
 from lyra_simpy.request import Request
 
 
@@ -65,6 +66,13 @@ class PrefillFirstConfig(BaseModel):
     clip_max_new_tokens: PositiveInt = 4096
     """Remaining outputs are counted at most this long in the reservation (SGLang
     ``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION``, default 4096)."""
+    schedule_policy: Literal["fcfs", "lpm"] = "fcfs"
+    """Queue order (``--schedule-policy``): ``fcfs``, or ``lpm`` — longest cached
+    prefix first (needs a prefix cache; ties keep arrival order). SGLang's default is
+    ``fcfs`` since v0.4; ``lpm`` was the earlier default."""
+    lpm_max_queue: PositiveInt = 128
+    """``lpm`` falls back to FCFS while more requests than this wait (SGLang skips the
+    costly matching then; 128 in ``schedule_policy.py``)."""
 
     @property
     def max_batch(self) -> int:
@@ -140,14 +148,15 @@ class PrefillFirst:
             if tokens < _pending(partial):
                 return plan  # still chunking: nothing else joins
         slots = c.max_running_requests - len(view.running)
-        for req in view.waiting:
+        for req in self._order(view):
             if slots <= 0 or rem_total <= 0 or rem_input <= 0:
                 break
             if chunk is not None and chunk <= 0:
                 break
-            pending = _pending(req)
+            hit, hit_free = prefix_hit(view, req)
+            pending = _pending(req) - hit
             future = min(req.output_tokens - req.generated_tokens, clip)
-            if pending + future > rem_total:
+            if pending + future + hit_free * bs > rem_total:
                 break
             paged = blocks_for(pending, bs) * bs
             if plan.prefill and paged > rem_input:
@@ -156,22 +165,31 @@ class PrefillFirst:
                 tokens = chunk // bs * bs
                 if tokens <= 0:
                     break
-                need = blocks_for(req.computed_tokens + tokens, bs) - req.blocks
+                need = blocks_for(hit + tokens, bs) - hit // bs + hit_free
                 if need > free:
                     break
                 plan.prefill.append((req, tokens))
                 break  # the new chunked request ends the batch
-            need = blocks_for(req.computed_tokens + pending, bs) - req.blocks
+            need = blocks_for(hit + pending, bs) - hit // bs + hit_free
             if need > free:
                 break
             plan.prefill.append((req, pending))
             free -= need
-            rem_total -= paged + future
+            rem_total -= paged + future + hit_free * bs
             rem_input -= paged
             if chunk is not None:
                 chunk -= paged
             slots -= 1
         return _mixed_or_empty(plan)
+
+    def _order(self, view: EngineView) -> list[Request] | Sequence[Request]:
+        """The queue in scheduling order (``schedule_policy``)."""
+        waiting = view.waiting
+        c = self.config
+        lpm = c.schedule_policy == "lpm" and view.prefix is not None
+        if lpm and len(waiting) <= c.lpm_max_queue:
+            return sorted(waiting, key=lambda r: -prefix_hit(view, r)[0])
+        return waiting
 
     # -- decode iterations -------------------------------------------------------------
     def _decode(self, view: EngineView, decoding: list[Request]) -> BatchPlan:

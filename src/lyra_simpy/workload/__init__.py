@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
 from lyra_simpy.errors import ScenarioError, TraceError
 from lyra_simpy.rng import Streams
@@ -38,6 +38,16 @@ from lyra_simpy.workload.lengths import (
     UniformLength,
     read,
     sample_lengths,
+)
+from lyra_simpy.workload.prefixes import (
+    ConversationPrefix,
+    NoPrefix,
+    PrefixConfig,
+    SystemPromptPrefix,
+    TracePrefix,
+    conversation_keys,
+    system_prompt_keys,
+    trace_keys,
 )
 from lyra_simpy.workload.source import ClosedLoopSource, OpenLoopSource, Source
 from lyra_simpy.workload.traces import Trace, TraceFormat
@@ -73,6 +83,9 @@ class WorkloadConfig(BaseModel):
     """Requests to send (with a ``trace`` arrival: at most this many rows)."""
     duration_s: PositiveFloat | None = None
     """Send requests arriving before this time (with ``num_requests``: whichever first)."""
+    prefix: PrefixConfig = Field(default_factory=NoPrefix)
+    """Which prompts share prefixes (for the prefix cache); see
+    :mod:`lyra_simpy.workload.prefixes`."""
     max_total_tokens: PositiveInt | None = None
     """Cap on input + output per request: longer requests are scaled down in proportion
     (both lengths × cap / total, floored, at least 1 each) — as a server's
@@ -93,6 +106,17 @@ class WorkloadConfig(BaseModel):
         )
         if uses_trace and not isinstance(self.arrival, TraceArrivals):
             raise ValueError("length 'trace' needs arrival.name 'trace'")
+        if isinstance(self.prefix, TracePrefix) and not (
+            isinstance(self.arrival, TraceArrivals)
+            and self.arrival.format == "mooncake"
+            and isinstance(self.input_tokens, TraceLength)
+        ):
+            raise ValueError(
+                "prefix 'trace' needs a mooncake trace arrival with input_tokens 'trace' "
+                "(the block ids describe the trace's own prompts)"
+            )
+        if not isinstance(self.prefix, NoPrefix) and self.max_total_tokens is not None:
+            raise ValueError("max_total_tokens would cut shared prefixes: unset it with prefix")
         return self
 
 
@@ -142,8 +166,11 @@ def _cap(inp: np.ndarray, out: np.ndarray, cap: int | None) -> tuple[np.ndarray,
     return inp, out
 
 
-def build_source(cfg: WorkloadConfig, streams: Streams, base_dir: Path) -> Source:
-    """Draw the workload and return the source that feeds it to a replica."""
+def build_source(
+    cfg: WorkloadConfig, streams: Streams, base_dir: Path, block_size: int = 16
+) -> Source:
+    """Draw the workload and return the source that feeds it to a replica
+    (*block_size*: the KV block, the unit of synthetic shared prefixes)."""
     row_cache: dict[tuple[str, str], np.ndarray] = {}
 
     def rows(path: str, fmt: TraceFormat, n: int) -> tuple[Trace, np.ndarray]:
@@ -159,6 +186,7 @@ def build_source(cfg: WorkloadConfig, streams: Streams, base_dir: Path) -> Sourc
     n = cfg.num_requests
     times: np.ndarray | None = None
     trace_lengths: Any = None
+    hash_ids = None
     if isinstance(arrival, TraceArrivals):
         trace = read(arrival.path, arrival.format, base_dir)
         times = trace_times(arrival, trace.arrival_s)
@@ -171,6 +199,8 @@ def build_source(cfg: WorkloadConfig, streams: Streams, base_dir: Path) -> Sourc
         def trace_lengths(field: str) -> np.ndarray:
             col = trace.input_tokens if field == "input" else trace.output_tokens
             return col[skip:]
+
+        hash_ids = trace.hash_ids[skip:] if trace.hash_ids is not None else None
 
         n = len(times)
     elif not isinstance(arrival, ClosedLoopArrivals):
@@ -186,10 +216,21 @@ def build_source(cfg: WorkloadConfig, streams: Streams, base_dir: Path) -> Sourc
     inp = draw(cfg.input_tokens, "input_tokens", "input")
     out = draw(cfg.output_tokens, "output_tokens", "output")
     inp, out = _cap(inp, out, cfg.max_total_tokens)
+    keys = None
+    prefix = cfg.prefix
+    if isinstance(prefix, SystemPromptPrefix):
+        inp, keys = system_prompt_keys(prefix, streams.get("prefixes"), inp, block_size)
+    elif isinstance(prefix, ConversationPrefix):
+        inp, keys = conversation_keys(prefix, inp, out, block_size)
+    elif isinstance(prefix, TracePrefix):
+        assert hash_ids is not None
+        keys = trace_keys(list(hash_ids[:count]), inp, prefix.unit_tokens)
     if isinstance(arrival, ClosedLoopArrivals):
-        return ClosedLoopSource(arrival.concurrency, arrival.think_time_s, inp, out, cfg.duration_s)
+        return ClosedLoopSource(
+            arrival.concurrency, arrival.think_time_s, inp, out, cfg.duration_s, keys
+        )
     assert times is not None
-    return OpenLoopSource(times, inp, out)
+    return OpenLoopSource(times, inp, out, keys)
 
 
 __all__ = ["ARRIVALS", "LENGTHS", "WorkloadConfig", "build_source", "check_files"]

@@ -52,8 +52,10 @@ class OpenLoopSource:
         arrival_s: npt.NDArray[np.float64],
         input_tokens: npt.NDArray[np.int64],
         output_tokens: npt.NDArray[np.int64],
+        keys: list[tuple[int, ...]] | None = None,
     ) -> None:
         self.arrival_s = arrival_s
+        self.keys = keys
         self.input_tokens = input_tokens
         self.output_tokens = output_tokens
         self._times: list[float] = arrival_s.tolist()
@@ -68,8 +70,12 @@ class OpenLoopSource:
         if i >= len(times) or times[i] > now_s:
             return []
         out = []
+        keys = self.keys
         while i < len(times) and times[i] <= now_s:
-            out.append(Request(i, i, times[i], self._inputs[i], self._outputs[i]))
+            req = Request(i, i, times[i], self._inputs[i], self._outputs[i])
+            if keys is not None:
+                req.keys = keys[i]
+            out.append(req)
             i += 1
         self._next = i
         self.done = i >= len(times)
@@ -94,8 +100,10 @@ class ClosedLoopSource:
         input_tokens: npt.NDArray[np.int64],
         output_tokens: npt.NDArray[np.int64],
         stop_s: float | None = None,
+        keys: list[tuple[int, ...]] | None = None,
     ) -> None:
         self.limit = len(input_tokens)
+        self.keys = keys
         self.arrival_s = np.full(self.limit, np.nan)
         self.input_tokens = input_tokens
         self.output_tokens = output_tokens
@@ -116,7 +124,10 @@ class ClosedLoopSource:
             t = heapq.heappop(heap)
             i = self._issued
             self.arrival_s[i] = t
-            out.append(Request(i, i, t, self._inputs[i], self._outputs[i]))
+            req = Request(i, i, t, self._inputs[i], self._outputs[i])
+            if self.keys is not None:
+                req.keys = self.keys[i]
+            out.append(req)
             self._issued += 1
         self.done = not heap and self._scheduled >= self.limit
         return out

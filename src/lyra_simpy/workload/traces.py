@@ -47,6 +47,8 @@ class Trace:
     arrival_s: npt.NDArray[np.float64]
     input_tokens: npt.NDArray[np.int64]
     output_tokens: npt.NDArray[np.int64]
+    hash_ids: tuple[tuple[int, ...], ...] | None = None
+    """Per row, the ids of its prompt's blocks (Mooncake; None for other formats)."""
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -59,7 +61,9 @@ def _parse_azure_time(text: str) -> float:
     return base + (float("0." + frac) if frac else 0.0)
 
 
-def _read_rows(path: Path, fmt: TraceFormat) -> tuple[list[float], list[int], list[int]]:
+def _read_rows(
+    path: Path, fmt: TraceFormat, hashes: list[tuple[int, ...]]
+) -> tuple[list[float], list[int], list[int]]:
     times: list[float] = []
     ins: list[int] = []
     outs: list[int] = []
@@ -71,6 +75,7 @@ def _read_rows(path: Path, fmt: TraceFormat) -> tuple[list[float], list[int], li
                     times.append(float(row["timestamp"]) / 1000.0)
                     ins.append(int(row["input_length"]))
                     outs.append(int(row["output_length"]))
+                    hashes.append(tuple(int(h) for h in row.get("hash_ids", ())))
             return times, ins, outs
         columns = {
             "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
@@ -92,8 +97,9 @@ def _read_rows(path: Path, fmt: TraceFormat) -> tuple[list[float], list[int], li
 
 @functools.lru_cache(maxsize=16)
 def _load(path: str, fmt: TraceFormat, mtime_ns: int) -> Trace:
+    hashes: list[tuple[int, ...]] = []
     try:
-        times, ins, outs = _read_rows(Path(path), fmt)
+        times, ins, outs = _read_rows(Path(path), fmt, hashes)
     except (KeyError, ValueError, json.JSONDecodeError) as exc:
         raise TraceError(f"{path}: malformed {fmt} trace ({exc})") from exc
     t = np.asarray(times, dtype=np.float64)
@@ -108,7 +114,11 @@ def _load(path: str, fmt: TraceFormat, mtime_ns: int) -> Trace:
     t = t - t[0]
     for arr in (t, i, o):
         arr.flags.writeable = False
-    return Trace(t, i, o)
+    ids = None
+    if hashes:
+        kept = np.flatnonzero(keep)[order]
+        ids = tuple(hashes[int(r)] for r in kept)
+    return Trace(t, i, o, ids)
 
 
 def read_trace(path: Path, fmt: TraceFormat) -> Trace:

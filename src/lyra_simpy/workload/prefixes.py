@@ -1,0 +1,142 @@
+"""Shared prefixes: which requests' prompts begin with the same tokens.
+
+A prompt is cut into *units* of ``unit_tokens`` tokens; unit *u* of a request gets a key
+that hashes its content and the key of unit *u − 1* (vLLM's chained block hashes), so
+two requests share a key exactly when they share the whole prefix up to that unit. The
+prefix cache (:mod:`lyra_simpy.policies.prefix_cache`) reuses full units only.
+
+* ``system_prompt``: a share of the requests start with one of *groups* system
+  prompts of ``prefix_tokens`` tokens (the group drawn uniformly), *prepended* to the
+  drawn prompt — so those prompts are ``prefix_tokens`` longer. The unit that holds the
+  end of the system prompt and the start of the user's text is the request's own.
+* ``conversation``: multi-turn chats. *concurrent* conversations are open at once;
+  arrival *i* is the next turn of conversation slot ``i mod concurrent``, each
+  conversation has *turns* turns, then its slot starts a new one. A turn's prompt is
+  the whole history (earlier prompts' new text and answers) plus its drawn input
+  tokens, so it can reuse the previous turn's prompt *and* answer.
+* ``trace``: the ``hash_ids`` of a Mooncake trace (512-token blocks; equal ids mean
+  reusable KV), so a replay shares exactly what the real traffic shared.
+
+The unit is the KV block size for the synthetic kinds (vLLM caches whole blocks) and
+the trace's block for ``trace``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Literal
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+Ints = npt.NDArray[np.int64]
+Keys = list[tuple[int, ...]]
+
+
+class _Prefix(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NoPrefix(_Prefix):
+    """Every prompt is its own (no sharing)."""
+
+    name: Literal["none"] = "none"
+
+
+class SystemPromptPrefix(_Prefix):
+    name: Literal["system_prompt"] = "system_prompt"
+    groups: PositiveInt
+    """Distinct system prompts."""
+    prefix_tokens: PositiveInt
+    """Length of each system prompt."""
+    share: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+    """Fraction of requests that carry a system prompt."""
+
+
+class ConversationPrefix(_Prefix):
+    name: Literal["conversation"] = "conversation"
+    turns: PositiveInt
+    """Turns per conversation."""
+    concurrent: PositiveInt
+    """Conversations open at once (arrivals are dealt to them in turn)."""
+
+
+class TracePrefix(_Prefix):
+    """The trace's own block ids (a ``trace`` arrival in Mooncake format)."""
+
+    name: Literal["trace"] = "trace"
+    unit_tokens: PositiveInt = 512
+    """Tokens per trace block (Mooncake: 512)."""
+
+
+PrefixConfig = Annotated[
+    NoPrefix | SystemPromptPrefix | ConversationPrefix | TracePrefix,
+    Field(discriminator="name"),
+]
+
+
+def _chain(ids: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
+    """Chained keys: each hashes its unit's content id and the previous key."""
+    keys = []
+    prev = 0
+    for content in ids:
+        prev = hash((prev, *content))
+        keys.append(prev)
+    return tuple(keys)
+
+
+def system_prompt_keys(
+    cfg: SystemPromptPrefix, rng: np.random.Generator, inp: Ints, unit: int
+) -> tuple[Ints, Keys]:
+    """Prompts with the system prompts prepended, and their keys."""
+    n = len(inp)
+    has = rng.random(n) < cfg.share
+    group = rng.integers(0, cfg.groups, size=n)
+    inp = inp + np.where(has, cfg.prefix_tokens, 0)
+    shared_units = cfg.prefix_tokens // unit
+    keys: Keys = []
+    for i in range(n):
+        full = int(inp[i]) // unit
+        if has[i]:
+            g = int(group[i])
+            ids = [(1, g, u) for u in range(min(shared_units, full))]
+            ids += [(2, i, u) for u in range(len(ids), full)]
+        else:
+            ids = [(2, i, u) for u in range(full)]
+        keys.append(_chain(ids))
+    return inp, keys
+
+
+def conversation_keys(
+    cfg: ConversationPrefix, inp: Ints, out: Ints, unit: int
+) -> tuple[Ints, Keys]:
+    """Each turn's prompt (history + its new tokens) and the keys of its whole context
+    (prompt and answer: the next turn reuses both)."""
+    n = len(inp)
+    prompts = np.empty(n, dtype=np.int64)
+    history: dict[int, int] = {}  # conversation → tokens so far
+    keys: Keys = []
+    for i in range(n):
+        k = i // cfg.concurrent
+        conv = (k // cfg.turns) * cfg.concurrent + i % cfg.concurrent
+        if k % cfg.turns == 0:
+            history[conv] = 0
+        prompts[i] = history[conv] + int(inp[i])
+        history[conv] = int(prompts[i]) + int(out[i])
+        full = history[conv] // unit
+        keys.append(_chain([(3, conv, u) for u in range(full)]))
+    return prompts, keys
+
+
+def trace_keys(hash_ids: list[tuple[int, ...]], inp: Ints, unit: int) -> Keys:
+    """Keys of the replayed rows' full blocks (a last partial block is never reused)."""
+    return [
+        _chain([(4, h) for h in ids[: int(tokens) // unit]])
+        for ids, tokens in zip(hash_ids, inp, strict=True)
+    ]
+
+
+def unit_tokens(cfg: object, block_size: int) -> int:
+    """Tokens per unit of *cfg*'s keys: the trace's block, else the KV block."""
+    return cfg.unit_tokens if isinstance(cfg, TracePrefix) else block_size

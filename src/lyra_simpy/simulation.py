@@ -20,7 +20,7 @@ from lyra_simpy.engine import Replica
 from lyra_simpy.kv import BlockPool
 from lyra_simpy.metrics.collector import STATUS_CODES, Collector
 from lyra_simpy.metrics.summary import summarize
-from lyra_simpy.policies import SCHEDULERS
+from lyra_simpy.policies import ADMISSIONS, SCHEDULERS, Limits
 from lyra_simpy.request import RECORD_FIELDS
 from lyra_simpy.rng import Streams
 from lyra_simpy.scenario import Scenario
@@ -84,6 +84,18 @@ def _records(source: Any, collector: Collector, end_s: float) -> dict[str, npt.N
     }
 
 
+def _admission(scenario: Scenario, cost: Any) -> Any:
+    """The scenario's admission policy, given the SLO and the scheduler's limits."""
+    sched = scenario.scheduler
+    limits = Limits(
+        scenario.slo.ttft_ms,
+        scenario.slo.tpot_ms,
+        sched.max_batch,
+        getattr(sched, "max_num_batched_tokens", None),
+    )
+    return ADMISSIONS[scenario.admission.name](scenario.admission, cost, limits)
+
+
 def simulate(scenario: Scenario) -> Results:
     """Run *scenario* (one variant: see :meth:`Scenario.expand`) and return its results."""
     streams = Streams(scenario.seed)
@@ -95,11 +107,12 @@ def simulate(scenario: Scenario) -> Results:
     env = simpy.Environment()
     until = scenario.simulation.until_s
     replica = Replica(
-        env, 0, scheduler, cost, kv, source, collector, scenario.simulation.fuse_iterations, until
-    )
+        env, 0, scheduler, cost, kv, source, collector, scenario.simulation.fuse_iterations, until,
+        _admission(scenario, cost),
+    )  # fmt: skip
     env.process(replica.run())
     env.run(until=until)
-    for req in chain(replica.waiting, replica.running):
+    for req in chain(replica.waiting, replica.running, replica.deferred):
         collector.leave_unfinished(req)
     # Requests due by the stop but not yet taken by the replica still arrived: they are
     # recorded as unfinished (closed-loop ones get their arrival time when taken).

@@ -192,6 +192,9 @@ def test_run_lab_scenarios_quick_with_figures(tmp_path, capsys):
         "lab02_goodput_vs_batch_vs_max_num_seqs.png",
         "lab02_static_vs_continuous_timeline_static.png",
         "lab02_static_vs_continuous_ttft_cdf.png",
+        "slo_admission_overload_vs_rate_per_s.png",
     ]
+    overload = out_dir / "slo_admission_overload"
+    check_variant(overload / "slo_8.0", "slo_8.0", 13, n_requests=300)
     for name in figures:
         assert (fig_dir / name).read_bytes()[:4] == b"\x89PNG"

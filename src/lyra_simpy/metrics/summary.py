@@ -8,6 +8,7 @@ see :mod:`~lyra_simpy.metrics.collector`); percentiles use NumPy's default (line
 interpolation and std the population std, as vLLM does. A request is *good* when it
 completed and met every SLO set; ``slo_attainment`` is good / all arrivals (a rejected
 or unfinished request misses). Without SLOs every completed request is good.
+``rejection_rate`` (not a vLLM name) is rejected / all arrivals.
 """
 
 from __future__ import annotations
@@ -122,4 +123,5 @@ def summarize(
     summary.update(_stats("itl", values * 1000.0, weights))
     summary.update(_stats("e2el", records["e2el_ms"][done]))
     summary["total_preemptions"] = int(records["preemptions"].sum())
+    summary["rejection_rate"] = summary["rejected"] / n_arrivals if n_arrivals else 0.0
     return summary

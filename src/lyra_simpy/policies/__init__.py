@@ -1,9 +1,19 @@
-"""Scheduling policies. ``SCHEDULERS`` maps the YAML ``scheduler.name`` to a class."""
+"""Scheduling and admission policies. ``SCHEDULERS`` and ``ADMISSIONS`` map the YAML
+``scheduler.name`` and ``admission.name`` to a class."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from lyra_simpy.policies.admission import (
+    Admission,
+    AlwaysAdmission,
+    AlwaysConfig,
+    Decision,
+    Limits,
+    SLOAdmission,
+    SLOAdmissionConfig,
+)
 from lyra_simpy.policies.base import BatchPlan, EngineView, Scheduler
 from lyra_simpy.policies.continuous import ContinuousBatching, ContinuousConfig
 from lyra_simpy.policies.static import StaticBatching, StaticConfig
@@ -13,12 +23,25 @@ SCHEDULERS: dict[str, type[Any]] = {
     "continuous": ContinuousBatching,
 }
 
+ADMISSIONS: dict[str, type[Any]] = {
+    "always": AlwaysAdmission,
+    "slo": SLOAdmission,
+}
+
 __all__ = [
+    "ADMISSIONS",
     "SCHEDULERS",
+    "Admission",
+    "AlwaysAdmission",
+    "AlwaysConfig",
     "BatchPlan",
     "ContinuousBatching",
     "ContinuousConfig",
+    "Decision",
     "EngineView",
+    "Limits",
+    "SLOAdmission",
+    "SLOAdmissionConfig",
     "Scheduler",
     "StaticBatching",
     "StaticConfig",

@@ -3,12 +3,14 @@ lost, closed loops hear about rejections, and the default asks nothing."""
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import numpy as np
 import pytest
 
-from lyra_simpy import simulate
+from lyra_simpy import plots, simulate
+from lyra_simpy.errors import SimulationError
 from lyra_simpy.policies import AlwaysAdmission, SLOAdmission
 
 #: A burst of 40 requests on a 4-slot engine: 10 ms + 2 ms per sequence.
@@ -160,3 +162,26 @@ def test_the_default_is_never_asked(make_scenario, monkeypatch):
     res = burst(make_scenario)
     assert res.scenario.admission.name == "always"
     assert res.summary["rejected"] == 0
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [("maybe", "admission returned 'maybe'"), ("defer", "deferred requests on an idle")],
+)
+def test_a_broken_admission_policy_is_caught(make_scenario, monkeypatch, answer, message):
+    monkeypatch.setattr(SLOAdmission, "decide", lambda self, request, view: answer)
+    with pytest.raises(SimulationError, match=message):
+        burst(make_scenario, admission={"name": "slo"})
+
+
+def test_panels_vs_param_draws_one_line_per_series():
+    panels = {
+        "request_goodput": {"always": ([1, 2], [1.0, 0.1]), "slo": ([1, 2], [1.0, 0.9])},
+        "rejection_rate": {"always": ([1, 2], [0.0, 0.0]), "slo": ([1, 2], [0.0, 0.5])},
+    }
+    fig = plots.panels_vs_param(panels, "rate_per_s", title="overload", log_x=True)
+    axes = fig.get_axes()
+    assert [len(ax.get_lines()) for ax in axes] == [2, 2]
+    assert axes[0].get_xlabel() == "offered load (req/s)"
+    assert axes[1].get_ylabel() == "rejected (fraction of arrivals)"
+    plots.save(fig, io.BytesIO())

@@ -172,3 +172,13 @@ def test_slo_admission_without_an_slo_is_one_clear_line(make_scenario):
         make_scenario({"admission": {"name": "sla"}})
     with pytest.raises(ScenarioError, match=r"admission\.slo\.ttft_slack: got 2"):
         make_scenario({"admission": {"name": "slo", "ttft_slack": 2}})
+
+
+def test_the_replay_stops_at_the_horizon():
+    running = [decoding(0, 30, generated=7, output_tokens=10)]
+    ahead, me = new(1, 40), new(2, 50)
+    policy = slo()
+    assert policy.predict(me, running, [ahead], horizon_s=0.057)[0] == pytest.approx(0.057)
+    assert math.isinf(policy.predict(me, running, [ahead], horizon_s=0.056)[0])
+    assert math.isinf(policy.predict(me, running, [ahead], horizon_s=0.030)[0])  # mid-decode
+    assert math.isinf(policy.predict(me, running, [ahead], horizon_s=0.010)[0])  # 1st prefill

@@ -135,7 +135,7 @@ class SLOAdmission:
 
     def decide(self, request: Request, view: EngineView) -> Decision:
         waited_s = view.now_s - request.arrival_s
-        wait_s, tpot_s = self.predict(request, view.running, view.waiting)
+        wait_s, tpot_s = self.predict(request, view.running, view.waiting, self._ttft_s - waited_s)
         if waited_s + wait_s <= self._ttft_s and tpot_s <= self._tpot_s:
             return "admit"
         if self.config.mode == "reject" or not (view.running or view.waiting):
@@ -153,11 +153,17 @@ class SLOAdmission:
         return self.cost.iteration_s(BatchShape(1, pending, pending * total, 0, 0, 0))
 
     def predict(
-        self, request: Request, running: Sequence[Request], waiting: Sequence[Request]
+        self,
+        request: Request,
+        running: Sequence[Request],
+        waiting: Sequence[Request],
+        horizon_s: float = _INF,
     ) -> tuple[float, float]:
         """(seconds from now to the end of *request*'s prefill, decode iteration time
         once it joined; 0 when it emits a single token) by the replay of the module
-        docstring. Infinite when it could never be scheduled."""
+        docstring. Infinite when it could never be scheduled, or not within *horizon_s*
+        (the replay stops there: its cost is bounded by the TTFT SLO when one is set;
+        with only a TPOT SLO it replays the whole queue ahead)."""
         max_seqs = self.limits.max_num_seqs
         budget_cap = self.limits.max_num_batched_tokens
         cost = self.cost
@@ -191,6 +197,8 @@ class SLOAdmission:
             context = sum(c for _, c in run)
             if pre_seqs:
                 t += cost.iteration_s(BatchShape(pre_seqs, pre_tokens, attention, n, n, context))
+                if t > horizon_s:
+                    return _INF, _INF
                 run = [[rem - 1, c + 1] for rem, c in run if rem > 1]
                 run.extend(j for j in joined if j[0] > 0)
                 if mine:
@@ -204,4 +212,6 @@ class SLOAdmission:
             else:  # only a completion can let the head in: decode up to the next one
                 k = min(rem for rem, _ in run)
                 t += sum(cost.decode_span_s(n, context, n, k))
+                if t > horizon_s:
+                    return _INF, _INF
                 run = [[rem - k, c + k] for rem, c in run if rem > k]

@@ -92,6 +92,7 @@ def _admission(scenario: Scenario, cost: Any) -> Any:
         scenario.slo.tpot_ms,
         sched.max_batch,
         getattr(sched, "max_num_batched_tokens", None),
+        scenario.kv_cache.num_blocks * scenario.kv_cache.block_size,
     )
     return ADMISSIONS[scenario.admission.name](scenario.admission, cost, limits)
 

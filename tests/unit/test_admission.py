@@ -182,3 +182,23 @@ def test_the_replay_stops_at_the_horizon():
     assert math.isinf(policy.predict(me, running, [ahead], horizon_s=0.056)[0])
     assert math.isinf(policy.predict(me, running, [ahead], horizon_s=0.030)[0])  # mid-decode
     assert math.isinf(policy.predict(me, running, [ahead], horizon_s=0.010)[0])  # 1st prefill
+
+
+def test_a_tpot_no_batch_can_break_needs_no_replay(monkeypatch):
+    def no_replay(*args, **kwargs):
+        raise AssertionError("replayed")
+
+    # 2 rows over a 1000-token cache: 10 + 2 ms (no context cost) <= 0.9 x 14 ms
+    safe = SLOAdmission(SLOAdmissionConfig(), COST, Limits(None, 14.0, 2, 100, 1000))
+    monkeypatch.setattr(safe, "predict", no_replay)
+    assert safe.decide(new(0, 50), view()) == "admit"
+    # a tight TPOT, an unknown cache, or a TTFT SLO: the replay decides
+    for limits in (
+        Limits(None, 13.0, 2, 100, 1000),
+        Limits(None, 14.0, 2, 100),
+        Limits(1e3, 14.0, 2, 100, 1000),
+    ):
+        policy = SLOAdmission(SLOAdmissionConfig(), COST, limits)
+        monkeypatch.setattr(policy, "predict", no_replay)
+        with pytest.raises(AssertionError, match="replayed"):
+            policy.decide(new(0, 50), view())

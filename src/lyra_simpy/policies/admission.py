@@ -27,6 +27,9 @@ iterations are not charged to the TPOT; ``output_tokens`` is read as the ``max_t
 the client sent (vLLM's ``bench serve`` sends the output length with ``ignore_eos``), so
 with real traffic stopping early on EOS the prediction is an upper bound. With static
 batching the replay still follows continuous rules (optimistic: no head-of-line wait).
+Cost: a decision replays events up to the TTFT SLO's horizon at most; with only a TPOT
+SLO it replays the whole queue ahead, unless no batch could break the TPOT at all (then
+it admits without a replay).
 
 A request that fails is rejected (``mode: reject``) or, with ``mode: defer``, held
 outside the scheduler's queue and decided again at every later scheduling point; it is
@@ -86,6 +89,8 @@ class Limits:
     max_num_seqs: int
     max_num_batched_tokens: int | None
     """The scheduler's token budget (None: the scheduler has none)."""
+    kv_capacity_tokens: int | None = None
+    """Tokens the KV cache holds: a bound on the context of any batch (None: unknown)."""
 
 
 class Admission(Protocol):
@@ -132,8 +137,17 @@ class SLOAdmission:
         self._ttft_s = _limit_s(limits.ttft_ms, config.ttft_slack)
         """Predicted TTFT admitted, in seconds (infinite without a TTFT SLO)."""
         self._tpot_s = _limit_s(limits.tpot_ms, config.tpot_slack)
+        seqs, kv_tokens = limits.max_num_seqs, limits.kv_capacity_tokens
+        self._tpot_safe = limits.tpot_ms is None or (
+            kv_tokens is not None
+            and cost.decode_span_s(seqs, kv_tokens, seqs, 1)[0] <= self._tpot_s
+        )
+        """No batch can break the TPOT SLO (the fullest batch over the whole KV cache
+        meets it; iteration time taken as non-decreasing in rows and context)."""
 
     def decide(self, request: Request, view: EngineView) -> Decision:
+        if self._tpot_safe and self._ttft_s == _INF:
+            return "admit"  # nothing to predict: no replay of a queue that may be long
         waited_s = view.now_s - request.arrival_s
         wait_s, tpot_s = self.predict(request, view.running, view.waiting, self._ttft_s - waited_s)
         if waited_s + wait_s <= self._ttft_s and tpot_s <= self._tpot_s:

@@ -83,6 +83,8 @@ def test_public_api():
         "Scheduler",
         "CostModel",
         "ScenarioError",
+        "ADMISSIONS",
+        "Admission",
     }
     for name in lyra_simpy.__all__:
         assert getattr(lyra_simpy, name) is not None

@@ -76,8 +76,9 @@ class SLOAdmissionConfig(BaseModel):
     tpot_slack: float = Field(default=0.1, ge=0.0, lt=1.0)
     """Fraction of ``slo.tpot_ms`` held back (prefills mixed into decode iterations)."""
     max_defer_ms: PositiveFloat = 1000.0
-    """``mode: defer``: a request deferred this long is rejected (nothing waits forever;
-    with a TTFT SLO it is rejected sooner, once the SLO is out of reach)."""
+    """``mode: defer``: a deferred request is rejected at the first scheduling point at
+    which it has waited this long since its arrival (nothing waits forever; with a TTFT
+    SLO it is rejected sooner, once the SLO is out of reach)."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -137,6 +138,7 @@ class SLOAdmission:
         self._ttft_s = _limit_s(limits.ttft_ms, config.ttft_slack)
         """Predicted TTFT admitted, in seconds (infinite without a TTFT SLO)."""
         self._tpot_s = _limit_s(limits.tpot_ms, config.tpot_slack)
+        """Predicted TPOT admitted, in seconds (infinite without a TPOT SLO)."""
         seqs, kv_tokens = limits.max_num_seqs, limits.kv_capacity_tokens
         self._tpot_safe = limits.tpot_ms is None or (
             kv_tokens is not None

@@ -68,12 +68,10 @@ def _series_vs_param_figure(
         summary = json.loads((folder / "summary.json").read_text())
         key = str(lookup(series, scenario))
         lines.setdefault(key, []).append((lookup(param, scenario), summary))
-    data = {
-        key: ([x for x, _ in sorted(pts, key=lambda p: p[0])], sorted(pts, key=lambda p: p[0]))
-        for key, pts in lines.items()
-    }
+    for pts in lines.values():
+        pts.sort(key=lambda p: p[0])
     panels = {
-        m: {key: (xs, [s[m] for _, s in pts]) for key, (xs, pts) in data.items()}
+        m: {key: ([x for x, _ in pts], [s[m] for _, s in pts]) for key, pts in lines.items()}
         for m in spec.metrics
     }
     fig = plots.panels_vs_param(panels, param.split(".")[-1], spec.title, spec.log_x)

@@ -15,12 +15,12 @@ import numpy as np
 import numpy.typing as npt
 import simpy
 
-from lyra_simpy.cost import COST_MODELS
+from lyra_simpy.cost import COST_MODELS, CostModel
 from lyra_simpy.engine import Replica
 from lyra_simpy.kv import BlockPool
 from lyra_simpy.metrics.collector import STATUS_CODES, Collector
 from lyra_simpy.metrics.summary import summarize
-from lyra_simpy.policies import ADMISSIONS, SCHEDULERS, Limits
+from lyra_simpy.policies import ADMISSIONS, SCHEDULERS, Admission, Limits
 from lyra_simpy.request import RECORD_FIELDS
 from lyra_simpy.rng import Streams
 from lyra_simpy.scenario import Scenario
@@ -84,7 +84,7 @@ def _records(source: Any, collector: Collector, end_s: float) -> dict[str, npt.N
     }
 
 
-def _admission(scenario: Scenario, cost: Any) -> Any:
+def _admission(scenario: Scenario, cost: CostModel) -> Admission:
     """The scenario's admission policy, given the SLO and the scheduler's limits."""
     sched = scenario.scheduler
     limits = Limits(
@@ -94,7 +94,8 @@ def _admission(scenario: Scenario, cost: Any) -> Any:
         getattr(sched, "max_num_batched_tokens", None),
         scenario.kv_cache.num_blocks * scenario.kv_cache.block_size,
     )
-    return ADMISSIONS[scenario.admission.name](scenario.admission, cost, limits)
+    admission: Admission = ADMISSIONS[scenario.admission.name](scenario.admission, cost, limits)
+    return admission
 
 
 def simulate(scenario: Scenario) -> Results:

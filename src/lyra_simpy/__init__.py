@@ -7,14 +7,16 @@
 
 from lyra_simpy.cost import COST_MODELS, BatchShape, CostModel
 from lyra_simpy.errors import LyraError, ScenarioError
-from lyra_simpy.policies import SCHEDULERS, BatchPlan, EngineView, Scheduler
+from lyra_simpy.policies import ADMISSIONS, SCHEDULERS, Admission, BatchPlan, EngineView, Scheduler
 from lyra_simpy.runner import run_scenario
 from lyra_simpy.scenario import Scenario, load_scenario, scenario_from_dict
 from lyra_simpy.simulation import Results, simulate
 
 __all__ = [
+    "ADMISSIONS",
     "COST_MODELS",
     "SCHEDULERS",
+    "Admission",
     "BatchPlan",
     "BatchShape",
     "CostModel",

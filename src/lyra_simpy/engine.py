@@ -34,6 +34,7 @@ from lyra_simpy.decoding import DecodeSet
 from lyra_simpy.errors import SimulationError
 from lyra_simpy.kv import BlockPool
 from lyra_simpy.metrics.collector import Collector
+from lyra_simpy.policies.admission import Admission
 from lyra_simpy.policies.base import BatchPlan, EngineView, Scheduler
 from lyra_simpy.policies.prefix_cache import PrefixCache
 from lyra_simpy.request import Request
@@ -77,6 +78,7 @@ class Replica:
         fuse: bool = True,
         stop_s: float | None = None,
         cache: PrefixCache | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.env = env
         self.replica_id = replica_id
@@ -101,6 +103,11 @@ class Replica:
         self._absorb = not source.feedback and cache is None
         """Fused runs go on through completions (they cannot make a request arrive;
         with a prefix cache a completion changes what is cached, so a run ends there)."""
+        self.admission = None if admission is None or admission.admits_all else admission
+        """Asked about every arrival (None: every arrival is admitted, nothing asked)."""
+        self.deferred: deque[Request] = deque()
+        """Requests the admission deferred, oldest first: outside the scheduler's queue,
+        decided again at every scheduling point (no iteration is fused while any wait)."""
 
     @property
     def _steady(self) -> bool:
@@ -114,6 +121,8 @@ class Replica:
             now: float = env.now
             self._pull(now)
             if not self.running and not self.waiting:
+                if self.deferred:
+                    raise SimulationError("admission deferred requests on an idle replica")
                 nxt = source.next_s()
                 if nxt is None:
                     if source.done:
@@ -126,6 +135,7 @@ class Replica:
                 self.fuse
                 and steady
                 and not self.waiting
+                and not self.deferred
                 and (yield from self._run(now, 0.0, now, self._rows, self._absorb))
             ):
                 continue
@@ -151,6 +161,7 @@ class Replica:
                 continue
             if (
                 self.fuse
+                and not self.deferred
                 and not plan.prefill
                 and not self.waiting  # (a request preempted now may be admitted next)
                 and len(plan.decode) == len(self.running) == self.decoding.n
@@ -162,16 +173,46 @@ class Replica:
 
     def _pull(self, now: float) -> None:
         fits = self.scheduler.accepts
+        admission = self.admission
+        if self.deferred:
+            self._redecide(now)
         # A rejection ends a closed-loop request at once; its client's next request may
         # be due now too, so take arrivals until none is due.
         while due := self.source.pop_until(now):
             for req in due:
                 self.collector.assign(req, self.replica_id)
-                if fits(req, self.kv.num_blocks, self.kv.block_size):
-                    self.waiting.append(req)
-                else:
+                if not fits(req, self.kv.num_blocks, self.kv.block_size):
                     self.collector.reject(req)
                     self.source.on_finish(now)
+                elif admission is None:
+                    self.waiting.append(req)
+                else:
+                    self._admit(req, now)
+
+    def _admit(self, req: Request, now: float) -> None:
+        """Ask the admission about *req*: queue, reject or defer it."""
+        assert self.admission is not None
+        view = EngineView(
+            now, self.waiting, self.running, self.kv.free, self.kv.block_size,
+            self.source.next_s() is not None,
+        )  # fmt: skip
+        decision = self.admission.decide(req, view)
+        if decision == "admit":
+            self.waiting.append(req)
+        elif decision == "reject":
+            self.collector.reject(req)
+            self.source.on_finish(now)
+        elif decision == "defer":
+            self.deferred.append(req)
+        else:
+            raise SimulationError(f"admission returned {decision!r}")
+
+    def _redecide(self, now: float) -> None:
+        """Decide the deferred requests again, oldest first."""
+        held = self.deferred
+        self.deferred = deque()
+        for req in held:
+            self._admit(req, now)
 
     def _preempt(self, plan: BatchPlan) -> None:
         requeue = self.waiting.append if plan.preempt_to_back else self.waiting.appendleft
@@ -236,6 +277,7 @@ class Replica:
         if (
             self.fuse
             and not waiting
+            and not self.deferred
             and (nxt is None or nxt > end)
             and (self.stop_s is None or end < self.stop_s)
         ):

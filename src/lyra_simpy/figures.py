@@ -44,6 +44,9 @@ def cdf_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> None:
 def metrics_vs_param_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> None:
     if spec.param is None or not spec.metrics:
         raise ValueError("metrics_vs_param needs param and metrics")
+    if spec.series is not None:
+        _series_vs_param_figure(results_dir, out_path, spec, spec.param, spec.series)
+        return
     points = []
     for folder in _variants(results_dir):
         x = lookup(spec.param, _manifest(folder)["scenario"])
@@ -57,6 +60,26 @@ def metrics_vs_param_figure(results_dir: Path, out_path: Path, spec: FigureSpec)
     fig = plots.metrics_vs_param(
         xs, ys, spec.param.split(".")[-1], (xs[i_best], ys[first][i_best]), spec.title, spec.log_x
     )
+    plots.save(fig, out_path)
+
+
+def _series_vs_param_figure(
+    results_dir: Path, out_path: Path, spec: FigureSpec, param: str, series: str
+) -> None:
+    """One panel per metric, one line per value of the *series* path."""
+    lines: dict[str, list[tuple[Any, dict[str, Any]]]] = {}
+    for folder in _variants(results_dir):
+        scenario = _manifest(folder)["scenario"]
+        summary = json.loads((folder / "summary.json").read_text())
+        key = str(lookup(series, scenario))
+        lines.setdefault(key, []).append((lookup(param, scenario), summary))
+    for pts in lines.values():
+        pts.sort(key=lambda p: p[0])
+    panels = {
+        m: {key: ([x for x, _ in pts], [s[m] for _, s in pts]) for key, pts in lines.items()}
+        for m in spec.metrics
+    }
+    fig = plots.panels_vs_param(panels, param.split(".")[-1], spec.title, spec.log_x)
     plots.save(fig, out_path)
 
 

@@ -41,6 +41,8 @@ UNITS = {
     "request_goodput": "goodput (req/s)",
     "request_throughput": "throughput (req/s)",
     "slo_attainment": "SLO attainment",
+    "rejection_rate": "rejected (fraction of arrivals)",
+    "rate_per_s": "offered load (req/s)",
 }
 
 
@@ -116,6 +118,32 @@ def metrics_vs_param(
         ax.legend(frameon=False)
         if title:
             ax.set_title(title)
+    return fig
+
+
+def panels_vs_param(
+    panels: Mapping[str, Mapping[str, tuple[Sequence[Any], Sequence[float]]]],
+    xlabel: str,
+    title: str | None = None,
+    log_x: bool = False,
+) -> Figure:
+    """One panel per metric (side by side), one line per series: ``panels[metric]
+    [series] = (x values, y values)``."""
+    with plt.rc_context(STYLE):  # type: ignore[arg-type]
+        n = len(panels)
+        fig, axes = plt.subplots(
+            1, n, figsize=(3.4 * n, 2.4), sharex=True, layout="constrained", squeeze=False
+        )
+        for ax, (metric, lines) in zip(axes[0], panels.items(), strict=True):
+            for label, (x, y) in lines.items():
+                ax.plot(x, y, marker="o", markersize=3, label=label)
+            ax.set_xlabel(label_of(xlabel))
+            ax.set_ylabel(label_of(metric))
+            if log_x:
+                ax.set_xscale("log", base=2)
+            ax.legend(frameon=False)
+        if title:
+            fig.suptitle(title)
     return fig
 
 

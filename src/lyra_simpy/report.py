@@ -47,6 +47,9 @@ class FigureSpec(BaseModel):
     """``metrics_vs_param``: dotted scenario path on the x axis."""
     metrics: list[str] = Field(default_factory=list)
     """``metrics_vs_param``: summary metrics on the y axis."""
+    series: str | None = None
+    """``metrics_vs_param``: dotted scenario path splitting the variants into lines (one
+    per value, e.g. ``admission.name``), with one panel per metric."""
     variant: str | None = None
     """``timeline``: which variant's time series (default: the first)."""
     window_s: tuple[float, float] | None = None

@@ -22,6 +22,8 @@ from pydantic import (
     PositiveFloat,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -29,9 +31,11 @@ from lyra_simpy.cost import LinearCostConfig
 from lyra_simpy.errors import ScenarioError, from_validation_error
 from lyra_simpy.kv import KVCacheConfig
 from lyra_simpy.policies import (
+    AlwaysConfig,
     ChunkedPrefillConfig,
     ContinuousConfig,
     PrefillFirstConfig,
+    SLOAdmissionConfig,
     StaticConfig,
 )
 from lyra_simpy.policies.prefix_cache import PrefixCacheConfig
@@ -44,6 +48,7 @@ SchedulerConfig = Annotated[
     Field(discriminator="name"),
 ]
 CostConfig = Annotated[LinearCostConfig, Field(discriminator="name")]
+AdmissionConfig = Annotated[AlwaysConfig | SLOAdmissionConfig, Field(discriminator="name")]
 
 
 class SLOConfig(BaseModel):
@@ -88,6 +93,21 @@ class Grid(BaseModel):
     label_prefix: str = ""
     also_set: list[str] = Field(default_factory=list)
     """Other paths set to the same value (e.g. a padding width following the batch)."""
+    series: list[Variant] = Field(default_factory=list)
+    """Crossed with the values: one variant per (value, series), labelled
+    ``<series label>_<label_prefix><value>`` (e.g. admission off and on at every rate)."""
+
+    def variants(self) -> list[Variant]:
+        """One variant per value (per value and series when there are series)."""
+        out = []
+        for value in self.values:
+            sets = {self.path: value, **dict.fromkeys(self.also_set, value)}
+            label = f"{self.label_prefix}{value}"
+            if not self.series:
+                out.append(Variant(label=label, set=sets))
+            for s in self.series:
+                out.append(Variant(label=f"{s.label}_{label}", set={**s.set, **sets}))
+        return out
 
 
 class Scenario(BaseModel):
@@ -107,6 +127,8 @@ class Scenario(BaseModel):
     """Reuse cached prompt prefixes (``block_hash``: vLLM, ``radix``: SGLang); None: off."""
     cost: CostConfig
     slo: SLOConfig = Field(default_factory=SLOConfig)
+    admission: AdmissionConfig = Field(default_factory=AlwaysConfig)
+    """Which arrivals enter the scheduler's queue (``always``, or ``slo``: needs an SLO)."""
     simulation: SimulationConfig = Field(default_factory=SimulationConfig)
     variants: list[Variant] = Field(default_factory=list)
     grid: Grid | None = None
@@ -152,6 +174,17 @@ class Scenario(BaseModel):
             )
         return self
 
+    @field_validator("admission")
+    @classmethod
+    def _admission_has_an_slo(cls, value: Any, info: ValidationInfo) -> Any:
+        slo = info.data.get("slo")
+        if value.name == "slo" and slo is not None and slo.ttft_ms is slo.tpot_ms is None:
+            raise ValueError(
+                "got name 'slo' with neither slo.ttft_ms nor slo.tpot_ms set; "
+                "set one of them (ms > 0) or use admission: always"
+            )
+        return value
+
     @property
     def base_dir(self) -> Path:
         """Folder that relative paths in the scenario are read from."""
@@ -161,10 +194,7 @@ class Scenario(BaseModel):
         """The resolved scenario of every variant (just ``[self]`` without variants)."""
         variants = list(self.variants)
         if self.grid is not None:
-            g = self.grid
-            for value in g.values:
-                sets = {g.path: value, **dict.fromkeys(g.also_set, value)}
-                variants.append(Variant(label=f"{g.label_prefix}{value}", set=sets))
+            variants.extend(self.grid.variants())
         if not variants:
             return [self]
         out = []

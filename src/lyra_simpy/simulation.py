@@ -15,13 +15,13 @@ import numpy as np
 import numpy.typing as npt
 import simpy
 
-from lyra_simpy.cost import COST_MODELS
+from lyra_simpy.cost import COST_MODELS, CostModel
 from lyra_simpy.engine import Replica
 from lyra_simpy.kv import BlockPool
 from lyra_simpy.metrics.collector import STATUS_CODES, Collector
 from lyra_simpy.metrics.summary import summarize
-from lyra_simpy.policies import SCHEDULERS
-from lyra_simpy.policies.prefix_cache import PREFIX_CACHES
+from lyra_simpy.policies import ADMISSIONS, SCHEDULERS, Admission, Limits
+from lyra_simpy.policies.prefix_cache import PREFIX_CACHES, PrefixCache
 from lyra_simpy.request import RECORD_FIELDS
 from lyra_simpy.rng import Streams
 from lyra_simpy.scenario import Scenario
@@ -86,6 +86,20 @@ def _records(source: Any, collector: Collector, end_s: float) -> dict[str, npt.N
     }
 
 
+def _admission(scenario: Scenario, cost: CostModel) -> Admission:
+    """The scenario's admission policy, given the SLO and the scheduler's limits."""
+    sched = scenario.scheduler
+    limits = Limits(
+        scenario.slo.ttft_ms,
+        scenario.slo.tpot_ms,
+        sched.max_batch,
+        getattr(sched, "max_num_batched_tokens", None),
+        scenario.kv_cache.num_blocks * scenario.kv_cache.block_size,
+    )
+    admission: Admission = ADMISSIONS[scenario.admission.name](scenario.admission, cost, limits)
+    return admission
+
+
 def simulate(scenario: Scenario) -> Results:
     """Run *scenario* (one variant: see :meth:`Scenario.expand`) and return its results."""
     streams = Streams(scenario.seed)
@@ -94,7 +108,7 @@ def simulate(scenario: Scenario) -> Results:
     scheduler = SCHEDULERS[scenario.scheduler.name](scenario.scheduler)
     cost = COST_MODELS[scenario.cost.name](scenario.cost, scenario.scheduler.max_batch)
     kv = BlockPool(kv_cfg.num_blocks, kv_cfg.block_size)
-    cache = None
+    cache: PrefixCache | None = None
     if scenario.prefix_cache is not None:
         cache = PREFIX_CACHES[scenario.prefix_cache.name](
             unit_tokens(scenario.workload.prefix, kv_cfg.block_size), kv_cfg.block_size
@@ -104,11 +118,11 @@ def simulate(scenario: Scenario) -> Results:
     until = scenario.simulation.until_s
     replica = Replica(
         env, 0, scheduler, cost, kv, source, collector,
-        scenario.simulation.fuse_iterations, until, cache,
+        scenario.simulation.fuse_iterations, until, cache, _admission(scenario, cost),
     )  # fmt: skip
     env.process(replica.run())
     env.run(until=until)
-    for req in chain(replica.waiting, replica.running):
+    for req in chain(replica.waiting, replica.running, replica.deferred):
         collector.leave_unfinished(req)
     # Requests due by the stop but not yet taken by the replica still arrived: they are
     # recorded as unfinished (closed-loop ones get their arrival time when taken).

@@ -136,3 +136,28 @@ def test_chunked_prefill_protects_decode_latency():
     # with enable_mixed_chunk it is stall-free like vLLM (within a few per cent)
     mixed = runs["sglang_mixed_512"]
     assert mixed["p99_tpot_ms"] == pytest.approx(chunked["p99_tpot_ms"], rel=0.05)
+
+
+def test_slo_admission_keeps_goodput_past_saturation():
+    runs = variants("slo_admission_overload")
+    rates = [2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+    assert list(runs) == [f"{p}_{r}" for r in rates for p in ("always", "slo")]
+    always = {r: runs[f"always_{r}"] for r in rates}
+    slo = {r: runs[f"slo_{r}"] for r in rates}
+    peak_always = max(s["request_goodput"] for s in always.values())
+    peak_slo = max(s["request_goodput"] for s in slo.values())
+    # without admission goodput collapses past saturation (quick run: 9 % of its peak)
+    assert always[8.0]["request_goodput"] < 0.2 * peak_always
+    assert all(s["rejected"] == 0 for s in always.values())
+    assert always[8.0]["p99_ttft_ms"] > 10_000
+    # with it, goodput at 2x capacity stays near its peak (quick run: 94 %)
+    assert slo[8.0]["request_goodput"] >= 0.85 * peak_slo
+    assert slo[8.0]["request_goodput"] > 5 * always[8.0]["request_goodput"]
+    # what is admitted meets the SLO; what is not is rejected, more so as load grows
+    for s in slo.values():
+        assert s["slo_attainment"] >= 0.95 * (1.0 - s["rejection_rate"])
+        assert s["p99_ttft_ms"] < 300.0
+        assert s["completed"] + s["rejected"] == 300
+    assert slo[2.0]["rejection_rate"] <= 0.01
+    assert 0.4 <= slo[8.0]["rejection_rate"] <= 0.6
+    assert slo[8.0]["rejection_rate"] > slo[4.0]["rejection_rate"] > slo[3.0]["rejection_rate"]

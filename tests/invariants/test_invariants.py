@@ -86,6 +86,24 @@ def schedulers(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
+admissions = st.one_of(
+    st.just({"name": "always"}),
+    st.builds(
+        lambda mode, ttft_slack, tpot_slack, defer_ms: {
+            "name": "slo",
+            "mode": mode,
+            "ttft_slack": ttft_slack,
+            "tpot_slack": tpot_slack,
+            "max_defer_ms": defer_ms,
+        },
+        st.sampled_from(["reject", "defer"]),
+        st.sampled_from([0.0, 0.1, 0.5]),
+        st.sampled_from([0.0, 0.1]),
+        st.sampled_from([1.0, 30.0, 1000.0]),
+    ),
+)
+
+
 @st.composite
 def scenarios(draw: st.DrawFn, until: bool = False) -> dict[str, Any]:
     sched = draw(schedulers())
@@ -121,7 +139,12 @@ def scenarios(draw: st.DrawFn, until: bool = False) -> dict[str, Any]:
             "per_context_token_ms": draw(st.sampled_from([0.0, 0.001, 0.0037])),
             "padding": draw(st.sampled_from(["none", "max_batch", [1, 2, 4], [2, 8], [width + 1]])),
         },
-        "slo": {"ttft_ms": 100.0, "tpot_ms": 25.0},
+        "slo": draw(
+            st.sampled_from(
+                [{"ttft_ms": 100.0, "tpot_ms": 25.0}, {"ttft_ms": 60.0}, {"tpot_ms": 12.0}]
+            )
+        ),
+        "admission": draw(admissions),
     }
     chunk = sched.get("chunked_prefill_size")
     if chunk is not None:  # SGLang: a whole number of pages
@@ -229,6 +252,7 @@ def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
     assert (first[ok] <= finish[ok]).all()
     assert (rec["ttft_ms"][ok] > 0).all()  # every iteration takes time
     assert np.isnan(finish[~ok]).all()
+    # rejected requests never run: no first token, no preemption (never held KV)
     assert np.isnan(first[status == "rejected"]).all()
     assert (rec["preemptions"] >= 0).all()
     assert (rec["preemptions"][status == "rejected"] == 0).all()
@@ -281,7 +305,11 @@ def test_invariants_determinism_and_fused_equals_unfused(raw):
     # without until_s every arrival is served or rejected, and nothing vanishes
     assert len(status) == raw["workload"]["num_requests"]
     assert "unfinished" not in status.tolist()
-    np.testing.assert_array_equal(ok, served(raw, rec["input_tokens"], rec["output_tokens"]))
+    can_serve = served(raw, rec["input_tokens"], rec["output_tokens"])
+    if raw["admission"]["name"] == "always":
+        np.testing.assert_array_equal(ok, can_serve)
+    else:  # admission may turn away more, never serve what cannot be served
+        assert not (ok & ~can_serve).any()
     # token conservation: tokens generated before a preemption are kept; each iteration
     # emits one token per scheduled sequence, except a prefill chunk that is not the last
     emitted = int(rec["output_tokens"][ok].sum())

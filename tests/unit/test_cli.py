@@ -201,5 +201,7 @@ def test_run_lab_scenarios_quick_with_figures(tmp_path, capsys):
         sc = load_scenario(path, quick=True)
         declared |= {f"{spec.file_stem(sc.name)}.png" for spec in sc.figures}
     assert set(figures) == declared
+    overload = out_dir / "slo_admission_overload"
+    check_variant(overload / "slo_8.0", "slo_8.0", 13, n_requests=300)
     for name in figures:
         assert (fig_dir / name).read_bytes()[:4] == b"\x89PNG"

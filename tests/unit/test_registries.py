@@ -9,7 +9,9 @@ import pytest
 
 import lyra_simpy
 from lyra_simpy import COST_MODELS, SCHEDULERS
-from lyra_simpy.scenario import CostConfig, SchedulerConfig
+from lyra_simpy.cost import LinearCost, LinearCostConfig
+from lyra_simpy.policies import ADMISSIONS, Limits
+from lyra_simpy.scenario import AdmissionConfig, CostConfig, SchedulerConfig
 from lyra_simpy.workload import ARRIVALS, LENGTHS
 from lyra_simpy.workload.arrivals import ArrivalConfig
 from lyra_simpy.workload.lengths import LengthConfig
@@ -35,8 +37,9 @@ def union_names(annotated: object) -> list[str]:
         (CostConfig, COST_MODELS),
         (ArrivalConfig, ARRIVALS),
         (LengthConfig, LENGTHS),
+        (AdmissionConfig, ADMISSIONS),
     ],
-    ids=["scheduler", "cost", "arrival", "length"],
+    ids=["scheduler", "cost", "arrival", "length", "admission"],
 )
 def test_union_names_equal_registry_keys(union, registry):
     names = union_names(union)
@@ -56,6 +59,19 @@ def test_scheduler_registry_classes_take_their_config():
         assert hasattr(sched, "accepts")
 
 
+def test_admission_registry_classes_take_their_config():
+    cost = LinearCost(LinearCostConfig(), 1)
+    for name, cls in ADMISSIONS.items():
+        (config_cls,) = [
+            c
+            for c in typing.get_args(typing.get_args(AdmissionConfig)[0])
+            if c.model_fields["name"].default == name
+        ]
+        policy = cls(config_cls(), cost, Limits(100.0, 20.0, 4, 64))
+        assert hasattr(policy, "decide")
+        assert isinstance(policy.admits_all, bool)
+
+
 def test_public_api():
     assert set(lyra_simpy.__all__) >= {
         "simulate",
@@ -67,6 +83,8 @@ def test_public_api():
         "Scheduler",
         "CostModel",
         "ScenarioError",
+        "ADMISSIONS",
+        "Admission",
     }
     for name in lyra_simpy.__all__:
         assert getattr(lyra_simpy, name) is not None

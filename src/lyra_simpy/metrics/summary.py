@@ -8,6 +8,7 @@ see :mod:`~lyra_simpy.metrics.collector`); percentiles use NumPy's default (line
 interpolation and std the population std, as vLLM does. A request is *good* when it
 completed and met every SLO set; ``slo_attainment`` is good / all arrivals (a rejected
 or unfinished request misses). Without SLOs every completed request is good.
+``rejection_rate`` (not a vLLM name) is rejected / all arrivals.
 """
 
 from __future__ import annotations
@@ -128,4 +129,5 @@ def summarize(
     cached = int(cached_col[done].sum()) if cached_col is not None else 0
     summary["total_cached_tokens"] = cached
     summary["prefix_cache_hit_rate"] = cached / int(in_tok.sum()) if in_tok.sum() else 0.0
+    summary["rejection_rate"] = summary["rejected"] / n_arrivals if n_arrivals else 0.0
     return summary

@@ -1,9 +1,19 @@
-"""Scheduling policies. ``SCHEDULERS`` maps the YAML ``scheduler.name`` to a class."""
+"""Scheduling and admission policies. ``SCHEDULERS`` and ``ADMISSIONS`` map the YAML
+``scheduler.name`` and ``admission.name`` to a class."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from lyra_simpy.policies.admission import (
+    Admission,
+    AlwaysAdmission,
+    AlwaysConfig,
+    Decision,
+    Limits,
+    SLOAdmission,
+    SLOAdmissionConfig,
+)
 from lyra_simpy.policies.base import BatchPlan, EngineView, Scheduler
 from lyra_simpy.policies.chunked import ChunkedPrefill, ChunkedPrefillConfig
 from lyra_simpy.policies.continuous import ContinuousBatching, ContinuousConfig
@@ -17,16 +27,29 @@ SCHEDULERS: dict[str, type[Any]] = {
     "prefill_first": PrefillFirst,
 }
 
+ADMISSIONS: dict[str, type[Any]] = {
+    "always": AlwaysAdmission,
+    "slo": SLOAdmission,
+}
+
 __all__ = [
+    "ADMISSIONS",
     "SCHEDULERS",
+    "Admission",
+    "AlwaysAdmission",
+    "AlwaysConfig",
     "BatchPlan",
     "ChunkedPrefill",
     "ChunkedPrefillConfig",
     "ContinuousBatching",
     "ContinuousConfig",
+    "Decision",
     "EngineView",
+    "Limits",
     "PrefillFirst",
     "PrefillFirstConfig",
+    "SLOAdmission",
+    "SLOAdmissionConfig",
     "Scheduler",
     "StaticBatching",
     "StaticConfig",

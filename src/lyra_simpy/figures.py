@@ -68,10 +68,17 @@ def _series_vs_param_figure(
 ) -> None:
     """One panel per metric, one line per value of the *series* path."""
     lines: dict[str, list[tuple[Any, dict[str, Any]]]] = {}
+    reference = None
     for folder in _variants(results_dir):
         scenario = _manifest(folder)["scenario"]
         summary = json.loads((folder / "summary.json").read_text())
-        key = str(lookup(series, scenario))
+        if series == "series":  # the grid's series label: the label less "_<value>"
+            value = str(scenario["label"]).rsplit("_", 1)[0]
+        else:
+            value = lookup(series, scenario)
+        key = "none" if value is None else str(value)
+        if spec.reference is not None and reference is None:
+            reference = (spec.reference, float(summary[spec.reference]))
         lines.setdefault(key, []).append((lookup(param, scenario), summary))
     for pts in lines.values():
         pts.sort(key=lambda p: p[0])
@@ -79,7 +86,9 @@ def _series_vs_param_figure(
         m: {key: ([x for x, _ in pts], [s[m] for _, s in pts]) for key, pts in lines.items()}
         for m in spec.metrics
     }
-    fig = plots.panels_vs_param(panels, param.split(".")[-1], spec.title, spec.log_x)
+    fig = plots.panels_vs_param(
+        panels, param.split(".")[-1], spec.title, spec.log_x, set(spec.log_y), reference
+    )
     plots.save(fig, out_path)
 
 

@@ -58,6 +58,11 @@ class BlockPool:
             over = self.used + cache.evictable_blocks - self.num_blocks
             if over > 0:
                 cache.evict(over)
+                if self.used + cache.evictable_blocks > self.num_blocks:
+                    raise SimulationError(
+                        f"KV over capacity: {self.used} blocks in use + "
+                        f"{cache.evictable_blocks} cached > {self.num_blocks} (engine bug)"
+                    )
 
     @property
     def free(self) -> int:

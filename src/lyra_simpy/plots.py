@@ -6,7 +6,7 @@ text, units on the axes, no titles inside the plot unless asked.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import matplotlib
@@ -41,6 +41,8 @@ UNITS = {
     "request_goodput": "goodput (req/s)",
     "request_throughput": "throughput (req/s)",
     "slo_attainment": "SLO attainment",
+    "prefix_cache_hit_rate": "prefix cache hit rate (tokens)",
+    "prefix_cache_hit_rate_bound": "unlimited cache, one at a time",
     "rejection_rate": "rejected (fraction of arrivals)",
     "rate_per_s": "offered load (req/s)",
 }
@@ -126,9 +128,11 @@ def panels_vs_param(
     xlabel: str,
     title: str | None = None,
     log_x: bool = False,
+    log_y: Collection[str] = (),
+    reference: tuple[str, float] | None = None,
 ) -> Figure:
     """One panel per metric (side by side), one line per series: ``panels[metric]
-    [series] = (x values, y values)``."""
+    [series] = (x values, y values)``; metrics in *log_y* on a log axis."""
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
         n = len(panels)
         fig, axes = plt.subplots(
@@ -141,6 +145,11 @@ def panels_vs_param(
             ax.set_ylabel(label_of(metric))
             if log_x:
                 ax.set_xscale("log", base=2)
+            if metric in log_y:
+                ax.set_yscale("log")
+            if reference is not None and ax is axes[0][0]:
+                ax.axhline(reference[1], color="0.4", linestyle="--", linewidth=0.8,
+                           label=label_of(reference[0]))  # fmt: skip
             ax.legend(frameon=False)
         if title:
             fig.suptitle(title)

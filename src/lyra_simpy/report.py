@@ -49,13 +49,19 @@ class FigureSpec(BaseModel):
     """``metrics_vs_param``: summary metrics on the y axis."""
     series: str | None = None
     """``metrics_vs_param``: dotted scenario path splitting the variants into lines (one
-    per value, e.g. ``admission.name``), with one panel per metric."""
+    per value, e.g. ``admission.name``), with one panel per metric; ``series`` itself
+    names the grid's series labels."""
     variant: str | None = None
     """``timeline``: which variant's time series (default: the first)."""
     window_s: tuple[float, float] | None = None
     """``iteration_times``: the stretch of simulated time to draw (default: all)."""
     title: str | None = None
     log_x: bool = False
+    log_y: list[str] = Field(default_factory=list)
+    """``metrics_vs_param`` with ``series``: metrics drawn on a log y axis."""
+    reference: str | None = None
+    """``metrics_vs_param`` with ``series``: a summary metric drawn as a dashed line on
+    the first panel (its value in the first variant: e.g. a bound)."""
     tail: bool = False
     """``cdf``: draw the complementary CDF on a log scale (the tail, p90 to p99.9)."""
 

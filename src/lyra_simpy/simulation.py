@@ -26,7 +26,7 @@ from lyra_simpy.request import RECORD_FIELDS
 from lyra_simpy.rng import Streams
 from lyra_simpy.scenario import Scenario
 from lyra_simpy.workload import build_source
-from lyra_simpy.workload.prefixes import unit_tokens
+from lyra_simpy.workload.prefixes import reuse_bound, unit_tokens
 
 
 @dataclass
@@ -100,6 +100,18 @@ def _admission(scenario: Scenario, cost: CostModel) -> Admission:
     return admission
 
 
+def _with_bound(summary: dict[str, Any], scenario: Scenario, source: Any) -> dict[str, Any]:
+    """Add ``prefix_cache_hit_rate_bound``: the unlimited-cache hit rate of the workload
+    (0 when its prompts share nothing)."""
+    keys = getattr(source, "keys", None)
+    bound = 0.0
+    if keys is not None:
+        unit = unit_tokens(scenario.workload.prefix, scenario.kv_cache.block_size)
+        bound = reuse_bound(keys, source.input_tokens, unit)
+    summary["prefix_cache_hit_rate_bound"] = bound
+    return summary
+
+
 def simulate(scenario: Scenario) -> Results:
     """Run *scenario* (one variant: see :meth:`Scenario.expand`) and return its results."""
     streams = Streams(scenario.seed)
@@ -136,7 +148,7 @@ def simulate(scenario: Scenario) -> Results:
     return Results(
         scenario=scenario,
         records=records,
-        summary=summarize(records, itl, slo),
+        summary=_with_bound(summarize(records, itl, slo), scenario, source),
         timeseries=collector.series_arrays() if scenario.simulation.timeseries else {},
         itl_s=itl,
         engine={
@@ -144,6 +156,9 @@ def simulate(scenario: Scenario) -> Results:
             "end_s": float(env.now),
             "peak_kv_blocks": kv.peak_used,
             "kv_blocks": kv.num_blocks,
+            # (None while requests remain: an iteration may be in flight at the stop)
+            "kv_blocks_used_at_end": None if replica.running else kv.used,
             "prefix_cache_units": cache.units if cache is not None else 0,
+            "prefix_cache_evictable_blocks": cache.evictable_blocks if cache is not None else 0,
         },
     )

@@ -161,3 +161,41 @@ def test_slo_admission_keeps_goodput_past_saturation():
     assert slo[2.0]["rejection_rate"] <= 0.01
     assert 0.4 <= slo[8.0]["rejection_rate"] <= 0.6
     assert slo[8.0]["rejection_rate"] > slo[4.0]["rejection_rate"] > slo[3.0]["rejection_rate"]
+
+
+def test_prefix_cache_cuts_ttft_and_needs_room():
+    runs = variants("prefix_cache_system_prompt")
+    for blocks in (1600, 2400, 4000):  # room for the 8 prompts and the running KV
+        off, on = runs[f"no_cache_{blocks}"], runs[f"block_hash_{blocks}"]
+        # 90 % of prompts find 1984 of their ~2225 tokens: hit rate ~0.88 (quick: 0.86)
+        assert 0.82 < on["prefix_cache_hit_rate"] <= on["prefix_cache_hit_rate_bound"]
+        assert off["prefix_cache_hit_rate"] == 0.0
+        assert off["median_ttft_ms"] > 4 * on["median_ttft_ms"]
+        assert runs[f"radix_{blocks}"]["prefix_cache_hit_rate"] == pytest.approx(
+            on["prefix_cache_hit_rate"], abs=0.02
+        )
+    # a cache too small to keep the prompts between uses loses hits, monotonically
+    rates = [runs[f"block_hash_{b}"]["prefix_cache_hit_rate"] for b in (500, 800, 1200, 1600)]
+    assert rates == sorted(rates)
+    assert rates[0] < 0.5 * rates[-1]
+
+
+@pytest.mark.skipif(
+    not (HERE.parents[2] / "shared" / "traces" / "mooncake_conversation_trace.jsonl").is_file(),
+    reason="needs ../shared/traces (see shared/traces/README.md)",
+)
+def test_prefix_cache_reaches_the_mooncake_bound_only_when_large():
+    runs = variants("prefix_cache_mooncake")
+    for engine in ("vllm_block_hash", "sglang_radix_fcfs", "sglang_radix_lpm"):
+        rates = [runs[f"{engine}_{b}"] for b in (16384, 65536, 262144, 1048576)]
+        bound = rates[0]["prefix_cache_hit_rate_bound"]
+        hit = [r["prefix_cache_hit_rate"] for r in rates]
+        assert hit == sorted(hit)
+        assert hit[0] < 0.3 * bound
+        assert hit[-1] == pytest.approx(bound, rel=0.01)  # nearly every block kept
+    # SGLang's prefill-first batching answers sooner than vLLM's here
+    big = 1048576
+    assert (
+        runs[f"sglang_radix_fcfs_{big}"]["median_ttft_ms"]
+        < runs[f"vllm_block_hash_{big}"]["median_ttft_ms"]
+    )

@@ -104,6 +104,21 @@ admissions = st.one_of(
 )
 
 
+prefixes = st.one_of(
+    st.just({"name": "none"}),
+    st.builds(
+        lambda g, n, share: {
+            "name": "system_prompt", "groups": g, "prefix_tokens": n, "share": share
+        },
+        st.integers(1, 3), st.integers(1, 64), st.sampled_from([0.5, 1.0]),
+    ),
+    st.builds(
+        lambda t, c: {"name": "conversation", "turns": t, "concurrent": c},
+        st.integers(1, 4), st.integers(1, 4),
+    ),
+)  # fmt: skip
+
+
 @st.composite
 def scenarios(draw: st.DrawFn, until: bool = False) -> dict[str, Any]:
     sched = draw(schedulers())
@@ -146,6 +161,12 @@ def scenarios(draw: st.DrawFn, until: bool = False) -> dict[str, Any]:
         ),
         "admission": draw(admissions),
     }
+    if sched["name"] != "static":
+        raw["workload"]["prefix"] = draw(prefixes)
+        cache = draw(st.sampled_from([None, "block_hash", "radix"]))
+        raw["prefix_cache"] = None if cache is None else {"name": cache}
+        if sched["name"] == "prefill_first":
+            sched["schedule_policy"] = draw(st.sampled_from(["fcfs", "lpm"]))
     chunk = sched.get("chunked_prefill_size")
     if chunk is not None:  # SGLang: a whole number of pages
         sched["chunked_prefill_size"] = chunk * raw["kv_cache"]["block_size"]
@@ -240,6 +261,11 @@ def assert_same_results(a: Results, b: Results) -> None:
         same(a.engine[name], b.engine[name], f"engine.{name}")
 
 
+def _unit_blocks(raw: dict[str, Any]) -> int:
+    """KV blocks per prefix-cache unit (synthetic prefixes: one)."""
+    return 1
+
+
 def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
     rec = res.records
     status = rec["status"]
@@ -256,6 +282,15 @@ def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
     assert np.isnan(first[status == "rejected"]).all()
     assert (rec["preemptions"] >= 0).all()
     assert (rec["preemptions"][status == "rejected"] == 0).all()
+    # a prefix hit is whole blocks and leaves at least one prompt token to compute
+    cached = rec["cached_tokens"]
+    assert (cached % raw["kv_cache"]["block_size"] == 0).all()
+    assert (cached <= np.maximum(rec["input_tokens"] - 1, 0)).all()
+    assert (cached[status == "rejected"] == 0).all()
+    if raw.get("prefix_cache") is None:
+        assert not cached.any()
+    # cached + used blocks stay within the pool (the pool raises otherwise)
+    assert res.engine["prefix_cache_evictable_blocks"] <= raw["kv_cache"]["num_blocks"]
     # time series: KV within capacity, time monotone, iterations do not overlap
     ts = res.timeseries
     kv = raw["kv_cache"]["num_blocks"]
@@ -319,9 +354,14 @@ def test_invariants_determinism_and_fused_equals_unfused(raw):
     else:
         assert rows == emitted
     if fused.summary["total_preemptions"] == 0:
-        # the chunks of every prompt add up to the prompt
+        # the chunks of every prompt add up to the prompt, less what the cache served
         prefilled = int(fused.timeseries["prefill_tokens"].sum())
-        assert prefilled == int(rec["input_tokens"][ok].sum())
+        assert prefilled == int((rec["input_tokens"] - rec["cached_tokens"])[ok].sum())
+    # everything ended: no block in use; every cached unit is unreferenced and kept
+    assert fused.engine["kv_blocks_used_at_end"] == 0
+    assert fused.engine["prefix_cache_evictable_blocks"] == fused.engine[
+        "prefix_cache_units"
+    ] * _unit_blocks(raw)
     # ITL pairs: one gap per token after the first, summing to finish - first token
     values, weights = fused.itl_s
     assert int(weights.sum()) == int((rec["output_tokens"][ok] - 1).sum())

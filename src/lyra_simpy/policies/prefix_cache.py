@@ -37,6 +37,7 @@ from typing import Annotated, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lyra_simpy.errors import SimulationError
 from lyra_simpy.request import Request
 
 
@@ -81,6 +82,8 @@ class PrefixCache(Protocol):
     """KV blocks per unit."""
     evictable_blocks: int
     """Blocks held by cached units that no running request references."""
+    units: int
+    """Units cached (referenced or not)."""
 
     def lookup(self, req: Request) -> tuple[int, int]:
         """(units of *req*'s prefix that hit, how many of them are unreferenced)."""
@@ -143,6 +146,9 @@ class _Base:
     def _child(self, parent: _Unit | None, key: int) -> _Unit | None:
         raise NotImplementedError
 
+    def evict(self, blocks: int) -> None:
+        raise NotImplementedError
+
     def _add(self, parent: _Unit | None, key: int) -> _Unit:
         raise NotImplementedError
 
@@ -194,6 +200,8 @@ class _Base:
         freed = 0
         for unit in reversed(req.held):  # tail first: evicted before the head
             unit.ref -= 1
+            if unit.ref < 0:
+                raise SimulationError("prefix cache unit released twice (engine bug)")
             if unit.ref == 0:
                 self.evictable_blocks += self.unit_blocks
                 freed += self.unit_blocks

@@ -140,3 +140,21 @@ def trace_keys(hash_ids: list[tuple[int, ...]], inp: Ints, unit: int) -> Keys:
 def unit_tokens(cfg: object, block_size: int) -> int:
     """Tokens per unit of *cfg*'s keys: the trace's block, else the KV block."""
     return cfg.unit_tokens if isinstance(cfg, TracePrefix) else block_size
+
+
+def reuse_bound(keys: Sequence[Sequence[int]], inp: Ints, unit: int) -> float:
+    """Token hit rate of an unlimited cache that serves the requests one after another
+    in arrival order (each request's units cached before the next arrives): the upper
+    bound a real cache approaches. Hits follow the engine's rules (whole units, the
+    last prompt token always computed)."""
+    seen: set[int] = set()
+    hit = 0
+    for row, tokens in zip(keys, inp.tolist(), strict=True):
+        limit = min(len(row), (tokens - 1) // unit)
+        u = 0
+        while u < limit and row[u] in seen:
+            u += 1
+        hit += u * unit
+        seen.update(row)
+    total = int(inp.sum())
+    return hit / total if total else 0.0

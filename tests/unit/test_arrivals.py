@@ -76,6 +76,39 @@ def test_trace_times_rescaled_to_rate():
     np.testing.assert_allclose(trace_times(cfg, np.array([10.0, 11.0, 13.0, 20.0])), [0.0, 7.0])
 
 
+def test_trace_rate_is_the_replayed_windows():
+    cfg = ARRIVALS["trace"].model_validate(
+        {"name": "trace", "path": "x", "rate_per_s": 4.0, "skip_rows": 1}
+    )
+    # rows 1..3 (11, 13, 20) are replayed: 2 gaps over 2 s -> rescaled to 2 / 4 = 0.5 s;
+    # the later, sparser rows (100) do not dilute the rate of the window
+    t = trace_times(cfg, np.array([10.0, 11.0, 12.0, 13.0, 100.0]), n=3)
+    np.testing.assert_allclose(t, [0.0, 0.25, 0.5])
+
+
+def test_trace_window_replays_at_the_target_rate(tmp_path):
+    from lyra_simpy import scenario_from_dict, simulate
+
+    rows = "\n".join(f"{t},10,2" for t in [0, 1, 2, 3, 4, 50, 51, 52, 53, 1000])
+    (tmp_path / "t.csv").write_text("arrival_s,input_tokens,output_tokens\n" + rows + "\n")
+    raw = {
+        "workload": {
+            "num_requests": 4,
+            "arrival": {
+                "name": "trace", "path": "t.csv", "format": "csv",
+                "rate_per_s": 2.0, "skip_rows": 5,
+            },
+            "input_tokens": {"name": "trace"},
+            "output_tokens": {"name": "trace"},
+        },
+        "kv_cache": {"block_size": 16, "num_blocks": 100},
+        "cost": {"name": "linear", "base_ms": 1.0},
+    }  # fmt: skip
+    rec = simulate(scenario_from_dict(raw, base_dir=tmp_path)).records
+    # rows 50..53: 3 gaps at 2/s
+    np.testing.assert_allclose(rec["arrival_s"], [0.0, 0.5, 1.0, 1.5])
+
+
 # -- trace readers --------------------------------------------------------------------
 
 

@@ -161,7 +161,7 @@ def build_source(cfg: WorkloadConfig, streams: Streams, base_dir: Path) -> Sourc
     trace_lengths: Any = None
     if isinstance(arrival, TraceArrivals):
         trace = read(arrival.path, arrival.format, base_dir)
-        times = trace_times(arrival, trace.arrival_s)
+        times = trace_times(arrival, trace.arrival_s, n)
         if cfg.duration_s is not None:
             times = times[times < cfg.duration_s]
         if n is not None:

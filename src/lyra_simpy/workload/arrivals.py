@@ -57,7 +57,11 @@ class TraceArrivals(_Arrival):
     """Trace file, relative to the scenario file."""
     format: TraceFormat = "azure"
     rate_per_s: PositiveFloat | None = None
-    """Rescale the times so the replayed rows' mean rate is this (None: as recorded)."""
+    """Rescale the times so the replayed rows' mean rate is this (None: as recorded).
+    The rate is measured over the replayed window — ``num_requests`` rows from
+    ``skip_rows`` (all remaining rows without ``num_requests``) — as (rows − 1) / span,
+    the same measure as a Poisson stream's first arrival at 0; ``duration_s`` then cuts
+    the rescaled times."""
     skip_rows: int = Field(default=0, ge=0)
     """Rows to skip at the start of the trace."""
 
@@ -106,9 +110,12 @@ def open_loop_times(
     return np.asarray(times, dtype=np.float64)
 
 
-def trace_times(cfg: TraceArrivals, trace_arrival_s: Floats) -> Floats:
-    """The trace's times from ``skip_rows`` on, from 0, rescaled to ``rate_per_s``."""
+def trace_times(cfg: TraceArrivals, trace_arrival_s: Floats, n: int | None = None) -> Floats:
+    """The trace's times from ``skip_rows`` on (at most *n* rows), from 0, rescaled so
+    that those rows arrive at ``rate_per_s`` on average."""
     t = trace_arrival_s[cfg.skip_rows :] - trace_arrival_s[cfg.skip_rows]
+    if n is not None:
+        t = t[:n]
     if cfg.rate_per_s is not None and len(t) > 1 and t[-1] > 0:
         observed = (len(t) - 1) / t[-1]
         t = t * (observed / cfg.rate_per_s)

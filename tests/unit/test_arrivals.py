@@ -246,3 +246,21 @@ def test_skip_rows_beyond_the_trace(make_scenario, tmp_path):
     arrival = {"name": "trace", "path": "t.csv", "format": "csv", "skip_rows": 2}
     with pytest.raises(ScenarioError, match=r"^workload.arrival.skip_rows: got 2, must be < "):
         make_scenario({"workload.arrival": arrival}, base_dir=Path(tmp_path))
+
+
+@pytest.mark.parametrize("model", [{"name": "poisson"}, {"name": "gamma", "cv": 4.0}])
+def test_exact_rate_stretches_the_draws_to_the_rate(model, rng):
+    cfg = {**model, "rate_per_s": 4.0}
+    drawn = times(cfg, np.random.default_rng(5), n=500)
+    exact = times({**cfg, "exact_rate": True}, np.random.default_rng(5), n=500)
+    assert exact[-1] == pytest.approx(499 / 4.0)
+    # the same gaps, scaled: burstiness kept
+    np.testing.assert_allclose(exact, drawn * (exact[-1] / drawn[-1]))
+
+
+def test_exact_rate_needs_num_requests(make_scenario):
+    arrival = {"name": "gamma", "rate_per_s": 4.0, "cv": 2.0, "exact_rate": True}
+    with pytest.raises(ScenarioError, match="exact_rate needs num_requests"):
+        make_scenario(
+            {"workload.arrival": arrival, "workload.num_requests": None, "workload.duration_s": 5}
+        )

@@ -86,6 +86,8 @@ class WorkloadConfig(BaseModel):
             and not isinstance(self.arrival, TraceArrivals)
         ):
             raise ValueError("set num_requests or duration_s (or both)")
+        if getattr(self.arrival, "exact_rate", False) and self.num_requests is None:
+            raise ValueError("arrival.exact_rate needs num_requests")
         if isinstance(self.arrival, ClosedLoopArrivals) and self.num_requests is None:
             raise ValueError("closed_loop needs num_requests (duration_s may stop it earlier)")
         uses_trace = any(

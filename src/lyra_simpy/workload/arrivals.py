@@ -25,12 +25,22 @@ class _Arrival(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class PoissonArrivals(_Arrival):
+class _Random(_Arrival):
+    exact_rate: bool = False
+    """Stretch the drawn times so the *num_requests* requests arrive at exactly
+    ``rate_per_s`` on average — (n − 1) / last arrival, as a trace's ``rate_per_s``
+    rescales its window — keeping the gaps' relative sizes (their burstiness). Off: the
+    times as drawn, whose realised rate strays from ``rate_per_s`` by about CV / √n
+    (more, and mostly upward, for heavy-tailed gaps: gamma with CV 4 over 4000
+    requests gave 4.8 req/s for 4.0). Needs ``num_requests``."""
+
+
+class PoissonArrivals(_Random):
     name: Literal["poisson"] = "poisson"
     rate_per_s: PositiveFloat
 
 
-class GammaArrivals(_Arrival):
+class GammaArrivals(_Random):
     name: Literal["gamma"] = "gamma"
     rate_per_s: PositiveFloat
     cv: PositiveFloat
@@ -95,6 +105,8 @@ def open_loop_times(
         times = np.arange(count, dtype=np.float64) / cfg.rate_per_s
     elif n is not None:
         times = np.concatenate(([0.0], np.cumsum(_gaps(cfg, rng, n - 1))))
+        if cfg.exact_rate and n > 1 and times[-1] > 0:
+            times = times * ((n - 1) / times[-1] / cfg.rate_per_s)
     else:
         assert duration_s is not None
         chunks = [np.zeros(1)]

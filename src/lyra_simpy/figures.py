@@ -62,10 +62,29 @@ def timeline_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> None
     plots.save(plots.timeline(series, spec.title or folder.name), out_path)
 
 
+def grouped_bars_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> None:
+    """Summary *metrics* as bars: variants labelled ``<group>.<series>`` (e.g.
+    ``poisson.fcfs``) give one cluster per group with one bar per series, in run order;
+    a label without a dot is a group of its own."""
+    if not spec.metrics:
+        raise ValueError("grouped_bars needs metrics")
+    groups: dict[str, dict[str, dict[str, float]]] = {}
+    for folder in _variants(results_dir):
+        group, _, series = folder.name.rpartition(".")
+        summary = json.loads((folder / "summary.json").read_text())
+        groups.setdefault(group or series, {})[series if group else ""] = summary
+    values = {
+        m: {g: {s: float(v[m]) for s, v in by.items()} for g, by in groups.items()}
+        for m in spec.metrics
+    }
+    plots.save(plots.grouped_bars(values, spec.log_y, spec.title), out_path)
+
+
 FIGURES: dict[str, Callable[[Path, Path, FigureSpec], None]] = {
     "cdf": cdf_figure,
     "metrics_vs_param": metrics_vs_param_figure,
     "timeline": timeline_figure,
+    "grouped_bars": grouped_bars_figure,
 }
 
 

@@ -39,23 +39,28 @@ class FigureSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Literal["cdf", "metrics_vs_param", "timeline"]
+    name: Literal["cdf", "metrics_vs_param", "timeline", "grouped_bars"]
     metric: str = "ttft_ms"
     """``cdf``: per-request field to plot (ttft_ms, tpot_ms, e2el_ms)."""
     param: str | None = None
     """``metrics_vs_param``: dotted scenario path on the x axis."""
     metrics: list[str] = Field(default_factory=list)
-    """``metrics_vs_param``: summary metrics on the y axis."""
+    """``metrics_vs_param``: summary metrics on the y axis; ``grouped_bars``: one panel
+    each."""
     variant: str | None = None
     """``timeline``: which variant's time series (default: the first)."""
     title: str | None = None
     log_x: bool = False
+    log_y: bool = False
+    """``grouped_bars``: logarithmic value axes."""
 
     def file_stem(self, scenario: str) -> str:
         if self.name == "cdf":
             return f"{scenario}_{self.metric.removesuffix('_ms')}_cdf"
         if self.name == "metrics_vs_param":
             return f"{scenario}_vs_{(self.param or 'param').split('.')[-1]}"
+        if self.name == "grouped_bars":
+            return f"{scenario}_bars_{(self.metrics or ['none'])[0].removesuffix('_ms')}"
         return f"{scenario}_timeline_{self.variant or 'first'}"
 
 

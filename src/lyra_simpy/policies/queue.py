@@ -9,11 +9,11 @@ broken by arrival time and then by position in the workload, so the order is tot
 deterministic. This is vLLM's ``--scheduling-policy priority`` with each request's
 priority set to its prompt length (``vllm/v1/core/sched/request_queue.py``,
 ``PriorityRequestQueue``: a heap on ``(priority, arrival_time)``), and close to the
-``sjf`` queue of newer vLLM versions (``SJFRequestQueue``, keyed on the prompt length,
-softened by the waiting time). SGLang's ``--schedule-policy`` sorts its waiting queue
-each step in the same way but offers no prompt-length key among its cache-agnostic
-policies (``fcfs``, ``lof`` = longest output first, ``random``;
-``python/sglang/srt/managers/schedule_policy.py``).
+``sjf`` policy in vLLM's tree at commit 0097c7e (``SJFRequestQueue``: a score of the
+prompt length and the time waited, so long prompts age forward). SGLang's
+``--schedule-policy`` sorts its waiting queue each step in the same way but offers no
+prompt-length key among its cache-agnostic policies (``fcfs``, ``lof`` = longest
+output first, ``random``; ``python/sglang/srt/managers/schedule_policy.py``).
 
 Preempted requests under ``shortest_prompt_first`` keep their own key: they do *not*
 jump the queue, as vLLM's priority queue re-inserts a preempted request by its

@@ -22,6 +22,11 @@ The key is the prompt length, not the tokens a recompute must redo (prompt plus 
 tokens generated before the preemption): a client-set priority does not change when
 the engine preempts.
 
+Only the waiting queue is ordered: the victim of a preemption is still the newest
+running request, whereas vLLM in priority mode preempts the running request with the
+largest ``(priority, arrival_time)`` — with priority = prompt length, the longest
+prompt (``Scheduler._pick_lowest_priority_running``). Not modelled yet.
+
 The order only chooses whom a scheduler considers first; admission still stops at the
 first request that does not fit (head-of-line within the chosen order), and the engine
 removes admitted requests from wherever they stand in its queue.

@@ -14,9 +14,14 @@ iterations as one event (:mod:`lyra_simpy.span`), and an iteration that admitted
 requests continues straight into such a run when no arrival is due at its end. This
 relies on one rule every scheduler keeps: *with nothing waiting and every running
 request decoding, the next plan decodes every running request* (unless KV is short, in
-which case the engine asks the scheduler). Every observable — token times, ITL, time
-series, summaries — is identical to stepping one by one (``fuse_iterations: false``);
-a property test checks it for every registered scheduler.
+which case the engine asks the scheduler). A plan that decodes every running request
+and admits nothing is continued as a fused run too (nothing can make room for a waiting
+request before an arrival or a completion) — unless it preempted: a scheduler admits
+nothing in an iteration that preempts, but may admit in the next (under
+``shortest_prompt_first``, a short request the victim no longer blocks). Every
+observable — token times, ITL, time series, summaries — is identical to stepping one
+by one (``fuse_iterations: false``); a property test checks it for every registered
+scheduler.
 """
 
 from __future__ import annotations

@@ -63,6 +63,13 @@ def metrics_vs_param_figure(results_dir: Path, out_path: Path, spec: FigureSpec)
     plots.save(fig, out_path)
 
 
+def _log_metrics(spec: FigureSpec) -> set[str]:
+    """The metrics *spec* draws on a log axis."""
+    if isinstance(spec.log_y, list):
+        return set(spec.log_y)
+    return set(spec.metrics) if spec.log_y else set()
+
+
 def _series_vs_param_figure(
     results_dir: Path, out_path: Path, spec: FigureSpec, param: str, series: str
 ) -> None:
@@ -87,7 +94,7 @@ def _series_vs_param_figure(
         for m in spec.metrics
     }
     fig = plots.panels_vs_param(
-        panels, param.split(".")[-1], spec.title, spec.log_x, set(spec.log_y), reference
+        panels, param.split(".")[-1], spec.title, spec.log_x, _log_metrics(spec), reference
     )
     plots.save(fig, out_path)
 
@@ -116,11 +123,30 @@ def iteration_times_figure(results_dir: Path, out_path: Path, spec: FigureSpec) 
     plots.save(plots.iteration_times(lines, spec.title), out_path)
 
 
+def grouped_bars_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> None:
+    """Summary *metrics* as bars: variants labelled ``<group>.<series>`` (e.g.
+    ``poisson.fcfs``) give one cluster per group with one bar per series, in run order;
+    a label without a dot is a group of its own."""
+    if not spec.metrics:
+        raise ValueError("grouped_bars needs metrics")
+    groups: dict[str, dict[str, dict[str, float]]] = {}
+    for folder in _variants(results_dir):
+        group, _, series = folder.name.rpartition(".")
+        summary = json.loads((folder / "summary.json").read_text())
+        groups.setdefault(group or series, {})[series if group else ""] = summary
+    values = {
+        m: {g: {s: float(v[m]) for s, v in by.items()} for g, by in groups.items()}
+        for m in spec.metrics
+    }
+    plots.save(plots.grouped_bars(values, bool(spec.log_y), spec.title), out_path)
+
+
 FIGURES: dict[str, Callable[[Path, Path, FigureSpec], None]] = {
     "cdf": cdf_figure,
     "metrics_vs_param": metrics_vs_param_figure,
     "timeline": timeline_figure,
     "iteration_times": iteration_times_figure,
+    "grouped_bars": grouped_bars_figure,
 }
 
 

@@ -45,6 +45,11 @@ UNITS = {
     "prefix_cache_hit_rate_bound": "unlimited cache, one at a time",
     "rejection_rate": "rejected (fraction of arrivals)",
     "rate_per_s": "offered load (req/s)",
+    "p99_ttft_ms": "p99 TTFT (ms)",
+    "p99_e2el_ms": "p99 end-to-end latency (ms)",
+    "fairness_jain_slowdown": "Jain's index of slowdown",
+    "mean_slowdown": "mean slowdown (x unloaded)",
+    "p99_slowdown": "p99 slowdown (x unloaded)",
 }
 
 
@@ -201,6 +206,38 @@ def iteration_times(
         axes[-1].set_xlabel("time (s)")
         if title:
             axes[0].set_title(title)
+    return fig
+
+
+def grouped_bars(
+    values: Mapping[str, Mapping[str, Mapping[str, float]]],
+    log_y: bool = False,
+    title: str | None = None,
+) -> Figure:
+    """One panel per metric of ``values[metric][group][series]``: a cluster of bars per
+    group, one bar (and colour) per series, stacked panels sharing the groups."""
+    metrics = list(values)
+    with plt.rc_context(STYLE):  # type: ignore[arg-type]
+        fig, axes = plt.subplots(
+            len(metrics), 1, figsize=(3.4, 0.4 + 1.9 * len(metrics)), sharex=True,
+            layout="constrained", squeeze=False,
+        )  # fmt: skip
+        groups = list(values[metrics[0]])
+        series = list(dict.fromkeys(s for g in groups for s in values[metrics[0]][g]))
+        width = 0.8 / max(len(series), 1)
+        x = np.arange(len(groups))
+        for ax, metric in zip(axes[:, 0], metrics, strict=True):
+            for i, name in enumerate(series):
+                ys = [values[metric][g].get(name, np.nan) for g in groups]
+                ax.bar(x + (i - (len(series) - 1) / 2) * width, ys, width, label=name or None)
+            ax.set_ylabel(label_of(metric))
+            if log_y:
+                ax.set_yscale("log")
+        axes[-1, 0].set_xticks(x, groups, rotation=30, ha="right")
+        if any(series):
+            axes[0, 0].legend(frameon=False, ncols=len(series))
+        if title:
+            axes[0, 0].set_title(title)
     return fig
 
 

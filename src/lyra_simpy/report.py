@@ -39,14 +39,15 @@ class FigureSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Literal["cdf", "metrics_vs_param", "timeline", "iteration_times"]
+    name: Literal["cdf", "metrics_vs_param", "timeline", "iteration_times", "grouped_bars"]
     metric: str = "ttft_ms"
     """``cdf``: per-request field to plot (ttft_ms, tpot_ms, e2el_ms), or ``itl_ms``
     (the pooled inter-token latencies)."""
     param: str | None = None
     """``metrics_vs_param``: dotted scenario path on the x axis."""
     metrics: list[str] = Field(default_factory=list)
-    """``metrics_vs_param``: summary metrics on the y axis."""
+    """``metrics_vs_param``: summary metrics on the y axis; ``grouped_bars``: one panel
+    each."""
     series: str | None = None
     """``metrics_vs_param``: dotted scenario path splitting the variants into lines (one
     per value, e.g. ``admission.name``), with one panel per metric; ``series`` itself
@@ -57,8 +58,9 @@ class FigureSpec(BaseModel):
     """``iteration_times``: the stretch of simulated time to draw (default: all)."""
     title: str | None = None
     log_x: bool = False
-    log_y: list[str] = Field(default_factory=list)
-    """``metrics_vs_param`` with ``series``: metrics drawn on a log y axis."""
+    log_y: bool | list[str] = False
+    """Logarithmic value axes: all (true) or for the metrics listed
+    (``metrics_vs_param`` with ``series``, ``grouped_bars``)."""
     reference: str | None = None
     """``metrics_vs_param`` with ``series``: a summary metric drawn as a dashed line on
     the first panel (its value in the first variant: e.g. a bound)."""
@@ -72,6 +74,8 @@ class FigureSpec(BaseModel):
             return f"{scenario}_vs_{(self.param or 'param').split('.')[-1]}"
         if self.name == "iteration_times":
             return f"{scenario}_iterations"
+        if self.name == "grouped_bars":
+            return f"{scenario}_bars_{(self.metrics or ['none'])[0].removesuffix('_ms')}"
         return f"{scenario}_timeline_{self.variant or 'first'}"
 
 

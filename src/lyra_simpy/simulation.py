@@ -19,6 +19,7 @@ from lyra_simpy.cost import COST_MODELS, CostModel
 from lyra_simpy.engine import Replica
 from lyra_simpy.kv import BlockPool
 from lyra_simpy.metrics.collector import STATUS_CODES, Collector
+from lyra_simpy.metrics.fairness import fairness_summary, unloaded_service_s
 from lyra_simpy.metrics.summary import summarize
 from lyra_simpy.policies import ADMISSIONS, SCHEDULERS, Admission, Limits
 from lyra_simpy.policies.prefix_cache import PREFIX_CACHES, PrefixCache
@@ -144,11 +145,15 @@ def simulate(scenario: Scenario) -> Results:
         np.frombuffer(collector.itl_values, dtype=np.float64),
         np.frombuffer(collector.itl_weights, dtype=np.int64),
     )
-    slo = scenario.slo.model_dump()
+    summary = summarize(records, itl, scenario.slo.model_dump())
+    # Alone, a prompt longer than the token budget would be split into chunks of it.
+    budget = getattr(scenario.scheduler, "max_num_batched_tokens", None)
+    unloaded = unloaded_service_s(cost, records["input_tokens"], records["output_tokens"], budget)
+    summary.update(fairness_summary(records, unloaded))
     return Results(
         scenario=scenario,
         records=records,
-        summary=_with_bound(summarize(records, itl, slo), scenario, source),
+        summary=_with_bound(summary, scenario, source),
         timeseries=collector.series_arrays() if scenario.simulation.timeseries else {},
         itl_s=itl,
         engine={

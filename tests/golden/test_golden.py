@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from lyra_simpy import ScenarioError
+
 HERE = Path(__file__).resolve().parent
 SCENARIOS = sorted((HERE.parents[1] / "scenarios").glob("*.yaml"))
 
@@ -32,8 +34,14 @@ regen = _regen_module()
 
 @cache
 def quick_run(name: str) -> dict[str, Any]:
-    """The golden record of scenarios/<name>.yaml as the code computes it now."""
-    return regen.golden_of(HERE.parents[1] / "scenarios" / f"{name}.yaml")
+    """The golden record of scenarios/<name>.yaml as the code computes it now (skipped
+    when a trace it replays is not beside the repository: see shared/traces/README.md)."""
+    try:
+        return regen.golden_of(HERE.parents[1] / "scenarios" / f"{name}.yaml")
+    except ScenarioError as exc:
+        if "trace file not found" in str(exc):
+            pytest.skip(str(exc))
+        raise
 
 
 def variants(name: str) -> dict[str, dict[str, Any]]:
@@ -199,3 +207,37 @@ def test_prefix_cache_reaches_the_mooncake_bound_only_when_large():
         runs[f"sglang_radix_fcfs_{big}"]["median_ttft_ms"]
         < runs[f"vllm_block_hash_{big}"]["median_ttft_ms"]
     )
+
+
+def test_bursty_arrivals_raise_the_tail_and_spf_trades_it_for_the_mean():
+    runs = variants("tail_latency_arrivals")
+    groups = ["poisson", "gamma_cv2", "gamma_cv4", "azure_conv", "poisson_codelen", "azure_code"]
+    assert list(runs) == [f"{g}.{p}" for g in groups for p in ("fcfs", "spf")]
+    assert all(r["completed"] == 1000 and r["rejected"] == 0 for r in runs.values())
+    fcfs = {g: runs[f"{g}.fcfs"] for g in groups}
+    spf = {g: runs[f"{g}.spf"] for g in groups}
+
+    def p99_ttft(g: str) -> float:
+        return float(fcfs[g]["p99_ttft_ms"])
+
+    # same mean rate, burstier arrivals: a longer TTFT tail (quick run: 1.2 s, 2.1 s,
+    # 8.8 s; the code trace 104 s against 2.9 s for Poisson with the same lengths)
+    assert p99_ttft("poisson") < p99_ttft("gamma_cv2") < p99_ttft("gamma_cv4")
+    assert p99_ttft("gamma_cv4") > 5 * p99_ttft("poisson")
+    assert p99_ttft("azure_conv") > p99_ttft("poisson")
+    assert p99_ttft("azure_code") > 10 * p99_ttft("poisson_codelen")
+    # ... and less fair: Jain's index of slowdown falls with burstiness
+    assert fcfs["poisson"]["fairness_jain_slowdown"] > fcfs["gamma_cv4"]["fairness_jain_slowdown"]
+    # shortest prompt first lowers the mean slowdown wherever a queue forms; under
+    # Poisson a queue seldom forms and the two agree within 0.1 % (SPF 0.003 % higher)
+    for g in groups:
+        assert spf[g]["mean_slowdown"] <= fcfs[g]["mean_slowdown"] * 1.001, g
+    for g in ("gamma_cv2", "gamma_cv4", "azure_conv", "poisson_codelen", "azure_code"):
+        assert spf[g]["mean_slowdown"] < fcfs[g]["mean_slowdown"], g
+    assert spf["gamma_cv4"]["mean_slowdown"] < 0.9 * fcfs["gamma_cv4"]["mean_slowdown"]
+    assert spf["azure_code"]["mean_slowdown"] < fcfs["azure_code"]["mean_slowdown"] / 3
+    assert spf["azure_code"]["median_ttft_ms"] < fcfs["azure_code"]["median_ttft_ms"] / 10
+    # ... but starves long prompts in a burst: a longer TTFT tail. (Whether Jain's index
+    # rises or falls with it depends on the draw: down in the full run, up in this one.)
+    for g in ("gamma_cv4", "azure_code"):
+        assert spf[g]["p99_ttft_ms"] > 1.2 * fcfs[g]["p99_ttft_ms"], g

@@ -76,6 +76,39 @@ def test_trace_times_rescaled_to_rate():
     np.testing.assert_allclose(trace_times(cfg, np.array([10.0, 11.0, 13.0, 20.0])), [0.0, 7.0])
 
 
+def test_trace_rate_is_the_replayed_windows():
+    cfg = ARRIVALS["trace"].model_validate(
+        {"name": "trace", "path": "x", "rate_per_s": 4.0, "skip_rows": 1}
+    )
+    # rows 1..3 (11, 13, 20) are replayed: 2 gaps over 2 s -> rescaled to 2 / 4 = 0.5 s;
+    # the later, sparser rows (100) do not dilute the rate of the window
+    t = trace_times(cfg, np.array([10.0, 11.0, 12.0, 13.0, 100.0]), n=3)
+    np.testing.assert_allclose(t, [0.0, 0.25, 0.5])
+
+
+def test_trace_window_replays_at_the_target_rate(tmp_path):
+    from lyra_simpy import scenario_from_dict, simulate
+
+    rows = "\n".join(f"{t},10,2" for t in [0, 1, 2, 3, 4, 50, 51, 52, 53, 1000])
+    (tmp_path / "t.csv").write_text("arrival_s,input_tokens,output_tokens\n" + rows + "\n")
+    raw = {
+        "workload": {
+            "num_requests": 4,
+            "arrival": {
+                "name": "trace", "path": "t.csv", "format": "csv",
+                "rate_per_s": 2.0, "skip_rows": 5,
+            },
+            "input_tokens": {"name": "trace"},
+            "output_tokens": {"name": "trace"},
+        },
+        "kv_cache": {"block_size": 16, "num_blocks": 100},
+        "cost": {"name": "linear", "base_ms": 1.0},
+    }  # fmt: skip
+    rec = simulate(scenario_from_dict(raw, base_dir=tmp_path)).records
+    # rows 50..53: 3 gaps at 2/s
+    np.testing.assert_allclose(rec["arrival_s"], [0.0, 0.5, 1.0, 1.5])
+
+
 # -- trace readers --------------------------------------------------------------------
 
 
@@ -213,3 +246,21 @@ def test_skip_rows_beyond_the_trace(make_scenario, tmp_path):
     arrival = {"name": "trace", "path": "t.csv", "format": "csv", "skip_rows": 2}
     with pytest.raises(ScenarioError, match=r"^workload.arrival.skip_rows: got 2, must be < "):
         make_scenario({"workload.arrival": arrival}, base_dir=Path(tmp_path))
+
+
+@pytest.mark.parametrize("model", [{"name": "poisson"}, {"name": "gamma", "cv": 4.0}])
+def test_exact_rate_stretches_the_draws_to_the_rate(model, rng):
+    cfg = {**model, "rate_per_s": 4.0}
+    drawn = times(cfg, np.random.default_rng(5), n=500)
+    exact = times({**cfg, "exact_rate": True}, np.random.default_rng(5), n=500)
+    assert exact[-1] == pytest.approx(499 / 4.0)
+    # the same gaps, scaled: burstiness kept
+    np.testing.assert_allclose(exact, drawn * (exact[-1] / drawn[-1]))
+
+
+def test_exact_rate_needs_num_requests(make_scenario):
+    arrival = {"name": "gamma", "rate_per_s": 4.0, "cv": 2.0, "exact_rate": True}
+    with pytest.raises(ScenarioError, match="exact_rate needs num_requests"):
+        make_scenario(
+            {"workload.arrival": arrival, "workload.num_requests": None, "workload.duration_s": 5}
+        )

@@ -74,7 +74,9 @@ def test_run_scenario_echo_and_no_files(make_scenario, tmp_path, monkeypatch):
 
 
 def test_figures_registry_and_spec_names():
-    assert set(FIGURES) == {"cdf", "metrics_vs_param", "timeline", "iteration_times"}
+    assert set(FIGURES) == {
+        "cdf", "metrics_vs_param", "timeline", "iteration_times", "grouped_bars"
+    }  # fmt: skip
     assert FigureSpec(name="iteration_times").file_stem("s") == "s_iterations"
     assert FigureSpec(name="cdf", metric="tpot_ms").file_stem("s") == "s_tpot_cdf"
     assert FigureSpec(name="metrics_vs_param", param="a.b").file_stem("s") == "s_vs_b"

@@ -29,6 +29,7 @@ from pydantic import NonNegativeInt, PositiveInt
 from lyra_simpy.kv import blocks_for
 from lyra_simpy.policies.base import BatchPlan, EngineView, prefix_hit
 from lyra_simpy.policies.continuous import ContinuousBatching, TokenBudgetConfig
+from lyra_simpy.policies.queue import ordered
 from lyra_simpy.request import Request
 
 
@@ -69,7 +70,7 @@ class ChunkedPrefill(ContinuousBatching):
         cap = self._cap
         slots = self.config.max_num_seqs - n_running
         prefix = view.prefix
-        for req in view.waiting:
+        for req in ordered(view.waiting, self.config.queue_policy):
             if slots <= 0 or budget <= 0:
                 break
             hit, hit_free = prefix_hit(view, req) if prefix is not None else (0, 0)

@@ -7,11 +7,12 @@ Every iteration (Orca, OSDI'22; vLLM ``vllm/v1/core/sched/scheduler.py``):
    preempted by recompute (its KV dropped, back to the front of the queue; vLLM's
    default preemption mode) until the allocation succeeds or the request being served
    is itself the one preempted.
-2. Then, only if nothing was preempted this iteration, waiting requests in FCFS order
+2. Then, only if nothing was preempted this iteration, waiting requests in queue order
    while ``max_num_seqs`` sequences are not reached, the whole prompt fits in the rest
    of the token budget ``max_num_batched_tokens`` (no chunking: a prompt that does not
    fit waits) and the KV pool has blocks for the prompt. The first one that does not fit
-   stops admission (head-of-line order is kept).
+   stops admission (head-of-line order is kept). Queue order is ``queue_policy``'s:
+   FCFS by default (see :mod:`~lyra_simpy.policies.queue`).
 
 Prefills and decodes share the iteration (a "mixed" batch). A request whose longest
 possible prefill (prompt plus all but one output token, after a recompute) exceeds the
@@ -27,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, PositiveInt, model_validator
 
 from lyra_simpy.kv import blocks_for
 from lyra_simpy.policies.base import BatchPlan, EngineView, prefix_hit
+from lyra_simpy.policies.queue import QueuePolicy, ordered
 from lyra_simpy.request import Request
 
 
@@ -40,6 +42,9 @@ class TokenBudgetConfig(BaseModel):
     max_num_batched_tokens: PositiveInt = 8192
     """Token budget of one iteration (vLLM ``--max-num-batched-tokens``; 8192 is its
     online-serving default on GPUs)."""
+    queue_policy: QueuePolicy = "fcfs"
+    """Order in which waiting requests are admitted (vLLM ``--scheduling-policy``; see
+    :mod:`~lyra_simpy.policies.queue`)."""
 
     @model_validator(mode="after")
     def _budget_covers_seqs(self) -> TokenBudgetConfig:
@@ -122,11 +127,11 @@ class ContinuousBatching:
     def _admit(
         self, view: EngineView, plan: BatchPlan, n_running: int, budget: int, free: int
     ) -> BatchPlan:
-        """Waiting requests in FCFS order while they fit (step 2 of the docstring)."""
+        """Waiting requests in queue order while they fit (step 2 of the docstring)."""
         bs = view.block_size
         slots = self.config.max_num_seqs - n_running
         prefix = view.prefix
-        for req in view.waiting:
+        for req in ordered(view.waiting, self.config.queue_policy):
             if slots <= 0:
                 break
             hit, hit_free = prefix_hit(view, req) if prefix is not None else (0, 0)

@@ -10,7 +10,9 @@ The classic request-level batching of early serving stacks (and of HF ``generate
   *longest* member finishes (head-of-line blocking): the cost model charges the rows
   of the whole batch (``BatchPlan.rows``), padded as configured.
 * KV is reserved for every member's full length at batch formation (no preemption can
-  occur); the batch takes waiting requests in FCFS order while their full lengths fit.
+  occur); the batch takes waiting requests in the order of ``queue_policy`` (FCFS by
+  default; :mod:`~lyra_simpy.policies.queue`) while their full lengths fit. The
+  ``max_wait_ms`` clock is the oldest waiting request's, whatever the order.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, NonNegativeFloat, PositiveInt
 
 from lyra_simpy.kv import blocks_for
 from lyra_simpy.policies.base import BatchPlan, EngineView
+from lyra_simpy.policies.queue import QueuePolicy, ordered
 from lyra_simpy.request import Request
 
 
@@ -35,6 +38,8 @@ class StaticConfig(BaseModel):
     max_wait_ms: NonNegativeFloat | None = None
     """Longest the oldest waiting request waits for the batch to fill (None: until full
     or until no further arrival is known)."""
+    queue_policy: QueuePolicy = "fcfs"
+    """Order in which waiting requests join a batch (see :mod:`~lyra_simpy.policies.queue`)."""
 
 
 class StaticBatching:
@@ -66,7 +71,7 @@ class StaticBatching:
         # Reserve each member's full length up front; the engine allocates only the
         # prompt now, so the rest is kept back by counting it against the free blocks.
         free = view.free_blocks
-        for req in waiting:
+        for req in ordered(waiting, cfg.queue_policy):
             if len(plan.prefill) == cfg.max_batch:
                 break
             full_blocks = blocks_for(req.input_tokens + req.output_tokens, view.block_size)

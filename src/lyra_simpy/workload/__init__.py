@@ -99,6 +99,8 @@ class WorkloadConfig(BaseModel):
             and not isinstance(self.arrival, TraceArrivals)
         ):
             raise ValueError("set num_requests or duration_s (or both)")
+        if getattr(self.arrival, "exact_rate", False) and self.num_requests is None:
+            raise ValueError("arrival.exact_rate needs num_requests")
         if isinstance(self.arrival, ClosedLoopArrivals) and self.num_requests is None:
             raise ValueError("closed_loop needs num_requests (duration_s may stop it earlier)")
         uses_trace = any(
@@ -189,7 +191,7 @@ def build_source(
     hash_ids = None
     if isinstance(arrival, TraceArrivals):
         trace = read(arrival.path, arrival.format, base_dir)
-        times = trace_times(arrival, trace.arrival_s)
+        times = trace_times(arrival, trace.arrival_s, n)
         if cfg.duration_s is not None:
             times = times[times < cfg.duration_s]
         if n is not None:

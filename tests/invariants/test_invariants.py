@@ -233,8 +233,7 @@ def served(raw: dict[str, Any], inp: np.ndarray, out: np.ndarray) -> np.ndarray:
         ok = np.ones(len(inp), dtype=bool)
     elif sched["name"] == "prefill_first":
         longest = inp + out - 1
-        future = np.minimum(out, sched["clip_max_new_tokens"])
-        ok = inp + future <= kv["num_blocks"] * kv["block_size"]
+        ok = inp + out <= kv["num_blocks"] * kv["block_size"]
     else:
         longest = inp + out
         ok = np.ones(len(inp), dtype=bool)

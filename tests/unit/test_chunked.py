@@ -193,10 +193,20 @@ def test_retraction_keeps_at_least_one_request():
     assert plan.empty
 
 
-def test_sglang_accepts_needs_prompt_and_clipped_output_in_the_pool():
+def test_sglang_accepts_needs_prompt_and_output_in_the_pool():
+    # its KV check counts the prompt, what was generated and the rest of the output
     s = sglang(clip_max_new_tokens=100)
-    assert s.accepts(waiting_req(0, 900, 124), num_blocks=64, block_size=BS)  # 900+100
-    assert not s.accepts(waiting_req(0, 1000, 50), num_blocks=64, block_size=BS)
+    assert s.accepts(waiting_req(0, 900, 124), num_blocks=64, block_size=BS)  # 1024
+    assert not s.accepts(waiting_req(0, 900, 125), num_blocks=64, block_size=BS)
+
+
+def test_a_retracted_request_can_always_come_back_on_an_idle_replica():
+    # retracted after 9 of 19 tokens: 3 + 9 to prefill again, 10 still to come
+    r = Request(0, 0, 0.0, 3, 19, generated_tokens=9, preemptions=1)
+    s = PrefillFirst(PrefillFirstConfig(clip_max_new_tokens=16, chunked_prefill_size=None))
+    assert s.accepts(r, num_blocks=22, block_size=1)
+    plan = s.plan(EngineView(0.0, [r], [], 22, 1, False))
+    assert plan.prefill == [(r, 12)]
 
 
 def test_chunk_size_must_be_whole_pages(make_scenario):
@@ -249,3 +259,12 @@ def test_unlimited_budget_chunking_equals_no_chunking(make_scenario):
     b = simulate(make_scenario({"scheduler": {"name": "chunked_prefill", **big}}))
     assert list(a.requests()) == list(b.requests())
     assert a.summary == b.summary
+
+
+def test_when_retracting_decodes_is_not_enough_the_chunked_prompt_goes_back():
+    d = decoding_req(0, 15, 2)  # needs a block
+    p = partial_req(1, 100, 64)  # a prompt part-way through its chunks holds the rest
+    plan = sglang(chunked_prefill_size=64).plan(view(running=[d, p], free_blocks=0))
+    assert plan.preempt == [p]
+    assert plan.preempt_to_back
+    assert plan.decode == [d]

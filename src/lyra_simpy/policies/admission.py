@@ -26,7 +26,10 @@ iterations it shares with them); no KV preemption; prefills mixed into later dec
 iterations are not charged to the TPOT; ``output_tokens`` is read as the ``max_tokens``
 the client sent (vLLM's ``bench serve`` sends the output length with ``ignore_eos``), so
 with real traffic stopping early on EOS the prediction is an upper bound. With static
-batching the replay still follows continuous rules (optimistic: no head-of-line wait).
+batching the replay still follows continuous rules (optimistic: no head-of-line wait);
+with ``chunked_prefill`` or ``prefill_first`` it prefills each prompt whole (chunking
+spreads the same work, so TTFT is about right, TPOT optimistic), and it does not count
+prefix-cache hits (pessimistic: a hit prefills less).
 Cost: a decision replays events up to the TTFT SLO's horizon at most; with only a TPOT
 SLO it replays the whole queue ahead, unless no batch could break the TPOT at all (then
 it admits without a replay).

@@ -24,7 +24,8 @@ A decode iteration decodes every running request. When the KV pool cannot hold t
 next token of each, requests are *retracted* (SGLang ``retract_decode``): fewest
 output tokens first, ties to the longest prompt, keeping at least one; their KV is
 dropped and they go to the *back* of the queue (recompute, as vLLM's preemption but
-re-queued behind the others).
+re-queued behind the others). If that is still not enough, the prompt being chunked
+is retracted as well (modelling choice: SGLang keeps it and can stall there).
 
 Modelling choice: SGLang adapts ``new_token_ratio`` (0.7 after a retraction, decaying
 by 0.001 per decode step to 0.1 with the default ``--schedule-conservativeness 1``);
@@ -86,13 +87,9 @@ class PrefillFirst:
         self.config = config
 
     def accepts(self, request: Request, num_blocks: int, block_size: int) -> bool:
-        # The KV check at admission wants the prompt and the (clipped) output at once.
-        longest = request.input_tokens + request.output_tokens - 1
-        future = min(request.output_tokens, self.config.clip_max_new_tokens)
-        return (
-            blocks_for(longest, block_size) <= num_blocks
-            and request.input_tokens + future <= num_blocks * block_size
-        )
+        # The KV check at admission wants the prompt (plus, after a retraction, what was
+        # generated) and the rest of the output at once: at most input + output tokens.
+        return request.input_tokens + request.output_tokens <= num_blocks * block_size
 
     def plan(self, view: EngineView) -> BatchPlan:
         running = view.running
@@ -106,7 +103,7 @@ class PrefillFirst:
             plan = self._prefill(view, decoding, partial)
             if not plan.empty:
                 return plan
-        return self._decode(view, decoding)
+        return self._decode(view, decoding, partial)
 
     # -- prefill iterations ------------------------------------------------------------
     def _prefill(
@@ -192,7 +189,9 @@ class PrefillFirst:
         return waiting
 
     # -- decode iterations -------------------------------------------------------------
-    def _decode(self, view: EngineView, decoding: list[Request]) -> BatchPlan:
+    def _decode(
+        self, view: EngineView, decoding: list[Request], partial: Request | None
+    ) -> BatchPlan:
         plan = BatchPlan(preempt_to_back=True)
         if not decoding:
             return plan
@@ -212,9 +211,13 @@ class PrefillFirst:
                 need -= blocks_for(victim.computed_tokens + 1, bs) - victim.blocks
                 if need <= free:
                     break
+            if need > free and partial is not None:
+                # Still short: the prompt being chunked holds the rest. SGLang never
+                # retracts it (and can stall here); it goes back to the queue instead.
+                plan.preempt.append(partial)
+                free += partial.blocks
             if need > free:
-                return plan  # the last request cannot grow: nothing fits (cannot happen
-                # for an accepted request, which fits the pool alone)
+                return plan  # cannot happen: an accepted request fits the pool alone
             decoding = [r for r in decoding if id(r) in keep]
         plan.decode.extend(decoding)
         return plan

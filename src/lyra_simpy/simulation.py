@@ -148,7 +148,9 @@ def simulate(scenario: Scenario) -> Results:
     summary = summarize(records, itl, scenario.slo.model_dump())
     # Alone, a prompt longer than the token budget would be split into chunks of it.
     budget = getattr(scenario.scheduler, "max_num_batched_tokens", None)
-    unloaded = unloaded_service_s(cost, records["input_tokens"], records["output_tokens"], budget)
+    unloaded = unloaded_service_s(
+        cost, records["input_tokens"], records["output_tokens"], budget, records["cached_tokens"]
+    )
     summary.update(fairness_summary(records, unloaded))
     return Results(
         scenario=scenario,

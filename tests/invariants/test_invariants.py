@@ -335,7 +335,9 @@ def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
     # padding a lone decode can cost more than a mixed iteration: not checked there)
     cost = LinearCost(LinearCostConfig(**raw["cost"]), width)
     budget = sched.get("max_num_batched_tokens")
-    unloaded = unloaded_service_s(cost, rec["input_tokens"], rec["output_tokens"], budget)
+    unloaded = unloaded_service_s(
+        cost, rec["input_tokens"], rec["output_tokens"], budget, rec["cached_tokens"]
+    )
     slowdown = rec["e2el_ms"][ok] / 1000.0 / unloaded[ok]
     if raw["cost"].get("padding", "none") == "none":
         assert (slowdown >= 1.0 - 1e-9).all()

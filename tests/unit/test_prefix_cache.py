@@ -260,3 +260,43 @@ def test_trace_unit_must_be_whole_blocks(make_scenario, tmp_path: Path):
             },
             base_dir=tmp_path,
         )
+
+
+def test_preempting_a_request_frees_only_what_nobody_else_uses():
+    from lyra_simpy.policies.base import EngineView, preempt_gain
+
+    cache = BlockHashCache(UNIT, 16)
+    a = cached(cache, [1, 2])  # a running request holding units 1, 2
+    b = req([1, 2, 3])
+    cache.acquire(b, 2)
+    b.blocks = 3  # 2 shared units + 1 block of its own
+    view = EngineView(0.0, [], [a, b], 0, 16, False, None, cache)
+    assert preempt_gain(view, b, {}) == 1  # a still uses the shared units
+    dropped: dict[int, int] = {}
+    a.blocks = 2
+    assert preempt_gain(view, b, dropped) == 1
+    assert preempt_gain(view, a, dropped) == 2  # preempted together: the units go too
+
+
+def test_conversation_turns_sharing_running_units_never_overfill_the_pool(make_scenario):
+    # found by the property tests: a turn that hits the units of a running turn, then
+    # preempted, must not count the shared units as freed
+    raw = {
+        "workload.num_requests": 11,
+        "workload.arrival": {"name": "poisson", "rate_per_s": 6.0},
+        "workload.input_tokens": {"name": "fixed", "tokens": 3},
+        "workload.output_tokens": {"name": "fixed", "tokens": 11},
+        "workload.prefix": {"name": "conversation", "turns": 3, "concurrent": 1},
+        "scheduler": {"name": "chunked_prefill", "max_num_seqs": 3, "max_num_batched_tokens": 3},
+        "kv_cache": {"block_size": 2, "num_blocks": 25},
+        "cost": {"name": "linear", "base_ms": 1.0, "per_seq_ms": 1.0, "padding": "max_batch"},
+        "prefix_cache": {"name": "block_hash"},
+        "seed": 0,
+    }
+    fused = simulate(make_scenario(raw))
+    unfused = simulate(make_scenario({**raw, "simulation.fuse_iterations": False}))
+    assert list(fused.requests()) == list(unfused.requests())
+    assert fused.summary["completed"] == 11
+    assert fused.summary["total_preemptions"] > 0
+    assert fused.summary["total_cached_tokens"] > 0
+    assert fused.engine["peak_kv_blocks"] <= 25

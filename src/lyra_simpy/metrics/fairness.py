@@ -3,14 +3,16 @@
 A request's *unloaded service time* is its end-to-end latency on an idle replica with
 the run's cost model: its prompt prefilled alone (one iteration, or chunks of at most
 the scheduler's token budget when the prompt is longer — the split a chunking
-scheduler would make alone), then ``output_tokens − 1`` decode iterations at one row
-whose context grows by one token each (``input + 1`` … ``input + output − 1``), exactly
-as the engine charges them. A static batch's ``max_wait_ms`` is not part of it (alone,
-nothing is worth waiting for). Its *slowdown* is ``e2el / unloaded`` — at least 1,
-except where CUDA-graph ``padding`` charges a lone decode the padded width while a
-mixed (prefill + decode) iteration runs eagerly and costs less — the standard per-job
-fairness measure of size-based scheduling (Wierman & Harchol-Balter, "Classifying
-scheduling policies with respect to unfairness in an M/GI/1", SIGMETRICS 2003).
+scheduler would make alone — less the tokens it found in the prefix cache, so a hit
+does not count as going faster than alone), then ``output_tokens − 1`` decode
+iterations at one row whose context grows by one token each (``input + 1`` …
+``input + output − 1``), exactly as the engine charges them. A static batch's
+``max_wait_ms`` is not part of it (alone, nothing is worth waiting for). Its
+*slowdown* is ``e2el / unloaded`` — at least 1, except where CUDA-graph ``padding``
+charges a lone decode the padded width while a mixed (prefill + decode) iteration runs
+eagerly and costs less — the standard per-job fairness measure of size-based
+scheduling (Wierman & Harchol-Balter, "Classifying scheduling policies with respect to
+unfairness in an M/GI/1", SIGMETRICS 2003).
 
 Jain's fairness index over the slowdowns of the completed requests,
 ``J = (Σx)² / (n Σx²)`` (Jain, Chiu & Hawe, DEC-TR-301, 1984), is 1 when every request
@@ -44,11 +46,14 @@ def jain_index(values: npt.ArrayLike) -> float:
     return float(x.sum()) ** 2 / (len(x) * square_sum)
 
 
-def prefill_alone_s(cost: CostModel, prompt_tokens: int, chunk_tokens: int | None) -> float:
-    """Time to prefill *prompt_tokens* alone: one iteration, or chunks of at most
-    *chunk_tokens* (None: never split)."""
-    step = prompt_tokens if chunk_tokens is None else chunk_tokens
-    done = 0
+def prefill_alone_s(
+    cost: CostModel, prompt_tokens: int, chunk_tokens: int | None, cached_tokens: int = 0
+) -> float:
+    """Time to prefill *prompt_tokens* alone, *cached_tokens* of them already in the
+    prefix cache: one iteration, or chunks of at most *chunk_tokens* (None: never split)."""
+    new = prompt_tokens - cached_tokens
+    step = new if chunk_tokens is None else chunk_tokens
+    done = cached_tokens
     total = 0.0
     while done < prompt_tokens:
         tokens = min(step, prompt_tokens - done)
@@ -62,6 +67,7 @@ def unloaded_service_s(
     input_tokens: npt.NDArray[np.int64],
     output_tokens: npt.NDArray[np.int64],
     chunk_tokens: int | None = None,
+    cached_tokens: npt.NDArray[np.int64] | None = None,
 ) -> Floats:
     """Unloaded service time (s) of every request (see the module docstring).
 
@@ -72,8 +78,9 @@ def unloaded_service_s(
     out = np.asarray(output_tokens, dtype=np.int64)
     if len(inp) == 0:
         return np.zeros(0, dtype=np.float64)
-    lengths, where = np.unique(inp, return_inverse=True)
-    prefill = np.array([prefill_alone_s(cost, int(p), chunk_tokens) for p in lengths])
+    hit = np.zeros_like(inp) if cached_tokens is None else np.asarray(cached_tokens, np.int64)
+    pairs, where = np.unique(np.stack([inp, hit], axis=1), axis=0, return_inverse=True)
+    prefill = np.array([prefill_alone_s(cost, int(p), chunk_tokens, int(c)) for p, c in pairs])
     total = prefill[where.reshape(-1)]
     decodes = out > 1
     if decodes.any():

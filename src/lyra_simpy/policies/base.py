@@ -93,3 +93,20 @@ class Scheduler(Protocol):
         """Whether *request* can ever run on a replica with *num_blocks* KV blocks
         (a request that cannot is rejected on arrival instead of blocking the queue)."""
         ...
+
+
+def preempt_gain(view: EngineView, victim: Request, dropped: dict[int, int]) -> int:
+    """Blocks that preempting *victim* frees: its own, and the cached units only it (and
+    the victims already counted in *dropped*, updated here) references — a unit another
+    running request shares stays in use (vLLM frees a block when its last user does)."""
+    cache = view.prefix
+    if cache is None or not victim.held:
+        return victim.blocks
+    k = cache.unit_blocks
+    gain = victim.blocks - len(victim.held) * k
+    for unit in victim.held:
+        users = dropped.get(id(unit), 0) + 1
+        dropped[id(unit)] = users
+        if unit.ref == users:
+            gain += k
+    return gain

@@ -27,7 +27,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, PositiveInt, model_validator
 
 from lyra_simpy.kv import blocks_for
-from lyra_simpy.policies.base import BatchPlan, EngineView, prefix_hit
+from lyra_simpy.policies.base import BatchPlan, EngineView, preempt_gain, prefix_hit
 from lyra_simpy.policies.queue import QueuePolicy, ordered
 from lyra_simpy.request import Request
 
@@ -96,6 +96,8 @@ class ContinuousBatching:
             decode.extend(running)
             return self._admit(view, plan, n, budget - n, free - need_all)
         cap = self._cap
+        prefix = view.prefix
+        dropped: dict[int, int] = {}
         for i, req in enumerate(running):
             if i == n:
                 break
@@ -109,7 +111,7 @@ class ContinuousBatching:
                 n -= 1
                 victim = running[n]
                 preempt.append(victim)
-                free += victim.blocks
+                free += victim.blocks if prefix is None else preempt_gain(view, victim, dropped)
                 if n == i:
                     break
             if n == i:  # the request itself was preempted

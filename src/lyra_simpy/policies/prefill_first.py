@@ -40,7 +40,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from lyra_simpy.kv import blocks_for
-from lyra_simpy.policies.base import BatchPlan, EngineView, prefix_hit
+from lyra_simpy.policies.base import BatchPlan, EngineView, preempt_gain, prefix_hit
 from lyra_simpy.request import Request
 
 
@@ -204,10 +204,11 @@ class PrefillFirst:
             # Retraction order: fewest output tokens first, ties to the longest prompt.
             order = sorted(decoding, key=lambda r: (r.generated_tokens, -r.input_tokens))
             keep = set(map(id, decoding))
+            dropped: dict[int, int] = {}
             for victim in order[:-1]:
                 plan.preempt.append(victim)
                 keep.discard(id(victim))
-                free += victim.blocks
+                free += preempt_gain(view, victim, dropped)
                 need -= blocks_for(victim.computed_tokens + 1, bs) - victim.blocks
                 if need <= free:
                     break
@@ -215,7 +216,7 @@ class PrefillFirst:
                 # Still short: the prompt being chunked holds the rest. SGLang never
                 # retracts it (and can stall here); it goes back to the queue instead.
                 plan.preempt.append(partial)
-                free += partial.blocks
+                free += preempt_gain(view, partial, dropped)
             if need > free:
                 return plan  # cannot happen: an accepted request fits the pool alone
             decoding = [r for r in decoding if id(r) in keep]

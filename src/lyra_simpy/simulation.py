@@ -101,6 +101,11 @@ def _admission(scenario: Scenario, cost: CostModel) -> Admission:
     return admission
 
 
+def _at_end(replica: Replica, value: int) -> int | None:
+    """*value* if the run ended with nothing running (see ``Results.engine``)."""
+    return None if replica.running else value
+
+
 def _with_bound(summary: dict[str, Any], scenario: Scenario, source: Any) -> dict[str, Any]:
     """Add ``prefix_cache_hit_rate_bound``: the unlimited-cache hit rate of the workload
     (0 when its prompts share nothing)."""
@@ -163,9 +168,12 @@ def simulate(scenario: Scenario) -> Results:
             "end_s": float(env.now),
             "peak_kv_blocks": kv.peak_used,
             "kv_blocks": kv.num_blocks,
-            # (None while requests remain: an iteration may be in flight at the stop)
+            # State at the end (None while requests remain: an iteration may be in
+            # flight at the stop, its blocks allocated unfused but not in a fused run)
             "kv_blocks_used_at_end": None if replica.running else kv.used,
-            "prefix_cache_units": cache.units if cache is not None else 0,
-            "prefix_cache_evictable_blocks": cache.evictable_blocks if cache is not None else 0,
+            "prefix_cache_units": _at_end(replica, cache.units if cache else 0),
+            "prefix_cache_evictable_blocks": _at_end(
+                replica, cache.evictable_blocks if cache else 0
+            ),
         },
     )

@@ -104,6 +104,12 @@ def _scenarios(count: int = 150, seed: int = 7) -> list[dict[str, Any]]:
         }
         if rng.random() < 0.3:
             raw["simulation"]["until_s"] = float(rng.uniform(0.5, 10))
+        if scheduler["name"] != "static" and rng.random() < 0.4:  # shared prefixes, cached
+            raw["workload"]["prefix"] = [
+                {"name": "system_prompt", "groups": 3, "prefix_tokens": 64, "share": 0.8},
+                {"name": "conversation", "turns": 3, "concurrent": 4},
+            ][int(rng.integers(0, 2))]
+            raw["prefix_cache"] = {"name": str(rng.choice(["block_hash", "radix"]))}
         out.append(raw)
     return out
 

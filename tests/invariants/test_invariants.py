@@ -296,7 +296,8 @@ def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
     if raw.get("prefix_cache") is None:
         assert not cached.any()
     # cached + used blocks stay within the pool (the pool raises otherwise)
-    assert res.engine["prefix_cache_evictable_blocks"] <= raw["kv_cache"]["num_blocks"]
+    evictable = res.engine["prefix_cache_evictable_blocks"]  # None: stopped mid-iteration
+    assert evictable is None or evictable <= raw["kv_cache"]["num_blocks"]
     # time series: KV within capacity, time monotone, iterations do not overlap
     ts = res.timeseries
     kv = raw["kv_cache"]["num_blocks"]

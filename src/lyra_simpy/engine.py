@@ -104,6 +104,10 @@ class Replica:
         """``rows`` of the last plan: the batch width a static batch keeps."""
         self.cache = cache
         """The prefix cache (None: off); the KV pool evicts from it (see kv.py)."""
+        self._holds_back = bool(getattr(scheduler, "holds_back_until_change", False))
+        """The scheduler keeps waiting requests out until a request finishes or is
+        preempted once a plan decoded everyone and admitted nothing (so the decodes
+        that follow can be fused though requests wait)."""
         kv.cache = cache
         self._absorb = not source.feedback and cache is None
         """Fused runs go on through completions (they cannot make a request arrive;
@@ -168,7 +172,8 @@ class Replica:
                 self.fuse
                 and not self.deferred
                 and not plan.prefill
-                and not self.waiting  # (a request preempted now may be admitted next)
+                and not plan.preempt  # (the next plan may admit what this one held back)
+                and (not self.waiting or self._holds_back)
                 and len(plan.decode) == len(self.running) == self.decoding.n
             ):
                 if (yield from self._run(now, 0.0, now, plan.rows, False)):

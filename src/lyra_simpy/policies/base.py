@@ -83,7 +83,12 @@ class Scheduler(Protocol):
     One rule lets the engine fuse iterations (:mod:`lyra_simpy.engine`): with nothing
     waiting and every running request decoding, :meth:`plan` decodes every running
     request with the ``rows`` of its previous plan, unless the KV pool cannot hold
-    that (then the engine asks). The fused-vs-unfused property test checks it."""
+    that (then the engine asks). A scheduler may also set ``holds_back_until_change =
+    True``: once a plan decodes every running request and admits nothing, no plan
+    admits anything before a request finishes or is preempted (true when admission
+    depends only on free slots, the token budget and free KV, which only shrinks while
+    everyone decodes); the engine then fuses those decodes though requests wait. The
+    fused-vs-unfused property test checks both."""
 
     def plan(self, view: EngineView) -> BatchPlan:
         """The next iteration's batch for the replica seen in *view*."""

@@ -69,6 +69,9 @@ class ContinuousConfig(TokenBudgetConfig):
 class ContinuousBatching:
     """Iteration-level scheduling under a sequence cap, a token budget and KV blocks."""
 
+    holds_back_until_change = True
+    """Admission needs a free slot, budget and KV (see ``Scheduler``)."""
+
     def __init__(self, config: TokenBudgetConfig) -> None:
         self.config = config
         self._cap = config.max_num_batched_tokens

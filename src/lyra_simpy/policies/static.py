@@ -45,6 +45,9 @@ class StaticConfig(BaseModel):
 class StaticBatching:
     """Run-to-completion batches of up to ``max_batch`` requests."""
 
+    holds_back_until_change = True
+    """A new batch forms only once the running one has ended (see ``Scheduler``)."""
+
     def __init__(self, config: StaticConfig) -> None:
         self.config = config
         self._rows = 0

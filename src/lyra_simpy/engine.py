@@ -49,6 +49,27 @@ from lyra_simpy.workload.source import Source
 Process = Generator[simpy.Event, Any, Any]
 
 
+ROUTE_PRIORITY = simpy.events.EventPriority(2)
+"""A cluster routes the arrivals of an instant after every replica committed the
+iterations ending then (SimPy processes ``NORMAL`` = 1 events first)..."""
+PLAN_PRIORITY = simpy.events.EventPriority(3)
+"""... and its replicas plan their next iterations after that."""
+
+
+class PhaseEvent(simpy.events.Event):
+    """A timeout processed after the events of lower *priority* at its instant (SimPy's
+    ``Timeout`` with a priority of ours): it orders what a cluster does at one instant
+    (commit, route, plan) whatever order the replicas' events were scheduled in."""
+
+    def __init__(
+        self, env: simpy.Environment, delay: float, priority: simpy.events.EventPriority
+    ) -> None:
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        env.schedule(self, priority, delay)
+
+
 def exact_delay(now: float, target: float) -> float | None:
     """A delay *d* with ``now + d == target`` in floating point (None if no float does
     it: a rounding tie can skip *target*). Fused runs land on exactly the times the
@@ -84,6 +105,7 @@ class Replica:
         stop_s: float | None = None,
         cache: PrefixCache | None = None,
         admission: Admission | None = None,
+        strict_horizon: bool = False,
     ) -> None:
         self.env = env
         self.replica_id = replica_id
@@ -104,6 +126,11 @@ class Replica:
         """``rows`` of the last plan: the batch width a static batch keeps."""
         self.cache = cache
         """The prefix cache (None: off); the KV pool evicts from it (see kv.py)."""
+        self.strict_horizon = strict_horizon
+        """A fused run ends before the first iteration that reaches the next arrival (a
+        cluster's router reads this replica's state then: it must be committed)."""
+        self._routed = hasattr(source, "arrival_event")
+        """Requests reach it through a cluster's router (idle: wait to be sent one)."""
         self._holds_back = bool(getattr(scheduler, "holds_back_until_change", False))
         """The scheduler keeps waiting requests out until a request finishes or is
         preempted once a plan decoded everyone and admitted nothing (so the decodes
@@ -126,12 +153,22 @@ class Replica:
     # -- process --------------------------------------------------------------------
     def run(self) -> Process:
         env, source = self.env, self.source
+        phased = self.strict_horizon
         while True:
+            if phased:  # plan only once every replica committed and arrivals are routed
+                yield PhaseEvent(env, 0.0, PLAN_PRIORITY)
             now: float = env.now
             self._pull(now)
             if not self.running and not self.waiting:
                 if self.deferred:
                     raise SimulationError("admission deferred requests on an idle replica")
+                if self._routed:
+                    if source.done:
+                        return
+                    event = source.arrival_event()  # type: ignore[attr-defined]
+                    if event is not None:
+                        yield event
+                    continue
                 nxt = source.next_s()
                 if nxt is None:
                     if source.done:
@@ -176,9 +213,11 @@ class Replica:
                 and (not self.waiting or self._holds_back)
                 and len(plan.decode) == len(self.running) == self.decoding.n
             ):
-                if (yield from self._run(now, 0.0, now, plan.rows, False)):
+                ran = yield from self._run(now, 0.0, now, plan.rows, False)
+                if ran is False:
+                    raise SimulationError("scheduler planned decodes the KV pool cannot hold")
+                if ran:
                     continue
-                raise SimulationError("scheduler planned decodes the KV pool cannot hold")
             yield from self._step(plan, now)
 
     def _pull(self, now: float) -> None:
@@ -288,6 +327,7 @@ class Replica:
             self.fuse
             and not waiting
             and not self.deferred
+            and not self.strict_horizon  # (a cluster's router must see ends at their time)
             and (nxt is None or nxt > end)
             and (self.stop_s is None or end < self.stop_s)
         ):
@@ -400,23 +440,26 @@ class Replica:
             self._release(req)
             req.blocks = 0
             req.running = False
+            self.running.remove(req)  # (a cluster's router may look at it in on_finish)
             self.collector.finish(req, req.last_token_s)
             self.source.on_finish(req.last_token_s)
-            self.running.remove(req)
 
     # -- a fused run of decode iterations ----------------------------------------------
     def _run(self, origin: float, lead: float, start: float, rows: int, absorb: bool) -> Process:
         """Advance every running request through decode iterations from *start* as one
         event; the clock reads *origin* (``origin + lead == start``: an iteration already
         committed may come first). Returns False, doing nothing, when the KV pool cannot
-        hold the first iteration (the scheduler must preempt)."""
+        hold the first iteration (the scheduler must preempt), and None when the next
+        arrival is due within it (``strict_horizon``: step it instead)."""
         kv, dset = self.kv, self.decoding
         run = plan_run(
             dset, absorb, start, kv.used, kv.num_blocks, rows, self.cost,
-            self.source.next_s(), self.stop_s,
+            self.source.next_s(), self.stop_s, self.strict_horizon,
         )  # fmt: skip
         if run is None:
             return False
+        if not run.ends_s:
+            return None  # the next arrival comes within the first iteration
         ends = run.ends_s
         # Land exactly on the unfused end time; if a rounding tie makes it unreachable
         # in one addition, end the run earlier (one step from *start* is always exact).

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,6 +21,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PositiveFloat,
+    PositiveInt,
     PrivateAttr,
     ValidationError,
     ValidationInfo,
@@ -40,6 +42,7 @@ from lyra_simpy.policies import (
 )
 from lyra_simpy.policies.prefix_cache import PrefixCacheConfig
 from lyra_simpy.report import FigureSpec, ReportConfig
+from lyra_simpy.routing import RoundRobinConfig, RouterConfig
 from lyra_simpy.workload import WorkloadConfig, check_files
 from lyra_simpy.workload.prefixes import unit_tokens
 
@@ -110,6 +113,62 @@ class Grid(BaseModel):
         return out
 
 
+class ReplicaGroup(BaseModel):
+    """*count* identical replicas; a part left out is the scenario's own."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    count: PositiveInt = 1
+    scheduler: SchedulerConfig | None = None
+    kv_cache: KVCacheConfig | None = None
+    cost: CostConfig | None = None
+    prefix_cache: PrefixCacheConfig | None = None
+
+
+class ClusterConfig(BaseModel):
+    """Several replicas behind a router (see :mod:`lyra_simpy.cluster`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    replicas: PositiveInt = 1
+    """Copies of the scenario's replica (when ``groups`` is empty)."""
+    groups: list[ReplicaGroup] = Field(default_factory=list)
+    """Heterogeneous replicas: each group's count of replicas, in order."""
+    router: RouterConfig = Field(default_factory=RoundRobinConfig)
+
+
+@dataclass(frozen=True)
+class ReplicaSpec:
+    """What one replica is made of."""
+
+    scheduler: Any
+    kv_cache: KVCacheConfig
+    cost: Any
+    prefix_cache: Any
+
+
+def _check_replica(spec: ReplicaSpec, workload: WorkloadConfig, where: str) -> None:
+    if spec.prefix_cache is not None:
+        if spec.scheduler.name == "static":
+            raise ValueError(
+                f"{where}prefix_cache: got a cache with scheduler 'static', must be used "
+                "with continuous, chunked_prefill or prefill_first"
+            )
+        unit = unit_tokens(workload.prefix, spec.kv_cache.block_size)
+        if unit % spec.kv_cache.block_size:
+            raise ValueError(
+                f"workload.prefix.unit_tokens: got {unit}, must be a multiple of "
+                f"{where}kv_cache.block_size ({spec.kv_cache.block_size})"
+            )
+    chunk = getattr(spec.scheduler, "chunked_prefill_size", None)
+    page = spec.kv_cache.block_size
+    if chunk is not None and chunk % page:
+        raise ValueError(
+            f"{where}scheduler.chunked_prefill_size: got {chunk}, must be a multiple of "
+            f"{where}kv_cache.block_size ({page}), as SGLang requires of its page size"
+        )
+
+
 class Scenario(BaseModel):
     """A complete, validated simulation scenario."""
 
@@ -128,6 +187,8 @@ class Scenario(BaseModel):
     cost: CostConfig
     slo: SLOConfig = Field(default_factory=SLOConfig)
     admission: AdmissionConfig = Field(default_factory=AlwaysConfig)
+    cluster: ClusterConfig | None = None
+    """Several replicas behind a router (None: one replica)."""
     """Which arrivals enter the scheduler's queue (``always``, or ``slo``: needs an SLO)."""
     simulation: SimulationConfig = Field(default_factory=SimulationConfig)
     variants: list[Variant] = Field(default_factory=list)
@@ -147,31 +208,9 @@ class Scenario(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _prefix_cache_fits(self) -> Scenario:
-        if self.prefix_cache is None:
-            return self
-        if self.scheduler.name == "static":
-            raise ValueError(
-                "prefix_cache: got a cache with scheduler 'static', must be used with "
-                "continuous, chunked_prefill or prefill_first"
-            )
-        unit = unit_tokens(self.workload.prefix, self.kv_cache.block_size)
-        if unit % self.kv_cache.block_size:
-            raise ValueError(
-                f"workload.prefix.unit_tokens: got {unit}, must be a multiple of "
-                f"kv_cache.block_size ({self.kv_cache.block_size})"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _chunks_in_pages(self) -> Scenario:
-        chunk = getattr(self.scheduler, "chunked_prefill_size", None)
-        page = self.kv_cache.block_size
-        if chunk is not None and chunk % page:
-            raise ValueError(
-                f"scheduler.chunked_prefill_size: got {chunk}, must be a multiple of "
-                f"kv_cache.block_size ({page}), as SGLang requires of its page size"
-            )
+    def _replicas_fit(self) -> Scenario:
+        for where, spec in self.replica_specs_named():
+            _check_replica(spec, self.workload, where)
         return self
 
     @field_validator("admission")
@@ -189,6 +228,29 @@ class Scenario(BaseModel):
     def base_dir(self) -> Path:
         """Folder that relative paths in the scenario are read from."""
         return self._base_dir
+
+    def replica_specs_named(self) -> list[tuple[str, ReplicaSpec]]:
+        """(field-path prefix, spec) of every replica, in order."""
+        own = ReplicaSpec(self.scheduler, self.kv_cache, self.cost, self.prefix_cache)
+        cluster = self.cluster
+        if cluster is None:
+            return [("", own)]
+        if not cluster.groups:
+            return [("", own)] * cluster.replicas
+        out = []
+        for i, g in enumerate(cluster.groups):
+            spec = ReplicaSpec(
+                g.scheduler or own.scheduler,
+                g.kv_cache or own.kv_cache,
+                g.cost or own.cost,
+                g.prefix_cache or own.prefix_cache,
+            )
+            out += [(f"cluster.groups[{i}].", spec)] * g.count
+        return out
+
+    def replica_specs(self) -> list[ReplicaSpec]:
+        """What every replica is made of, in order (one without ``cluster``)."""
+        return [spec for _, spec in self.replica_specs_named()]
 
     def expand(self) -> list[Scenario]:
         """The resolved scenario of every variant (just ``[self]`` without variants)."""

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import simpy
 
+from lyra_simpy.cluster import Dispatcher, replica_loads
 from lyra_simpy.cost import COST_MODELS, CostModel
 from lyra_simpy.engine import Replica
 from lyra_simpy.kv import BlockPool
@@ -25,7 +26,8 @@ from lyra_simpy.policies import ADMISSIONS, SCHEDULERS, Admission, Limits
 from lyra_simpy.policies.prefix_cache import PREFIX_CACHES, PrefixCache
 from lyra_simpy.request import RECORD_FIELDS
 from lyra_simpy.rng import Streams
-from lyra_simpy.scenario import Scenario
+from lyra_simpy.routing import ROUTERS
+from lyra_simpy.scenario import ReplicaSpec, Scenario
 from lyra_simpy.workload import build_source
 from lyra_simpy.workload.prefixes import reuse_bound, unit_tokens
 
@@ -87,23 +89,18 @@ def _records(source: Any, collector: Collector, end_s: float) -> dict[str, npt.N
     }
 
 
-def _admission(scenario: Scenario, cost: CostModel) -> Admission:
-    """The scenario's admission policy, given the SLO and the scheduler's limits."""
-    sched = scenario.scheduler
+def _admission(scenario: Scenario, spec: ReplicaSpec, cost: CostModel) -> Admission:
+    """The scenario's admission policy, given the SLO and the replica's limits."""
+    sched = spec.scheduler
     limits = Limits(
         scenario.slo.ttft_ms,
         scenario.slo.tpot_ms,
         sched.max_batch,
         getattr(sched, "max_num_batched_tokens", None),
-        scenario.kv_cache.num_blocks * scenario.kv_cache.block_size,
+        spec.kv_cache.num_blocks * spec.kv_cache.block_size,
     )
     admission: Admission = ADMISSIONS[scenario.admission.name](scenario.admission, cost, limits)
     return admission
-
-
-def _at_end(replica: Replica, value: int) -> int | None:
-    """*value* if the run ended with nothing running (see ``Results.engine``)."""
-    return None if replica.running else value
 
 
 def _with_bound(summary: dict[str, Any], scenario: Scenario, source: Any) -> dict[str, Any]:
@@ -118,31 +115,57 @@ def _with_bound(summary: dict[str, Any], scenario: Scenario, source: Any) -> dic
     return summary
 
 
+def _build_replica(
+    i: int, spec: ReplicaSpec, scenario: Scenario, env: simpy.Environment, source: Any,
+    collector: Collector, strict_horizon: bool,
+) -> Replica:  # fmt: skip
+    scheduler = SCHEDULERS[spec.scheduler.name](spec.scheduler)
+    cost = COST_MODELS[spec.cost.name](spec.cost, spec.scheduler.max_batch)
+    kv_cfg = spec.kv_cache
+    kv = BlockPool(kv_cfg.num_blocks, kv_cfg.block_size)
+    cache: PrefixCache | None = None
+    if spec.prefix_cache is not None:
+        cache = PREFIX_CACHES[spec.prefix_cache.name](
+            unit_tokens(scenario.workload.prefix, kv_cfg.block_size), kv_cfg.block_size
+        )
+    # A closed loop's next request may reach any replica of a cluster when another one
+    # finishes: no replica can know its next arrival, so none fuses iterations.
+    fuse = scenario.simulation.fuse_iterations and not (strict_horizon and source.feedback)
+    return Replica(
+        env, i, scheduler, cost, kv, source, collector, fuse,
+        scenario.simulation.until_s, cache, _admission(scenario, spec, cost), strict_horizon,
+    )  # fmt: skip
+
+
 def simulate(scenario: Scenario) -> Results:
     """Run *scenario* (one variant: see :meth:`Scenario.expand`) and return its results."""
     streams = Streams(scenario.seed)
-    kv_cfg = scenario.kv_cache
-    source = build_source(scenario.workload, streams, scenario.base_dir, kv_cfg.block_size)
-    scheduler = SCHEDULERS[scenario.scheduler.name](scenario.scheduler)
-    cost = COST_MODELS[scenario.cost.name](scenario.cost, scenario.scheduler.max_batch)
-    kv = BlockPool(kv_cfg.num_blocks, kv_cfg.block_size)
-    cache: PrefixCache | None = None
-    if scenario.prefix_cache is not None:
-        cache = PREFIX_CACHES[scenario.prefix_cache.name](
-            unit_tokens(scenario.workload.prefix, kv_cfg.block_size), kv_cfg.block_size
-        )
+    specs = scenario.replica_specs()
+    source = build_source(
+        scenario.workload, streams, scenario.base_dir, specs[0].kv_cache.block_size
+    )
     collector = Collector(len(source.input_tokens), scenario.simulation.timeseries)
     env = simpy.Environment()
     until = scenario.simulation.until_s
-    replica = Replica(
-        env, 0, scheduler, cost, kv, source, collector,
-        scenario.simulation.fuse_iterations, until, cache, _admission(scenario, cost),
-    )  # fmt: skip
-    env.process(replica.run())
+    replicas: list[Replica] = []
+    dispatcher = None
+    if scenario.cluster is None:
+        replicas.append(_build_replica(0, specs[0], scenario, env, source, collector, False))
+    else:
+        router_cfg = scenario.cluster.router
+        router = ROUTERS[router_cfg.name](router_cfg, len(specs), streams.get("router"))
+        dispatcher = Dispatcher(env, source, router, lambda: replica_loads(replicas))
+        for i, spec in enumerate(specs):
+            routed = dispatcher.add_replica()
+            replicas.append(_build_replica(i, spec, scenario, env, routed, collector, True))
+        dispatcher.start()
+    for replica in replicas:
+        env.process(replica.run())
     env.run(until=until)
-    for req in chain(replica.waiting, replica.running, replica.deferred):
-        collector.leave_unfinished(req)
-    # Requests due by the stop but not yet taken by the replica still arrived: they are
+    for replica in replicas:
+        for req in chain(replica.waiting, replica.running, replica.deferred):
+            collector.leave_unfinished(req)
+    # Requests due by the stop but not yet taken by a replica still arrived: they are
     # recorded as unfinished (closed-loop ones get their arrival time when taken).
     source.pop_until(float(env.now))
     records = _records(source, collector, float(env.now))
@@ -150,13 +173,12 @@ def simulate(scenario: Scenario) -> Results:
         np.frombuffer(collector.itl_values, dtype=np.float64),
         np.frombuffer(collector.itl_weights, dtype=np.int64),
     )
+    if len(replicas) > 1:  # replicas add their gaps in whatever order their events run
+        order = np.lexsort((itl[1], itl[0]))
+        itl = (itl[0][order], itl[1][order])
     summary = summarize(records, itl, scenario.slo.model_dump())
-    # Alone, a prompt longer than the token budget would be split into chunks of it.
-    budget = getattr(scenario.scheduler, "max_num_batched_tokens", None)
-    unloaded = unloaded_service_s(
-        cost, records["input_tokens"], records["output_tokens"], budget, records["cached_tokens"]
-    )
-    summary.update(fairness_summary(records, unloaded))
+    summary.update(fairness_summary(records, _unloaded(records, specs, replicas)))
+    busy = any(r.running for r in replicas)
     return Results(
         scenario=scenario,
         records=records,
@@ -166,14 +188,66 @@ def simulate(scenario: Scenario) -> Results:
         engine={
             "iterations": collector.iterations,
             "end_s": float(env.now),
-            "peak_kv_blocks": kv.peak_used,
-            "kv_blocks": kv.num_blocks,
+            "peak_kv_blocks": sum(r.kv.peak_used for r in replicas),
+            "kv_blocks": sum(r.kv.num_blocks for r in replicas),
             # State at the end (None while requests remain: an iteration may be in
             # flight at the stop, its blocks allocated unfused but not in a fused run)
-            "kv_blocks_used_at_end": None if replica.running else kv.used,
-            "prefix_cache_units": _at_end(replica, cache.units if cache else 0),
-            "prefix_cache_evictable_blocks": _at_end(
-                replica, cache.evictable_blocks if cache else 0
+            "kv_blocks_used_at_end": None if busy else sum(r.kv.used for r in replicas),
+            "prefix_cache_units": None if busy else sum(_cache(r, "units") for r in replicas),
+            "prefix_cache_evictable_blocks": (
+                None if busy else sum(_cache(r, "evictable_blocks") for r in replicas)
             ),
+            **({"replicas": _per_replica(records, replicas, dispatcher)} if dispatcher else {}),
         },
     )
+
+
+def _cache(replica: Replica, name: str) -> int:
+    return int(getattr(replica.cache, name)) if replica.cache is not None else 0
+
+
+def _unloaded(
+    records: dict[str, npt.NDArray[Any]], specs: list[ReplicaSpec], replicas: list[Replica]
+) -> npt.NDArray[np.float64]:
+    """Each request's unloaded service time on the replica that served it (alone, a
+    prompt longer than the token budget would be split into chunks of it)."""
+    out = np.zeros(len(records["input_tokens"]), dtype=np.float64)
+    where = records["replica"]
+    for i, (spec, replica) in enumerate(zip(specs, replicas, strict=True)):
+        mine = where == i
+        if i == 0:
+            mine |= where < 0  # never assigned (not arrived in time): any replica's cost
+        if mine.any():
+            out[mine] = unloaded_service_s(
+                replica.cost, records["input_tokens"][mine], records["output_tokens"][mine],
+                getattr(spec.scheduler, "max_num_batched_tokens", None),
+                records["cached_tokens"][mine],
+            )  # fmt: skip
+    return out
+
+
+def _per_replica(
+    records: dict[str, npt.NDArray[Any]], replicas: list[Replica], dispatcher: Dispatcher
+) -> list[dict[str, Any]]:
+    """Load, KV use and hit rate of every replica of a cluster."""
+    out = []
+    ok = records["status"] == "ok"
+    for i, replica in enumerate(replicas):
+        mine = ok & (records["replica"] == i)
+        prompt = int(records["input_tokens"][mine].sum())
+        ttft = records["ttft_ms"][mine]
+        out.append(
+            {
+                "replica": i,
+                "routed": dispatcher.routed[i],
+                "completed": int(mine.sum()),
+                "output_tokens": int(records["output_tokens"][mine].sum()),
+                "prefix_cache_hit_rate": (
+                    int(records["cached_tokens"][mine].sum()) / prompt if prompt else 0.0
+                ),
+                "median_ttft_ms": float(np.median(ttft)) if len(ttft) else 0.0,
+                "peak_kv_blocks": replica.kv.peak_used,
+                "kv_blocks": replica.kv.num_blocks,
+            }
+        )
+    return out

@@ -55,6 +55,7 @@ def plan_run(
     cost: CostModel,
     horizon_s: float | None,
     stop_s: float | None,
+    strict_horizon: bool = False,
 ) -> DecodeRun | None:
     """Plan a run of decode iterations of the decode set *members* from *start_s*
     (read only: the engine advances the set once the run has happened).
@@ -62,8 +63,9 @@ def plan_run(
     *kv_used* blocks are in use before the first iteration (all the members');
     *rows* is the least row count the cost model is charged (a static batch's width).
     The run ends at the first iteration ending at or after *horizon_s* (the next
-    arrival), before any iteration ending at or after *stop_s* (at least one iteration
-    is kept: it never completes), before an iteration that would overflow the KV pool,
+    arrival; with *strict_horizon*, before it: the run may then be empty), before any
+    iteration ending at or after *stop_s* (at least one iteration is kept: it never
+    completes), before an iteration that would overflow the KV pool,
     and, unless *absorb_finishes*, at the first member's last token. Returns None when
     the first iteration itself does not fit (the scheduler must preempt).
     """
@@ -99,8 +101,8 @@ def plan_run(
         cut = length
         arrived = horizon_s is not None and seg_ends[-1] >= horizon_s
         if arrived:
-            cut = bisect_left(seg_ends, horizon_s or 0.0) + 1
-        if stop_s is not None and seg_ends[cut - 1] >= stop_s:
+            cut = bisect_left(seg_ends, horizon_s or 0.0) + (0 if strict_horizon else 1)
+        if cut and stop_s is not None and seg_ends[cut - 1] >= stop_s:
             # Keep the run's first iteration even so: it never completes, as unfused.
             cut = bisect_left(seg_ends, stop_s, 0, cut) or (0 if ends else 1)
         if cut and seg_kv[cut - 1] > num_blocks:

@@ -111,6 +111,9 @@ admissions = st.one_of(
 )
 
 
+routers = st.sampled_from(
+    ["round_robin", "random", "least_outstanding", "least_kv", "power_of_two", "cache_aware"]
+)
 prefixes = st.one_of(
     st.just({"name": "none"}),
     st.builds(
@@ -174,6 +177,8 @@ def scenarios(draw: st.DrawFn, until: bool = False) -> dict[str, Any]:
         raw["prefix_cache"] = None if cache is None else {"name": cache}
         if sched["name"] == "prefill_first":
             sched["schedule_policy"] = draw(st.sampled_from(["fcfs", "lpm"]))
+    if draw(st.integers(0, 3)) == 0:  # a small cluster behind a router
+        raw["cluster"] = {"replicas": draw(st.integers(1, 3)), "router": {"name": draw(routers)}}
     chunk = sched.get("chunked_prefill_size")
     if chunk is not None:  # SGLang: a whole number of pages
         sched["chunked_prefill_size"] = chunk * raw["kv_cache"]["block_size"]
@@ -297,19 +302,24 @@ def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
         assert not cached.any()
     # cached + used blocks stay within the pool (the pool raises otherwise)
     evictable = res.engine["prefix_cache_evictable_blocks"]  # None: stopped mid-iteration
-    assert evictable is None or evictable <= raw["kv_cache"]["num_blocks"]
+    n_replicas = (raw.get("cluster") or {}).get("replicas", 1)
+    assert evictable is None or evictable <= raw["kv_cache"]["num_blocks"] * n_replicas
     # time series: KV within capacity, time monotone, iterations do not overlap
     ts = res.timeseries
     kv = raw["kv_cache"]["num_blocks"]
     assert ((ts["kv_blocks"] >= 0) & (ts["kv_blocks"] <= kv)).all()
-    assert res.engine["peak_kv_blocks"] <= kv
-    start, end = ts["start_s"], ts["end_s"]
-    assert (start < end).all()
-    assert (np.diff(start) >= 0).all()
-    assert (np.diff(end) >= 0).all()
-    # one replica: an iteration starts when the previous one ended or later
-    assert (start[1:] >= end[:-1]).all()
-    assert len(start) == res.engine["iterations"]
+    assert res.engine["peak_kv_blocks"] <= kv * n_replicas
+    assert len(ts["start_s"]) == res.engine["iterations"]
+    # every arrival served on exactly one replica (records hold one replica each)
+    served_on = rec["replica"][status != "unfinished"]
+    assert ((served_on >= 0) & (served_on < n_replicas)).all()
+    for i in range(n_replicas):  # per replica: time runs forward, iterations don't overlap
+        mine = ts["replica"] == i
+        start, end = ts["start_s"][mine], ts["end_s"][mine]
+        assert (start < end).all()
+        assert (np.diff(start) >= 0).all()
+        assert (np.diff(end) >= 0).all()
+        assert (start[1:] >= end[:-1]).all()
     # batch limits
     sched = raw["scheduler"]
     width = sched.get("max_num_seqs", sched.get("max_batch", sched.get("max_running_requests")))

@@ -158,9 +158,11 @@ class Collector:
         self.itl_weights.fromlist(weights)
 
     def series_arrays(self) -> dict[str, npt.NDArray[np.generic]]:
+        """The per-iteration columns, ordered by start time then replica (replicas of a
+        cluster commit their rows in whatever order their events run)."""
         decode = np.frombuffer(self.decode_seqs, dtype=np.int64)
         runs = self.runs.expand()
-        return {
+        cols: dict[str, npt.NDArray[np.generic]] = {
             "replica": runs["replica"],
             "start_s": np.frombuffer(self.start_s, dtype=np.float64),
             "end_s": np.frombuffer(self.end_s, dtype=np.float64),
@@ -170,3 +172,8 @@ class Collector:
             "kv_blocks": np.frombuffer(self.kv_blocks, dtype=np.int64),
             "waiting": runs["waiting"],
         }
+        replica = cols["replica"]
+        if len(replica) and replica.max() > 0:
+            order = np.lexsort((replica, cols["start_s"]))
+            cols = {name: col[order] for name, col in cols.items()}
+        return cols

@@ -1,0 +1,172 @@
+"""Many replicas behind a router: the dispatcher and the per-replica sources.
+
+The workload's source feeds a :class:`Dispatcher`. At each arrival time it asks the
+router (:mod:`lyra_simpy.routing`) for a replica and hands the request to that
+replica's :class:`RoutedSource`. Every instant runs in three phases, whatever order the
+replicas' events were scheduled in (:class:`~lyra_simpy.engine.PhaseEvent`): replicas
+commit the iterations ending then (finishes; a closed loop's next request), the
+dispatcher routes the arrivals due, and replicas plan their next iterations — so a
+replica sees a request arriving exactly when its iteration ends, as a single replica
+reading the source would, and the router reads every replica's state as it is at that
+instant (replicas in a cluster end their fused runs before the next arrival,
+``Replica.strict_horizon``, so nothing is left uncommitted). One routing event per
+arrival time, none per token.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import simpy
+
+from lyra_simpy.engine import ROUTE_PRIORITY, PhaseEvent, exact_delay
+from lyra_simpy.request import Request
+from lyra_simpy.routing import ReplicaLoad, Router
+from lyra_simpy.workload.source import Source
+
+
+def delay_to(now: float, target: float) -> float:
+    """A delay landing exactly on *target* if a float does, else just past it."""
+    d = exact_delay(now, target)
+    if d is not None:
+        return d
+    d = max(target - now, 0.0)
+    while now + d < target:
+        d = math.nextafter(d, math.inf)
+    return d
+
+
+class RoutedSource:
+    """A replica's share of the cluster's requests (the ``Source`` protocol)."""
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self._dispatcher = dispatcher
+        self.queue: deque[Request] = deque()
+        """Requests routed here and not yet taken by the replica."""
+        self._event: simpy.Event | None = None
+        self.feedback = dispatcher.upstream.feedback
+
+    @property
+    def done(self) -> bool:
+        return self._dispatcher.exhausted and not self.queue
+
+    def pop_until(self, now_s: float) -> list[Request]:
+        queue = self.queue
+        out = []
+        while queue and queue[0].arrival_s <= now_s:
+            out.append(queue.popleft())
+        return out
+
+    def next_s(self) -> float | None:
+        """The next time a request may reach this replica: its own queue's head, or the
+        cluster's next arrival (which the router may send here)."""
+        upcoming = self._dispatcher.upstream.next_s()
+        if self.queue:
+            head = self.queue[0].arrival_s
+            return head if upcoming is None else min(head, upcoming)
+        return upcoming
+
+    def on_finish(self, now_s: float) -> None:
+        self._dispatcher.on_finish(now_s)
+
+    def arrival_event(self) -> simpy.Event | None:
+        """An event the dispatcher triggers when it routes a request here or the
+        workload ends (None: a request is already queued)."""
+        if self.queue or self.done:
+            return None
+        if self._event is None:
+            self._event = self._dispatcher.env.event()
+        return self._event
+
+    def push(self, req: Request) -> None:
+        self.queue.append(req)
+        self.wake()
+
+    def wake(self) -> None:
+        event, self._event = self._event, None
+        if event is not None and not event.triggered:
+            event.succeed()
+
+
+class Dispatcher:
+    """Routes every arrival of *upstream* to one of the replicas, at its arrival time.
+
+    *loads* returns each replica's :class:`ReplicaLoad` at the moment of the call."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        upstream: Source,
+        router: Router,
+        loads: Callable[[], Sequence[ReplicaLoad]],
+    ) -> None:
+        self.env = env
+        self.upstream = upstream
+        self.router = router
+        self._loads = loads
+        self.sources: list[RoutedSource] = []
+        self.exhausted = upstream.done
+        """No request will reach any replica any more (from the router)."""
+        self._wakes: set[float] = set()
+        self.routed: list[int] = []
+        """Requests sent to each replica."""
+
+    def add_replica(self) -> RoutedSource:
+        source = RoutedSource(self)
+        self.sources.append(source)
+        self.routed.append(0)
+        return source
+
+    def start(self) -> None:
+        self._schedule()
+
+    def route_due(self, now: float) -> None:
+        """Route every arrival due by *now*, in arrival order."""
+        while due := self.upstream.pop_until(now):
+            for req in due:
+                i = self.router.route(req, self._loads())
+                self.routed[i] += 1
+                self.sources[i].push(req)
+
+    def on_finish(self, now: float) -> None:
+        """A request ended on some replica (closed loops send the next one: routed in
+        this instant's routing phase)."""
+        self.upstream.on_finish(now)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        nxt = self.upstream.next_s()
+        if nxt is None:
+            if self.upstream.done and not self.exhausted:
+                self.exhausted = True
+                for source in self.sources:
+                    source.wake()
+            return
+        if any(t <= nxt for t in self._wakes):
+            return  # a wake-up at or before it is already due
+        now = self.env.now
+        event = PhaseEvent(self.env, delay_to(now, nxt), ROUTE_PRIORITY)
+        self._wakes.add(nxt)
+        assert event.callbacks is not None
+        event.callbacks.append(self._wake)
+
+    def _wake(self, _event: simpy.Event) -> None:
+        now = self.env.now
+        self._wakes = {t for t in self._wakes if t > now}
+        self.route_due(self.env.now)
+        self._schedule()
+
+
+def replica_loads(replicas: Sequence[Any]) -> list[ReplicaLoad]:
+    """The :class:`ReplicaLoad` of each replica (engine objects) right now."""
+    return [
+        ReplicaLoad(
+            len(r.source.queue) + len(r.waiting) + len(r.running) + len(r.deferred),
+            r.kv.free,
+            r.kv.num_blocks,
+        )
+        for r in replicas
+    ]

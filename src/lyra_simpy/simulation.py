@@ -95,7 +95,7 @@ def _admission(scenario: Scenario, cost: CostModel) -> Admission:
         scenario.slo.tpot_ms,
         sched.max_batch,
         getattr(sched, "max_num_batched_tokens", None),
-        scenario.kv_cache.num_blocks * scenario.kv_cache.block_size,
+        scenario.kv_cache.capacity_blocks * scenario.kv_cache.block_size,
     )
     admission: Admission = ADMISSIONS[scenario.admission.name](scenario.admission, cost, limits)
     return admission
@@ -125,7 +125,7 @@ def simulate(scenario: Scenario) -> Results:
     source = build_source(scenario.workload, streams, scenario.base_dir, kv_cfg.block_size)
     scheduler = SCHEDULERS[scenario.scheduler.name](scenario.scheduler)
     cost = COST_MODELS[scenario.cost.name](scenario.cost, scenario.scheduler.max_batch)
-    kv = BlockPool(kv_cfg.num_blocks, kv_cfg.block_size)
+    kv = BlockPool(kv_cfg.capacity_blocks, kv_cfg.block_size)
     cache: PrefixCache | None = None
     if scenario.prefix_cache is not None:
         cache = PREFIX_CACHES[scenario.prefix_cache.name](

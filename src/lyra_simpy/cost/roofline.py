@@ -95,14 +95,14 @@ class RooflineCostConfig(BaseModel):
     @classmethod
     def _known_hardware(cls, value: str) -> str:
         if value not in hardware_catalog():
-            raise ValueError(f"got {value!r}, must be one of {sorted(hardware_catalog())}")
+            raise ValueError(f"must be one of {sorted(hardware_catalog())}")
         return value
 
     @field_validator("model")
     @classmethod
     def _known_model(cls, value: str) -> str:
         if value not in model_catalog():
-            raise ValueError(f"got {value!r}, must be one of {sorted(model_catalog())}")
+            raise ValueError(f"must be one of {sorted(model_catalog())}")
         return value
 
     @model_validator(mode="after")

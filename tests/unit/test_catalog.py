@@ -23,7 +23,7 @@ DEVICES = {
     "cpu_generic",
 }  # fmt: skip
 MODELS = {
-    "llama_2_7b", "llama_3_8b", "llama_3_70b", "qwen3_4b", "qwen3_8b", "qwen3_5_4b",
+    "llama_2_7b", "llama_2_70b", "llama_3_8b", "llama_3_70b", "qwen3_4b", "qwen3_8b", "qwen3_5_4b",
     "gemma_3_270m",
 }  # fmt: skip
 

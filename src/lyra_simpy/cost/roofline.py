@@ -77,15 +77,16 @@ class RooflineCostConfig(BaseModel):
     (W8A8 as vLLM's fp8 on Hopper; weight-only FP8 at the BF16 peak elsewhere)."""
     kv_dtype: Dtype = "bf16"
     """``fp8`` halves the KV bytes per token (vLLM ``--kv-cache-dtype fp8``)."""
-    compute_efficiency: Annotated[float, Field(gt=0, le=1)] = 0.7
+    compute_efficiency: Annotated[float, Field(gt=0, le=1)] = 0.75
     """Achieved fraction of the dense tensor peak. Default fitted on aiconfigurator's
-    GEMM tables (A100/H100/H200/B200, Llama-3-8B shapes, 1k-8k tokens)."""
-    bandwidth_efficiency: Annotated[float, Field(gt=0, le=1)] = 0.75
-    """Achieved fraction of peak HBM bandwidth. Default fitted on aiconfigurator's GEMM
-    tables at 1-64 tokens (weight-read bound)."""
-    overhead_ms: NonNegativeFloat = 1.0
-    """Fixed time per iteration (kernel launches, sampling, scheduler): fitted on
-    LLM-Inference-Bench's batch-1 decode steps; 0 compares with per-op tables."""
+    Llama-3-8B prefills of 2k-8k tokens on A100/H100/H200/B200 (``--fit``)."""
+    bandwidth_efficiency: Annotated[float, Field(gt=0, le=1)] = 0.7
+    """Achieved fraction of peak HBM bandwidth. Default fitted on aiconfigurator's
+    Llama-3-8B decodes of batch <= 8 on the same devices (weight-read bound)."""
+    overhead_ms: NonNegativeFloat = 1.5
+    """Fixed time per iteration (kernel launches, norms, sampling, scheduler). Default
+    fitted on LLM-Inference-Bench's batch-1 vLLM runs on A100/H100; 0 compares with
+    per-op tables."""
     allreduce_latency_us: NonNegativeFloat = 10.0
     """Latency of one all-reduce (aiconfigurator ``p2p_latency``: 10 us)."""
     padding: Annotated[Padding, BeforeValidator(check_padding)] = Field(default="none")
@@ -168,6 +169,14 @@ class RooflineCost:
     def _linear_s(self, tokens: int, seqs: int) -> float:
         compute = self._s_per_token * tokens + self._s_per_seq * seqs
         return compute if compute > self._weights_s else self._weights_s
+
+    def layers_s(self, tokens: int) -> float:
+        """The linear layers alone (no LM head, attention or overhead), for comparison
+        with per-operator profiles such as Vidur's ``mlp.csv``."""
+        m = self.model
+        compute = self._s_per_token * tokens
+        weights = self._weights_s * m.body_params / (m.body_params + m.head_params)
+        return compute if compute > weights else weights
 
     def iteration_s(self, shape: BatchShape) -> float:
         if not shape.prefill_seqs:

@@ -12,14 +12,20 @@ scheduler never triggers (an invariant the tests check).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt, model_validator
 
 from lyra_simpy.errors import SimulationError
 
 if TYPE_CHECKING:
     from lyra_simpy.policies.prefix_cache import PrefixCache
+
+
+MEM_FRACTION = 0.9
+"""vLLM's default ``--gpu-memory-utilization``."""
+ACTIVATION_RESERVE_GIB = 3.5
+"""aiconfigurator's ``other_mem`` (3.5 GiB, raised from 551 MB "for safer deployment")."""
 
 
 class KVCacheConfig(BaseModel):
@@ -29,8 +35,31 @@ class KVCacheConfig(BaseModel):
 
     block_size: PositiveInt = 16
     """Tokens per block (vLLM ``--block-size``, default 16; SGLang ``--page-size``)."""
-    num_blocks: PositiveInt
-    """Blocks available for KV (vLLM reports this as ``# GPU blocks`` at start-up)."""
+    num_blocks: PositiveInt | Literal["auto"]
+    """Blocks available for KV (vLLM reports this as ``# GPU blocks`` at start-up), or
+    ``auto``: derived from the cost model's catalog entries (roofline), see
+    :func:`~lyra_simpy.cost.catalog.kv_capacity_blocks`."""
+    mem_fraction: Annotated[float, Field(gt=0, le=1)] | None = None
+    """Only with ``auto``: fraction of device memory the engine may use (default
+    ``MEM_FRACTION``: vLLM ``--gpu-memory-utilization``; SGLang ``--mem-fraction-static``)."""
+    activation_reserve_gib: NonNegativeFloat | None = None
+    """Only with ``auto``: memory kept per device for activations, CUDA graphs and the
+    runtime (default ``ACTIVATION_RESERVE_GIB``)."""
+
+    @model_validator(mode="after")
+    def _memory_fields_need_auto(self) -> KVCacheConfig:
+        if self.num_blocks != "auto":
+            for key in ("mem_fraction", "activation_reserve_gib"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"{key}: only used with num_blocks: auto")
+        return self
+
+    @property
+    def capacity_blocks(self) -> int:
+        """``num_blocks`` once resolved (the scenario resolves ``auto`` on load)."""
+        if isinstance(self.num_blocks, str):
+            raise SimulationError("kv_cache.num_blocks 'auto' was not resolved (engine bug)")
+        return self.num_blocks
 
 
 def blocks_for(tokens: int, block_size: int) -> int:

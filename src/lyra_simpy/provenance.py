@@ -47,11 +47,21 @@ def git_revision() -> str:
 def cost_provenance(scenario: Scenario) -> dict[str, Any]:
     """Which cost model, with which numbers, calibrated from where."""
     cfg = scenario.cost
-    return {
+    out: dict[str, Any] = {
         "name": cfg.name,
         "parameters": cfg.model_dump(mode="json"),
         "calibration": "coefficients given in the scenario YAML",
     }
+    if cfg.name == "roofline":
+        from lyra_simpy.cost.roofline import RooflineCost
+
+        out["calibration"] = (
+            "package catalogs lyra_simpy/data/hardware.yaml and models.yaml (published "
+            "figures, sources inline); efficiencies as in parameters"
+        )
+        out["catalog"] = RooflineCost(cfg, scenario.scheduler.max_batch).describe()
+        out["kv_cache"] = scenario.kv_cache.model_dump(mode="json")
+    return out
 
 
 def manifest(scenario: Scenario, engine: dict[str, Any], source_file: str | None) -> dict[str, Any]:

@@ -29,9 +29,10 @@ from pydantic import (
     model_validator,
 )
 
-from lyra_simpy.cost import LinearCostConfig
+from lyra_simpy.cost import LinearCostConfig, RooflineCostConfig
+from lyra_simpy.cost.catalog import CatalogError
 from lyra_simpy.errors import ScenarioError, from_validation_error
-from lyra_simpy.kv import KVCacheConfig
+from lyra_simpy.kv import ACTIVATION_RESERVE_GIB, MEM_FRACTION, KVCacheConfig
 from lyra_simpy.policies import (
     AlwaysConfig,
     ChunkedPrefillConfig,
@@ -50,7 +51,7 @@ SchedulerConfig = Annotated[
     StaticConfig | ContinuousConfig | ChunkedPrefillConfig | PrefillFirstConfig,
     Field(discriminator="name"),
 ]
-CostConfig = Annotated[LinearCostConfig, Field(discriminator="name")]
+CostConfig = Annotated[LinearCostConfig | RooflineCostConfig, Field(discriminator="name")]
 AdmissionConfig = Annotated[AlwaysConfig | SLOAdmissionConfig, Field(discriminator="name")]
 
 
@@ -148,6 +149,11 @@ class ReplicaSpec:
 
 
 def _check_replica(spec: ReplicaSpec, workload: WorkloadConfig, where: str) -> None:
+    if where and spec.kv_cache.num_blocks == "auto":
+        raise ValueError(
+            f"{where}kv_cache.num_blocks: got 'auto', must be a number of blocks in a "
+            "replica group (only the scenario's own kv_cache derives it from the catalog)"
+        )
     if spec.prefix_cache is not None:
         if spec.scheduler.name == "static":
             raise ValueError(
@@ -211,6 +217,34 @@ class Scenario(BaseModel):
     def _replicas_fit(self) -> Scenario:
         for where, spec in self.replica_specs_named():
             _check_replica(spec, self.workload, where)
+        return self
+
+    @model_validator(mode="after")
+    def _kv_blocks_from_catalog(self) -> Scenario:
+        """Resolve ``kv_cache.num_blocks: auto`` from the cost model's catalog entries."""
+        kv = self.kv_cache
+        if kv.num_blocks != "auto":
+            return self
+        derive = getattr(self.cost, "kv_blocks", None)
+        if derive is None:
+            raise ValueError(
+                f"kv_cache.num_blocks: got 'auto' with cost {self.cost.name!r}, needs a "
+                "catalog cost model (cost.name: roofline) or a number of blocks"
+            )
+        used = {
+            "mem_fraction": MEM_FRACTION if kv.mem_fraction is None else kv.mem_fraction,
+            "activation_reserve_gib": ACTIVATION_RESERVE_GIB
+            if kv.activation_reserve_gib is None
+            else kv.activation_reserve_gib,
+        }
+        try:
+            blocks = derive(kv.block_size, max_running=self.scheduler.max_batch, **used)
+        except CatalogError as exc:
+            raise ValueError(f"kv_cache.num_blocks: auto: {exc}") from None
+        # frozen: the resolved value (and the memory figures it used) replaces "auto"
+        # once, here, before anything reads it; the manifest shows all three
+        object.__setattr__(self, "kv_cache", kv.model_copy(update={"num_blocks": blocks, **used}))
+        return self
         return self
 
     @field_validator("admission")

@@ -97,7 +97,7 @@ def _admission(scenario: Scenario, spec: ReplicaSpec, cost: CostModel) -> Admiss
         scenario.slo.tpot_ms,
         sched.max_batch,
         getattr(sched, "max_num_batched_tokens", None),
-        spec.kv_cache.num_blocks * spec.kv_cache.block_size,
+        spec.kv_cache.capacity_blocks * spec.kv_cache.block_size,
     )
     admission: Admission = ADMISSIONS[scenario.admission.name](scenario.admission, cost, limits)
     return admission
@@ -122,7 +122,7 @@ def _build_replica(
     scheduler = SCHEDULERS[spec.scheduler.name](spec.scheduler)
     cost = COST_MODELS[spec.cost.name](spec.cost, spec.scheduler.max_batch)
     kv_cfg = spec.kv_cache
-    kv = BlockPool(kv_cfg.num_blocks, kv_cfg.block_size)
+    kv = BlockPool(kv_cfg.capacity_blocks, kv_cfg.block_size)
     cache: PrefixCache | None = None
     if spec.prefix_cache is not None:
         cache = PREFIX_CACHES[spec.prefix_cache.name](

@@ -241,3 +241,54 @@ def test_bursty_arrivals_raise_the_tail_and_spf_trades_it_for_the_mean():
     # rises or falls with it depends on the draw: down in the full run, up in this one.)
     for g in ("gamma_cv4", "azure_code"):
         assert spf[g]["p99_ttft_ms"] > 1.2 * fcfs[g]["p99_ttft_ms"], g
+
+
+# Bandwidth order of the catalog devices (HBM TB/s): B200 7.7, MI300X 5.3, H200 4.8,
+# Gaudi 3 3.7, H100 3.35, Max 1550 3.28, Gaudi 2 2.45, A100 2.04, CPU 0.31.
+BY_BANDWIDTH = [
+    "b200", "mi300x", "h200_sxm", "gaudi3", "h100_sxm", "max1550", "gaudi2", "a100_sxm",
+    "cpu_generic",
+]  # fmt: skip
+
+
+def test_accelerators_follow_bandwidth_for_decode_bound_load():
+    runs = variants("accelerators")
+    by_device: dict[str, dict[float, dict[str, Any]]] = {}
+    for label, summary in runs.items():
+        device, _, rate = label.rpartition("_rate")
+        by_device.setdefault(device, {})[float(rate)] = summary
+    assert list(by_device) == ["a100_sxm", "h100_sxm", "h200_sxm", "b200", "mi300x", "gaudi2",
+                               "gaudi3", "max1550", "cpu_generic"]  # fmt: skip
+    # at 1 req/s each decode step is a weight read: TPOT strictly in bandwidth order
+    tpot = [by_device[d][1.0]["median_tpot_ms"] for d in BY_BANDWIDTH]
+    assert tpot == sorted(tpot)
+    assert len(set(tpot)) == len(tpot)
+    # 1.5 ms + 15.0 GB / (0.7 x 4.8 TB/s) = 6.0 ms on an H200, plus attention and padding
+    assert 5.9 < by_device["h200_sxm"][1.0]["median_tpot_ms"] < 6.5
+
+    # the highest rate with >= 90 % of requests in SLO never rises as bandwidth falls
+    def max_rate(device: str) -> float:
+        ok = [r for r, s in by_device[device].items() if s["slo_attainment"] >= 0.9]
+        return max(ok, default=0.0)
+
+    rates = [max_rate(d) for d in BY_BANDWIDTH]
+    assert rates == sorted(rates, reverse=True)
+    assert max_rate("a100_sxm") < max_rate("gaudi2") < max_rate("max1550") < max_rate("b200")
+    # the CPU socket never meets a 50 ms TPOT (a weight read alone takes 71 ms)
+    cpu = by_device["cpu_generic"].values()
+    assert all(s["slo_attainment"] == 0 and s["median_tpot_ms"] > 50 for s in cpu)
+    # saturated throughput (at 64 req/s) in bandwidth order too
+    thru = [by_device[d][64.0]["output_throughput"] for d in BY_BANDWIDTH]
+    assert thru == sorted(thru, reverse=True)
+
+
+def test_accelerators_kv_pool_comes_from_device_memory():
+    engines = {label: v["engine"] for label, v in quick_run("accelerators")["variants"].items()}
+    blocks = {label.rpartition("_rate")[0]: e["kv_blocks"] for label, e in engines.items()}
+    # (memory x 0.9 - 3.5 GiB - 16.06 GB of weights) / (131072 B x 16)
+    assert (
+        blocks["a100_sxm"]
+        == blocks["h100_sxm"]
+        == int(((80 * 0.9 - 3.5) * 2**30 - 8.03e9 * 2) // (131072 * 16))
+    )
+    assert blocks["h200_sxm"] == int(((141 * 0.9 - 3.5) * 2**30 - 8.03e9 * 2) // (131072 * 16))

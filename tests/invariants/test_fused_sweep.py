@@ -135,3 +135,27 @@ def test_fused_equals_unfused_on_a_seeded_sweep(block, policy):
         fused, unfused = _run(raw, True), _run(raw, False)
         where = f"scenario {block * 30 + i}: {json.dumps(raw)}"
         assert _observables(fused) == _observables(unfused), where
+
+
+def _roofline(rng: np.random.Generator, padding: Any) -> dict[str, Any]:
+    return {
+        "name": "roofline",
+        "hardware": str(rng.choice(["a100_sxm", "h100_sxm", "b200", "max1550", "cpu_generic"])),
+        "model": str(rng.choice(["gemma_3_270m", "qwen3_4b", "qwen3_5_4b", "llama_2_7b"])),
+        "tp": int(rng.choice([1, 2, 4])),
+        "weight_dtype": str(rng.choice(["bf16", "fp8"])),
+        "kv_dtype": str(rng.choice(["bf16", "fp8"])),
+        "overhead_ms": float(rng.uniform(0, 3)),
+        "padding": padding,
+    }
+
+
+@pytest.mark.parametrize("block", range(3))
+def test_fused_equals_unfused_with_the_roofline(block):
+    """The same seeded scenarios with roofline costs (drawn from their own generator)."""
+    rng = np.random.default_rng(1000 + block)
+    for i, raw in enumerate(_scenarios()[block * 30 : (block + 1) * 30]):
+        raw["cost"] = _roofline(rng, raw["cost"]["padding"])
+        fused, unfused = _run(raw, True), _run(raw, False)
+        where = f"roofline scenario {block * 30 + i}: {json.dumps(raw)}"
+        assert _observables(fused) == _observables(unfused), where

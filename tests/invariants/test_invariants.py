@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lyra_simpy import Results, scenario_from_dict, simulate
-from lyra_simpy.cost import LinearCost, LinearCostConfig
+from lyra_simpy.cost import COST_MODELS
 from lyra_simpy.kv import blocks_for
 from lyra_simpy.metrics.fairness import unloaded_service_s
 from lyra_simpy.metrics.io import write_jsonl
@@ -130,6 +130,29 @@ prefixes = st.one_of(
 
 
 @st.composite
+def costs(draw: st.DrawFn, width: int) -> dict[str, Any]:
+    padding = draw(st.sampled_from(["none", "max_batch", [1, 2, 4], [2, 8], [width + 1]]))
+    if draw(st.integers(0, 3)) == 0:  # the roofline: hardware x model catalogs
+        return {
+            "name": "roofline",
+            "hardware": draw(st.sampled_from(["a100_sxm", "h200_sxm", "gaudi2", "cpu_generic"])),
+            "model": draw(st.sampled_from(["gemma_3_270m", "llama_3_8b", "qwen3_5_4b"])),
+            "tp": draw(st.sampled_from([1, 2])),
+            "kv_dtype": draw(st.sampled_from(["bf16", "fp8"])),
+            "overhead_ms": draw(st.floats(0, 5)),
+            "padding": padding,
+        }
+    return {
+        "name": "linear",
+        "base_ms": draw(st.floats(0.5, 20)),
+        "per_seq_ms": draw(st.sampled_from([0.0, 0.5, 1.0, 1.7])),
+        "per_prefill_token_ms": draw(st.sampled_from([0.0, 0.013, 0.1])),
+        "per_context_token_ms": draw(st.sampled_from([0.0, 0.001, 0.0037])),
+        "padding": padding,
+    }
+
+
+@st.composite
 def scenarios(draw: st.DrawFn, until: bool = False) -> dict[str, Any]:
     sched = draw(schedulers())
     if until:
@@ -156,14 +179,7 @@ def scenarios(draw: st.DrawFn, until: bool = False) -> dict[str, Any]:
             "block_size": draw(st.sampled_from([1, 2, 4, 8, 16])),
             "num_blocks": draw(st.integers(3, 60)),
         },
-        "cost": {
-            "name": "linear",
-            "base_ms": draw(st.floats(0.5, 20)),
-            "per_seq_ms": draw(st.sampled_from([0.0, 0.5, 1.0, 1.7])),
-            "per_prefill_token_ms": draw(st.sampled_from([0.0, 0.013, 0.1])),
-            "per_context_token_ms": draw(st.sampled_from([0.0, 0.001, 0.0037])),
-            "padding": draw(st.sampled_from(["none", "max_batch", [1, 2, 4], [2, 8], [width + 1]])),
-        },
+        "cost": draw(costs(width)),
         "slo": draw(
             st.sampled_from(
                 [{"ttft_ms": 100.0, "tpot_ms": 25.0}, {"ttft_ms": 60.0}, {"tpot_ms": 12.0}]
@@ -344,7 +360,8 @@ def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
     assert all(not (isinstance(v, float) and math.isnan(v)) for v in s.values())
     # slowdown: no request is served faster than alone on an idle replica (with CUDA-graph
     # padding a lone decode can cost more than a mixed iteration: not checked there)
-    cost = LinearCost(LinearCostConfig(**raw["cost"]), width)
+    cost_cfg = scenario_from_dict(raw).cost
+    cost = COST_MODELS[cost_cfg.name](cost_cfg, width)
     budget = sched.get("max_num_batched_tokens")
     unloaded = unloaded_service_s(
         cost, rec["input_tokens"], rec["output_tokens"], budget, rec["cached_tokens"]

@@ -336,7 +336,12 @@ def test_resolved_has_defaults_and_no_expansion_fields(tiny_raw):
     assert resolved["seed"] == 2
     assert resolved["label"] == "2"
     assert resolved["simulation"]["fuse_iterations"] is True
-    assert resolved["kv_cache"] == {"block_size": 8, "num_blocks": 64}
+    assert resolved["kv_cache"] == {
+        "block_size": 8,
+        "num_blocks": 64,
+        "mem_fraction": None,
+        "activation_reserve_gib": None,
+    }
     for key in ("quick", "variants", "grid"):
         assert key not in resolved
 

@@ -6,9 +6,19 @@ from typing import Any
 
 from lyra_simpy.cost.base import BatchShape, CostModel
 from lyra_simpy.cost.linear import LinearCost, LinearCostConfig
+from lyra_simpy.cost.roofline import RooflineCost, RooflineCostConfig
 
 COST_MODELS: dict[str, type[Any]] = {
     "linear": LinearCost,
+    "roofline": RooflineCost,
 }
 
-__all__ = ["COST_MODELS", "BatchShape", "CostModel", "LinearCost", "LinearCostConfig"]
+__all__ = [
+    "COST_MODELS",
+    "BatchShape",
+    "CostModel",
+    "LinearCost",
+    "LinearCostConfig",
+    "RooflineCost",
+    "RooflineCostConfig",
+]

@@ -1,0 +1,1 @@
+"""Calibration: checking and fitting cost models against measurements."""

@@ -27,7 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-from lyra_simpy.cost import LinearCostConfig
+from lyra_simpy.cost import LinearCostConfig, ProfileCostConfig
 from lyra_simpy.errors import ScenarioError, from_validation_error
 from lyra_simpy.kv import KVCacheConfig
 from lyra_simpy.policies import (
@@ -47,7 +47,7 @@ SchedulerConfig = Annotated[
     StaticConfig | ContinuousConfig | ChunkedPrefillConfig | PrefillFirstConfig,
     Field(discriminator="name"),
 ]
-CostConfig = Annotated[LinearCostConfig, Field(discriminator="name")]
+CostConfig = Annotated[LinearCostConfig | ProfileCostConfig, Field(discriminator="name")]
 AdmissionConfig = Annotated[AlwaysConfig | SLOAdmissionConfig, Field(discriminator="name")]
 
 
@@ -263,7 +263,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def _validate(raw: dict[str, Any], base_dir: Path, prefix: str = "") -> Scenario:
     try:
-        scenario = Scenario.model_validate(raw)
+        scenario = Scenario.model_validate(raw, context={"base_dir": base_dir})
     except ValidationError as exc:
         raise from_validation_error(exc, prefix) from None
     scenario._base_dir = base_dir

@@ -241,3 +241,16 @@ def test_bursty_arrivals_raise_the_tail_and_spf_trades_it_for_the_mean():
     # rises or falls with it depends on the draw: down in the full run, up in this one.)
     for g in ("gamma_cv4", "azure_code"):
         assert spf[g]["p99_ttft_ms"] > 1.2 * fcfs[g]["p99_ttft_ms"], g
+
+
+def test_fitted_a100_cost_peaks_at_depth_64():
+    runs = variants("profile_fitted_cost")
+    assert list(runs) == ["8", "16", "32", "64", "128"]
+    goodput = {int(k): v["goodput_token_throughput"] for k, v in runs.items()}
+    assert max(goodput, key=goodput.__getitem__) == 64  # (128 ties it in the quick run)
+    for shallow in ("8", "16", "32"):  # saturated: the queue grows, TTFT breaks
+        assert runs[shallow]["slo_attainment"] < 0.3
+        assert goodput[64] > 4 * runs[shallow]["goodput_token_throughput"]
+    assert runs["64"]["slo_attainment"] >= 0.9
+    tpot = [runs[k]["median_tpot_ms"] for k in runs]
+    assert tpot == sorted(tpot)  # deeper batches read more KV per step

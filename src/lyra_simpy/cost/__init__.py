@@ -6,9 +6,19 @@ from typing import Any
 
 from lyra_simpy.cost.base import BatchShape, CostModel
 from lyra_simpy.cost.linear import LinearCost, LinearCostConfig
+from lyra_simpy.cost.profiled import ProfileCost, ProfileCostConfig
 
 COST_MODELS: dict[str, type[Any]] = {
     "linear": LinearCost,
+    "profile": ProfileCost,
 }
 
-__all__ = ["COST_MODELS", "BatchShape", "CostModel", "LinearCost", "LinearCostConfig"]
+__all__ = [
+    "COST_MODELS",
+    "BatchShape",
+    "CostModel",
+    "LinearCost",
+    "LinearCostConfig",
+    "ProfileCost",
+    "ProfileCostConfig",
+]

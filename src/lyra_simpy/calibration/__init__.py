@@ -1,0 +1,1 @@
+"""Calibration: profile CSVs (DESIGN §4), fitting the ``profile`` cost model, converters."""

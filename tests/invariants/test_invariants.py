@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lyra_simpy import Results, scenario_from_dict, simulate
-from lyra_simpy.cost import LinearCost, LinearCostConfig
+from lyra_simpy.cost import COST_MODELS
 from lyra_simpy.kv import blocks_for
 from lyra_simpy.metrics.fairness import unloaded_service_s
 from lyra_simpy.metrics.io import write_jsonl
@@ -126,6 +127,26 @@ prefixes = st.one_of(
 )  # fmt: skip
 
 
+FIT = str(Path(__file__).resolve().parents[1] / "data" / "synthetic_fit.yaml")
+"""A ``profile`` fit (5 ms + 0.5 ms/decode seq + 0.002 ms/context token + 0.05 ms/prompt
+token + 1e-4 ms/attention pair), fitted by ``lyra-simpy calibrate`` to tests/data."""
+
+
+@st.composite
+def costs(draw: st.DrawFn, width: int) -> dict[str, Any]:
+    padding = draw(st.sampled_from(["none", "max_batch", [1, 2, 4], [2, 8], [width + 1]]))
+    if draw(st.booleans()):
+        return {"name": "profile", "path": FIT, "padding": padding}
+    return {
+        "name": "linear",
+        "base_ms": draw(st.floats(0.5, 20)),
+        "per_seq_ms": draw(st.sampled_from([0.0, 0.5, 1.0, 1.7])),
+        "per_prefill_token_ms": draw(st.sampled_from([0.0, 0.013, 0.1])),
+        "per_context_token_ms": draw(st.sampled_from([0.0, 0.001, 0.0037])),
+        "padding": padding,
+    }
+
+
 @st.composite
 def scenarios(draw: st.DrawFn, until: bool = False) -> dict[str, Any]:
     sched = draw(schedulers())
@@ -153,14 +174,7 @@ def scenarios(draw: st.DrawFn, until: bool = False) -> dict[str, Any]:
             "block_size": draw(st.sampled_from([1, 2, 4, 8, 16])),
             "num_blocks": draw(st.integers(3, 60)),
         },
-        "cost": {
-            "name": "linear",
-            "base_ms": draw(st.floats(0.5, 20)),
-            "per_seq_ms": draw(st.sampled_from([0.0, 0.5, 1.0, 1.7])),
-            "per_prefill_token_ms": draw(st.sampled_from([0.0, 0.013, 0.1])),
-            "per_context_token_ms": draw(st.sampled_from([0.0, 0.001, 0.0037])),
-            "padding": draw(st.sampled_from(["none", "max_batch", [1, 2, 4], [2, 8], [width + 1]])),
-        },
+        "cost": draw(costs(width)),
         "slo": draw(
             st.sampled_from(
                 [{"ttft_ms": 100.0, "tpot_ms": 25.0}, {"ttft_ms": 60.0}, {"tpot_ms": 12.0}]
@@ -334,7 +348,7 @@ def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
     assert all(not (isinstance(v, float) and math.isnan(v)) for v in s.values())
     # slowdown: no request is served faster than alone on an idle replica (with CUDA-graph
     # padding a lone decode can cost more than a mixed iteration: not checked there)
-    cost = LinearCost(LinearCostConfig(**raw["cost"]), width)
+    cost = COST_MODELS[res.scenario.cost.name](res.scenario.cost, width)
     budget = sched.get("max_num_batched_tokens")
     unloaded = unloaded_service_s(
         cost, rec["input_tokens"], rec["output_tokens"], budget, rec["cached_tokens"]

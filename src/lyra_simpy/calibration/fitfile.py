@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from lyra_simpy.calibration.fit import TERMS, UNITS, ProfileFit, fit_profile
+from lyra_simpy.calibration.fit import FORMAT, TERMS, UNITS, ProfileFit, fit_profile
 from lyra_simpy.calibration.profiles import read_profile
 from lyra_simpy.errors import TraceError, from_validation_error
 
@@ -58,6 +58,11 @@ def load_fit(path: Path) -> ProfileFit:
         ) from None
     except yaml.YAMLError as exc:
         raise TraceError(f"{path}: not valid YAML ({exc})") from None
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        raise TraceError(
+            f"{path}: not a profile fit (must start with format: {FORMAT}); make one with "
+            "`lyra-simpy calibrate PROFILE.csv --out FIT.yaml`"
+        )
     try:
         return ProfileFit.model_validate(raw)
     except ValidationError as exc:

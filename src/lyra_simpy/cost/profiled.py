@@ -18,6 +18,7 @@ malformed profile fails before anything is simulated.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -29,6 +30,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -39,6 +41,28 @@ from lyra_simpy.errors import LyraError
 
 _SHORT_SPAN = 32
 """Spans up to this many iterations are costed in plain Python (as in ``linear``)."""
+
+
+def _resolve(path: str, info: ValidationInfo) -> Path:
+    """*path* read from the scenario's folder (the validation context's ``base_dir``)."""
+    return Path((info.context or {}).get("base_dir") or Path.cwd()) / path
+
+
+def _load(path: Path) -> ProfileFit:
+    """The fit at *path*, read once per file version (validation asks twice)."""
+    try:
+        stat = path.stat()
+        version = (stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        version = (0, 0)  # load_fit reports the missing file
+    return _load_version(path.resolve(), version)
+
+
+@functools.lru_cache(maxsize=32)
+def _load_version(path: Path, version: tuple[int, int]) -> ProfileFit:
+    from lyra_simpy.calibration.fitfile import load_fit
+
+    return load_fit(path)
 
 
 class ProfileCostConfig(BaseModel):
@@ -56,17 +80,19 @@ class ProfileCostConfig(BaseModel):
     _fit: ProfileFit | None = PrivateAttr(default=None)
     _resolved: Path | None = PrivateAttr(default=None)
 
-    @model_validator(mode="after")
-    def _load(self, info: ValidationInfo) -> ProfileCostConfig:
-        from lyra_simpy.calibration.fitfile import load_fit
-
-        base = (info.context or {}).get("base_dir") or Path.cwd()
-        path = Path(base) / self.path
+    @field_validator("path")
+    @classmethod
+    def _readable(cls, value: str, info: ValidationInfo) -> str:
         try:
-            self._fit = load_fit(path)
+            _load(_resolve(value, info))
         except LyraError as exc:
             raise ValueError(str(exc)) from None
-        self._resolved = path
+        return value
+
+    @model_validator(mode="after")
+    def _keep(self, info: ValidationInfo) -> ProfileCostConfig:
+        self._resolved = _resolve(self.path, info)
+        self._fit = _load(self._resolved)
         return self
 
     @property

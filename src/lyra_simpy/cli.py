@@ -88,7 +88,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     from lyra_simpy.calibration.fitfile import calibrate, format_report, save_residuals
 
     fit = calibrate(args.profile, args.out)
-    print(format_report(fit))
+    print(format_report(fit, str(args.profile)))
     if args.out is not None:
         print(f"wrote {args.out}")
     if args.figure is not None:

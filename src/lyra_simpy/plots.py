@@ -257,7 +257,7 @@ def profile_residuals(
             sel = phase == name
             if sel.any():
                 left.scatter(measured_ms[sel], predicted_ms[sel], s=8, label=name)
-                right.scatter(np.flatnonzero(sel), 100 * rel[sel], s=8, label=name)
+                right.scatter(np.flatnonzero(sel) + 2, 100 * rel[sel], s=8, label=name)
         lo = float(min(measured_ms.min(), predicted_ms.min()))
         hi = float(max(measured_ms.max(), predicted_ms.max()))
         left.plot([lo, hi], [lo, hi], color="0.5", linewidth=0.8, linestyle="--")
@@ -267,7 +267,7 @@ def profile_residuals(
         left.set_ylabel("predicted step time (ms)")
         left.legend(frameon=False)
         right.axhline(0, color="0.5", linewidth=0.8)
-        right.set_xlabel("profile row")
+        right.set_xlabel("profile CSV line")
         right.set_ylabel("relative error (%)")
         if title:
             fig.suptitle(title)

@@ -95,12 +95,12 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def format_report(fit: ProfileFit) -> str:
+def format_report(fit: ProfileFit, profile_label: str | None = None) -> str:
     """The fit report as text: coefficients with units, R² and relative errors per
-    phase, the worst rows."""
+    phase, the worst rows; *profile_label* names the profile (default: as the fit does)."""
     meta = fit.metadata
     lines = [
-        f"profile: {fit.profile.path} ({fit.profile.rows} rows)",
+        f"profile: {profile_label or fit.profile.path} ({fit.profile.rows} rows)",
         "metadata: "
         + ", ".join(f"{k}={meta.get(k, 'unknown')}" for k in ("hardware", "model", "engine", "tp")),
         "coefficients (non-negative least squares on relative error):",
@@ -116,10 +116,10 @@ def format_report(fit: ProfileFit) -> str:
             f"  {phase:<8} {pf.rows:>5} {pr2:>8} {_pct(pf.median_rel_error):>17} "
             f"{_pct(pf.max_rel_error):>8}"
         )
-    lines.append("worst rows:")
+    lines.append("worst rows (line in the CSV):")
     for w in fit.fit.worst_rows:
         lines.append(
-            f"  row {w.row}: {w.phase} batch={w.batch_size} input={w.input_tokens} "
+            f"  line {w.row}: {w.phase} batch={w.batch_size} input={w.input_tokens} "
             f"context={w.context_len}: measured {w.measured_ms:.3f} ms, "
             f"predicted {w.predicted_ms:.3f} ms ({w.rel_error:+.1%})"
         )

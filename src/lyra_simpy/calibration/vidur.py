@@ -90,7 +90,7 @@ def read_vidur_mlp(path: Path, tp: int) -> tuple[dict[int, tuple[float, float]],
                 samples[int(row["num_tokens"])].append((layer, emb))
             except ValueError as exc:
                 raise TraceError(f"{path}: row {line}: {exc}") from None
-            shape = {k: row[k] for k in ("n_head", "n_kv_head", "n_embd") if k in row}
+            shape = {k: int(row[k]) for k in ("n_head", "n_kv_head", "n_embd") if k in row}
     if not samples:
         raise TraceError(f"{path}: no rows with num_tensor_parallel_workers = {tp}")
     table = {
@@ -148,10 +148,11 @@ def vidur_profile(
         att = decode_attention_ms_per_context_token * b * c + prefill_attention_ms_per_pair * p * p
         add("mixed", b, p, c, b + p, att)
     meta = {
-        "hardware": f"{path.parent.parent.parent.name} (Vidur's profiling folder name)",
+        "hardware": path.parent.parent.parent.name,
+        "hardware_note": "Vidur's profiling folder name (data/profiling/compute/<gpu>/)",
         "model": f"{path.parent.parent.name}/{path.parent.name}",
         "engine": "vidur operator profiles (CUDA kernels, no serving engine)",
-        "version": "vidur data/profiling (see the shared README for the commit)",
+        "version": "vidur data/profiling (the commit the file was taken from)",
         "tp": tp,
         "date": "as published by Vidur",
         "source": {"file": str(path), "origin": SOURCE},

@@ -91,7 +91,7 @@ class ProfileCostConfig(BaseModel):
 
     @model_validator(mode="after")
     def _keep(self, info: ValidationInfo) -> ProfileCostConfig:
-        self._resolved = _resolve(self.path, info)
+        self._resolved = _resolve(self.path, info).resolve()
         self._fit = _load(self._resolved)
         return self
 

@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, NonNegativeFloat
-from scipy.optimize import nnls
 
 from lyra_simpy.calibration.profiles import PHASES, Profile
 
@@ -163,6 +162,8 @@ def fit_coefficients(
 ) -> tuple[npt.NDArray[np.float64], list[str]]:
     """Non-negative coefficients minimising the squared relative error, and the terms
     no row exercises (fitted as 0)."""
+    from scipy.optimize import nnls  # here: importing scipy.optimize costs ~0.4 s
+
     weighted = x / latency_ms[:, None]
     scale = np.abs(weighted).max(axis=0)
     used = scale > 0

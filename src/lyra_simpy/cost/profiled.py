@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 from pydantic import (
@@ -34,10 +34,12 @@ from pydantic import (
     model_validator,
 )
 
-from lyra_simpy.calibration.fit import ProfileFit
 from lyra_simpy.cost.base import BatchShape
 from lyra_simpy.cost.padding import Padder, Padding, check_padding
 from lyra_simpy.errors import LyraError
+
+if TYPE_CHECKING:  # the fit's pydantic models load with the first profile scenario
+    from lyra_simpy.calibration.fit import ProfileFit
 
 _SHORT_SPAN = 32
 """Spans up to this many iterations are costed in plain Python (as in ``linear``)."""

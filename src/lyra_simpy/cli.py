@@ -85,15 +85,13 @@ def _ms(text: str) -> float:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from lyra_simpy.calibration.fitfile import calibrate, format_report, save_residuals
+    from lyra_simpy.calibration.fitfile import calibrate, format_report
 
-    fit = calibrate(args.profile, args.out)
+    fit = calibrate(args.profile, args.out, args.figure)
     print(format_report(fit, str(args.profile)))
-    if args.out is not None:
-        print(f"wrote {args.out}")
-    if args.figure is not None:
-        save_residuals(fit, args.profile, args.figure)
-        print(f"wrote {args.figure}")
+    for path in (args.out, args.figure):
+        if path is not None:
+            print(f"wrote {path}")
     return 0
 
 

@@ -362,3 +362,26 @@ def test_vidur_converter_missing_file_names_where_to_get_it(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "github.com/microsoft/vidur" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_manifest_is_json_with_yaml_dates_in_the_metadata(tmp_path):
+    prof = write(tmp_path, synthetic_rows(np.random.default_rng(5), 0.0))
+    (tmp_path / "p.yaml").write_text("hardware: A100\ndate: 2026-11-29\n")  # a YAML date
+    sc = scenario_from_dict(raw_scenario({"name": "profile", "path": "p.csv"}), base_dir=tmp_path)
+    prov = json.loads(json.dumps(cost_provenance(sc)))
+    assert prov["calibration"]["profile_metadata"]["date"] == "2026-11-29"
+    assert prof.is_file()
+
+
+def test_profile_with_a_byte_order_mark_reads(tmp_path):
+    path = tmp_path / "bom.csv"
+    path.write_bytes(("\ufeff" + GOOD + "decode,1,0,8,5\n").encode())
+    assert read_profile(path).batch_size.tolist() == [1]
+
+
+def test_cli_calibrate_bad_figure_suffix_writes_nothing(tmp_path, capsys):
+    prof = write(tmp_path, synthetic_rows(np.random.default_rng(3), 0.0))
+    out = tmp_path / "fit.yaml"
+    assert main(["calibrate", str(prof), "--out", str(out), "--figure", "x.gif"]) == 2
+    assert "--figure: got 'x.gif', must end in .png, .pdf or .svg" in capsys.readouterr().err
+    assert not out.exists()

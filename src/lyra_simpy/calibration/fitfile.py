@@ -69,9 +69,18 @@ def load_fit(path: Path) -> ProfileFit:
         raise TraceError(f"{path}: {from_validation_error(exc)}") from None
 
 
-def calibrate(profile_path: Path, out: Path | None = None) -> ProfileFit:
-    """Fit the profile CSV at *profile_path*; with *out*, write the fit file there (the
-    profile and its metadata are then named relative to it)."""
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+def calibrate(
+    profile_path: Path, out: Path | None = None, figure: Path | None = None
+) -> ProfileFit:
+    """Fit the profile CSV at *profile_path*. With *out*, write the fit file there (the
+    profile and its metadata are then named relative to it); with *figure*, the residual
+    figure (:func:`save_residuals`). Nothing is written unless the fit and the figure
+    both succeed."""
+    if figure is not None and figure.suffix.lower() not in FIGURE_SUFFIXES:
+        raise TraceError(f"--figure: got {str(figure)!r}, must end in .png, .pdf or .svg")
     profile = read_profile(profile_path)
     meta = profile.metadata_path
     if out is not None and meta is not None and out.resolve() == meta.resolve():
@@ -86,6 +95,8 @@ def calibrate(profile_path: Path, out: Path | None = None) -> ProfileFit:
             }
         )
         fit = fit.model_copy(update={"profile": source})
+    if figure is not None:
+        save_residuals(fit, profile_path, figure)
     if out is not None:
         write_fit(fit, out)
     return fit

@@ -112,7 +112,7 @@ def read_profile(path: str | Path) -> Profile:
     """Read and check the profile CSV at *path* and the metadata YAML beside it."""
     p = Path(path)
     try:
-        fh = p.open(newline="")
+        fh = p.open(newline="", encoding="utf-8-sig")  # a spreadsheet's BOM is fine
     except OSError as exc:
         raise TraceError(f"{p}: cannot read profile ({exc.strerror})") from None
     rows: list[tuple[str, int, int, int, float]] = []

@@ -109,7 +109,7 @@ class ProfileCostConfig(BaseModel):
         return {
             "fit_file": str(self._resolved),
             "profile": fit.profile.model_dump(mode="json"),
-            "profile_metadata": fit.metadata,
+            "profile_metadata": fit.model_dump(mode="json")["metadata"],  # dates as text
             "method": fit.method,
             "coefficients": fit.coefficients.model_dump(mode="json"),
             "fit_quality": {

@@ -153,6 +153,7 @@ GOOD = "phase,batch_size,input_tokens,context_len,latency_ms\n"
         (GOOD + "prefill,1,0,0,3\n", "row 2: input_tokens: got 0, must be > 0 in a prefill row"),
         (GOOD + "decode,0,0,8,3\n", "row 2: batch_size: got 0, must be > 0 in a decode row"),
         (GOOD + "decode,1,0\n", "row 2: got 3 fields, must have 5"),
+        (GOOD + "mixed,0,0,8,3\n", "row 2: batch_size: got 0 with input_tokens 0"),
     ],
 )
 def test_bad_profile_rows_are_one_clear_line(tmp_path, text, expected):

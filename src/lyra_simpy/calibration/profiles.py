@@ -91,6 +91,11 @@ def _check_row(path: Path, line: int, phase: str, batch: int, inp: int) -> None:
         raise TraceError(f"{path}: row {line}: input_tokens: got {inp}, must be 0 in a decode row")
     if phase == "prefill" and inp == 0:
         raise TraceError(f"{path}: row {line}: input_tokens: got 0, must be > 0 in a prefill row")
+    if phase == "mixed" and batch == 0 and inp == 0:
+        raise TraceError(
+            f"{path}: row {line}: batch_size: got 0 with input_tokens 0, a mixed row needs "
+            "decoding sequences or prompt tokens"
+        )
     if phase != "mixed" and batch == 0:
         raise TraceError(f"{path}: row {line}: batch_size: got 0, must be > 0 in a {phase} row")
 

@@ -386,3 +386,34 @@ def test_cli_calibrate_bad_figure_suffix_writes_nothing(tmp_path, capsys):
     assert main(["calibrate", str(prof), "--out", str(out), "--figure", "x.gif"]) == 2
     assert "--figure: got 'x.gif', must end in .png, .pdf or .svg" in capsys.readouterr().err
     assert not out.exists()
+
+
+# -- the shipped example is what its documented commands produce --------------------------
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "profiles"
+
+
+def test_shipped_fit_is_what_calibrate_gives_for_the_shipped_profile():
+    shipped = load_fit(EXAMPLE / "fits" / "a100_llama2_7b_vidur.yaml")
+    fresh = calibrate(EXAMPLE / "a100_llama2_7b_vidur.csv")
+    for term in TERMS:
+        got, want = getattr(fresh.coefficients, term), getattr(shipped.coefficients, term)
+        assert got == pytest.approx(want, rel=1e-9), term
+    assert fresh.profile.sha256 == shipped.profile.sha256
+    assert fresh.fit.phases == shipped.fit.phases
+
+
+@needs_vidur
+def test_shipped_profile_is_what_vidur_profile_gives(tmp_path):
+    out = tmp_path / "a100_llama2_7b_vidur.csv"
+    command = (  # the command in docs/calibration.md §4
+        f"vidur-profile {VIDUR} --layers 32 --decode-attention-ms-per-context-token 0.00036 "
+        f"--prefill-attention-ms-per-pair 0.0000017 --out {out}"
+    )
+    assert main(command.split()) == 0
+    assert out.read_text() == (EXAMPLE / "a100_llama2_7b_vidur.csv").read_text()
+    got = yaml.safe_load(out.with_suffix(".yaml").read_text())
+    want = yaml.safe_load((EXAMPLE / "a100_llama2_7b_vidur.yaml").read_text())
+    got["source"].pop("file")
+    want["source"].pop("file")
+    assert got == want

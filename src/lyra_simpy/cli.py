@@ -1,4 +1,6 @@
-"""Command line: ``lyra-simpy run|validate|schema``. Parses and delegates; nothing else.
+"""Command line: ``lyra-simpy run|validate|schema|calibrate|vidur-profile``.
+
+Parses and delegates; nothing else.
 
 Errors that are the user's (a bad scenario, a missing trace) print one line to stderr
 and exit with status 2; no result folder is written for a scenario that failed.
@@ -40,7 +42,72 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("--quick", action="store_true")
 
     sub.add_parser("schema", help="print the JSON Schema of the scenario format")
+
+    cal = sub.add_parser("calibrate", help="fit the profile cost model to a profile CSV")
+    cal.add_argument("profile", type=Path, help="profile CSV (DESIGN §4) with metadata YAML")
+    cal.add_argument("--out", type=Path, help="write the fit here (YAML, for cost.path)")
+    cal.add_argument("--figure", type=Path, help="write the residual figure here (.png/.pdf)")
+
+    vid = sub.add_parser("vidur-profile", help="profile CSV from a Vidur mlp.csv")
+    vid.add_argument("mlp_csv", type=Path, help="Vidur data/profiling/compute/.../mlp.csv")
+    vid.add_argument("--out", type=Path, required=True, help="profile CSV to write")
+    vid.add_argument("--layers", type=_count, required=True, help="transformer layers")
+    vid.add_argument("--tp", type=_count, default=1, help="tensor-parallel degree (rows)")
+    vid.add_argument(
+        "--decode-attention-ms-per-context-token",
+        type=_ms,
+        default=0.0,
+        help="assumed decode attention time per context token read (default 0: none)",
+    )
+    vid.add_argument(
+        "--prefill-attention-ms-per-pair",
+        type=_ms,
+        default=0.0,
+        help="assumed prefill attention time per new x (cached + new) pair (default 0)",
+    )
     return p
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"got {text!r}, must be an integer >= 1")
+    return int(text)
+
+
+def _ms(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0.0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"got {text!r}, must be a number >= 0 (ms)")
+    return value
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from lyra_simpy.calibration.fitfile import calibrate, format_report
+
+    fit = calibrate(args.profile, args.out, args.figure)
+    print(format_report(fit, str(args.profile)))
+    for path in (args.out, args.figure):
+        if path is not None:
+            print(f"wrote {path}")
+    return 0
+
+
+def _vidur_profile(args: argparse.Namespace) -> int:
+    from lyra_simpy.calibration.vidur import convert_vidur
+
+    n = convert_vidur(
+        args.mlp_csv,
+        args.out,
+        args.layers,
+        args.tp,
+        args.decode_attention_ms_per_context_token,
+        args.prefill_attention_ms_per_pair,
+    )
+    print(f"wrote {args.out} ({n} rows) and {args.out.with_suffix('.yaml')}")
+    return 0
 
 
 def _expand(paths: list[Path]) -> list[Path]:
@@ -59,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
 
             print(json.dumps(Scenario.model_json_schema(), indent=2))
             return 0
+        if args.command == "calibrate":
+            return _calibrate(args)
+        if args.command == "vidur-profile":
+            return _vidur_profile(args)
         from lyra_simpy.scenario import load_scenario
 
         # Validate every file (and every variant) before simulating any.

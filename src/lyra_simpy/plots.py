@@ -241,6 +241,39 @@ def grouped_bars(
     return fig
 
 
+def profile_residuals(
+    measured_ms: npt.NDArray[np.float64],
+    predicted_ms: npt.NDArray[np.float64],
+    phase: npt.NDArray[np.str_],
+    title: str | None = None,
+) -> Figure:
+    """A fitted cost model against its profile: predicted vs measured step time (left,
+    log-log, the diagonal is a perfect fit) and the relative error of every row (right),
+    one colour per phase."""
+    rel = (predicted_ms - measured_ms) / measured_ms
+    with plt.rc_context(STYLE):  # type: ignore[arg-type]
+        fig, (left, right) = plt.subplots(1, 2, figsize=(6.8, 2.6), layout="constrained")
+        for name in ("prefill", "decode", "mixed"):
+            sel = phase == name
+            if sel.any():
+                left.scatter(measured_ms[sel], predicted_ms[sel], s=8, label=name)
+                right.scatter(np.flatnonzero(sel) + 2, 100 * rel[sel], s=8, label=name)
+        lo = float(min(measured_ms.min(), predicted_ms.min()))
+        hi = float(max(measured_ms.max(), predicted_ms.max()))
+        left.plot([lo, hi], [lo, hi], color="0.5", linewidth=0.8, linestyle="--")
+        left.set_xscale("log")
+        left.set_yscale("log")
+        left.set_xlabel("measured step time (ms)")
+        left.set_ylabel("predicted step time (ms)")
+        left.legend(frameon=False)
+        right.axhline(0, color="0.5", linewidth=0.8)
+        right.set_xlabel("profile CSV line")
+        right.set_ylabel("relative error (%)")
+        if title:
+            fig.suptitle(title)
+    return fig
+
+
 def save(fig: Figure, path: Any) -> None:
     """Save with no time stamp in the file, so reruns give identical files."""
     fig.savefig(path, metadata={"Software": None})

@@ -47,10 +47,14 @@ def git_revision() -> str:
 def cost_provenance(scenario: Scenario) -> dict[str, Any]:
     """Which cost model, with which numbers, calibrated from where."""
     cfg = scenario.cost
+    # A fitted or catalog-based model says where its numbers came from.
+    calibration = getattr(cfg, "calibration", None)
     out: dict[str, Any] = {
         "name": cfg.name,
         "parameters": cfg.model_dump(mode="json"),
-        "calibration": "coefficients given in the scenario YAML",
+        "calibration": (
+            calibration() if callable(calibration) else "coefficients given in the scenario YAML"
+        ),
     }
     if cfg.name == "roofline":
         from lyra_simpy.cost.roofline import RooflineCost

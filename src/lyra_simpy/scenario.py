@@ -29,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from lyra_simpy.cost import LinearCostConfig, RooflineCostConfig
+from lyra_simpy.cost import LinearCostConfig, ProfileCostConfig, RooflineCostConfig
 from lyra_simpy.cost.catalog import CatalogError
 from lyra_simpy.errors import ScenarioError, from_validation_error
 from lyra_simpy.kv import ACTIVATION_RESERVE_GIB, MEM_FRACTION, KVCacheConfig
@@ -51,7 +51,9 @@ SchedulerConfig = Annotated[
     StaticConfig | ContinuousConfig | ChunkedPrefillConfig | PrefillFirstConfig,
     Field(discriminator="name"),
 ]
-CostConfig = Annotated[LinearCostConfig | RooflineCostConfig, Field(discriminator="name")]
+CostConfig = Annotated[
+    LinearCostConfig | RooflineCostConfig | ProfileCostConfig, Field(discriminator="name")
+]
 AdmissionConfig = Annotated[AlwaysConfig | SLOAdmissionConfig, Field(discriminator="name")]
 
 
@@ -359,7 +361,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def _validate(raw: dict[str, Any], base_dir: Path, prefix: str = "") -> Scenario:
     try:
-        scenario = Scenario.model_validate(raw)
+        scenario = Scenario.model_validate(raw, context={"base_dir": base_dir})
     except ValidationError as exc:
         raise from_validation_error(exc, prefix) from None
     scenario._base_dir = base_dir

@@ -292,3 +292,16 @@ def test_accelerators_kv_pool_comes_from_device_memory():
         == int(((80 * 0.9 - 3.5) * 2**30 - 8.03e9 * 2) // (131072 * 16))
     )
     assert blocks["h200_sxm"] == int(((141 * 0.9 - 3.5) * 2**30 - 8.03e9 * 2) // (131072 * 16))
+
+
+def test_fitted_a100_cost_peaks_at_depth_64():
+    runs = variants("profile_fitted_cost")
+    assert list(runs) == ["8", "16", "32", "64", "128"]
+    goodput = {int(k): v["goodput_token_throughput"] for k, v in runs.items()}
+    assert max(goodput, key=goodput.__getitem__) == 64  # (128 ties it in the quick run)
+    for shallow in ("8", "16", "32"):  # saturated: the queue grows, TTFT breaks
+        assert runs[shallow]["slo_attainment"] < 0.3
+        assert goodput[64] > 4 * runs[shallow]["goodput_token_throughput"]
+    assert runs["64"]["slo_attainment"] >= 0.9
+    tpot = [runs[k]["median_tpot_ms"] for k in runs]
+    assert tpot == sorted(tpot)  # deeper batches read more KV per step

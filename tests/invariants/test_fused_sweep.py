@@ -1,4 +1,5 @@
-"""Fused == unfused on a fixed, seeded sweep of 150 varied scenarios (DESIGN §6).
+"""Fused == unfused on a fixed, seeded sweep of 150 varied scenarios (DESIGN §6);
+every fourth uses the fitted ``profile`` cost model instead of ``linear``.
 
 The hypothesis properties search for counterexamples; this sweep is a wide, repeatable
 net over combinations they may not reach in a run (static batches with ``until_s`` and
@@ -9,12 +10,16 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from lyra_simpy import Results, scenario_from_dict, simulate
+
+FIT = str(Path(__file__).resolve().parents[1] / "data" / "synthetic_fit.yaml")
+"""A ``profile`` cost fit (see tests/data/synthetic_profile.yaml)."""
 
 
 def _scenarios(count: int = 150, seed: int = 7) -> list[dict[str, Any]]:
@@ -102,6 +107,8 @@ def _scenarios(count: int = 150, seed: int = 7) -> list[dict[str, Any]]:
             "slo": {"ttft_ms": 200, "tpot_ms": 30},
             "simulation": {},
         }
+        if len(out) % 4 == 3:  # every fourth: the fitted profile model (no extra draws)
+            raw["cost"] = {"name": "profile", "path": FIT, "padding": raw["cost"]["padding"]}
         if rng.random() < 0.3:
             raw["simulation"]["until_s"] = float(rng.uniform(0.5, 10))
         if scheduler["name"] != "static" and rng.random() < 0.4:  # shared prefixes, cached

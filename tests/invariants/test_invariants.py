@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -129,10 +130,18 @@ prefixes = st.one_of(
 )  # fmt: skip
 
 
+FIT = str(Path(__file__).resolve().parents[1] / "data" / "synthetic_fit.yaml")
+"""A ``profile`` fit (5 ms + 0.5 ms/decode seq + 0.002 ms/context token + 0.05 ms/prompt
+token + 1e-4 ms/attention pair), fitted by ``lyra-simpy calibrate`` to tests/data."""
+
+
 @st.composite
 def costs(draw: st.DrawFn, width: int) -> dict[str, Any]:
     padding = draw(st.sampled_from(["none", "max_batch", [1, 2, 4], [2, 8], [width + 1]]))
-    if draw(st.integers(0, 3)) == 0:  # the roofline: hardware x model catalogs
+    kind = draw(st.integers(0, 3))
+    if kind == 1:  # a profile fit
+        return {"name": "profile", "path": FIT, "padding": padding}
+    if kind == 0:  # the roofline: hardware x model catalogs
         return {
             "name": "roofline",
             "hardware": draw(st.sampled_from(["a100_sxm", "h200_sxm", "gaudi2", "cpu_generic"])),
@@ -360,8 +369,7 @@ def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
     assert all(not (isinstance(v, float) and math.isnan(v)) for v in s.values())
     # slowdown: no request is served faster than alone on an idle replica (with CUDA-graph
     # padding a lone decode can cost more than a mixed iteration: not checked there)
-    cost_cfg = scenario_from_dict(raw).cost
-    cost = COST_MODELS[cost_cfg.name](cost_cfg, width)
+    cost = COST_MODELS[res.scenario.cost.name](res.scenario.cost, width)
     budget = sched.get("max_num_batched_tokens")
     unloaded = unloaded_service_s(
         cost, rec["input_tokens"], rec["output_tokens"], budget, rec["cached_tokens"]

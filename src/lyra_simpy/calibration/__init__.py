@@ -1,1 +1,2 @@
-"""Calibration: checking and fitting cost models against measurements."""
+"""Calibration: profile CSVs (DESIGN §4), fitting the ``profile`` cost model, converters,
+and checking the roofline against published measurements."""

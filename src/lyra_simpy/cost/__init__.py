@@ -6,11 +6,13 @@ from typing import Any
 
 from lyra_simpy.cost.base import BatchShape, CostModel
 from lyra_simpy.cost.linear import LinearCost, LinearCostConfig
+from lyra_simpy.cost.profiled import ProfileCost, ProfileCostConfig
 from lyra_simpy.cost.roofline import RooflineCost, RooflineCostConfig
 
 COST_MODELS: dict[str, type[Any]] = {
     "linear": LinearCost,
     "roofline": RooflineCost,
+    "profile": ProfileCost,
 }
 
 __all__ = [
@@ -19,6 +21,8 @@ __all__ = [
     "CostModel",
     "LinearCost",
     "LinearCostConfig",
+    "ProfileCost",
+    "ProfileCostConfig",
     "RooflineCost",
     "RooflineCostConfig",
 ]

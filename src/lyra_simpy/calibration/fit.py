@@ -1,0 +1,249 @@
+"""Fitting the ``profile`` cost model to a profile CSV, and its fit report.
+
+The model has one non-negative coefficient per physical term (milliseconds)::
+
+    t_ms = fixed_ms                                  weights read, launches, scheduling
+         + per_decode_seq_ms × decode rows           per-sequence work of a decode
+         + per_context_token_ms × Σ context tokens   KV read by decode attention
+         + per_prefill_token_ms × prompt tokens      GEMMs over the new prompt tokens
+         + per_prefill_attention_ms × Σ new × (cached + new)   prefill attention (quadratic)
+
+A profile row maps onto the terms as DESIGN §4 defines the phases: a ``prefill`` row is
+``batch_size`` prompts of ``input_tokens`` new tokens after ``context_len`` cached ones;
+a ``decode`` row is ``batch_size`` decodes at ``context_len`` each; a ``mixed`` row is
+``batch_size`` decodes at ``context_len`` plus ``input_tokens`` prompt tokens, taken as
+*one* prompt chunk with nothing cached (the contract does not say how they split).
+
+The fit is non-negative least squares (Lawson–Hanson, ``scipy.optimize.nnls``) on the
+*relative* error: each row is divided by its measured latency, so a 10 ms decode step
+counts as much as a 2 s prefill (an absolute fit would ignore short steps). Columns are
+scaled to unit maximum before solving (the terms differ by ten orders of magnitude).
+A term no row exercises (e.g. no decode rows) is fitted as 0 and listed in the report's
+``unmeasured_terms``: the model then knows nothing about it.
+
+Outside the measured grid the model extends each term linearly (it is linear in the
+terms), so a larger batch or context never crashes and never costs less: the
+coefficients are non-negative, so time is monotone in every term. The grid is recorded
+in the fit file so that a reader sees how far a scenario extrapolates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, NonNegativeFloat
+
+from lyra_simpy.calibration.profiles import PHASES, Profile
+
+TERMS = (
+    "fixed_ms",
+    "per_decode_seq_ms",
+    "per_context_token_ms",
+    "per_prefill_token_ms",
+    "per_prefill_attention_ms",
+)
+UNITS = {
+    "fixed_ms": "ms per step",
+    "per_decode_seq_ms": "ms per decode sequence",
+    "per_context_token_ms": "ms per context token read by decode attention",
+    "per_prefill_token_ms": "ms per prompt token computed",
+    "per_prefill_attention_ms": "ms per (new x (cached + new)) prompt token pair",
+}
+FORMAT = "lyra-simpy/profile-fit/1"
+WORST_ROWS = 5
+Floats = npt.NDArray[np.float64]
+
+
+class _Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Coefficients(_Closed):
+    """The fitted terms, in milliseconds (see the module docstring)."""
+
+    fixed_ms: NonNegativeFloat = 0.0
+    per_decode_seq_ms: NonNegativeFloat = 0.0
+    per_context_token_ms: NonNegativeFloat = 0.0
+    per_prefill_token_ms: NonNegativeFloat = 0.0
+    per_prefill_attention_ms: NonNegativeFloat = 0.0
+
+
+class PhaseFit(_Closed):
+    """Fit quality over the rows of one phase."""
+
+    rows: int
+    r2: float | None
+    """Coefficient of determination of latency_ms (None with fewer than two distinct rows)."""
+    median_rel_error: float
+    """Median of |predicted − measured| / measured."""
+    max_rel_error: float
+
+
+class RowError(_Closed):
+    """One row of the profile with its prediction."""
+
+    row: int
+    """Line in the CSV (the header is line 1)."""
+    phase: str
+    batch_size: int
+    input_tokens: int
+    context_len: int
+    measured_ms: float
+    predicted_ms: float
+    rel_error: float
+    """(predicted − measured) / measured."""
+
+
+class FitReport(_Closed):
+    r2: float | None
+    phases: dict[str, PhaseFit]
+    worst_rows: list[RowError]
+    unmeasured_terms: list[str]
+
+
+class ProfileSource(_Closed):
+    path: str
+    """The profile CSV, relative to the fit file when written by ``calibrate``."""
+    sha256: str
+    rows: int
+    metadata_path: str | None = None
+
+
+class ProfileFit(_Closed):
+    """What ``lyra-simpy calibrate`` writes and a ``profile`` cost model reads."""
+
+    format: str = FORMAT
+    method: str = "nnls_relative"
+    coefficients: Coefficients
+    profile: ProfileSource
+    metadata: dict[str, Any]
+    """The profile's metadata YAML (hardware, model, engine, version, tp, date, ...)."""
+    grid: dict[str, dict[str, int]]
+    """Per phase, min and max of batch_size, input_tokens and context_len measured."""
+    fit: FitReport
+
+
+def design_matrix(profile: Profile) -> npt.NDArray[np.float64]:
+    """One column per term of :data:`TERMS`, one row per profile row."""
+    b = profile.batch_size.astype(np.float64)
+    i = profile.input_tokens.astype(np.float64)
+    c = profile.context_len.astype(np.float64)
+    pre = profile.phase == "prefill"
+    dec = ~pre  # decode and mixed rows both decode batch_size sequences
+    mixed = profile.phase == "mixed"
+    prompt_tokens = np.where(pre, b * i, np.where(mixed, i, 0.0))
+    attention = np.where(pre, b * i * (c + i), np.where(mixed, i * i, 0.0))
+    return np.column_stack(
+        [
+            np.ones_like(b),
+            np.where(dec, b, 0.0),
+            np.where(dec, b * c, 0.0),
+            prompt_tokens,
+            attention,
+        ]
+    )
+
+
+def r_squared(
+    measured: npt.NDArray[np.float64], predicted: npt.NDArray[np.float64]
+) -> float | None:
+    """1 − SS_res / SS_tot, or None when the measurements do not vary."""
+    ss_tot = float(np.sum((measured - measured.mean()) ** 2))
+    if len(measured) < 2 or ss_tot == 0.0:
+        return None
+    return 1.0 - float(np.sum((predicted - measured) ** 2)) / ss_tot
+
+
+def fit_coefficients(
+    x: npt.NDArray[np.float64], latency_ms: npt.NDArray[np.float64]
+) -> tuple[npt.NDArray[np.float64], list[str]]:
+    """Non-negative coefficients minimising the squared relative error, and the terms
+    no row exercises (fitted as 0)."""
+    from scipy.optimize import nnls  # here: importing scipy.optimize costs ~0.4 s
+
+    weighted = x / latency_ms[:, None]
+    scale = np.abs(weighted).max(axis=0)
+    used = scale > 0
+    coef = np.zeros(x.shape[1])
+    solution, _ = nnls(weighted[:, used] / scale[used], np.ones(len(latency_ms)), maxiter=5000)
+    coef[used] = solution / scale[used]
+    return coef, [t for t, u in zip(TERMS, used, strict=True) if not u]
+
+
+def report(
+    profile: Profile, predicted: npt.NDArray[np.float64], unmeasured: list[str]
+) -> FitReport:
+    """R², median and max relative error per phase, and the worst rows."""
+    measured = profile.latency_ms
+    rel = (predicted - measured) / measured
+    phases = {}
+    for phase in PHASES:
+        sel = profile.phase == phase
+        if sel.any():
+            phases[phase] = PhaseFit(
+                rows=int(sel.sum()),
+                r2=r_squared(measured[sel], predicted[sel]),
+                median_rel_error=float(np.median(np.abs(rel[sel]))),
+                max_rel_error=float(np.abs(rel[sel]).max()),
+            )
+    worst = np.argsort(-np.abs(rel), kind="stable")[:WORST_ROWS]
+    return FitReport(
+        r2=r_squared(measured, predicted),
+        phases=phases,
+        worst_rows=[
+            RowError(
+                row=int(k) + 2,
+                phase=str(profile.phase[k]),
+                batch_size=int(profile.batch_size[k]),
+                input_tokens=int(profile.input_tokens[k]),
+                context_len=int(profile.context_len[k]),
+                measured_ms=float(measured[k]),
+                predicted_ms=float(predicted[k]),
+                rel_error=float(rel[k]),
+            )
+            for k in worst
+        ],
+        unmeasured_terms=unmeasured,
+    )
+
+
+def _grid(profile: Profile) -> dict[str, dict[str, int]]:
+    out = {}
+    for phase in PHASES:
+        sel = profile.phase == phase
+        if sel.any():
+            out[phase] = {
+                f"{bound}_{col}": int(getattr(np, bound)(getattr(profile, col)[sel]))
+                for col in ("batch_size", "input_tokens", "context_len")
+                for bound in ("min", "max")
+            }
+    return out
+
+
+def fit_profile(profile: Profile) -> ProfileFit:
+    """Fit the ``profile`` cost model to *profile*."""
+    x = design_matrix(profile)
+    coef, unmeasured = fit_coefficients(x, profile.latency_ms)
+    predicted = x @ coef
+    return ProfileFit(
+        coefficients=Coefficients(**dict(zip(TERMS, coef.tolist(), strict=True))),
+        profile=ProfileSource(
+            path=str(profile.path),
+            sha256=hashlib.sha256(profile.path.read_bytes()).hexdigest(),
+            rows=len(profile),
+            metadata_path=str(profile.metadata_path) if profile.metadata_path else None,
+        ),
+        metadata=profile.metadata,
+        grid=_grid(profile),
+        fit=report(profile, predicted, unmeasured),
+    )
+
+
+def predict_ms(fit: ProfileFit, profile: Profile) -> npt.NDArray[np.float64]:
+    """The fitted model's latency for every row of *profile*."""
+    c = fit.coefficients
+    out: Floats = design_matrix(profile) @ np.array([getattr(c, t) for t in TERMS])
+    return out

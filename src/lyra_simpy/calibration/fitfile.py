@@ -1,0 +1,156 @@
+"""Fit files: ``calibrate`` writes one (YAML), a ``profile`` cost model reads it.
+
+A fit file holds the coefficients, the profile it came from (path relative to the fit
+file, SHA-256, row count), the profile's metadata, the measured grid and the fit report,
+so a run's manifest can say where its calibration came from. Files are written to a
+temporary sibling and renamed into place: an interrupted write leaves no partial file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from lyra_simpy.calibration.fit import FORMAT, TERMS, UNITS, ProfileFit, fit_profile
+from lyra_simpy.calibration.profiles import read_profile
+from lyra_simpy.errors import TraceError, from_validation_error
+
+HEADER = (
+    "# Fitted by `lyra-simpy calibrate` (lyra_simpy.calibration.fit): coefficients of the\n"
+    "# `profile` cost model in ms, the profile it came from and the fit report.\n"
+)
+
+
+def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
+    """Call *write* on a temporary sibling of *path*, then rename it to *path*."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_fit(fit: ProfileFit, path: Path) -> None:
+    """Write *fit* as YAML to *path*, atomically."""
+    text = HEADER + yaml.safe_dump(fit.model_dump(mode="json"), sort_keys=False)
+    atomic_write(path, lambda tmp: tmp.write_text(text))
+
+
+def load_fit(path: Path) -> ProfileFit:
+    """The fit at *path*: a fit YAML, or a profile CSV fitted now."""
+    if path.suffix.lower() == ".csv":
+        return fit_profile(read_profile(path))
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise TraceError(
+            f"{path}: cannot read profile fit ({exc.strerror}); make one with "
+            "`lyra-simpy calibrate PROFILE.csv --out FIT.yaml`"
+        ) from None
+    except yaml.YAMLError as exc:
+        raise TraceError(f"{path}: not valid YAML ({exc})") from None
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        raise TraceError(
+            f"{path}: not a profile fit (must start with format: {FORMAT}); make one with "
+            "`lyra-simpy calibrate PROFILE.csv --out FIT.yaml`"
+        )
+    try:
+        return ProfileFit.model_validate(raw)
+    except ValidationError as exc:
+        raise TraceError(f"{path}: {from_validation_error(exc)}") from None
+
+
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+def calibrate(
+    profile_path: Path, out: Path | None = None, figure: Path | None = None
+) -> ProfileFit:
+    """Fit the profile CSV at *profile_path*. With *out*, write the fit file there (the
+    profile and its metadata are then named relative to it); with *figure*, the residual
+    figure (:func:`save_residuals`). Nothing is written unless the fit and the figure
+    both succeed."""
+    if figure is not None and figure.suffix.lower() not in FIGURE_SUFFIXES:
+        raise TraceError(f"--figure: got {str(figure)!r}, must end in .png, .pdf or .svg")
+    profile = read_profile(profile_path)
+    meta = profile.metadata_path
+    if out is not None and meta is not None and out.resolve() == meta.resolve():
+        raise TraceError(f"--out: got {out}, which is the profile's metadata file; choose another")
+    fit = fit_profile(profile)
+    if out is not None:
+        here = out.resolve().parent
+        source = fit.profile.model_copy(
+            update={
+                "path": os.path.relpath(profile_path.resolve(), here),
+                "metadata_path": os.path.relpath(meta.resolve(), here) if meta else None,
+            }
+        )
+        fit = fit.model_copy(update={"profile": source})
+    if figure is not None:
+        save_residuals(fit, profile_path, figure)
+    if out is not None:
+        write_fit(fit, out)
+    return fit
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def format_report(fit: ProfileFit, profile_label: str | None = None) -> str:
+    """The fit report as text: coefficients with units, R² and relative errors per
+    phase, the worst rows; *profile_label* names the profile (default: as the fit does)."""
+    meta = fit.metadata
+    lines = [
+        f"profile: {profile_label or fit.profile.path} ({fit.profile.rows} rows)",
+        "metadata: "
+        + ", ".join(f"{k}={meta.get(k, 'unknown')}" for k in ("hardware", "model", "engine", "tp")),
+        "coefficients (non-negative least squares on relative error):",
+    ]
+    for term in TERMS:
+        lines.append(f"  {term:<26} {getattr(fit.coefficients, term):>12.6g}  {UNITS[term]}")
+    r2 = fit.fit.r2
+    lines.append(f"R² (all rows): {'n/a' if r2 is None else f'{r2:.4f}'}")
+    lines.append(f"  {'phase':<8} {'rows':>5} {'R²':>8} {'median |rel err|':>17} {'max':>8}")
+    for phase, pf in fit.fit.phases.items():
+        pr2 = "n/a" if pf.r2 is None else f"{pf.r2:.4f}"
+        lines.append(
+            f"  {phase:<8} {pf.rows:>5} {pr2:>8} {_pct(pf.median_rel_error):>17} "
+            f"{_pct(pf.max_rel_error):>8}"
+        )
+    lines.append("worst rows (line in the CSV):")
+    for w in fit.fit.worst_rows:
+        lines.append(
+            f"  line {w.row}: {w.phase} batch={w.batch_size} input={w.input_tokens} "
+            f"context={w.context_len}: measured {w.measured_ms:.3f} ms, "
+            f"predicted {w.predicted_ms:.3f} ms ({w.rel_error:+.1%})"
+        )
+    if fit.fit.unmeasured_terms:
+        lines.append(
+            "not measured (no row exercises them; fitted as 0): "
+            + ", ".join(fit.fit.unmeasured_terms)
+        )
+    return "\n".join(lines)
+
+
+def save_residuals(fit: ProfileFit, profile_path: Path, out: Path) -> None:
+    """Draw *fit* against the profile at *profile_path* (see
+    :func:`lyra_simpy.plots.profile_residuals`) and save it to *out*, atomically."""
+    from lyra_simpy import plots
+    from lyra_simpy.calibration.fit import predict_ms
+
+    profile = read_profile(profile_path)
+    title = " ".join(str(fit.metadata.get(k, "")) for k in ("hardware", "model")).strip()
+    fig = plots.profile_residuals(
+        profile.latency_ms, predict_ms(fit, profile), profile.phase, title or None
+    )
+    atomic_write(out, lambda tmp: plots.save(fig, tmp))

@@ -1,0 +1,174 @@
+"""Profile CSVs (DESIGN §4): measured engine steps, read and checked.
+
+One row per measured step, header required:
+``phase,batch_size,input_tokens,context_len,latency_ms``.
+
+* ``prefill``: ``batch_size`` sequences each compute ``input_tokens`` new prompt tokens
+  with ``context_len`` tokens per sequence already cached (0 without a prefix hit);
+* ``decode``: ``batch_size`` sequences each decode one token with ``context_len`` tokens
+  each in the KV cache (``input_tokens`` is 0);
+* ``mixed``: ``batch_size`` decoding sequences at ``context_len`` together with
+  ``input_tokens`` prompt tokens being prefilled in the same step.
+
+Extra columns are allowed and ignored. The metadata (``hardware``, ``model``, ``engine``,
+``version``, ``tp``, ``date``, anything else) lives beside the CSV in a YAML file of the
+same stem (``x.csv`` → ``x.yaml``, or ``x.meta.yaml``). Every problem is one line naming
+the file, the row, the column, the value and what is allowed
+(:class:`~lyra_simpy.errors.TraceError`).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import yaml
+
+from lyra_simpy.errors import TraceError
+
+COLUMNS = ("phase", "batch_size", "input_tokens", "context_len", "latency_ms")
+"""The contract's columns, in order (DESIGN §4)."""
+PHASES = ("prefill", "decode", "mixed")
+METADATA_KEYS = ("hardware", "model", "engine", "version", "tp", "date")
+"""What the metadata YAML should say (missing keys are reported as ``unknown``)."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The rows of a profile CSV as columns, with its metadata."""
+
+    path: Path
+    phase: npt.NDArray[np.str_]
+    batch_size: npt.NDArray[np.int64]
+    input_tokens: npt.NDArray[np.int64]
+    context_len: npt.NDArray[np.int64]
+    latency_ms: npt.NDArray[np.float64]
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The metadata YAML's mapping (``{}`` when there is none)."""
+    metadata_path: Path | None = None
+
+    def __len__(self) -> int:
+        return len(self.latency_ms)
+
+
+def metadata_path_of(path: Path) -> Path | None:
+    """The metadata YAML beside the profile CSV *path*, if there is one."""
+    for candidate in (path.with_suffix(".yaml"), path.with_suffix(".meta.yaml")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _int(path: Path, line: int, column: str, text: str, low: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < low:
+        raise TraceError(f"{path}: row {line}: {column}: got {text!r}, must be an integer >= {low}")
+    return value
+
+
+def _latency(path: Path, line: int, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise TraceError(
+            f"{path}: row {line}: latency_ms: got {text!r}, must be a number > 0 (milliseconds)"
+        )
+    return value
+
+
+def _check_row(path: Path, line: int, phase: str, batch: int, inp: int) -> None:
+    if phase == "decode" and inp != 0:
+        raise TraceError(f"{path}: row {line}: input_tokens: got {inp}, must be 0 in a decode row")
+    if phase == "prefill" and inp == 0:
+        raise TraceError(f"{path}: row {line}: input_tokens: got 0, must be > 0 in a prefill row")
+    if phase == "mixed" and batch == 0 and inp == 0:
+        raise TraceError(
+            f"{path}: row {line}: batch_size: got 0 with input_tokens 0, a mixed row needs "
+            "decoding sequences or prompt tokens"
+        )
+    if phase != "mixed" and batch == 0:
+        raise TraceError(f"{path}: row {line}: batch_size: got 0, must be > 0 in a {phase} row")
+
+
+def read_metadata(path: Path) -> dict[str, Any]:
+    """The metadata mapping in the YAML file at *path*."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise TraceError(f"{path}: cannot read profile metadata ({exc})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise TraceError(f"{path}: got {type(data).__name__}, must be a mapping of metadata")
+    return data
+
+
+def read_profile(path: str | Path) -> Profile:
+    """Read and check the profile CSV at *path* and the metadata YAML beside it."""
+    p = Path(path)
+    try:
+        fh = p.open(newline="", encoding="utf-8-sig")  # a spreadsheet's BOM is fine
+    except OSError as exc:
+        raise TraceError(f"{p}: cannot read profile ({exc.strerror})") from None
+    rows: list[tuple[str, int, int, int, float]] = []
+    with fh:
+        reader = csv.reader(fh)
+        header = [h.strip() for h in next(reader, [])]
+        missing = [c for c in COLUMNS if c not in header]
+        if missing:
+            raise TraceError(
+                f"{p}: header: missing column(s) {', '.join(missing)}; a profile needs "
+                f"{','.join(COLUMNS)} (DESIGN §4)"
+            )
+        at = [header.index(c) for c in COLUMNS]
+        for line, row in enumerate(reader, start=2):
+            if not row or all(not cell.strip() for cell in row):
+                continue
+            if len(row) < len(header):
+                raise TraceError(
+                    f"{p}: row {line}: got {len(row)} fields, must have {len(header)} "
+                    "(as many as the header)"
+                )
+            phase, batch, inp, ctx, lat = (row[i].strip() for i in at)
+            if phase not in PHASES:
+                raise TraceError(
+                    f"{p}: row {line}: phase: got {phase!r}, must be one of {', '.join(PHASES)}"
+                )
+            b = _int(p, line, "batch_size", batch, 0)
+            i = _int(p, line, "input_tokens", inp, 0)
+            c = _int(p, line, "context_len", ctx, 0)
+            _check_row(p, line, phase, b, i)
+            rows.append((phase, b, i, c, _latency(p, line, lat)))
+    if not rows:
+        raise TraceError(f"{p}: no rows after the header; a profile needs measured steps")
+    meta_path = metadata_path_of(p)
+    phase_col, b_col, i_col, c_col, l_col = zip(*rows, strict=True)
+    return Profile(
+        path=p,
+        phase=np.array(phase_col, dtype=np.str_),
+        batch_size=np.array(b_col, dtype=np.int64),
+        input_tokens=np.array(i_col, dtype=np.int64),
+        context_len=np.array(c_col, dtype=np.int64),
+        latency_ms=np.array(l_col, dtype=np.float64),
+        metadata=read_metadata(meta_path) if meta_path else {},
+        metadata_path=meta_path,
+    )
+
+
+def write_profile(path: Path, rows: list[dict[str, Any]], extra: tuple[str, ...] = ()) -> None:
+    """Write *rows* (mappings with the contract's columns and *extra* ones) as a profile CSV."""
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow((*COLUMNS, *extra))
+        for row in rows:
+            writer.writerow([row[c] for c in (*COLUMNS, *extra)])

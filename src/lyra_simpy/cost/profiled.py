@@ -1,0 +1,162 @@
+"""The ``profile`` cost model: fitted to measured engine steps (DESIGN §3, §4).
+
+YAML: ``cost: {name: profile, path: fits/a100_llama2_7b.yaml}`` names a fit file written
+by ``lyra-simpy calibrate PROFILE.csv --out ...``; ``path`` may also name a profile CSV,
+which is then fitted when the scenario is loaded. Relative paths are read from the
+scenario's folder. The terms and how they are fitted are in
+:mod:`lyra_simpy.calibration.fit`::
+
+    t_ms = fixed + per_decode_seq × rows + per_context_token × Σ context
+         + per_prefill_token × prompt tokens + per_prefill_attention × Σ new × (cached + new)
+
+where *rows* is the decode row count, padded (:mod:`~lyra_simpy.cost.padding`) in
+decode-only iterations as for ``linear``. Outside the profile's measured grid each term
+extends linearly; with non-negative coefficients time never falls as a batch grows.
+The file is read (and a CSV fitted) while the scenario is validated, so a missing or
+malformed profile fails before anything is simulated.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import numpy as np
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from lyra_simpy.cost.base import BatchShape
+from lyra_simpy.cost.padding import Padder, Padding, check_padding
+from lyra_simpy.errors import LyraError
+
+if TYPE_CHECKING:  # the fit's pydantic models load with the first profile scenario
+    from lyra_simpy.calibration.fit import ProfileFit
+
+_SHORT_SPAN = 32
+"""Spans up to this many iterations are costed in plain Python (as in ``linear``)."""
+
+
+def _resolve(path: str, info: ValidationInfo) -> Path:
+    """*path* read from the scenario's folder (the validation context's ``base_dir``)."""
+    return Path((info.context or {}).get("base_dir") or Path.cwd()) / path
+
+
+def _load(path: Path) -> ProfileFit:
+    """The fit at *path*, read once per file version (validation asks twice)."""
+    try:
+        stat = path.stat()
+        version = (stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        version = (0, 0)  # load_fit reports the missing file
+    return _load_version(path.resolve(), version)
+
+
+@functools.lru_cache(maxsize=32)
+def _load_version(path: Path, version: tuple[int, int]) -> ProfileFit:
+    from lyra_simpy.calibration.fitfile import load_fit
+
+    return load_fit(path)
+
+
+class ProfileCostConfig(BaseModel):
+    """A cost model fitted to a profile; *path* is a fit YAML or a profile CSV."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Literal["profile"] = "profile"
+    path: str
+    """Fit file from ``lyra-simpy calibrate`` (or a profile CSV, fitted on load),
+    relative to the scenario's folder."""
+    padding: Annotated[Padding, BeforeValidator(check_padding)] = Field(default="none")
+    """CUDA-graph padding of decode-only batches (none, max_batch, or captured sizes)."""
+
+    _fit: ProfileFit | None = PrivateAttr(default=None)
+    _resolved: Path | None = PrivateAttr(default=None)
+
+    @field_validator("path")
+    @classmethod
+    def _readable(cls, value: str, info: ValidationInfo) -> str:
+        try:
+            _load(_resolve(value, info))
+        except LyraError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @model_validator(mode="after")
+    def _keep(self, info: ValidationInfo) -> ProfileCostConfig:
+        self._resolved = _resolve(self.path, info).resolve()
+        self._fit = _load(self._resolved)
+        return self
+
+    @property
+    def fit(self) -> ProfileFit:
+        """The fitted model (loaded while validating)."""
+        assert self._fit is not None
+        return self._fit
+
+    def calibration(self) -> dict[str, Any]:
+        """Where the coefficients came from, for the run's manifest."""
+        fit = self.fit
+        return {
+            "fit_file": str(self._resolved),
+            "profile": fit.profile.model_dump(mode="json"),
+            "profile_metadata": fit.model_dump(mode="json")["metadata"],  # dates as text
+            "method": fit.method,
+            "coefficients": fit.coefficients.model_dump(mode="json"),
+            "fit_quality": {
+                "r2": fit.fit.r2,
+                "phases": {k: v.model_dump(mode="json") for k, v in fit.fit.phases.items()},
+                "unmeasured_terms": fit.fit.unmeasured_terms,
+            },
+            "measured_grid": fit.grid,
+        }
+
+
+class ProfileCost:
+    """Iteration time from a fitted profile; *max_batch* resolves ``max_batch`` padding
+    to the scheduler's batch width."""
+
+    def __init__(self, config: ProfileCostConfig, max_batch: int) -> None:
+        self.config = config
+        c = config.fit.coefficients
+        self._fixed_ms = c.fixed_ms
+        self._per_seq = c.per_decode_seq_ms
+        self._per_ctx = c.per_context_token_ms
+        self._per_prefill = c.per_prefill_token_ms
+        self._per_attention = c.per_prefill_attention_ms
+        self._pad = Padder(config.padding, max_batch)
+        self._fixed: dict[int, float] = {}
+        """Row count → fixed part of a decode-only iteration (ms), computed once."""
+
+    def iteration_s(self, shape: BatchShape) -> float:
+        if not shape.prefill_seqs:
+            return self.decode_span_s(shape.decode_rows, shape.decode_context_tokens, 0, 1)[0]
+        ms = (
+            self._fixed_ms
+            + self._per_seq * shape.decode_rows
+            + self._per_ctx * shape.decode_context_tokens
+            + self._per_prefill * shape.prefill_tokens
+            + self._per_attention * shape.prefill_attention_tokens
+        )
+        return ms / 1000.0
+
+    def decode_span_s(self, rows: int, context_tokens: int, growth: int, k: int) -> list[float]:
+        fixed = self._fixed.get(rows)
+        if fixed is None:
+            fixed = self._fixed_ms + self._per_seq * self._pad(rows)
+            self._fixed[rows] = fixed
+        per = self._per_ctx
+        if k <= _SHORT_SPAN:
+            return [(fixed + per * (context_tokens + growth * j)) / 1000.0 for j in range(k)]
+        context = context_tokens + growth * np.arange(k, dtype=np.int64)
+        out: list[float] = ((fixed + per * context) / 1000.0).tolist()
+        return out

@@ -1,0 +1,419 @@
+"""The profile cost model: reading profiles, fitting, the cost model, calibrate, Vidur."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from lyra_simpy import ScenarioError, scenario_from_dict
+from lyra_simpy.calibration.fit import TERMS, fit_profile, r_squared, report
+from lyra_simpy.calibration.fitfile import calibrate, format_report, load_fit
+from lyra_simpy.calibration.profiles import read_profile, write_profile
+from lyra_simpy.cli import main
+from lyra_simpy.cost import BatchShape, ProfileCost, ProfileCostConfig
+from lyra_simpy.errors import TraceError
+from lyra_simpy.provenance import cost_provenance
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+FIT = DATA / "synthetic_fit.yaml"
+VIDUR = (
+    Path(__file__).resolve().parents[3]
+    / "shared/profiles/vidur/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv"
+)
+TRUE = {
+    "fixed_ms": 7.0,
+    "per_decode_seq_ms": 0.05,
+    "per_context_token_ms": 0.0003,
+    "per_prefill_token_ms": 0.09,
+    "per_prefill_attention_ms": 2e-5,
+}
+
+
+def synthetic_rows(rng: np.random.Generator, noise: float) -> list[dict[str, object]]:
+    """Steps of a model with :data:`TRUE` coefficients, times lognormal noise."""
+    c = TRUE
+    rows: list[dict[str, object]] = []
+
+    def add(phase: str, b: int, i: int, ctx: int, ms: float) -> None:
+        rows.append(
+            {
+                "phase": phase,
+                "batch_size": b,
+                "input_tokens": i,
+                "context_len": ctx,
+                "latency_ms": ms * float(rng.lognormal(0.0, noise)),
+            }
+        )
+
+    for _ in range(3):  # three repeats of every step, as a profiler takes
+        for b in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+            for ctx in (128, 512, 2048, 4096):
+                ms = (
+                    c["fixed_ms"] + c["per_decode_seq_ms"] * b + c["per_context_token_ms"] * b * ctx
+                )
+                add("decode", b, 0, ctx, ms)
+        for b in (1, 2, 4):
+            for i in (64, 256, 1024, 2048, 4096):
+                for ctx in (0, 1024):
+                    pairs = b * i * (ctx + i)
+                    ms = (
+                        c["fixed_ms"]
+                        + c["per_prefill_token_ms"] * b * i
+                        + c["per_prefill_attention_ms"] * pairs
+                    )
+                    add("prefill", b, i, ctx, ms)
+    return rows
+
+
+def write(tmp_path: Path, rows: list[dict[str, object]], name: str = "p.csv") -> Path:
+    path = tmp_path / name
+    write_profile(path, rows)
+    return path
+
+
+# -- fitting ---------------------------------------------------------------------------
+
+
+def test_fit_recovers_known_coefficients_under_2pct_noise(tmp_path):
+    rng = np.random.default_rng(11)
+    fit = fit_profile(read_profile(write(tmp_path, synthetic_rows(rng, 0.02))))
+    got = fit.coefficients.model_dump()
+    for term in TERMS:
+        assert got[term] == pytest.approx(TRUE[term], rel=0.05), term
+    assert fit.fit.r2 is not None
+    assert fit.fit.r2 > 0.99
+    for phase in ("prefill", "decode"):
+        assert fit.fit.phases[phase].median_rel_error < 0.03  # noise is 2 %
+    assert fit.fit.unmeasured_terms == []
+
+
+def test_fit_is_exact_without_noise(tmp_path):
+    fit = fit_profile(read_profile(write(tmp_path, synthetic_rows(np.random.default_rng(0), 0))))
+    got = fit.coefficients.model_dump()
+    for term in TERMS:
+        assert got[term] == pytest.approx(TRUE[term], rel=1e-6), term
+    assert fit.fit.phases["decode"].max_rel_error < 1e-6
+
+
+def test_r2_and_relative_error_by_hand(tmp_path):
+    # measured 10, 20, 30 ms, predicted 11, 20, 27: SS_res = 1 + 0 + 9 = 10,
+    # SS_tot = 100 + 0 + 100 = 200 → R² = 0.95; |rel| = 0.1, 0, 0.1 → median 0.1, max 0.1
+    measured = np.array([10.0, 20.0, 30.0])
+    predicted = np.array([11.0, 20.0, 27.0])
+    assert r_squared(measured, predicted) == pytest.approx(0.95)
+    assert r_squared(np.array([5.0]), np.array([4.0])) is None
+    rows = [
+        {"phase": "decode", "batch_size": b, "input_tokens": 0, "context_len": 8, "latency_ms": m}
+        for b, m in zip((1, 2, 3), measured, strict=True)
+    ]
+    rep = report(read_profile(write(tmp_path, rows)), predicted, [])
+    dec = rep.phases["decode"]
+    assert dec.rows == 3
+    assert dec.r2 == pytest.approx(0.95)
+    assert dec.median_rel_error == pytest.approx(0.1)
+    assert dec.max_rel_error == pytest.approx(0.1)
+    assert rep.worst_rows[0].row in (2, 4)  # the header is line 1
+    assert abs(rep.worst_rows[0].rel_error) == pytest.approx(0.1)
+
+
+def test_unmeasured_terms_are_zero_and_reported(tmp_path):
+    rows = [
+        {"phase": "decode", "batch_size": b, "input_tokens": 0, "context_len": c,
+         "latency_ms": 5 + 0.5 * b + 0.001 * b * c}
+        for b in (1, 4, 16) for c in (100, 1000)
+    ]  # fmt: skip
+    fit = fit_profile(read_profile(write(tmp_path, rows)))
+    assert fit.fit.unmeasured_terms == ["per_prefill_token_ms", "per_prefill_attention_ms"]
+    assert fit.coefficients.per_prefill_token_ms == 0.0
+    assert "not measured" in format_report(fit)
+
+
+# -- reading profiles --------------------------------------------------------------------
+
+GOOD = "phase,batch_size,input_tokens,context_len,latency_ms\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("phase,batch_size,input_tokens,latency_ms\n", "missing column(s) context_len"),
+        (GOOD, "no rows after the header"),
+        (GOOD + "warmup,1,0,8,5.0\n", "row 2: phase: got 'warmup', must be one of"),
+        (GOOD + "decode,1,0,8,5\ndecode,x,0,8,5\n", "row 3: batch_size: got 'x', must be an int"),
+        (GOOD + "decode,1,0,-3,5\n", "row 2: context_len: got '-3', must be an integer >= 0"),
+        (GOOD + "decode,1,0,8,0\n", "row 2: latency_ms: got '0', must be a number > 0"),
+        (GOOD + "decode,1,0,8,nan\n", "row 2: latency_ms: got 'nan'"),
+        (GOOD + "decode,1,5,8,3\n", "row 2: input_tokens: got 5, must be 0 in a decode row"),
+        (GOOD + "prefill,1,0,0,3\n", "row 2: input_tokens: got 0, must be > 0 in a prefill row"),
+        (GOOD + "decode,0,0,8,3\n", "row 2: batch_size: got 0, must be > 0 in a decode row"),
+        (GOOD + "decode,1,0\n", "row 2: got 3 fields, must have 5"),
+        (GOOD + "mixed,0,0,8,3\n", "row 2: batch_size: got 0 with input_tokens 0"),
+    ],
+)
+def test_bad_profile_rows_are_one_clear_line(tmp_path, text, expected):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(TraceError) as err:
+        read_profile(path)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert msg.startswith(str(path))
+    assert expected in msg
+
+
+def test_extra_columns_and_metadata_are_read(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text("note,latency_ms,phase,batch_size,input_tokens,context_len\nx,5,decode,1,0,8\n")
+    (tmp_path / "p.yaml").write_text("hardware: H100\ntp: 2\n")
+    prof = read_profile(path)
+    assert prof.latency_ms.tolist() == [5.0]
+    assert prof.metadata == {"hardware": "H100", "tp": 2}
+
+
+# -- the cost model ----------------------------------------------------------------------
+
+
+def cost(padding: object = "none", max_batch: int = 8) -> ProfileCost:
+    return ProfileCost(ProfileCostConfig(path=str(FIT), padding=padding), max_batch)
+
+
+def test_cost_matches_the_fitted_terms():
+    model = cost()
+    # 5 + 0.5 × 3 + 0.002 × 300 = 7.1 ms
+    assert model.iteration_s(BatchShape(0, 0, 0, 3, 3, 300)) == pytest.approx(7.1e-3)
+    # mixed: 5 + 0.5 × 2 + 0.002 × 100 + 0.05 × 40 + 1e-4 × 1600 = 8.36 ms
+    assert model.iteration_s(BatchShape(1, 40, 1600, 2, 2, 100)) == pytest.approx(8.36e-3)
+
+
+@pytest.mark.parametrize("padding", ["none", "max_batch", [1, 2, 4]])
+def test_decode_span_equals_single_steps_bit_for_bit(padding):
+    model = cost(padding)
+    for rows, ctx, growth, k in [(1, 0, 1, 1), (3, 100, 3, 40), (5, 7, 5, 33), (8, 10**6, 8, 3)]:
+        span = model.decode_span_s(rows, ctx, growth, k)
+        assert len(span) == k
+        for j, t in enumerate(span):
+            single = model.decode_span_s(rows, ctx + j * growth, growth, 1)[0]
+            assert t == single  # bit for bit
+            assert model.iteration_s(BatchShape(0, 0, 0, rows, rows, ctx + j * growth)) == t
+
+
+def test_padding_charges_the_captured_size():
+    model = cost([4, 8])
+    assert model.decode_span_s(3, 0, 3, 1) == model.decode_span_s(4, 0, 4, 1)
+    assert model.decode_span_s(9, 0, 9, 1)[0] > model.decode_span_s(8, 0, 8, 1)[0]
+
+
+def test_extrapolation_beyond_the_grid_is_finite_and_monotone():
+    model = cost()
+    grid = load_fit(FIT).grid
+    assert grid["decode"]["max_batch_size"] == 8  # the test profile's grid
+    last = 0.0
+    for rows in (1, 8, 64, 1024, 100_000):  # far beyond the measured 8
+        t = model.decode_span_s(rows, rows * 10**5, rows, 1)[0]
+        assert math.isfinite(t)
+        assert t > last
+        last = t
+    last = 0.0
+    for tokens in (1, 128, 4096, 10**6):  # prompts beyond the measured 128
+        t = model.iteration_s(BatchShape(1, tokens, tokens * tokens, 0, 0, 0))
+        assert math.isfinite(t)
+        assert t > last
+        last = t
+
+
+# -- scenarios and the manifest ------------------------------------------------------------
+
+
+def raw_scenario(cost_cfg: dict[str, object]) -> dict[str, object]:
+    return {
+        "workload": {
+            "num_requests": 20,
+            "arrival": {"name": "poisson", "rate_per_s": 5},
+            "input_tokens": {"name": "fixed", "tokens": 64},
+            "output_tokens": {"name": "fixed", "tokens": 16},
+        },
+        "kv_cache": {"block_size": 16, "num_blocks": 400},
+        "cost": cost_cfg,
+    }
+
+
+def test_scenario_reads_the_fit_relative_to_its_folder_and_the_manifest_names_it():
+    sc = scenario_from_dict(
+        raw_scenario({"name": "profile", "path": "synthetic_fit.yaml"}), base_dir=DATA
+    )
+    prov = cost_provenance(sc)
+    assert prov["name"] == "profile"
+    cal = prov["calibration"]
+    assert cal["profile"]["path"] == "synthetic_profile.csv"
+    assert cal["profile_metadata"]["hardware"] == "synthetic"
+    assert cal["fit_quality"]["r2"] == pytest.approx(1.0)
+    assert cal["coefficients"]["fixed_ms"] == pytest.approx(5.0)
+    json.dumps(prov)  # the manifest is JSON
+
+
+def test_scenario_may_name_a_profile_csv_directly():
+    sc = scenario_from_dict(
+        raw_scenario({"name": "profile", "path": "synthetic_profile.csv"}), base_dir=DATA
+    )
+    assert sc.cost.fit.coefficients.per_decode_seq_ms == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("nope.yaml", "cost.profile.path: got 'nope.yaml', "),
+        ("synthetic_profile.yaml", "not a profile fit"),  # metadata, not a fit
+    ],
+)
+def test_bad_fit_file_fails_validation_in_one_line(path, expected):
+    with pytest.raises(ScenarioError) as err:
+        scenario_from_dict(raw_scenario({"name": "profile", "path": path}), base_dir=DATA)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert expected in msg
+
+
+# -- command line ------------------------------------------------------------------------
+
+
+def test_cli_calibrate_writes_fit_and_figure(tmp_path, capsys):
+    prof = write(tmp_path, synthetic_rows(np.random.default_rng(3), 0.02))
+    out, fig = tmp_path / "fits" / "x.yaml", tmp_path / "res.png"
+    assert main(["calibrate", str(prof), "--out", str(out), "--figure", str(fig)]) == 0
+    text = capsys.readouterr().out
+    assert "R² (all rows)" in text
+    assert "median |rel err|" in text
+    fit = load_fit(out)
+    assert fit.profile.path == "../p.csv"
+    assert fig.stat().st_size > 0
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.name.startswith(".")) == []
+
+
+def test_cli_calibrate_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text(GOOD + "decode,1,0,8,-1\n")
+    out = tmp_path / "fit.yaml"
+    assert main(["calibrate", str(bad), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "latency_ms" in err
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == [bad]
+
+
+def test_cli_calibrate_refuses_to_overwrite_the_metadata(tmp_path, capsys):
+    prof = write(tmp_path, synthetic_rows(np.random.default_rng(3), 0.0))
+    meta = tmp_path / "p.yaml"
+    meta.write_text("hardware: x\n")
+    assert main(["calibrate", str(prof), "--out", str(meta)]) == 2
+    assert meta.read_text() == "hardware: x\n"
+
+
+# -- Vidur converter -----------------------------------------------------------------------
+
+needs_vidur = pytest.mark.skipif(
+    not VIDUR.is_file(),
+    reason=f"Vidur's mlp.csv is not beside the repository ({VIDUR}); "
+    "get it from github.com/microsoft/vidur data/profiling/compute/",
+)
+
+
+@needs_vidur
+def test_vidur_converter_on_the_shared_file(tmp_path, capsys):
+    out = tmp_path / "v.csv"
+    args = ["vidur-profile", str(VIDUR), "--layers", "32", "--out", str(out)]
+    assert main([*args, "--decode-attention-ms-per-context-token", "0.00036"]) == 0
+    prof = read_profile(out)  # the contract holds
+    assert set(prof.phase.tolist()) == {"prefill", "decode", "mixed"}
+    meta = yaml.safe_load(out.with_suffix(".yaml").read_text())
+    assert meta["tp"] == 1
+    assert meta["assumed"]["decode_attention_ms_per_context_token"] == 0.00036
+    with out.open() as fh:
+        rows = list(csv.DictReader(fh))
+    decode1 = next(r for r in rows if r["phase"] == "decode" and r["batch_size"] == "1")
+    # 32 layers of Llama-2-7B's non-attention ops at 1 token on an A100: ≈ 9.3 ms
+    # (shared/profiles/hardware-figures.md §3a)
+    assert float(decode1["measured_ms"]) == pytest.approx(9.34, rel=0.05)
+    total = float(decode1["measured_ms"]) + float(decode1["assumed_attention_ms"])
+    assert float(decode1["latency_ms"]) == pytest.approx(total)
+    fit = calibrate(out)
+    assert fit.fit.r2 is not None
+    assert fit.fit.r2 > 0.95
+
+
+@needs_vidur
+def test_vidur_converter_rejects_bad_arguments(tmp_path, capsys):
+    out = tmp_path / "v.csv"
+    assert (
+        main(["vidur-profile", str(VIDUR), "--layers", "32", "--tp", "3", "--out", str(out)]) == 2
+    )
+    assert "num_tensor_parallel_workers = 3" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_vidur_converter_missing_file_names_where_to_get_it(tmp_path, capsys):
+    args = ["vidur-profile", str(tmp_path / "mlp.csv"), "--layers", "32", "--out", "x.csv"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "github.com/microsoft/vidur" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_manifest_is_json_with_yaml_dates_in_the_metadata(tmp_path):
+    prof = write(tmp_path, synthetic_rows(np.random.default_rng(5), 0.0))
+    (tmp_path / "p.yaml").write_text("hardware: A100\ndate: 2026-11-29\n")  # a YAML date
+    sc = scenario_from_dict(raw_scenario({"name": "profile", "path": "p.csv"}), base_dir=tmp_path)
+    prov = json.loads(json.dumps(cost_provenance(sc)))
+    assert prov["calibration"]["profile_metadata"]["date"] == "2026-11-29"
+    assert prof.is_file()
+
+
+def test_profile_with_a_byte_order_mark_reads(tmp_path):
+    path = tmp_path / "bom.csv"
+    path.write_bytes(("\ufeff" + GOOD + "decode,1,0,8,5\n").encode())
+    assert read_profile(path).batch_size.tolist() == [1]
+
+
+def test_cli_calibrate_bad_figure_suffix_writes_nothing(tmp_path, capsys):
+    prof = write(tmp_path, synthetic_rows(np.random.default_rng(3), 0.0))
+    out = tmp_path / "fit.yaml"
+    assert main(["calibrate", str(prof), "--out", str(out), "--figure", "x.gif"]) == 2
+    assert "--figure: got 'x.gif', must end in .png, .pdf or .svg" in capsys.readouterr().err
+    assert not out.exists()
+
+
+# -- the shipped example is what its documented commands produce --------------------------
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "profiles"
+
+
+def test_shipped_fit_is_what_calibrate_gives_for_the_shipped_profile():
+    shipped = load_fit(EXAMPLE / "fits" / "a100_llama2_7b_vidur.yaml")
+    fresh = calibrate(EXAMPLE / "a100_llama2_7b_vidur.csv")
+    for term in TERMS:
+        got, want = getattr(fresh.coefficients, term), getattr(shipped.coefficients, term)
+        assert got == pytest.approx(want, rel=1e-9), term
+    assert fresh.profile.sha256 == shipped.profile.sha256
+    assert fresh.fit.phases == shipped.fit.phases
+
+
+@needs_vidur
+def test_shipped_profile_is_what_vidur_profile_gives(tmp_path):
+    out = tmp_path / "a100_llama2_7b_vidur.csv"
+    command = (  # the command in docs/calibration.md §4
+        f"vidur-profile {VIDUR} --layers 32 --decode-attention-ms-per-context-token 0.00036 "
+        f"--prefill-attention-ms-per-pair 0.0000017 --out {out}"
+    )
+    assert main(command.split()) == 0
+    assert out.read_text() == (EXAMPLE / "a100_llama2_7b_vidur.csv").read_text()
+    got = yaml.safe_load(out.with_suffix(".yaml").read_text())
+    want = yaml.safe_load((EXAMPLE / "a100_llama2_7b_vidur.yaml").read_text())
+    got["source"].pop("file")
+    want["source"].pop("file")
+    assert got == want

@@ -305,3 +305,19 @@ def test_fitted_a100_cost_peaks_at_depth_64():
     assert runs["64"]["slo_attainment"] >= 0.9
     tpot = [runs[k]["median_tpot_ms"] for k in runs]
     assert tpot == sorted(tpot)  # deeper batches read more KV per step
+
+
+@pytest.mark.skipif(
+    not (HERE.parents[2] / "shared" / "traces" / "mooncake_conversation_trace.jsonl").is_file(),
+    reason="needs ../shared/traces (see shared/traces/README.md)",
+)
+def test_cache_aware_routing_keeps_conversations_where_their_kv_is():
+    runs = variants("routing_prefix")
+    aware = runs["cache_aware"]
+    for load_only in ("round_robin", "least_outstanding", "power_of_two"):
+        other = runs[load_only]
+        assert aware["prefix_cache_hit_rate"] > 1.5 * other["prefix_cache_hit_rate"]
+        assert aware["median_ttft_ms"] < other["median_ttft_ms"]
+        assert aware["p99_ttft_ms"] < other["p99_ttft_ms"]
+        assert aware["request_goodput"] > other["request_goodput"]
+    assert aware["prefix_cache_hit_rate"] <= aware["prefix_cache_hit_rate_bound"]

@@ -73,9 +73,9 @@ class RoutedSource:
         self._dispatcher.on_finish(now_s)
 
     def arrival_event(self) -> simpy.Event | None:
-        """An event the dispatcher triggers when it routes a request here or the
-        workload ends (None: a request is already queued)."""
-        if self.queue or self.done:
+        """An event triggered when a request is routed here, the workload ends, or
+        :meth:`wake` is called (KV freed elsewhere); None: a request is already queued."""
+        if self.queue:
             return None
         if self._event is None:
             self._event = self._dispatcher.env.event()
@@ -113,6 +113,8 @@ class Dispatcher:
         self._wakes: set[float] = set()
         self.routed: list[int] = []
         """Requests sent to each replica."""
+        self.replicas: list[Any] = []
+        """The replicas routed over (set by whoever builds the cluster)."""
 
     def add_replica(self) -> RoutedSource:
         source = RoutedSource(self)

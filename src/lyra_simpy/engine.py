@@ -106,6 +106,7 @@ class Replica:
         cache: PrefixCache | None = None,
         admission: Admission | None = None,
         strict_horizon: bool = False,
+        handoff: Any = None,
     ) -> None:
         self.env = env
         self.replica_id = replica_id
@@ -131,6 +132,14 @@ class Replica:
         cluster's router reads this replica's state then: it must be committed)."""
         self._routed = hasattr(source, "arrival_event")
         """Requests reach it through a cluster's router (idle: wait to be sent one)."""
+        self.handoff = handoff
+        """A prefill replica of a disaggregated cluster: requests leave after their first
+        token, through this :class:`~lyra_simpy.disagg.HandOff` (None: they stay)."""
+        self.on_free: Any = None
+        """Called when requests finish (a decode replica tells the hand-off queue it
+        may have room)."""
+        self.scheduler_width: int = scheduler.config.max_batch  # type: ignore[attr-defined]
+        """Most requests it runs at once."""
         self._holds_back = bool(getattr(scheduler, "holds_back_until_change", False))
         """The scheduler keeps waiting requests out until a request finishes or is
         preempted once a plan decoded everyone and admitted nothing (so the decodes
@@ -198,6 +207,14 @@ class Replica:
                 if plan.preempt:
                     continue
                 target = plan.wait_until_s
+                if self._routed:  # wait to be sent a request or to get KV back
+                    event = source.arrival_event()  # type: ignore[attr-defined]
+                    if event is None:
+                        continue
+                    if target is not None:
+                        event = env.any_of([event, env.timeout(_delay(now, target))])
+                    yield event
+                    continue
                 nxt = source.next_s()
                 if nxt is not None and (target is None or nxt < target):
                     target = nxt
@@ -229,6 +246,10 @@ class Replica:
         # be due now too, so take arrivals until none is due.
         while due := self.source.pop_until(now):
             for req in due:
+                if req.computed_tokens:  # its KV came from a prefill replica: it decodes
+                    req.running = True
+                    self.running.append(req)
+                    continue
                 self.collector.assign(req, self.replica_id)
                 if not fits(req, self.kv.num_blocks, self.kv.block_size):
                     self.collector.reject(req)
@@ -368,6 +389,8 @@ class Replica:
                 common += self._emit(req, start, end, done)
         dset.last_emit_s = end
         cache = self.cache
+        handoff = self.handoff
+        leaving: list[Request] = []
         for req, tokens in prefill:
             prefill_tokens += tokens
             req.computed_tokens += tokens
@@ -389,9 +412,16 @@ class Replica:
             # Only a request that emitted now: one whose chunk ended a recompute one
             # token short of emitting decodes next, but last emitted before (its ITL).
             if req.last_token_s == end and req.generated_tokens < req.output_tokens:
-                dset.join(req)
+                if handoff is not None:
+                    leaving.append(req)  # its first token: on to a decode replica
+                else:
+                    dset.join(req)
         if done:
             self._finish(done)
+        for req in leaving:
+            req.running = False
+            self.running.remove(req)
+            handoff.hand_off(req, self, end)
 
     def _emit(self, req: Request, start: float, end: float, done: list[Request]) -> int:
         """Emit one token of *req* at *end*; returns 1 when its ITL equals the iteration."""
@@ -408,6 +438,16 @@ class Replica:
         if gen + 1 == req.output_tokens:
             done.append(req)
         return common
+
+    def receive(self, req: Request) -> None:
+        """A decode replica takes *req*, its prompt's KV arrived (blocks reserved)."""
+        self.source.push(req)  # type: ignore[attr-defined]
+
+    def release_handed_off(self, req: Request) -> None:
+        """A prefill replica frees the KV of *req*, sent to a decode replica."""
+        self._release(req)
+        req.blocks = 0
+        self.source.wake()  # type: ignore[attr-defined]
 
     def _acquire(self, req: Request, cache: PrefixCache) -> int:
         """Start *req* from its cached prefix; returns the blocks that stop being
@@ -443,6 +483,8 @@ class Replica:
             self.running.remove(req)  # (a cluster's router may look at it in on_finish)
             self.collector.finish(req, req.last_token_s)
             self.source.on_finish(req.last_token_s)
+        if self.on_free is not None:
+            self.on_free()
 
     # -- a fused run of decode iterations ----------------------------------------------
     def _run(self, origin: float, lead: float, start: float, rows: int, absorb: bool) -> Process:

@@ -13,7 +13,7 @@ import copy
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -31,6 +31,7 @@ from pydantic import (
 
 from lyra_simpy.cost import LinearCostConfig, ProfileCostConfig, RooflineCostConfig
 from lyra_simpy.cost.catalog import CatalogError
+from lyra_simpy.disagg import LinkConfig
 from lyra_simpy.errors import ScenarioError, from_validation_error
 from lyra_simpy.kv import ACTIVATION_RESERVE_GIB, MEM_FRACTION, KVCacheConfig
 from lyra_simpy.policies import (
@@ -128,6 +129,18 @@ class ReplicaGroup(BaseModel):
     prefix_cache: PrefixCacheConfig | None = None
 
 
+class DisaggregationConfig(BaseModel):
+    """Separate prefill and decode pools joined by a KV link (see :mod:`lyra_simpy.disagg`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prefill: ReplicaGroup
+    decode: ReplicaGroup
+    link: LinkConfig
+    decode_router: Literal["least_outstanding", "least_kv"] = "least_outstanding"
+    """How a decode replica is picked among those with room."""
+
+
 class ClusterConfig(BaseModel):
     """Several replicas behind a router (see :mod:`lyra_simpy.cluster`)."""
 
@@ -138,6 +151,9 @@ class ClusterConfig(BaseModel):
     groups: list[ReplicaGroup] = Field(default_factory=list)
     """Heterogeneous replicas: each group's count of replicas, in order."""
     router: RouterConfig = Field(default_factory=RoundRobinConfig)
+    """Routes arrivals over the replicas (the prefill pool when disaggregated)."""
+    disaggregation: DisaggregationConfig | None = None
+    """Prefill/decode pools instead of ``replicas``/``groups`` (None: colocated)."""
 
 
 @dataclass(frozen=True)
@@ -219,6 +235,14 @@ class Scenario(BaseModel):
     def _replicas_fit(self) -> Scenario:
         for where, spec in self.replica_specs_named():
             _check_replica(spec, self.workload, where)
+        d = self.cluster.disaggregation if self.cluster is not None else None
+        if d is not None and d.link.kv_bytes_per_token is None:
+            prefill = self.replica_specs()[0]
+            if prefill.cost.name != "roofline":
+                raise ValueError(
+                    "cluster.disaggregation.link.kv_bytes_per_token: got None, must be set "
+                    f"unless the prefill pool's cost is roofline (it is {prefill.cost.name!r})"
+                )
         return self
 
     @model_validator(mode="after")
@@ -271,17 +295,24 @@ class Scenario(BaseModel):
         cluster = self.cluster
         if cluster is None:
             return [("", own)]
-        if not cluster.groups:
+        groups = [(f"cluster.groups[{i}].", g) for i, g in enumerate(cluster.groups)]
+        if cluster.disaggregation is not None:
+            d = cluster.disaggregation
+            groups = [
+                ("cluster.disaggregation.prefill.", d.prefill),
+                ("cluster.disaggregation.decode.", d.decode),
+            ]
+        if not groups:
             return [("", own)] * cluster.replicas
         out = []
-        for i, g in enumerate(cluster.groups):
+        for where, g in groups:
             spec = ReplicaSpec(
                 g.scheduler or own.scheduler,
                 g.kv_cache or own.kv_cache,
                 g.cost or own.cost,
                 g.prefix_cache or own.prefix_cache,
             )
-            out += [(f"cluster.groups[{i}].", spec)] * g.count
+            out += [(where, spec)] * g.count
         return out
 
     def replica_specs(self) -> list[ReplicaSpec]:

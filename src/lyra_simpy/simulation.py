@@ -15,8 +15,9 @@ import numpy as np
 import numpy.typing as npt
 import simpy
 
-from lyra_simpy.cluster import Dispatcher, replica_loads
+from lyra_simpy.cluster import Dispatcher, RoutedSource, replica_loads
 from lyra_simpy.cost import COST_MODELS, CostModel
+from lyra_simpy.disagg import HandOff
 from lyra_simpy.engine import Replica
 from lyra_simpy.kv import BlockPool
 from lyra_simpy.metrics.collector import STATUS_CODES, Collector
@@ -24,7 +25,7 @@ from lyra_simpy.metrics.fairness import fairness_summary, unloaded_service_s
 from lyra_simpy.metrics.summary import summarize
 from lyra_simpy.policies import ADMISSIONS, SCHEDULERS, Admission, Limits
 from lyra_simpy.policies.prefix_cache import PREFIX_CACHES, PrefixCache
-from lyra_simpy.request import RECORD_FIELDS
+from lyra_simpy.request import RECORD_FIELDS, Request
 from lyra_simpy.rng import Streams
 from lyra_simpy.routing import ROUTERS
 from lyra_simpy.scenario import ReplicaSpec, Scenario
@@ -117,7 +118,8 @@ def _with_bound(summary: dict[str, Any], scenario: Scenario, source: Any) -> dic
 
 def _build_replica(
     i: int, spec: ReplicaSpec, scenario: Scenario, env: simpy.Environment, source: Any,
-    collector: Collector, strict_horizon: bool,
+    collector: Collector, strict_horizon: bool, handoff: HandOff | None = None,
+    fuse: bool = True,
 ) -> Replica:  # fmt: skip
     scheduler = SCHEDULERS[spec.scheduler.name](spec.scheduler)
     cost = COST_MODELS[spec.cost.name](spec.cost, spec.scheduler.max_batch)
@@ -130,10 +132,12 @@ def _build_replica(
         )
     # A closed loop's next request may reach any replica of a cluster when another one
     # finishes: no replica can know its next arrival, so none fuses iterations.
-    fuse = scenario.simulation.fuse_iterations and not (strict_horizon and source.feedback)
+    fuse = fuse and scenario.simulation.fuse_iterations
+    fuse = fuse and not (strict_horizon and source.feedback)
     return Replica(
         env, i, scheduler, cost, kv, source, collector, fuse,
         scenario.simulation.until_s, cache, _admission(scenario, spec, cost), strict_horizon,
+        handoff,
     )  # fmt: skip
 
 
@@ -149,8 +153,12 @@ def simulate(scenario: Scenario) -> Results:
     until = scenario.simulation.until_s
     replicas: list[Replica] = []
     dispatcher = None
+    handoff = None
     if scenario.cluster is None:
         replicas.append(_build_replica(0, specs[0], scenario, env, source, collector, False))
+    elif scenario.cluster.disaggregation is not None:
+        dispatcher, handoff = _disaggregated(scenario, specs, env, source, collector, streams)
+        replicas = dispatcher.replicas + handoff.decode
     else:
         router_cfg = scenario.cluster.router
         router = ROUTERS[router_cfg.name](router_cfg, len(specs), streams.get("router"))
@@ -158,6 +166,8 @@ def simulate(scenario: Scenario) -> Results:
         for i, spec in enumerate(specs):
             routed = dispatcher.add_replica()
             replicas.append(_build_replica(i, spec, scenario, env, routed, collector, True))
+        dispatcher.start()
+    if dispatcher is not None and handoff is not None:
         dispatcher.start()
     for replica in replicas:
         env.process(replica.run())
@@ -177,8 +187,10 @@ def simulate(scenario: Scenario) -> Results:
         order = np.lexsort((itl[1], itl[0]))
         itl = (itl[0][order], itl[1][order])
     summary = summarize(records, itl, scenario.slo.model_dump())
+    if handoff is not None:
+        summary.update(_transfer_summary(handoff))
     summary.update(fairness_summary(records, _unloaded(records, specs, replicas)))
-    busy = any(r.running for r in replicas)
+    busy = any(r.running for r in replicas) or (handoff is not None and handoff.busy)
     return Results(
         scenario=scenario,
         records=records,
@@ -200,6 +212,57 @@ def simulate(scenario: Scenario) -> Results:
             **({"replicas": _per_replica(records, replicas, dispatcher)} if dispatcher else {}),
         },
     )
+
+
+def _disaggregated(
+    scenario: Scenario, specs: list[ReplicaSpec], env: simpy.Environment, source: Any,
+    collector: Collector, streams: Streams,
+) -> tuple[Dispatcher, HandOff]:  # fmt: skip
+    """Prefill replicas behind the router, decode replicas behind the hand-off queue."""
+    assert scenario.cluster is not None
+    assert scenario.cluster.disaggregation is not None
+    d = scenario.cluster.disaggregation
+    n_prefill = d.prefill.count
+    prefill: list[Replica] = []
+    router_cfg = scenario.cluster.router
+    router = ROUTERS[router_cfg.name](router_cfg, n_prefill, streams.get("router"))
+    dispatcher = Dispatcher(env, source, router, lambda: replica_loads(prefill))
+
+    def reject(req: Request) -> None:
+        collector.reject(req)
+        dispatcher.on_finish(env.now)
+
+    handoff = HandOff(env, d.link, 0, [], d.decode_router, reject)
+    for i, spec in enumerate(specs[:n_prefill]):
+        r = _build_replica(
+            i, spec, scenario, env, dispatcher.add_replica(), collector, True, handoff, False
+        )
+        prefill.append(r)
+    bytes_per_token = d.link.kv_bytes_per_token or int(
+        prefill[0].cost.describe()["kv_bytes_per_token"]  # type: ignore[attr-defined]
+    )
+    handoff.set_bytes_per_token(bytes_per_token)
+    for i, spec in enumerate(specs[n_prefill:], start=n_prefill):
+        r = _build_replica(
+            i, spec, scenario, env, RoutedSource(dispatcher), collector, True, None, False
+        )
+        r.on_free = handoff.dispatch
+        handoff.add_decode(r)
+    dispatcher.replicas = prefill
+    return dispatcher, handoff
+
+
+def _transfer_summary(handoff: HandOff) -> dict[str, float]:
+    """Hand-off statistics: waiting for decode room, and time on the link."""
+    out = {}
+    for name, values in (
+        ("handoff_wait", handoff.timings.queued_ms),
+        ("kv_transfer", handoff.timings.transfer_ms),
+    ):
+        v = np.fromiter(values.values(), dtype=np.float64)
+        out[f"mean_{name}_ms"] = float(v.mean()) if len(v) else 0.0
+        out[f"p99_{name}_ms"] = float(np.percentile(v, 99)) if len(v) else 0.0
+    return out
 
 
 def _cache(replica: Replica, name: str) -> int:
@@ -239,7 +302,7 @@ def _per_replica(
         out.append(
             {
                 "replica": i,
-                "routed": dispatcher.routed[i],
+                "routed": dispatcher.routed[i] if i < len(dispatcher.routed) else 0,
                 "completed": int(mine.sum()),
                 "output_tokens": int(records["output_tokens"][mine].sum()),
                 "prefix_cache_hit_rate": (

@@ -321,3 +321,23 @@ def test_cache_aware_routing_keeps_conversations_where_their_kv_is():
         assert aware["p99_ttft_ms"] < other["p99_ttft_ms"]
         assert aware["request_goodput"] > other["request_goodput"]
     assert aware["prefix_cache_hit_rate"] <= aware["prefix_cache_hit_rate_bound"]
+
+
+def _goodput_rate(runs: dict[str, dict[str, Any]], series: str, rates: list[float]) -> float:
+    """DistServe's goodput: the highest offered rate with >= 90 % SLO attainment."""
+    ok = [r for r in rates if runs[f"{series}_{r}"]["slo_attainment"] >= 0.9]
+    return max(ok, default=0.0)
+
+
+def test_disaggregation_pays_with_a_fast_link_and_enough_prefill():
+    runs = variants("disagg_vs_chunked")
+    rates = [4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0]
+    colocated = _goodput_rate(runs, "colocated", rates)
+    assert _goodput_rate(runs, "2P2D", rates) > colocated  # decodes never wait for prefills
+    assert _goodput_rate(runs, "1P3D", rates) < colocated  # one prefill GPU is the limit
+    assert _goodput_rate(runs, "2P2D_slow", rates) < colocated  # 10 GbE: transfers dominate
+    for r in (8.0, 10.0):
+        assert runs[f"2P2D_{r}"]["p99_tpot_ms"] < runs[f"colocated_{r}"]["p99_tpot_ms"]
+        slow, fast = runs[f"2P2D_slow_{r}"], runs[f"2P2D_{r}"]
+        assert slow["mean_kv_transfer_ms"] > 10 * fast["mean_kv_transfer_ms"]
+        assert slow["p99_ttft_ms"] > fast["p99_ttft_ms"]  # back-pressure on the prefill pool

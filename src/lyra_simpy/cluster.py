@@ -91,6 +91,15 @@ class RoutedSource:
             event.succeed()
 
 
+class HandedSource(RoutedSource):
+    """A decode replica's source: requests come from the hand-off queue, at any time
+    until the run ends (it is never done; an idle decode replica just waits)."""
+
+    @property
+    def done(self) -> bool:
+        return False
+
+
 class Dispatcher:
     """Routes every arrival of *upstream* to one of the replicas, at its arrival time.
 

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import simpy
 
-from lyra_simpy.cluster import Dispatcher, RoutedSource, replica_loads
+from lyra_simpy.cluster import Dispatcher, HandedSource, replica_loads
 from lyra_simpy.cost import COST_MODELS, CostModel
 from lyra_simpy.disagg import HandOff
 from lyra_simpy.engine import Replica
@@ -244,7 +244,7 @@ def _disaggregated(
     handoff.set_bytes_per_token(bytes_per_token)
     for i, spec in enumerate(specs[n_prefill:], start=n_prefill):
         r = _build_replica(
-            i, spec, scenario, env, RoutedSource(dispatcher), collector, True, None, False
+            i, spec, scenario, env, HandedSource(dispatcher), collector, True, None, False
         )
         r.on_free = handoff.dispatch
         handoff.add_decode(r)

@@ -202,8 +202,24 @@ def scenarios(draw: st.DrawFn, until: bool = False) -> dict[str, Any]:
         raw["prefix_cache"] = None if cache is None else {"name": cache}
         if sched["name"] == "prefill_first":
             sched["schedule_policy"] = draw(st.sampled_from(["fcfs", "lpm"]))
-    if draw(st.integers(0, 3)) == 0:  # a small cluster behind a router
+    kind = draw(st.integers(0, 5))
+    if kind == 0:  # a small cluster behind a router
         raw["cluster"] = {"replicas": draw(st.integers(1, 3)), "router": {"name": draw(routers)}}
+    elif kind == 1 and sched["name"] != "static":  # prefill and decode pools
+        raw["cluster"] = {
+            "router": {"name": draw(routers)},
+            "disaggregation": {
+                "prefill": {"count": draw(st.integers(1, 2))},
+                "decode": {"count": draw(st.integers(1, 2))},
+                "link": {
+                    "bandwidth_gb_s": draw(st.sampled_from([0.001, 1.0, 100.0])),
+                    "latency_ms": draw(st.sampled_from([0.0, 0.5])),
+                    "max_concurrent": draw(st.integers(1, 2)),
+                    "kv_bytes_per_token": 1000,
+                },
+                "decode_router": draw(st.sampled_from(["least_outstanding", "least_kv"])),
+            },
+        }
     chunk = sched.get("chunked_prefill_size")
     if chunk is not None:  # SGLang: a whole number of pages
         sched["chunked_prefill_size"] = chunk * raw["kv_cache"]["block_size"]
@@ -297,6 +313,14 @@ def assert_same_results(a: Results, b: Results) -> None:
         same(a.engine[name], b.engine[name], f"engine.{name}")
 
 
+def _replicas(raw: dict[str, Any]) -> int:
+    cluster = raw.get("cluster") or {}
+    d = cluster.get("disaggregation")
+    if d is not None:
+        return int(d["prefill"]["count"] + d["decode"]["count"])
+    return int(cluster.get("replicas", 1))
+
+
 def _unit_blocks(raw: dict[str, Any]) -> int:
     """KV blocks per prefix-cache unit (synthetic prefixes: one)."""
     return 1
@@ -327,7 +351,7 @@ def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
         assert not cached.any()
     # cached + used blocks stay within the pool (the pool raises otherwise)
     evictable = res.engine["prefix_cache_evictable_blocks"]  # None: stopped mid-iteration
-    n_replicas = (raw.get("cluster") or {}).get("replicas", 1)
+    n_replicas = _replicas(raw)
     assert evictable is None or evictable <= raw["kv_cache"]["num_blocks"] * n_replicas
     # time series: KV within capacity, time monotone, iterations do not overlap
     ts = res.timeseries

@@ -2,7 +2,8 @@
 
 Layout of ``OUT/<scenario>/``: one folder per variant with ``requests.jsonl``,
 ``summary.json``, ``timeseries.csv``, ``itl.csv`` (inter-token latencies as
-``itl_ms,count`` pairs) and ``manifest.json``, plus ``table.csv`` (the
+``itl_ms,count`` pairs), ``transfers.csv`` (disaggregated clusters: each request's KV
+hand-off) and ``manifest.json``, plus ``table.csv`` (the
 printed table). The whole folder is written atomically (see
 :func:`~lyra_simpy.metrics.io.atomic_dir`).
 """
@@ -77,6 +78,8 @@ def write_variant(res: Results, folder: Path, source_file: str | None, index: in
     write_json(folder / "summary.json", res.summary)
     write_series_csv(folder / "timeseries.csv", res.timeseries)
     write_itl_csv(folder / "itl.csv", *res.itl_s)
+    if res.transfers:
+        write_series_csv(folder / "transfers.csv", res.transfers)
     info = manifest(res.scenario, res.engine, source_file)
     info["variant_index"] = index
     write_json(folder / "manifest.json", info)

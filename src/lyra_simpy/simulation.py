@@ -48,6 +48,10 @@ class Results:
     """Pooled inter-token latencies as (value in seconds, how many) pairs."""
     engine: dict[str, Any] = field(default_factory=dict)
     """Engine counters: iterations, simulated end time, peak KV blocks."""
+    transfers: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
+    """Disaggregation: per handed-off request, ``request_id``, ``decode_replica``,
+    ``handoff_wait_ms`` (first token to transfer start) and ``kv_transfer_ms`` (empty
+    otherwise)."""
 
     def requests(self) -> Iterator[dict[str, Any]]:
         """The per-request records as dicts (JSONL field order; NaN becomes None)."""
@@ -211,6 +215,7 @@ def simulate(scenario: Scenario) -> Results:
             ),
             **({"replicas": _per_replica(records, replicas, dispatcher)} if dispatcher else {}),
         },
+        transfers=_transfer_table(handoff) if handoff is not None else {},
     )
 
 
@@ -250,6 +255,17 @@ def _disaggregated(
         handoff.add_decode(r)
     dispatcher.replicas = prefill
     return dispatcher, handoff
+
+
+def _transfer_table(handoff: HandOff) -> dict[str, npt.NDArray[Any]]:
+    t = handoff.timings
+    ids = np.array(sorted(t.transfer_ms), dtype=np.int64)
+    return {
+        "request_id": ids,
+        "decode_replica": np.array([t.decode_replica[i] for i in ids], dtype=np.int64),
+        "handoff_wait_ms": np.array([t.queued_ms[i] for i in ids], dtype=np.float64),
+        "kv_transfer_ms": np.array([t.transfer_ms[i] for i in ids], dtype=np.float64),
+    }
 
 
 def _transfer_summary(handoff: HandOff) -> dict[str, float]:

@@ -112,6 +112,9 @@ def test_one_request_through_prefill_link_and_decode_by_hand(make_scenario, tmp_
     assert r["e2el_ms"] == pytest.approx(20.0 + 1.5 + 10 + 10)
     assert res.summary["mean_kv_transfer_ms"] == pytest.approx(1.5)
     assert res.summary["mean_handoff_wait_ms"] == pytest.approx(0.0)
+    assert res.transfers["request_id"].tolist() == [0]
+    assert res.transfers["decode_replica"].tolist() == [1]
+    assert res.transfers["kv_transfer_ms"].tolist() == pytest.approx([1.5])
     assert res.engine["kv_blocks_used_at_end"] == 0  # both pools freed everything
 
 

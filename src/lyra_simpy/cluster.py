@@ -22,7 +22,7 @@ from typing import Any
 
 import simpy
 
-from lyra_simpy.engine import ROUTE_PRIORITY, PhaseEvent, exact_delay
+from lyra_simpy.clock import ROUTE_PRIORITY, PhaseEvent, exact_delay
 from lyra_simpy.request import Request
 from lyra_simpy.routing import ReplicaLoad, Router
 from lyra_simpy.workload.source import Source

@@ -26,67 +26,26 @@ scheduler.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Generator
-from operator import sub
 from typing import Any
 
 import simpy
 
+from lyra_simpy.clock import PLAN_PRIORITY, PhaseEvent, delay_until
 from lyra_simpy.cost.base import BatchShape, CostModel
 from lyra_simpy.decoding import DecodeSet
 from lyra_simpy.errors import SimulationError
+from lyra_simpy.fused import fused_run
 from lyra_simpy.kv import BlockPool
 from lyra_simpy.metrics.collector import Collector
 from lyra_simpy.policies.admission import Admission
 from lyra_simpy.policies.base import BatchPlan, EngineView, Scheduler
 from lyra_simpy.policies.prefix_cache import PrefixCache
 from lyra_simpy.request import Request
-from lyra_simpy.span import DecodeRun, plan_run
 from lyra_simpy.workload.source import Source
 
 Process = Generator[simpy.Event, Any, Any]
-
-
-ROUTE_PRIORITY = simpy.events.EventPriority(2)
-"""A cluster routes the arrivals of an instant after every replica committed the
-iterations ending then (SimPy processes ``NORMAL`` = 1 events first)..."""
-PLAN_PRIORITY = simpy.events.EventPriority(3)
-"""... and its replicas plan their next iterations after that."""
-
-
-class PhaseEvent(simpy.events.Event):
-    """A timeout processed after the events of lower *priority* at its instant (SimPy's
-    ``Timeout`` with a priority of ours): it orders what a cluster does at one instant
-    (commit, route, plan) whatever order the replicas' events were scheduled in."""
-
-    def __init__(
-        self, env: simpy.Environment, delay: float, priority: simpy.events.EventPriority
-    ) -> None:
-        super().__init__(env)
-        self._ok = True
-        self._value = None
-        env.schedule(self, priority, delay)
-
-
-def exact_delay(now: float, target: float) -> float | None:
-    """A delay *d* with ``now + d == target`` in floating point (None if no float does
-    it: a rounding tie can skip *target*). Fused runs land on exactly the times the
-    unfused engine reaches by adding durations one by one."""
-    d = target - now
-    for _ in range(4):
-        reached = now + d
-        if reached == target:
-            return d
-        d = math.nextafter(d, math.inf if reached < target else -math.inf)
-    return None
-
-
-def _delay(now: float, target: float) -> float:
-    """Delay to sleep until *target* (idle waits: the nearest float is fine there)."""
-    d = exact_delay(now, target)
-    return target - now if d is None else d
 
 
 class Replica:
@@ -183,7 +142,7 @@ class Replica:
                     if source.done:
                         return
                     raise SimulationError("replica idle while the source waits on it")
-                yield env.timeout(_delay(now, nxt))
+                yield env.timeout(delay_until(now, nxt))
                 continue
             steady = self._steady
             if (
@@ -191,7 +150,7 @@ class Replica:
                 and steady
                 and not self.waiting
                 and not self.deferred
-                and (yield from self._run(now, 0.0, now, self._rows, self._absorb))
+                and (yield from fused_run(self, now, 0.0, now, self._rows, self._absorb))
             ):
                 continue
             view = EngineView(
@@ -212,7 +171,7 @@ class Replica:
                     if event is None:
                         continue
                     if target is not None:
-                        event = env.any_of([event, env.timeout(_delay(now, target))])
+                        event = env.any_of([event, env.timeout(delay_until(now, target))])
                     yield event
                     continue
                 nxt = source.next_s()
@@ -220,7 +179,7 @@ class Replica:
                     target = nxt
                 if target is None or target <= now:
                     raise SimulationError("scheduler ran nothing and gave nothing to wait for")
-                yield env.timeout(_delay(now, target))
+                yield env.timeout(delay_until(now, target))
                 continue
             if (
                 self.fuse
@@ -230,7 +189,7 @@ class Replica:
                 and (not self.waiting or self._holds_back)
                 and len(plan.decode) == len(self.running) == self.decoding.n
             ):
-                ran = yield from self._run(now, 0.0, now, plan.rows, False)
+                ran = yield from fused_run(self, now, 0.0, now, plan.rows, False)
                 if ran is False:
                     raise SimulationError("scheduler planned decodes the KV pool cannot hold")
                 if ran:
@@ -360,7 +319,7 @@ class Replica:
                 running
                 and self._steady
                 and (nxt is None or nxt > end)
-                and (yield from self._run(start, duration, end, plan.rows, self._absorb))
+                and (yield from fused_run(self, start, duration, end, plan.rows, self._absorb))
             ):
                 return
             yield self.env.timeout(duration)
@@ -485,65 +444,3 @@ class Replica:
             self.source.on_finish(req.last_token_s)
         if self.on_free is not None:
             self.on_free()
-
-    # -- a fused run of decode iterations ----------------------------------------------
-    def _run(self, origin: float, lead: float, start: float, rows: int, absorb: bool) -> Process:
-        """Advance every running request through decode iterations from *start* as one
-        event; the clock reads *origin* (``origin + lead == start``: an iteration already
-        committed may come first). Returns False, doing nothing, when the KV pool cannot
-        hold the first iteration (the scheduler must preempt), and None when the next
-        arrival is due within it (``strict_horizon``: step it instead)."""
-        kv, dset = self.kv, self.decoding
-        run = plan_run(
-            dset, absorb, start, kv.used, kv.num_blocks, rows, self.cost,
-            self.source.next_s(), self.stop_s, self.strict_horizon,
-        )  # fmt: skip
-        if run is None:
-            return False
-        if not run.ends_s:
-            return None  # the next arrival comes within the first iteration
-        ends = run.ends_s
-        # Land exactly on the unfused end time; if a rounding tie makes it unreachable
-        # in one addition, end the run earlier (one step from *start* is always exact).
-        k = len(ends)
-        delay = exact_delay(origin, ends[k - 1])
-        while delay is None and k > 1:
-            k -= 1
-            delay = exact_delay(origin, ends[k - 1])
-        if delay is None:  # land on the run's start first (after a committed iteration)
-            if lead:
-                yield self.env.timeout(lead)
-            delay = run.first_s
-        run.truncate(k)
-        # Each iteration holds its blocks from its start: an iteration still running at
-        # the stop counts toward the peak, as in the unfused engine.
-        kv.note_peak(max(run.kv_blocks))
-        yield self.env.timeout(delay)
-        self._commit_run(run)
-        return True
-
-    def _commit_run(self, run: DecodeRun) -> None:
-        """Emit the run's tokens: every member decodes until its last token or the end."""
-        dset, collector = self.decoding, self.collector
-        start, ends = run.start_s, run.ends_s
-        last = dset.last_emit_s
-        collector.itl(ends[0] - last, dset.n)  # everyone last emitted at *last*
-        done = dset.advance(ends)
-        # In use after the run: the last iteration's blocks less those of the requests
-        # that finished in it (earlier finishers were freed inside the run).
-        final = ends[-1]
-        used = run.kv_blocks[-1]
-        if self.cache is not None:  # the run ended at its first finish: _finish frees
-            self.kv.set_used(used)
-        else:
-            for req in done:
-                if req.last_token_s == final:
-                    used -= req.blocks
-                req.blocks = 0
-            self.kv.set_used(used)
-        if done:
-            self._finish(done)
-        collector.span(self.replica_id, ends, start, run.seqs, run.kv_blocks, len(self.waiting))
-        weights = run.seqs[1:]
-        if weights:
-            collector.itl_pairs(list(map(sub, ends[1:], ends[:-1])), weights)

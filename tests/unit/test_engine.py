@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lyra_simpy import simulate
-from lyra_simpy.engine import exact_delay
+from lyra_simpy.clock import exact_delay
 
 
 def one_request(make_scenario, **changes):

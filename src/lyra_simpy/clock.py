@@ -1,0 +1,53 @@
+"""Time in the engine: landing exactly on a float, and ordering what happens at one instant.
+
+Fused runs must land on exactly the times the unfused engine reaches by adding
+durations one by one (:func:`exact_delay`). A cluster orders each instant in three
+phases — replicas commit the iterations ending then, the dispatcher routes the arrivals
+due, replicas plan — with :class:`PhaseEvent` priorities (SimPy processes ``URGENT`` = 0,
+then ``NORMAL`` = 1 events; ours come after).
+"""
+
+from __future__ import annotations
+
+import math
+
+import simpy
+
+ROUTE_PRIORITY = simpy.events.EventPriority(2)
+"""A cluster routes the arrivals of an instant after every replica committed the
+iterations ending then (SimPy processes ``NORMAL`` = 1 events first)..."""
+PLAN_PRIORITY = simpy.events.EventPriority(3)
+"""... and its replicas plan their next iterations after that."""
+
+
+class PhaseEvent(simpy.events.Event):
+    """A timeout processed after the events of lower *priority* at its instant (SimPy's
+    ``Timeout`` with a priority of ours): it orders what a cluster does at one instant
+    (commit, route, plan) whatever order the replicas' events were scheduled in."""
+
+    def __init__(
+        self, env: simpy.Environment, delay: float, priority: simpy.events.EventPriority
+    ) -> None:
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        env.schedule(self, priority, delay)
+
+
+def exact_delay(now: float, target: float) -> float | None:
+    """A delay *d* with ``now + d == target`` in floating point (None if no float does
+    it: a rounding tie can skip *target*). Fused runs land on exactly the times the
+    unfused engine reaches by adding durations one by one."""
+    d = target - now
+    for _ in range(4):
+        reached = now + d
+        if reached == target:
+            return d
+        d = math.nextafter(d, math.inf if reached < target else -math.inf)
+    return None
+
+
+def delay_until(now: float, target: float) -> float:
+    """Delay to sleep until *target* (idle waits: the nearest float is fine there)."""
+    d = exact_delay(now, target)
+    return target - now if d is None else d

@@ -15,10 +15,11 @@ requests continues straight into such a run when no arrival is due at its end. T
 relies on one rule every scheduler keeps: *with nothing waiting and every running
 request decoding, the next plan decodes every running request* (unless KV is short, in
 which case the engine asks the scheduler). A plan that decodes every running request
-and admits nothing is continued as a fused run too (nothing can make room for a waiting
-request before an arrival or a completion) — unless it preempted: a scheduler admits
-nothing in an iteration that preempts, but may admit in the next (under
-``shortest_prompt_first``, a short request the victim no longer blocks). Every
+and admits nothing is continued as a fused run too when the scheduler declares
+``holds_back_until_change`` (nothing can make room for a waiting request before an
+arrival or a completion) — unless it preempted: a scheduler admits nothing in an
+iteration that preempts, but may admit in the next. In a cluster (``strict_horizon``)
+a run ends before the next arrival, so the router reads committed state. Every
 observable — token times, ITL, time series, summaries — is identical to stepping one
 by one (``fuse_iterations: false``); a property test checks it for every registered
 scheduler.

@@ -4,8 +4,9 @@ A scenario may carry ``engine: {name: sglang|vllm, flags: {...}}`` and/or
 ``command: "python -m sglang.launch_server --max-running-requests 64 ..."`` (parsed
 with :mod:`shlex`; ``\\``-continued lines are fine). Flags are spelt as on the command
 line or with underscores (``--chunked-prefill-size``, ``chunked-prefill-size`` and
-``chunked_prefill_size`` are the same flag); a flag given in both ``command`` and
-``flags`` must have the same value.
+``chunked_prefill_size`` are the same flag). ``flags`` are edits on top of the pasted
+``command``: a flag in both takes its ``flags`` value, which is what ``--set
+engine.flags.X=…`` and variants rely on.
 
 :func:`apply_engine` is one pure step run before validation (raw mapping → raw mapping):
 each engine's function in ``ENGINES`` (:mod:`.sglang`, :mod:`.vllm`) turns the flags
@@ -71,10 +72,11 @@ def flag_key(text: str) -> str:
 def parse_command(command: str) -> dict[str, Any]:
     """The ``--flag value`` pairs of a launch command line (values read as YAML).
 
-    Words before the first ``--flag`` (``python -m sglang.launch_server``, ``vllm serve
-    MODEL``, ``VAR=1``) are skipped. A flag without a value is ``true``; a
-    ``--no-X`` flag without a value is ``X: false`` (argparse ``BooleanOptionalAction``);
-    a flag followed by several values (``--cuda-graph-bs 1 2 4``) is a list.
+    Words before the first flag (``python -m sglang.launch_server``, ``vllm serve
+    MODEL``, ``VAR=1``) are skipped; short flags such as ``-tp 2`` count. A flag without
+    a value is ``true``; a ``--no-X`` flag without a value is ``X: false`` (argparse
+    ``BooleanOptionalAction``); a flag followed by several values (``--cuda-graph-bs 1
+    2 4``) is a list.
     """
     try:
         words = shlex.split(command.replace("\\\n", " "), comments=True)
@@ -93,8 +95,12 @@ def parse_command(command: str) -> dict[str, Any]:
             value = True if not values else values[0] if len(values) == 1 else list(values)
             _put(out, key, value, "engine.command")
 
+    skip = False
     for word in words:
-        if word.startswith("--"):
+        if skip or (key is None and word == "-m"):  # python -m MODULE: the program
+            skip = not skip
+            continue
+        if _is_flag(word):
             close()
             name, eq, value = word.partition("=")
             key, values = flag_key(name), []
@@ -104,6 +110,13 @@ def parse_command(command: str) -> dict[str, Any]:
             values.append(_scalar(word))
     close()
     return out
+
+
+def _is_flag(word: str) -> bool:
+    """``--flag``, ``--flag=value`` or a short ``-tp`` (``-1`` is a value)."""
+    if word.startswith("--"):
+        return True
+    return len(word) > 1 and word[0] == "-" and not isinstance(_scalar(word), (int, float))
 
 
 def _scalar(text: str) -> Any:
@@ -131,15 +144,14 @@ def _flags_of(block: dict[str, Any], aliases: dict[str, str]) -> dict[str, Any]:
     given = block.get("flags") or {}
     if not isinstance(given, dict):
         raise ScenarioError(f"engine.flags: got {given!r}, must be a mapping of flag: value")
+    mine: dict[str, str] = {}
     for raw_key, value in given.items():
         key = flag_key(str(raw_key))
         key = aliases.get(key, key)
-        if key in flags and flags[key] != value:
-            raise ScenarioError(
-                f"engine.flags.{key}: got {value!r}, but engine.command gives {flags[key]!r}; "
-                "keep one"
-            )
-        flags[key] = value
+        if key in mine:
+            raise ScenarioError(f"engine.flags.{key}: given twice (as {mine[key]} and {raw_key})")
+        mine[key] = raw_key
+        flags[key] = value  # flags are edits on top of the pasted command
     return flags
 
 

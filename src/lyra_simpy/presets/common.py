@@ -108,6 +108,19 @@ def memory_knobs(
                 "sizes the KV pool from memory (num_blocks: auto); remove one of them"
             )
         return {}
+    cost = cost_of(raw).get("name")
+    if cost != "roofline":
+        if fraction is not None:
+            raise ScenarioError(
+                f"engine.flags.{flag}: got {fraction!r}, sizes the KV pool from device memory, "
+                f"which only the roofline cost model knows (cost.name is {cost!r}); remove the "
+                "flag and give kv_cache.num_blocks (the engine logs it at start-up)"
+            )
+        raise ScenarioError(
+            f"kv_cache.num_blocks: required with engine and cost {cost!r} (the engine sizes "
+            "the KV pool from device memory, which only cost.name: roofline knows); give the "
+            "number of blocks the engine logs at start-up"
+        )
     out = {
         "kv_cache.num_blocks": Knob("auto"),
         "kv_cache.mem_fraction": Knob(fraction, flag, fraction)

@@ -466,3 +466,25 @@ def test_cli_validate_reports_the_speculative_flag(tmp_path, capsys):
         "lyra-simpy: engine.flags.speculative_algorithm: got 'NEXTN', speculative decoding "
         "is not modelled yet (issue 4); remove the flag to simulate without it"
     ]
+
+
+def test_pool_size_flags_set_the_blocks():
+    raw = base({"name": "sglang", "flags": {"max_total_tokens": 100_000, "page_size": 16}})
+    kv = resolved(raw)["kv_cache"]
+    assert (kv["num_blocks"], kv["block_size"], kv["mem_fraction"]) == (6250, 16, None)
+    raw["cost"] = {"name": "linear", "base_ms": 10}  # no memory rule needed then
+    assert resolved(raw)["kv_cache"]["num_blocks"] == 6250
+    raw["kv_cache"] = {"num_blocks": 6000}
+    assert error(raw).startswith(
+        "kv_cache.num_blocks: got 6000, but engine.flags.max_total_tokens: 100000 sets it to 6250"
+    )
+    raw = base({"name": "vllm", "command": "vllm serve m --num-gpu-blocks-override 3000"})
+    assert resolved(raw)["kv_cache"]["num_blocks"] == 3000
+
+
+@pytest.mark.parametrize(
+    "line", ["--speculative-model m --num-speculative-tokens 3", "--num-speculative-tokens 3"]
+)
+def test_vllm_older_speculative_flags_are_errors(line):
+    raw = base({"name": "vllm", "command": f"vllm serve m {line}"})
+    assert "speculative decoding is not modelled yet (issue 4)" in error(raw)

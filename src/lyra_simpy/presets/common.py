@@ -95,10 +95,13 @@ def memory_knobs(
     fraction: float | None,
     default: float,
     reserve_gib: float | None,
+    pool: Knob | None = None,
 ) -> Knobs:
     """``kv_cache.num_blocks: auto`` with the engine's memory fraction, unless the
     scenario gives a number of blocks itself (then the fraction is not used, and giving
-    the flag as well is an error)."""
+    the flag as well is an error), or a flag caps the pool (*pool*: its blocks)."""
+    if pool is not None:
+        return {"kv_cache.num_blocks": pool}
     kv = raw.get("kv_cache")
     blocks = kv.get("num_blocks", "auto") if isinstance(kv, dict) else "auto"
     if blocks != "auto":

@@ -32,6 +32,9 @@ mem_fraction_static (by GPU)   kv_cache.num_blocks: auto, mem_fraction = the fla
                                1.5 × max(chunk, 2048) + 2 × cuda_graph_max_bs +
                                1024 × tp / 8, at least 10240 above 60 GiB; 0.88 for an
                                unknown device.
+max_total_tokens (none)        kv_cache.num_blocks = max_total_tokens // page_size
+                               (SGLang caps the memory-sized pool at it; taken as the
+                               pool, assuming the cap is below what memory allows)
 disable_radix_cache (false)    prefix_cache: radix (None when set)
 cuda_graph_max_bs (by GPU)     cost.padding: SGLang's captured sizes [1, 2, 4, 8, 12,
                                16..256 step 8, 272..496 step 16, 512.. step 32] up to
@@ -101,6 +104,7 @@ class SGLangFlags(Flags):
     schedule_conservativeness: PositiveFloat | None = None
     page_size: PositiveInt | None = None
     mem_fraction_static: float | None = None
+    max_total_tokens: PositiveInt | None = None
     disable_radix_cache: bool | None = None
     cuda_graph_max_bs: PositiveInt | None = None
     cuda_graph_bs: list[PositiveInt] | None = None
@@ -222,7 +226,10 @@ def knobs(f: SGLangFlags, raw: dict[str, Any]) -> Knobs:
     }
     graph_bs = f.cuda_graph_max_bs or (max(f.cuda_graph_bs) if f.cuda_graph_bs else graph_default)
     fraction = mem_fraction_default(mem, chunk, max_prefill, graph_bs, tp)
-    out.update(memory_knobs(raw, "mem_fraction_static", f.mem_fraction_static, fraction, 0.0))
+    page = f.page_size or 1
+    cap = f.max_total_tokens
+    pool = None if cap is None else Knob(max(cap // page, 1), "max_total_tokens", cap)
+    out.update(memory_knobs(raw, "mem_fraction_static", f.mem_fraction_static, fraction, 0.0, pool))
     if f.disable_cuda_graph:
         out["cost.padding"] = Knob("none", "disable_cuda_graph", True)
     elif f.cuda_graph_bs:

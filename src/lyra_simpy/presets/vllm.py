@@ -25,6 +25,7 @@ block_size (16)                     kv_cache.block_size
 gpu_memory_utilization (0.9)        kv_cache.num_blocks: auto, mem_fraction = the flag
                                     (activation_reserve_gib stays at its default: vLLM's
                                     fraction covers activations and graphs too)
+num_gpu_blocks_override (none)      kv_cache.num_blocks (instead of the memory rule)
 enable_prefix_caching (true)        prefix_cache: block_hash (None when false)
 enforce_eager (false)               cost.padding: none
 max_cudagraph_capture_size          cost.padding: vLLM's capture sizes [1, 2, 4,
@@ -33,7 +34,8 @@ kv_cache_dtype (auto)               cost.kv_dtype (roofline): fp8 / fp8_e4m3 /
                                     fp8_e5m2 → fp8
 tensor_parallel_size (1)            cost.tp (roofline)
 quantization (none)                 cost.weight_dtype (roofline): fp8 → fp8
-speculative_config (none)           not modelled yet (issue 4): an error
+speculative_config, speculative_model,
+  num_speculative_tokens (none)     not modelled yet (issue 4): an error
 ==================================  =================================================
 
 vLLM V1 also runs mixed batches through piecewise CUDA graphs padded by token count;
@@ -93,6 +95,7 @@ class VLLMFlags(Flags):
     scheduling_policy: Literal["fcfs"] | None = None
     block_size: PositiveInt | None = None
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    num_gpu_blocks_override: PositiveInt | None = None
     enable_prefix_caching: bool | None = None
     enforce_eager: bool | None = None
     max_cudagraph_capture_size: PositiveInt | None = None
@@ -100,6 +103,8 @@ class VLLMFlags(Flags):
     tensor_parallel_size: PositiveInt | None = None
     quantization: str | None = None
     speculative_config: Any = None
+    speculative_model: str | None = None
+    num_speculative_tokens: int | None = None
 
 
 class VLLMEngine(EngineBlock):
@@ -123,11 +128,12 @@ def _large_device(raw: dict[str, Any]) -> bool:
 
 def knobs(f: VLLMFlags, raw: dict[str, Any]) -> Knobs:
     """The knobs of a vLLM launch (see the module docstring)."""
-    if f.speculative_config is not None:
-        raise ScenarioError(
-            f"engine.flags.speculative_config: got {f.speculative_config!r}, speculative "
-            "decoding is not modelled yet (issue 4); remove the flag to simulate without it"
-        )
+    for name in ("speculative_config", "speculative_model", "num_speculative_tokens"):
+        if getattr(f, name) is not None:
+            raise ScenarioError(
+                f"engine.flags.{name}: got {getattr(f, name)!r}, speculative decoding is not "
+                "modelled yet (issue 4); remove the flag to simulate without it"
+            )
     chunked = f.enable_chunked_prefill is not False
     large = _large_device(raw)
     if chunked:
@@ -159,7 +165,11 @@ def knobs(f: VLLMFlags, raw: dict[str, Any]) -> Knobs:
             f"{f.long_prefill_token_threshold}, only used with enable_chunked_prefill: true"
         )
     frac = f.gpu_memory_utilization
-    out.update(memory_knobs(raw, "gpu_memory_utilization", frac, GPU_MEMORY_UTILIZATION, None))
+    blocks = f.num_gpu_blocks_override
+    pool = None if blocks is None else Knob(blocks, "num_gpu_blocks_override", blocks)
+    out.update(
+        memory_knobs(raw, "gpu_memory_utilization", frac, GPU_MEMORY_UTILIZATION, None, pool)
+    )
     if f.enforce_eager:
         out["cost.padding"] = Knob("none", "enforce_eager", True)
     else:

@@ -6,6 +6,7 @@ import copy
 from typing import Any
 
 import pytest
+import yaml
 
 from lyra_simpy import ScenarioError, scenario_from_dict, simulate
 from lyra_simpy.cli import main
@@ -488,3 +489,13 @@ def test_pool_size_flags_set_the_blocks():
 def test_vllm_older_speculative_flags_are_errors(line):
     raw = base({"name": "vllm", "command": f"vllm serve m {line}"})
     assert "speculative decoding is not modelled yet (issue 4)" in error(raw)
+
+
+def test_flags_read_from_yaml_with_dashes_and_bare_switches():
+    block = yaml.safe_load(
+        "name: sglang\nflags: {--enable-mixed-chunk: , --page-size: 16, disable-radix-cache:}"
+    )
+    got = resolved(base(block))
+    assert got["scheduler"]["enable_mixed_chunk"] is True
+    assert got["kv_cache"]["block_size"] == 16
+    assert got["prefix_cache"] is None

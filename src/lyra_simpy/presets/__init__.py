@@ -4,7 +4,8 @@ A scenario may carry ``engine: {name: sglang|vllm, flags: {...}}`` and/or
 ``command: "python -m sglang.launch_server --max-running-requests 64 ..."`` (parsed
 with :mod:`shlex`; ``\\``-continued lines are fine). Flags are spelt as on the command
 line or with underscores (``--chunked-prefill-size``, ``chunked-prefill-size`` and
-``chunked_prefill_size`` are the same flag). ``flags`` are edits on top of the pasted
+``chunked_prefill_size`` are the same flag; a key without a value, ``{enable-mixed-chunk:
+}``, is a bare switch: true). ``flags`` are edits on top of the pasted
 ``command``: a flag in both takes its ``flags`` value, which is what ``--set
 engine.flags.X=…`` and variants rely on.
 
@@ -151,7 +152,8 @@ def _flags_of(block: dict[str, Any], aliases: dict[str, str]) -> dict[str, Any]:
         if key in mine:
             raise ScenarioError(f"engine.flags.{key}: given twice (as {mine[key]} and {raw_key})")
         mine[key] = raw_key
-        flags[key] = value  # flags are edits on top of the pasted command
+        # flags are edits on top of the pasted command; a bare key is a bare switch
+        flags[key] = True if value is None else value
     return flags
 
 

@@ -499,3 +499,13 @@ def test_flags_read_from_yaml_with_dashes_and_bare_switches():
     assert got["scheduler"]["enable_mixed_chunk"] is True
     assert got["kv_cache"]["block_size"] == 16
     assert got["prefix_cache"] is None
+
+
+def test_sglang_hybrid_models_need_the_running_limit():
+    raw = base({"name": "sglang"})
+    raw["cost"]["model"] = "qwen3_5_4b"
+    assert error(raw).startswith(
+        "engine.flags.max_running_requests: required with the hybrid model 'qwen3_5_4b'"
+    )
+    raw["engine"]["flags"] = {"max_running_requests": 256}
+    assert resolved(raw)["scheduler"]["max_running_requests"] == 256

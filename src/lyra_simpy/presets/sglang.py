@@ -13,7 +13,8 @@ max_running_requests (2048)    scheduler.max_running_requests. SGLang derives it
                                ``min(max_total_tokens // 2, request-pool size)``, the
                                pool holding 2048-4096 requests (``model_runner.py``);
                                2048 is the pool's floor, and the KV pool binds first
-                               under any real load. Give the value the server logs.
+                               under any real load. Give the value the server logs;
+                               required for hybrid models (one state slot per request).
 chunked_prefill_size (by GPU)  scheduler.chunked_prefill_size; -1 → None (off).
                                < 20 GiB or < 35 GiB: 2048; < 60: 4096; < 160: 8192;
                                larger: 16384; unknown device: 4096.
@@ -58,12 +59,14 @@ from typing import Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt
 
+from lyra_simpy.cost.catalog import model_catalog
 from lyra_simpy.errors import ScenarioError
 from lyra_simpy.presets.common import (
     EngineBlock,
     Flags,
     Knob,
     Knobs,
+    cost_of,
     fp8_or_bf16,
     gpu_memory_gib,
     knob,
@@ -176,6 +179,13 @@ def cut_at(sizes: list[int], max_running: int) -> list[int]:
     return sorted({s for s in sizes if s <= max_running})
 
 
+def _hybrid(raw: dict[str, Any]) -> bool:
+    """Whether the roofline model keeps a state per request (linear-attention layers)."""
+    cost = cost_of(raw)
+    model = model_catalog().get(str(cost.get("model")))
+    return cost.get("name") == "roofline" and model is not None and model.linear_layers > 0
+
+
 def knobs(f: SGLangFlags, raw: dict[str, Any]) -> Knobs:
     """The knobs of an SGLang launch (see the module docstring)."""
     if f.speculative_algorithm is not None:
@@ -207,6 +217,12 @@ def knobs(f: SGLangFlags, raw: dict[str, Any]) -> Knobs:
     if f.mem_fraction_static is not None and not 0 < f.mem_fraction_static <= 1:
         raise ScenarioError(
             f"engine.flags.mem_fraction_static: got {f.mem_fraction_static}, must be in (0, 1]"
+        )
+    if f.max_running_requests is None and _hybrid(raw):
+        raise ScenarioError(
+            f"engine.flags.max_running_requests: required with the hybrid model "
+            f"{cost_of(raw)['model']!r} (SGLang sizes its state pool for these itself; "
+            f"{MAX_RUNNING_REQUESTS} state slots would not fit): give the value the server logs"
         )
     max_running = f.max_running_requests or MAX_RUNNING_REQUESTS
     max_prefill = f.max_prefill_tokens or MAX_PREFILL_TOKENS

@@ -1,7 +1,8 @@
 """The scenario: one YAML file → one validated, frozen :class:`Scenario`.
 
 Loading order: read YAML → with ``quick``, deep-merge the file's ``quick:`` block →
-apply ``--set path=value`` overrides → validate. ``variants:`` (a list of labelled
+apply ``--set path=value`` overrides → fill in the knobs of an ``engine:`` preset
+(:mod:`lyra_simpy.presets`) → validate. ``variants:`` (a list of labelled
 ``set:`` blocks, or a ``grid:`` of one dotted path over values) expand into one resolved
 scenario each, validated before anything runs. Any problem is one line naming the field
 path, the value and what is allowed (:class:`~lyra_simpy.errors.ScenarioError`).
@@ -43,6 +44,7 @@ from lyra_simpy.policies import (
     StaticConfig,
 )
 from lyra_simpy.policies.prefix_cache import PrefixCacheConfig
+from lyra_simpy.presets import EngineConfig, apply_engine
 from lyra_simpy.report import FigureSpec, ReportConfig
 from lyra_simpy.routing import RoundRobinConfig, RouterConfig
 from lyra_simpy.workload import WorkloadConfig, check_files
@@ -203,6 +205,9 @@ class Scenario(BaseModel):
     label: str = "base"
     """Which variant this is (``base`` when the file has none)."""
     seed: int = 0
+    engine: EngineConfig | None = None
+    """A real engine's launch flags (``sglang``, ``vllm``); the knobs they set are
+    filled in before validation (:mod:`lyra_simpy.presets`)."""
     workload: WorkloadConfig
     scheduler: SchedulerConfig = Field(default_factory=ContinuousConfig)
     kv_cache: KVCacheConfig
@@ -392,7 +397,11 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def _validate(raw: dict[str, Any], base_dir: Path, prefix: str = "") -> Scenario:
     try:
-        scenario = Scenario.model_validate(raw, context={"base_dir": base_dir})
+        data = apply_engine(raw)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{prefix}.{exc}" if prefix else str(exc)) from None
+    try:
+        scenario = Scenario.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
         raise from_validation_error(exc, prefix) from None
     scenario._base_dir = base_dir

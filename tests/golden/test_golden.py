@@ -341,3 +341,46 @@ def test_disaggregation_pays_with_a_fast_link_and_enough_prefill():
         slow, fast = runs[f"2P2D_slow_{r}"], runs[f"2P2D_{r}"]
         assert slow["mean_kv_transfer_ms"] > 10 * fast["mean_kv_transfer_ms"]
         assert slow["p99_ttft_ms"] > fast["p99_ttft_ms"]  # back-pressure on the prefill pool
+
+
+def test_engine_presets_tuned_launch_lines_beat_the_defaults():
+    runs = variants("engine_presets")
+    lines = ("sglang_default", "vllm_default", "sglang_tuned", "vllm_tuned")
+    rates = (4, 6, 8, 10, 12)
+    assert list(runs) == [f"{line}_rate{r}" for r in rates for line in lines]
+    at = {(line, r): runs[f"{line}_rate{r}"] for line in lines for r in rates}
+    # light load: every launch line meets the SLO, the flags do not matter yet
+    assert all(at[line, 4]["slo_attainment"] >= 0.99 for line in lines)
+    # SGLang's prefill-only iterations stall the decodes, more so as prefills queue:
+    # its p99 ITL grows with load past vLLM's (one mixed ~180 ms iteration at most)
+    itl = {line: [at[line, r]["p99_itl_ms"] for r in rates] for line in lines}
+    assert itl["sglang_default"] == sorted(itl["sglang_default"])
+    assert itl["sglang_default"][-1] > 2.5 * itl["vllm_default"][-1]
+    assert all(100 < v < 200 for v in itl["vllm_default"])  # 8192 tokens: 179 ms
+    # the tuned lines are stall-free at ~2048 tokens (41.5 ms + decodes) at every load
+    for line in ("sglang_tuned", "vllm_tuned"):
+        assert all(40 < v < 60 for v in itl[line])
+    goodput = {line: [at[line, r]["request_goodput"] for r in rates] for line in lines}
+    best = {line: max(g) for line, g in goodput.items()}
+    assert best["sglang_tuned"] > best["vllm_default"] > best["sglang_default"]
+    assert goodput["sglang_tuned"][3] > 1.5 * goodput["sglang_default"][3]  # at 10 req/s
+    # SGLang with mixed chunks is vLLM's stall-free batching: the tuned lines agree
+    for r in rates:
+        for key in ("request_goodput", "p99_tpot_ms", "p99_itl_ms", "median_ttft_ms"):
+            assert at["sglang_tuned", r][key] == pytest.approx(at["vllm_tuned", r][key], rel=0.01)
+    # and the long prompts' TTFT pays little for the chunks up to 10 req/s
+    for r in (4, 6, 8, 10):
+        assert at["sglang_tuned", r]["p99_ttft_ms"] < 1.1 * at["sglang_default", r]["p99_ttft_ms"]
+
+
+def test_engine_presets_knobs_come_from_the_launch_lines():
+    engines = {label: v["engine"] for label, v in quick_run("engine_presets")["variants"].items()}
+    # SGLang: 1-token pages, mem_fraction_static 0.836 holding weights and KV only
+    # (0.875 with 2048-token chunks); vLLM: 16-token blocks, 0.9 less the 3.5 GiB reserve
+    weights, kv_token = 8.03e9 * 2, 131072
+    for label, frac in (("sglang_default", 0.836), ("sglang_tuned", 0.875)):
+        want = int((80 * frac * 2**30 - weights) // kv_token)
+        assert engines[f"{label}_rate4"]["kv_blocks"] == want
+    for label in ("vllm_default", "vllm_tuned"):
+        want = int(((80 * 0.9 - 3.5) * 2**30 - weights) // (kv_token * 16))
+        assert engines[f"{label}_rate4"]["kv_blocks"] == want

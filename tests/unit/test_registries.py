@@ -11,6 +11,7 @@ import lyra_simpy
 from lyra_simpy import COST_MODELS, SCHEDULERS
 from lyra_simpy.cost import LinearCost, LinearCostConfig
 from lyra_simpy.policies import ADMISSIONS, Limits
+from lyra_simpy.presets import ENGINES, EngineConfig
 from lyra_simpy.scenario import AdmissionConfig, CostConfig, SchedulerConfig
 from lyra_simpy.workload import ARRIVALS, LENGTHS
 from lyra_simpy.workload.arrivals import ArrivalConfig
@@ -38,8 +39,9 @@ def union_names(annotated: object) -> list[str]:
         (ArrivalConfig, ARRIVALS),
         (LengthConfig, LENGTHS),
         (AdmissionConfig, ADMISSIONS),
+        (EngineConfig, ENGINES),
     ],
-    ids=["scheduler", "cost", "arrival", "length", "admission"],
+    ids=["scheduler", "cost", "arrival", "length", "admission", "engine"],
 )
 def test_union_names_equal_registry_keys(union, registry):
     names = union_names(union)

@@ -21,7 +21,7 @@ from lyra_simpy.disagg import HandOff
 from lyra_simpy.engine import Replica
 from lyra_simpy.kv import BlockPool
 from lyra_simpy.metrics.collector import STATUS_CODES, Collector
-from lyra_simpy.metrics.fairness import fairness_summary, unloaded_service_s
+from lyra_simpy.metrics.fairness import alone_chunk_tokens, fairness_summary, unloaded_service_s
 from lyra_simpy.metrics.summary import summarize
 from lyra_simpy.policies import ADMISSIONS, SCHEDULERS, Admission, Limits
 from lyra_simpy.policies.prefix_cache import PREFIX_CACHES, PrefixCache
@@ -299,7 +299,7 @@ def _unloaded(
         if mine.any():
             out[mine] = unloaded_service_s(
                 replica.cost, records["input_tokens"][mine], records["output_tokens"][mine],
-                getattr(spec.scheduler, "max_num_batched_tokens", None),
+                alone_chunk_tokens(spec.scheduler),
                 records["cached_tokens"][mine],
             )  # fmt: skip
     return out

@@ -44,6 +44,7 @@ from lyra_simpy.policies.admission import Admission
 from lyra_simpy.policies.base import BatchPlan, EngineView, Scheduler
 from lyra_simpy.policies.prefix_cache import PrefixCache
 from lyra_simpy.request import Request
+from lyra_simpy.speculative import Speculator
 from lyra_simpy.workload.source import Source
 
 Process = Generator[simpy.Event, Any, Any]
@@ -67,6 +68,7 @@ class Replica:
         admission: Admission | None = None,
         strict_horizon: bool = False,
         handoff: Any = None,
+        speculator: Speculator | None = None,
     ) -> None:
         self.env = env
         self.replica_id = replica_id
@@ -100,6 +102,11 @@ class Replica:
         may have room)."""
         self.scheduler_width: int = scheduler.config.max_batch  # type: ignore[attr-defined]
         """Most requests it runs at once."""
+        self.spec = speculator
+        """Speculative decoding (None: one token per decode step)."""
+        self._lookahead = speculator.lookahead if speculator is not None else 0
+        if speculator is not None:  # sequences advance by different numbers of tokens
+            self.fuse = False
         self._holds_back = bool(getattr(scheduler, "holds_back_until_change", False))
         """The scheduler keeps waiting requests out until a request finishes or is
         preempted once a plan decoded everyone and admitted nothing (so the decodes
@@ -158,6 +165,7 @@ class Replica:
                 now, self.waiting, self.running, self.kv.free, self.kv.block_size,
                 source.next_s() is not None,
                 self.decoding.blocks_needed() if steady else None, self.cache,
+                self._lookahead,
             )  # fmt: skip
             plan = self.scheduler.plan(view)
             self._rows = plan.rows
@@ -288,16 +296,25 @@ class Replica:
             dset.clear()
         context = dset.context_tokens
         alloc += dset.blocks_needed()
+        la = self._lookahead
         for req in decode if not dset.n else ():
             c = req.computed_tokens + 1
             context += c
+            if la:  # speculative lookahead: slots for the drafts it can still use
+                c += min(la, req.output_tokens - req.generated_tokens - 1)
             need = (c + bs - 1) // bs - req.blocks
             if need:
                 req.blocks += need
                 alloc += need
         kv.allocate(alloc)
         rows = (plan.rows if plan.rows > n_dec else n_dec) if n_dec else 0
-        if prefill:
+        if la and n_dec:  # verify the drafts (like prompt tokens) and run the draft steps
+            shape = BatchShape(
+                len(prefill), prefill_tokens + la * n_dec, attention + la * context, n_dec,
+                rows, context,
+            )  # fmt: skip
+            duration = self.cost.iteration_s(shape) + self.spec.draft_s  # type: ignore[union-attr]
+        elif prefill:
             shape = BatchShape(len(prefill), prefill_tokens, attention, n_dec, rows, context)
             duration = self.cost.iteration_s(shape)
         else:
@@ -343,6 +360,11 @@ class Replica:
             else:
                 collector.itl(end - last, dset.n)
             done = dset.advance([end])
+        elif self.spec is not None:
+            for req, accepted in zip(decode, self.spec.accepted(n_dec), strict=True):
+                n = min(1 + accepted, req.output_tokens - req.generated_tokens)
+                req.computed_tokens += n
+                common += self._emit(req, start, end, done, n)
         else:
             for req in decode:
                 req.computed_tokens += 1
@@ -365,7 +387,7 @@ class Replica:
             self.kv.used, len(self.waiting),
         )  # fmt: skip
         # Requests that emitted and go on decoding join the set (last token: end).
-        for req in () if as_set else decode:
+        for req in () if as_set or self.spec is not None else decode:
             if req.generated_tokens < req.output_tokens:
                 dset.join(req)
         for req, _ in prefill:
@@ -374,7 +396,7 @@ class Replica:
             if req.last_token_s == end and req.generated_tokens < req.output_tokens:
                 if handoff is not None:
                     leaving.append(req)  # its first token: on to a decode replica
-                else:
+                elif self.spec is None:
                     dset.join(req)
         if done:
             self._finish(done)
@@ -383,8 +405,9 @@ class Replica:
             self.running.remove(req)
             handoff.hand_off(req, self, end)
 
-    def _emit(self, req: Request, start: float, end: float, done: list[Request]) -> int:
-        """Emit one token of *req* at *end*; returns 1 when its ITL equals the iteration."""
+    def _emit(self, req: Request, start: float, end: float, done: list[Request], n: int = 1) -> int:
+        """Emit a chunk of *n* tokens of *req* at *end* (one inter-token gap); returns 1
+        when that gap equals the iteration."""
         common = 0
         gen = req.generated_tokens
         if gen == 0:
@@ -393,9 +416,9 @@ class Replica:
             common = 1
         else:
             self.collector.itl(end - req.last_token_s, 1)
-        req.generated_tokens = gen + 1
+        req.generated_tokens = gen + n
         req.last_token_s = end
-        if gen + 1 == req.output_tokens:
+        if gen + n == req.output_tokens:
             done.append(req)
         return common
 

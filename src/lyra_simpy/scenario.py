@@ -47,6 +47,7 @@ from lyra_simpy.policies.prefix_cache import PrefixCacheConfig
 from lyra_simpy.presets import EngineConfig, apply_engine
 from lyra_simpy.report import FigureSpec, ReportConfig
 from lyra_simpy.routing import RoundRobinConfig, RouterConfig
+from lyra_simpy.speculative import SpeculativeConfig
 from lyra_simpy.workload import WorkloadConfig, check_files
 from lyra_simpy.workload.prefixes import unit_tokens
 
@@ -218,6 +219,9 @@ class Scenario(BaseModel):
     admission: AdmissionConfig = Field(default_factory=AlwaysConfig)
     cluster: ClusterConfig | None = None
     """Several replicas behind a router (None: one replica)."""
+    speculative: SpeculativeConfig | None = None
+    """Speculative decoding on every replica (None: off; see
+    :mod:`lyra_simpy.speculative`)."""
     """Which arrivals enter the scheduler's queue (``always``, or ``slo``: needs an SLO)."""
     simulation: SimulationConfig = Field(default_factory=SimulationConfig)
     variants: list[Variant] = Field(default_factory=list)
@@ -240,6 +244,11 @@ class Scenario(BaseModel):
     def _replicas_fit(self) -> Scenario:
         for where, spec in self.replica_specs_named():
             _check_replica(spec, self.workload, where)
+            if self.speculative is not None and spec.scheduler.name == "static":
+                raise ValueError(
+                    f"speculative: got a draft with {where}scheduler 'static', must be "
+                    "used with continuous, chunked_prefill or prefill_first"
+                )
         d = self.cluster.disaggregation if self.cluster is not None else None
         if d is not None and d.link.kv_bytes_per_token is None:
             prefill = self.replica_specs()[0]

@@ -29,6 +29,7 @@ from lyra_simpy.request import RECORD_FIELDS, Request
 from lyra_simpy.rng import Streams
 from lyra_simpy.routing import ROUTERS
 from lyra_simpy.scenario import ReplicaSpec, Scenario
+from lyra_simpy.speculative import Speculator
 from lyra_simpy.workload import build_source
 from lyra_simpy.workload.prefixes import reuse_bound, unit_tokens
 
@@ -138,10 +139,13 @@ def _build_replica(
     # finishes: no replica can know its next arrival, so none fuses iterations.
     fuse = fuse and scenario.simulation.fuse_iterations
     fuse = fuse and not (strict_horizon and source.feedback)
+    speculator = None
+    if scenario.speculative is not None:
+        speculator = Speculator(scenario.speculative, Streams(scenario.seed).get(f"speculative{i}"))
     return Replica(
         env, i, scheduler, cost, kv, source, collector, fuse,
         scenario.simulation.until_s, cache, _admission(scenario, spec, cost), strict_horizon,
-        handoff,
+        handoff, speculator,
     )  # fmt: skip
 
 

@@ -10,7 +10,8 @@ iterations at one row whose context grows by one token each (``input + 1`` …
 ``max_wait_ms`` is not part of it (alone, nothing is worth waiting for). Its
 *slowdown* is ``e2el / unloaded`` — at least 1, except where CUDA-graph ``padding``
 charges a lone decode the padded width while a mixed (prefill + decode) iteration runs
-eagerly and costs less — the standard per-job fairness measure of size-based
+eagerly and costs less, or where speculative decoding emits several tokens a step
+(the unloaded time assumes one) — the standard per-job fairness measure of size-based
 scheduling (Wierman & Harchol-Balter, "Classifying scheduling policies with respect to
 unfairness in an M/GI/1", SIGMETRICS 2003).
 

@@ -38,6 +38,9 @@ class EngineView:
     decode one more token each (None: not known; read the requests)."""
     prefix: PrefixCache | None = None
     """The prefix cache, to look up waiting requests' hits (None: no cache)."""
+    lookahead: int = 0
+    """Speculative decoding: draft tokens a decoding sequence also needs KV slots and
+    budget for (vLLM's lookahead slots; 0 without speculation)."""
 
 
 def prefix_hit(view: EngineView, req: Request) -> tuple[int, int]:

@@ -100,6 +100,7 @@ class ContinuousBatching:
             return self._admit(view, plan, n, budget - n, free - need_all)
         cap = self._cap
         prefix = view.prefix
+        lookahead = view.lookahead
         dropped: dict[int, int] = {}
         for i, req in enumerate(running):
             if i == n:
@@ -109,7 +110,10 @@ class ContinuousBatching:
             total = req.input_tokens + req.generated_tokens  # computed + pending
             pending = total - req.computed_tokens
             tokens = min(pending, budget, cap)
-            need = (req.computed_tokens + tokens + bs - 1) // bs - req.blocks
+            extra = 0
+            if lookahead and pending == 1 and req.generated_tokens:  # (draft slots it can use)
+                extra = min(lookahead, req.output_tokens - req.generated_tokens - 1)
+            need = (req.computed_tokens + tokens + extra + bs - 1) // bs - req.blocks
             while need > free:
                 n -= 1
                 victim = running[n]
@@ -120,7 +124,7 @@ class ContinuousBatching:
             if n == i:  # the request itself was preempted
                 break
             free -= need
-            budget -= tokens
+            budget = max(budget - tokens - extra, 0)
             if pending == 1 and req.generated_tokens:
                 decodes(req)
             else:

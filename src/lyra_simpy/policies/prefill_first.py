@@ -116,7 +116,7 @@ class PrefillFirst:
         chunk = c.chunked_prefill_size
         rem_input = c.max_prefill_tokens
         if c.enable_mixed_chunk and decoding:
-            need = _decode_need(decoding, bs)
+            need = _decode_need(decoding, bs, view.lookahead)
             if need > free:
                 return plan  # decode first (and retract) before mixing more in
             free -= need
@@ -198,7 +198,7 @@ class PrefillFirst:
         bs = view.block_size
         need = view.decode_blocks
         if need is None:
-            need = _decode_need(decoding, bs)
+            need = _decode_need(decoding, bs, view.lookahead)
         free = view.free_blocks
         if need > free:
             # Retraction order: fewest output tokens first, ties to the longest prompt.
@@ -209,7 +209,7 @@ class PrefillFirst:
                 plan.preempt.append(victim)
                 keep.discard(id(victim))
                 free += preempt_gain(view, victim, dropped)
-                need -= blocks_for(victim.computed_tokens + 1, bs) - victim.blocks
+                need -= _decode_need([victim], bs, view.lookahead)
                 if need <= free:
                     break
             if need > free and partial is not None:
@@ -228,9 +228,16 @@ def _pending(req: Request) -> int:
     return req.input_tokens + req.generated_tokens - req.computed_tokens
 
 
-def _decode_need(decoding: list[Request], bs: int) -> int:
-    """Blocks the decoding requests need, together, for one more token each."""
-    return sum(blocks_for(r.computed_tokens + 1, bs) - r.blocks for r in decoding)
+def _decode_need(decoding: list[Request], bs: int, lookahead: int = 0) -> int:
+    """Blocks the decoding requests need, together, for one more token each (and the
+    speculative *lookahead* slots each can still use)."""
+    return sum(
+        blocks_for(
+            r.computed_tokens + 1 + min(lookahead, r.output_tokens - r.generated_tokens - 1), bs
+        )
+        - r.blocks
+        for r in decoding
+    )
 
 
 def _mixed_or_empty(plan: BatchPlan) -> BatchPlan:

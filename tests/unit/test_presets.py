@@ -218,19 +218,36 @@ def test_fp8_kv_doubles_the_pool():
     "flag",
     ["speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"],
 )
-def test_speculative_flags_are_not_silently_ignored(flag):
-    raw = base({"name": "sglang", "flags": {"speculative-algorithm": "NEXTN", flag: 3}})
-    assert error(raw) == (
-        "engine.flags.speculative_algorithm: got 'NEXTN', speculative decoding is not "
-        "modelled yet (issue 4); remove the flag to simulate without it"
-    )
+def test_speculative_flags_need_the_algorithm(flag):
     raw = base({"name": "sglang", "flags": {flag: 3}})
-    assert error(raw).startswith(f"engine.flags.{flag}: got 3, speculative decoding is not")
+    assert error(raw) == f"engine.flags.{flag}: got 3, must come with --speculative-algorithm"
+
+
+def test_speculative_acceptance_must_come_from_the_scenario():
+    raw = base({"name": "sglang", "flags": {"speculative-algorithm": "NEXTN"}})
+    assert error(raw) == (
+        "engine.flags.speculative_algorithm: got 'NEXTN'; acceptance is not a launch flag: "
+        "set speculative.mean_accepted_tokens (or speculative.acceptance_rates) in the scenario"
+    )
+
+
+def test_sglang_speculative_flags_set_the_draft():
+    flags = {"speculative-algorithm": "NEXTN", "speculative-num-steps": 2,
+             "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 3}  # fmt: skip
+    raw = base({"name": "sglang", "flags": flags})
+    raw["speculative"] = {"mean_accepted_tokens": 1.5}
+    spec = resolved(raw)["speculative"]
+    assert (spec["algorithm"], spec["num_steps"], spec["mean_accepted_tokens"]) == (
+        "NEXTN", 2, 1.5,
+    )  # fmt: skip
+    raw = base({"name": "sglang", "flags": {**flags, "speculative-eagle-topk": 4}})
+    raw["speculative"] = {"mean_accepted_tokens": 1.5}
+    assert error(raw).startswith("engine.flags.speculative_eagle_topk: got 4, must be 1")
 
 
 def test_vllm_speculative_config_is_an_error():
     raw = base({"name": "vllm", "flags": {"speculative_config": {"method": "eagle"}}})
-    assert "speculative decoding is not modelled yet (issue 4)" in error(raw)
+    assert "vLLM's speculative flags are not mapped" in error(raw)
 
 
 def test_unknown_flag_names_it_and_lists_the_known_ones():
@@ -464,8 +481,9 @@ def test_cli_validate_reports_the_speculative_flag(tmp_path, capsys):
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
-        "lyra-simpy: engine.flags.speculative_algorithm: got 'NEXTN', speculative decoding "
-        "is not modelled yet (issue 4); remove the flag to simulate without it"
+        "lyra-simpy: engine.flags.speculative_algorithm: got 'NEXTN'; acceptance is not a "
+        "launch flag: set speculative.mean_accepted_tokens (or speculative.acceptance_rates) "
+        "in the scenario"
     ]
 
 
@@ -488,7 +506,7 @@ def test_pool_size_flags_set_the_blocks():
 )
 def test_vllm_older_speculative_flags_are_errors(line):
     raw = base({"name": "vllm", "command": f"vllm serve m {line}"})
-    assert "speculative decoding is not modelled yet (issue 4)" in error(raw)
+    assert "vLLM's speculative flags are not mapped" in error(raw)
 
 
 def test_flags_read_from_yaml_with_dashes_and_bare_switches():

@@ -49,7 +49,8 @@ disable_cuda_graph_padding     cost.padding: every size 1..cuda_graph_max_bs
 kv_cache_dtype (auto)          cost.kv_dtype (roofline): fp8_e4m3 / fp8_e5m2 → fp8
 tp_size (1)                    cost.tp (roofline)
 quantization (none)            cost.weight_dtype (roofline): fp8 → fp8
-speculative_* (none)           not modelled yet (issue 4): an error
+speculative_algorithm (none)   speculative.algorithm (acceptance from the scenario's block)
+speculative_num_steps (3)      speculative.num_steps (topk must be 1, draft tokens steps + 1)
 =============================  ====================================================
 """
 
@@ -186,24 +187,14 @@ def _hybrid(raw: dict[str, Any]) -> bool:
     return cost.get("name") == "roofline" and model is not None and model.linear_layers > 0
 
 
+SPECULATIVE_NUM_STEPS = 3
+"""Draft steps when ``--speculative-num-steps`` is left out (SGLang picks per model;
+3 is its common choice for EAGLE/NEXTN)."""
+
+
 def knobs(f: SGLangFlags, raw: dict[str, Any]) -> Knobs:
     """The knobs of an SGLang launch (see the module docstring)."""
-    if f.speculative_algorithm is not None:
-        raise ScenarioError(
-            f"engine.flags.speculative_algorithm: got {f.speculative_algorithm!r}, speculative "
-            "decoding is not modelled yet (issue 4); remove the flag to simulate without it"
-        )
-    for name in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"):
-        if getattr(f, name) is not None:
-            raise ScenarioError(
-                f"engine.flags.{name}: got {getattr(f, name)!r}, speculative decoding is not "
-                "modelled yet (issue 4); remove the flag to simulate without it"
-            )
-    if f.speculative_draft_model_path is not None:
-        raise ScenarioError(
-            f"engine.flags.speculative_draft_model_path: got {f.speculative_draft_model_path!r}, "
-            "speculative decoding is not modelled yet (issue 4); remove the flag"
-        )
+    spec = _speculative(f, raw)
     tp = f.tp_size or 1
     mem = gpu_memory_gib(raw)
     chunk_default, graph_default = gpu_defaults(mem, tp)
@@ -261,4 +252,48 @@ def knobs(f: SGLangFlags, raw: dict[str, Any]) -> Knobs:
     roofline_only(raw, "tp_size", f.tp_size, out, "tp", tp)
     weights = fp8_or_bf16("quantization", f.quantization, ("fp8",), ())
     roofline_only(raw, "quantization", f.quantization, out, "weight_dtype", weights)
+    out.update(spec)
     return out
+
+
+def _speculative(f: SGLangFlags, raw: dict[str, Any]) -> Knobs:
+    """``--speculative-*`` → the scenario's ``speculative`` block. A chain only
+    (``--speculative-eagle-topk 1``, ``--speculative-num-draft-tokens`` = steps + 1, as
+    SGLang requires then); acceptance is not a launch flag but a property of model and
+    traffic: the scenario's ``speculative`` block must give it."""
+    names = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+    if f.speculative_algorithm is None:
+        for name in (*names, "speculative_draft_model_path"):
+            if getattr(f, name) is not None:
+                raise ScenarioError(
+                    f"engine.flags.{name}: got {getattr(f, name)!r}, must come with "
+                    "--speculative-algorithm"
+                )
+        return {}
+    if (f.speculative_eagle_topk or 1) != 1:
+        raise ScenarioError(
+            f"engine.flags.speculative_eagle_topk: got {f.speculative_eagle_topk}, must be 1 "
+            "(tree drafts are not modelled; see lyra_simpy.speculative)"
+        )
+    steps = f.speculative_num_steps or SPECULATIVE_NUM_STEPS
+    drafts = f.speculative_num_draft_tokens
+    if drafts is not None and drafts != steps + 1:
+        raise ScenarioError(
+            f"engine.flags.speculative_num_draft_tokens: got {drafts}, must be "
+            f"speculative_num_steps + 1 ({steps + 1}) with topk 1, as SGLang requires"
+        )
+    block = raw.get("speculative")
+    if not isinstance(block, dict) or not (
+        "mean_accepted_tokens" in block or "acceptance_rates" in block
+    ):
+        raise ScenarioError(
+            f"engine.flags.speculative_algorithm: got {f.speculative_algorithm!r}; acceptance "
+            "is not a launch flag: set speculative.mean_accepted_tokens (or "
+            "speculative.acceptance_rates) in the scenario"
+        )
+    return {
+        "speculative.algorithm": Knob(
+            f.speculative_algorithm, "speculative_algorithm", f.speculative_algorithm
+        ),
+        "speculative.num_steps": knob(f, "speculative_num_steps", steps),
+    }

@@ -35,7 +35,7 @@ kv_cache_dtype (auto)               cost.kv_dtype (roofline): fp8 / fp8_e4m3 /
 tensor_parallel_size (1)            cost.tp (roofline)
 quantization (none)                 cost.weight_dtype (roofline): fp8 → fp8
 speculative_config, speculative_model,
-  num_speculative_tokens (none)     not modelled yet (issue 4): an error
+  num_speculative_tokens (none)     not mapped: an error (use the speculative block)
 ==================================  =================================================
 
 vLLM V1 also runs mixed batches through piecewise CUDA graphs padded by token count;
@@ -131,8 +131,8 @@ def knobs(f: VLLMFlags, raw: dict[str, Any]) -> Knobs:
     for name in ("speculative_config", "speculative_model", "num_speculative_tokens"):
         if getattr(f, name) is not None:
             raise ScenarioError(
-                f"engine.flags.{name}: got {getattr(f, name)!r}, speculative decoding is not "
-                "modelled yet (issue 4); remove the flag to simulate without it"
+                f"engine.flags.{name}: got {getattr(f, name)!r}, vLLM's speculative flags are "
+                "not mapped: remove it and give the scenario a speculative block instead"
             )
     chunked = f.enable_chunked_prefill is not False
     large = _large_device(raw)

@@ -27,9 +27,7 @@ from typing import Literal
 from pydantic import NonNegativeInt, PositiveInt
 
 from lyra_simpy.kv import blocks_for
-from lyra_simpy.policies.base import BatchPlan, EngineView, prefix_hit
 from lyra_simpy.policies.continuous import ContinuousBatching, TokenBudgetConfig
-from lyra_simpy.policies.queue import ordered
 from lyra_simpy.request import Request
 
 
@@ -53,6 +51,8 @@ class ChunkedPrefill(ContinuousBatching):
     prompt takes its next chunk there); admission differs: a prompt need not fit the
     budget whole."""
 
+    chunks = True
+
     def __init__(self, config: ChunkedPrefillConfig) -> None:
         super().__init__(config)
         if config.long_prefill_token_threshold:
@@ -61,26 +61,3 @@ class ChunkedPrefill(ContinuousBatching):
     def accepts(self, request: Request, num_blocks: int, block_size: int) -> bool:
         longest = request.input_tokens + request.output_tokens - 1
         return blocks_for(longest, block_size) <= num_blocks
-
-    def _admit(
-        self, view: EngineView, plan: BatchPlan, n_running: int, budget: int, free: int
-    ) -> BatchPlan:
-        """Waiting requests in queue order, each with as large a chunk as fits."""
-        bs = view.block_size
-        cap = self._cap
-        slots = self.config.max_num_seqs - n_running
-        prefix = view.prefix
-        for req in ordered(view.waiting, self.config.queue_policy):
-            if slots <= 0 or budget <= 0:
-                break
-            hit, hit_free = prefix_hit(view, req) if prefix is not None else (0, 0)
-            pending = req.input_tokens + req.generated_tokens - req.computed_tokens - hit
-            tokens = min(pending, budget, cap)
-            need = blocks_for(hit + tokens, bs) - hit // bs + hit_free
-            if need > free:
-                break
-            plan.prefill.append((req, tokens))
-            budget -= tokens
-            free -= need
-            slots -= 1
-        return plan

@@ -71,6 +71,8 @@ class ContinuousBatching:
 
     holds_back_until_change = True
     """Admission needs a free slot, budget and KV (see ``Scheduler``)."""
+    chunks = False
+    """Whether a prompt may start with a part of it (chunked prefill)."""
 
     def __init__(self, config: TokenBudgetConfig) -> None:
         self.config = config
@@ -136,16 +138,20 @@ class ContinuousBatching:
     def _admit(
         self, view: EngineView, plan: BatchPlan, n_running: int, budget: int, free: int
     ) -> BatchPlan:
-        """Waiting requests in queue order while they fit (step 2 of the docstring)."""
+        """Waiting requests in queue order while they fit (step 2 of the docstring);
+        with ``chunks``, each takes as large a chunk as the budget has left."""
         bs = view.block_size
         slots = self.config.max_num_seqs - n_running
         prefix = view.prefix
+        chunks, cap = self.chunks, self._cap
         for req in ordered(view.waiting, self.config.queue_policy):
-            if slots <= 0:
+            if slots <= 0 or budget <= 0:
                 break
             hit, hit_free = prefix_hit(view, req) if prefix is not None else (0, 0)
             tokens = req.input_tokens + req.generated_tokens - req.computed_tokens - hit
-            if tokens > budget:
+            if chunks:
+                tokens = min(tokens, budget, cap)
+            elif tokens > budget:
                 break
             need = blocks_for(hit + tokens, bs) - hit // bs + hit_free
             if need > free:

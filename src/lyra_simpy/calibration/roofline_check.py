@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import sys
 from collections.abc import Callable, Sequence
@@ -25,8 +26,22 @@ from lyra_simpy.calibration.published import SOURCES, Measured
 from lyra_simpy.cost.base import BatchShape
 from lyra_simpy.cost.roofline import RooflineCost, RooflineCostConfig
 
-DEFAULT_PROFILES = Path(__file__).resolve().parents[3].parent / "shared" / "profiles"
-"""``../shared/profiles`` relative to the repository."""
+
+def default_profiles() -> Path:
+    """Where the published profiles are: ``$LYRA_SHARED_DIR/profiles``, else
+    ``../shared/profiles`` from the working directory (the repository root, as tox and the
+    README's commands run), else beside a source checkout of the package."""
+    shared = os.environ.get("LYRA_SHARED_DIR")
+    candidates = [Path(shared) / "profiles"] if shared else []
+    candidates += [
+        Path.cwd().parent / "shared" / "profiles",
+        Path(__file__).resolve().parents[3].parent / "shared" / "profiles",
+    ]
+    return next((c for c in candidates if c.is_dir()), candidates[0])
+
+
+DEFAULT_PROFILES = default_profiles()
+"""The profiles found when the module was imported (see :func:`default_profiles`)."""
 MISSING = (
     "{path}: published profiles not found. They are data files from public repositories "
     "(ai-dynamo/aiconfigurator, microsoft/vidur, argonne-lcf/LLM-Inference-Bench, "

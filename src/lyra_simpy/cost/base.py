@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 
 @dataclass(slots=True, frozen=True)
 class BatchShape:
@@ -43,3 +45,23 @@ class CostModel(Protocol):
         equal ``decode_span_s(rows, context_tokens + j * growth, growth, 1)[0]`` bit for
         bit: the engine uses this for every decode-only iteration, fused or not."""
         ...
+
+
+SHORT_SPAN = 32
+"""Spans up to this many iterations are costed in plain Python: the same float
+operations, element by element, cost less than NumPy's per-call overhead (and give
+the same doubles)."""
+
+
+def affine_span_s(
+    fixed_ms: float, per_context_ms: float, context_tokens: int, growth: int, k: int
+) -> list[float]:
+    """``decode_span_s`` of a model whose decode step is ``fixed_ms + per_context_ms ×
+    context`` (linear, profile): element *j* is bit for bit the single-step value."""
+    if k <= SHORT_SPAN:
+        return [
+            (fixed_ms + per_context_ms * (context_tokens + growth * j)) / 1000.0 for j in range(k)
+        ]
+    context = context_tokens + growth * np.arange(k, dtype=np.int64)
+    out: list[float] = ((fixed_ms + per_context_ms * context) / 1000.0).tolist()
+    return out

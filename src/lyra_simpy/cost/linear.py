@@ -13,14 +13,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeFloat
 
-from lyra_simpy.cost.base import BatchShape
+from lyra_simpy.cost.base import BatchShape, affine_span_s
 from lyra_simpy.cost.padding import Padder, Padding, check_padding
-
-_SHORT_SPAN = 32
-"""Spans up to this many iterations are costed in plain Python (see decode_span_s)."""
 
 
 class LinearCostConfig(BaseModel):
@@ -66,13 +62,6 @@ class LinearCost:
         c = self.config
         fixed = self._fixed.get(rows)
         if fixed is None:
-            fixed = c.base_ms + c.per_seq_ms * self._pad(rows) + c.per_prefill_token_ms * 0
+            fixed = c.base_ms + c.per_seq_ms * self._pad(rows)
             self._fixed[rows] = fixed
-        per = c.per_context_token_ms
-        if k <= _SHORT_SPAN:
-            # Most runs are short: the same float operations, element by element, cost
-            # less than NumPy's per-call overhead (and give the same doubles).
-            return [(fixed + per * (context_tokens + growth * j)) / 1000.0 for j in range(k)]
-        context = context_tokens + growth * np.arange(k, dtype=np.int64)
-        out: list[float] = ((fixed + per * context) / 1000.0).tolist()
-        return out
+        return affine_span_s(fixed, c.per_context_token_ms, context_tokens, growth, k)

@@ -22,7 +22,6 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import numpy as np
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -34,15 +33,12 @@ from pydantic import (
     model_validator,
 )
 
-from lyra_simpy.cost.base import BatchShape
+from lyra_simpy.cost.base import BatchShape, affine_span_s
 from lyra_simpy.cost.padding import Padder, Padding, check_padding
 from lyra_simpy.errors import LyraError
 
 if TYPE_CHECKING:  # the fit's pydantic models load with the first profile scenario
     from lyra_simpy.calibration.fit import ProfileFit
-
-_SHORT_SPAN = 32
-"""Spans up to this many iterations are costed in plain Python (as in ``linear``)."""
 
 
 def _resolve(path: str, info: ValidationInfo) -> Path:
@@ -154,9 +150,4 @@ class ProfileCost:
         if fixed is None:
             fixed = self._fixed_ms + self._per_seq * self._pad(rows)
             self._fixed[rows] = fixed
-        per = self._per_ctx
-        if k <= _SHORT_SPAN:
-            return [(fixed + per * (context_tokens + growth * j)) / 1000.0 for j in range(k)]
-        context = context_tokens + growth * np.arange(k, dtype=np.int64)
-        out: list[float] = ((fixed + per * context) / 1000.0).tolist()
-        return out
+        return affine_span_s(fixed, self._per_ctx, context_tokens, growth, k)

@@ -42,7 +42,7 @@ from pydantic import (
     model_validator,
 )
 
-from lyra_simpy.cost.base import BatchShape
+from lyra_simpy.cost.base import SHORT_SPAN, BatchShape
 from lyra_simpy.cost.catalog import (
     DTYPE_BYTES,
     Dtype,
@@ -54,8 +54,6 @@ from lyra_simpy.cost.catalog import (
 )
 from lyra_simpy.cost.padding import Padder, Padding, check_padding
 
-_SHORT_SPAN = 32
-"""Spans up to this many iterations are costed in plain Python (as in linear.py)."""
 _ACTIVATION_BYTES = 2
 """All-reduce messages carry bf16 activations (vLLM, SGLang)."""
 
@@ -205,7 +203,7 @@ class RooflineCost:
             self._decode[rows] = parts
         base, bytes0 = parts
         per_pair, per_kv = self._s_per_pair, self._kv_s_per_token
-        if k <= _SHORT_SPAN:
+        if k <= SHORT_SPAN:
             out = []
             for j in range(k):
                 ctx = context_tokens + growth * j

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from builders import BS, decoding_req, waiting_req
 from lyra_simpy import simulate
 from lyra_simpy.errors import ScenarioError
 from lyra_simpy.kv import blocks_for
@@ -18,20 +19,6 @@ from lyra_simpy.policies import (
     PrefillFirstConfig,
 )
 from lyra_simpy.request import Request
-
-BS = 16
-
-
-def waiting_req(i: int, input_tokens: int, output_tokens: int = 8) -> Request:
-    return Request(i, i, float(i), input_tokens, output_tokens)
-
-
-def decoding_req(i: int, input_tokens: int, generated: int, output_tokens: int = 100) -> Request:
-    computed = input_tokens + generated - 1
-    return Request(
-        i, i, float(i), input_tokens, output_tokens, computed_tokens=computed,
-        generated_tokens=generated, blocks=blocks_for(computed, BS), running=True,
-    )  # fmt: skip
 
 
 def partial_req(i: int, input_tokens: int, computed: int) -> Request:

@@ -4,31 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from lyra_simpy.kv import blocks_for
+from builders import BS, decoding_req, waiting_req
 from lyra_simpy.policies import ContinuousBatching, ContinuousConfig, EngineView
 from lyra_simpy.request import Request
-
-BS = 16
-
-
-def waiting_req(i: int, input_tokens: int, output_tokens: int = 8) -> Request:
-    return Request(i, i, float(i), input_tokens, output_tokens)
-
-
-def decoding_req(i: int, input_tokens: int, generated: int, output_tokens: int = 100) -> Request:
-    """A running request after *generated* emitted tokens (KV holds all but the last)."""
-    computed = input_tokens + generated - 1
-    return Request(
-        i,
-        i,
-        float(i),
-        input_tokens,
-        output_tokens,
-        computed_tokens=computed,
-        generated_tokens=generated,
-        blocks=blocks_for(computed, BS),
-        running=True,
-    )
 
 
 def view(waiting=(), running=(), free_blocks=1000, now_s=10.0, pending=True) -> EngineView:

@@ -3,7 +3,9 @@
 ``seed`` → ``numpy.random.SeedSequence`` → one child ``Generator`` per named consumer.
 Each consumer's stream is derived from its *name*, not from the order of creation, so
 adding a consumer (a new policy that draws numbers) never shifts another's draws.
-Streams in use: ``arrivals``, ``input_tokens``, ``output_tokens``, ``trace_rows``.
+Streams in use: ``arrivals``, ``input_tokens``, ``output_tokens``, ``trace_rows``,
+``prefixes`` (shared system prompts), ``router`` (random routers) and ``speculative<i>``
+(draft acceptance on replica *i*).
 """
 
 from __future__ import annotations

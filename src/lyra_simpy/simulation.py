@@ -124,7 +124,7 @@ def _with_bound(summary: dict[str, Any], scenario: Scenario, source: Any) -> dic
 def _build_replica(
     i: int, spec: ReplicaSpec, scenario: Scenario, env: simpy.Environment, source: Any,
     collector: Collector, strict_horizon: bool, handoff: HandOff | None = None,
-    fuse: bool = True,
+    fuse: bool = True, *, streams: Streams,
 ) -> Replica:  # fmt: skip
     scheduler = SCHEDULERS[spec.scheduler.name](spec.scheduler)
     cost = COST_MODELS[spec.cost.name](spec.cost, spec.scheduler.max_batch)
@@ -141,7 +141,7 @@ def _build_replica(
     fuse = fuse and not (strict_horizon and source.feedback)
     speculator = None
     if scenario.speculative is not None:
-        speculator = Speculator(scenario.speculative, Streams(scenario.seed).get(f"speculative{i}"))
+        speculator = Speculator(scenario.speculative, streams.get(f"speculative{i}"))
     return Replica(
         env, i, scheduler, cost, kv, source, collector, fuse,
         scenario.simulation.until_s, cache, _admission(scenario, spec, cost), strict_horizon,
@@ -163,7 +163,9 @@ def simulate(scenario: Scenario) -> Results:
     dispatcher = None
     handoff = None
     if scenario.cluster is None:
-        replicas.append(_build_replica(0, specs[0], scenario, env, source, collector, False))
+        replicas.append(
+            _build_replica(0, specs[0], scenario, env, source, collector, False, streams=streams)
+        )
     elif scenario.cluster.disaggregation is not None:
         dispatcher, handoff = _disaggregated(scenario, specs, env, source, collector, streams)
         replicas = dispatcher.replicas + handoff.decode
@@ -173,7 +175,9 @@ def simulate(scenario: Scenario) -> Results:
         dispatcher = Dispatcher(env, source, router, lambda: replica_loads(replicas))
         for i, spec in enumerate(specs):
             routed = dispatcher.add_replica()
-            replicas.append(_build_replica(i, spec, scenario, env, routed, collector, True))
+            replicas.append(
+                _build_replica(i, spec, scenario, env, routed, collector, True, streams=streams)
+            )
         dispatcher.start()
     if dispatcher is not None and handoff is not None:
         dispatcher.start()
@@ -244,7 +248,16 @@ def _disaggregated(
     handoff = HandOff(env, d.link, 0, [], d.decode_router, reject)
     for i, spec in enumerate(specs[:n_prefill]):
         r = _build_replica(
-            i, spec, scenario, env, dispatcher.add_replica(), collector, True, handoff, False
+            i,
+            spec,
+            scenario,
+            env,
+            dispatcher.add_replica(),
+            collector,
+            True,
+            handoff,
+            False,
+            streams=streams,
         )
         prefill.append(r)
     bytes_per_token = d.link.kv_bytes_per_token or int(
@@ -253,7 +266,16 @@ def _disaggregated(
     handoff.set_bytes_per_token(bytes_per_token)
     for i, spec in enumerate(specs[n_prefill:], start=n_prefill):
         r = _build_replica(
-            i, spec, scenario, env, HandedSource(dispatcher), collector, True, None, False
+            i,
+            spec,
+            scenario,
+            env,
+            HandedSource(dispatcher),
+            collector,
+            True,
+            None,
+            False,
+            streams=streams,
         )
         r.on_free = handoff.dispatch
         handoff.add_decode(r)

@@ -178,8 +178,7 @@ def simulate(scenario: Scenario) -> Results:
             replicas.append(
                 _build_replica(i, spec, scenario, env, routed, collector, True, streams=streams)
             )
-        dispatcher.start()
-    if dispatcher is not None and handoff is not None:
+    if dispatcher is not None:
         dispatcher.start()
     for replica in replicas:
         env.process(replica.run())

@@ -51,3 +51,15 @@ def delay_until(now: float, target: float) -> float:
     """Delay to sleep until *target* (idle waits: the nearest float is fine there)."""
     d = exact_delay(now, target)
     return target - now if d is None else d
+
+
+def delay_at_least(now: float, target: float) -> float:
+    """A delay landing exactly on *target* if a float does, else just past it (a
+    cluster routes an arrival no earlier than its time)."""
+    d = exact_delay(now, target)
+    if d is not None:
+        return d
+    d = max(target - now, 0.0)
+    while now + d < target:
+        d = math.nextafter(d, math.inf)
+    return d

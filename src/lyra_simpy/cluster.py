@@ -15,28 +15,16 @@ arrival time, none per token.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import simpy
 
-from lyra_simpy.clock import ROUTE_PRIORITY, PhaseEvent, exact_delay
+from lyra_simpy.clock import ROUTE_PRIORITY, PhaseEvent, delay_at_least
 from lyra_simpy.request import Request
 from lyra_simpy.routing import ReplicaLoad, Router
 from lyra_simpy.workload.source import Source
-
-
-def delay_to(now: float, target: float) -> float:
-    """A delay landing exactly on *target* if a float does, else just past it."""
-    d = exact_delay(now, target)
-    if d is not None:
-        return d
-    d = max(target - now, 0.0)
-    while now + d < target:
-        d = math.nextafter(d, math.inf)
-    return d
 
 
 class RoutedSource:
@@ -159,7 +147,7 @@ class Dispatcher:
         if any(t <= nxt for t in self._wakes):
             return  # a wake-up at or before it is already due
         now = self.env.now
-        event = PhaseEvent(self.env, delay_to(now, nxt), ROUTE_PRIORITY)
+        event = PhaseEvent(self.env, delay_at_least(now, nxt), ROUTE_PRIORITY)
         self._wakes.add(nxt)
         assert event.callbacks is not None
         event.callbacks.append(self._wake)

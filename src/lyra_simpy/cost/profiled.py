@@ -146,9 +146,8 @@ class ProfileCost:
             + self._per_attention * shape.prefill_attention_tokens
         )
         if verify:  # each draft token attends to its sequence's context, like a prompt token
-            ms += self._per_attention * shape.verify_tokens / shape.decode_seqs * (
-                shape.decode_context_tokens
-            )
+            per_seq = shape.verify_tokens / shape.decode_seqs
+            ms += self._per_attention * per_seq * shape.decode_context_tokens
         return ms / 1000.0
 
     def decode_span_s(self, rows: int, context_tokens: int, growth: int, k: int) -> list[float]:

@@ -197,7 +197,7 @@ class RooflineCost:
         tokens = shape.prefill_tokens + rows + verify
         seqs = shape.prefill_seqs + rows
         new = shape.prefill_tokens
-        pairs = shape.prefill_attention_tokens
+        pairs: float = shape.prefill_attention_tokens
         if shape.prefill_seqs:
             pairs -= new * new / (2 * shape.prefill_seqs)
         ctx = shape.decode_context_tokens

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -141,12 +142,33 @@ def grouped_bars_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> 
     plots.save(plots.grouped_bars(values, bool(spec.log_y), spec.title), out_path)
 
 
+def whatif_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> None:
+    """The what-if scorecard (``whatif.csv``, ``whatif.json``) as a grid of speedups."""
+    doc = json.loads((results_dir / "whatif.json").read_text())
+    with (results_dir / "whatif.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    candidates = list(dict.fromkeys(r["candidate"] for r in rows))
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    groups = list(next(iter(doc["geomeans"].values())))
+    speedup = {(r["candidate"], r["workload"]): float(r["speedup"]) for r in rows}
+    grid = np.array(
+        [
+            [speedup[c, w] for w in workloads] + [doc["geomeans"][c][g] for g in groups]
+            for c in candidates
+        ]
+    )
+    columns = workloads + [f"{g} (geomean)" for g in groups]
+    scores = [doc["scores"][c] for c in candidates]
+    plots.save(plots.speedup_grid(grid, candidates, columns, scores, spec.title), out_path)
+
+
 FIGURES: dict[str, Callable[[Path, Path, FigureSpec], None]] = {
     "cdf": cdf_figure,
     "metrics_vs_param": metrics_vs_param_figure,
     "timeline": timeline_figure,
     "iteration_times": iteration_times_figure,
     "grouped_bars": grouped_bars_figure,
+    "whatif": whatif_figure,
 }
 
 

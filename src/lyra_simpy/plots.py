@@ -278,3 +278,41 @@ def save(fig: Figure, path: Any) -> None:
     """Save with no time stamp in the file, so reruns give identical files."""
     fig.savefig(path, metadata={"Software": None})
     plt.close(fig)
+
+
+def speedup_grid(
+    speedups: npt.NDArray[np.float64],
+    rows: Sequence[str],
+    columns: Sequence[str],
+    scores: Sequence[float],
+    title: str | None = None,
+) -> Figure:
+    """Speedups of candidates (rows) on workloads and group geomeans (columns), each cell
+    coloured on a log scale around 1× (blue faster, red slower) and printed; the score
+    of each row at the right."""
+    from matplotlib.colors import TwoSlopeNorm
+
+    logs = np.log2(speedups)
+    span = max(float(np.nanmax(np.abs(logs))), 0.05)
+    with plt.rc_context(STYLE):  # type: ignore[arg-type]
+        fig, ax = plt.subplots(
+            figsize=(6.8, 0.8 + 0.24 * len(rows)), layout="constrained"
+        )  # fmt: skip
+        ax.imshow(
+            logs, cmap="RdBu", norm=TwoSlopeNorm(0.0, -span, span), aspect="auto"
+        )  # fmt: skip
+        for (i, j), value in np.ndenumerate(speedups):
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=6.5)
+        for i, score in enumerate(scores):
+            ax.text(len(columns) - 0.4, i, f"{score:.3f}", ha="left", va="center", fontsize=6.5)
+        ax.text(len(columns) - 0.4, -0.9, "score", ha="left", va="center", fontsize=7)
+        ax.set_xticks(range(len(columns)), columns, rotation=30, ha="right")
+        ax.set_yticks(range(len(rows)), rows)
+        ax.tick_params(length=0)
+        ax.grid(False)
+        for spine in ax.spines.values():
+            spine.set_visible(False)
+        ax.set_xlabel("speedup over the baseline (×)")
+        if title:
+            ax.set_title(title)
+    return fig

@@ -39,7 +39,9 @@ class FigureSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Literal["cdf", "metrics_vs_param", "timeline", "iteration_times", "grouped_bars"]
+    name: Literal[
+        "cdf", "metrics_vs_param", "timeline", "iteration_times", "grouped_bars", "whatif"
+    ]
     metric: str = "ttft_ms"
     """``cdf``: per-request field to plot (ttft_ms, tpot_ms, e2el_ms), or ``itl_ms``
     (the pooled inter-token latencies)."""
@@ -76,6 +78,8 @@ class FigureSpec(BaseModel):
             return f"{scenario}_iterations"
         if self.name == "grouped_bars":
             return f"{scenario}_bars_{(self.metrics or ['none'])[0].removesuffix('_ms')}"
+        if self.name == "whatif":
+            return f"{scenario}_speedups"
         return f"{scenario}_timeline_{self.variant or 'first'}"
 
 

@@ -1,5 +1,7 @@
 """Figures drawn from a scenario's result folder. ``FIGURES`` maps a figure ``name``
-(as in a scenario's ``figures:`` list) to a function ``(results_dir, out_path, spec)``.
+(as in a scenario's ``figures:`` list) to a function ``(results_dir, spec) -> Figure``;
+:func:`draw_scenario_figures` saves them, and the paper registry
+(:mod:`lyra_simpy.paper`) draws the same figures through the same functions.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from matplotlib.figure import Figure
 
 from lyra_simpy import plots
 from lyra_simpy.metrics.io import read_itl_csv, read_jsonl, read_series_csv
@@ -27,7 +31,7 @@ def _manifest(folder: Path) -> dict[str, Any]:
     return json.loads((folder / "manifest.json").read_text())  # type: ignore[no-any-return]
 
 
-def cdf_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> None:
+def cdf_figure(results_dir: Path, spec: FigureSpec) -> Figure:
     samples = {}
     for folder in _variants(results_dir):
         if spec.metric == "itl_ms":  # pooled gaps, one sample per token
@@ -37,16 +41,14 @@ def cdf_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> None:
         rows = read_jsonl(folder / "requests.jsonl")
         vals = [r[spec.metric] for r in rows if r["status"] == "ok" and r[spec.metric] is not None]
         samples[folder.name] = np.asarray(vals, dtype=np.float64)
-    fig = plots.cdf(samples, spec.metric, spec.log_x, spec.title, tail=spec.tail)
-    plots.save(fig, out_path)
+    return plots.cdf(samples, spec.metric, spec.log_x, spec.title, tail=spec.tail)
 
 
-def metrics_vs_param_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> None:
+def metrics_vs_param_figure(results_dir: Path, spec: FigureSpec) -> Figure:
     if spec.param is None or not spec.metrics:
         raise ValueError("metrics_vs_param needs param and metrics")
     if spec.series is not None:
-        _series_vs_param_figure(results_dir, out_path, spec, spec.param, spec.series)
-        return
+        return _series_vs_param_figure(results_dir, spec, spec.param, spec.series)
     points = []
     for folder in _variants(results_dir):
         x = lookup(spec.param, _manifest(folder)["scenario"])
@@ -57,10 +59,9 @@ def metrics_vs_param_figure(results_dir: Path, out_path: Path, spec: FigureSpec)
     ys = {m: [p[1][m] for p in points] for m in spec.metrics}
     first = spec.metrics[-1]
     i_best = int(np.argmax(ys[first]))
-    fig = plots.metrics_vs_param(
+    return plots.metrics_vs_param(
         xs, ys, spec.param.split(".")[-1], (xs[i_best], ys[first][i_best]), spec.title, spec.log_x
     )
-    plots.save(fig, out_path)
 
 
 def _log_metrics(spec: FigureSpec) -> set[str]:
@@ -71,8 +72,8 @@ def _log_metrics(spec: FigureSpec) -> set[str]:
 
 
 def _series_vs_param_figure(
-    results_dir: Path, out_path: Path, spec: FigureSpec, param: str, series: str
-) -> None:
+    results_dir: Path, spec: FigureSpec, param: str, series: str
+) -> Figure:
     """One panel per metric, one line per value of the *series* path."""
     lines: dict[str, list[tuple[Any, dict[str, Any]]]] = {}
     reference = None
@@ -93,20 +94,19 @@ def _series_vs_param_figure(
         m: {key: ([x for x, _ in pts], [s[m] for _, s in pts]) for key, pts in lines.items()}
         for m in spec.metrics
     }
-    fig = plots.panels_vs_param(
+    return plots.panels_vs_param(
         panels, param.split(".")[-1], spec.title, spec.log_x, _log_metrics(spec), reference
     )
-    plots.save(fig, out_path)
 
 
-def timeline_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> None:
+def timeline_figure(results_dir: Path, spec: FigureSpec) -> Figure:
     folders = _variants(results_dir)
     folder = next((f for f in folders if f.name == spec.variant), folders[0])
     series = read_series_csv(folder / "timeseries.csv")
-    plots.save(plots.timeline(series, spec.title or folder.name), out_path)
+    return plots.timeline(series, spec.title)
 
 
-def iteration_times_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> None:
+def iteration_times_figure(results_dir: Path, spec: FigureSpec) -> Figure:
     """Each variant's iteration durations against time (stalls show as spikes)."""
     lines = {}
     for folder in _variants(results_dir):
@@ -120,10 +120,10 @@ def iteration_times_figure(results_dir: Path, out_path: Path, spec: FigureSpec) 
             (end - start)[keep] * 1000.0,
             series["decode_seqs"][keep] > 0,
         )
-    plots.save(plots.iteration_times(lines, spec.title), out_path)
+    return plots.iteration_times(lines, spec.title)
 
 
-def grouped_bars_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> None:
+def grouped_bars_figure(results_dir: Path, spec: FigureSpec) -> Figure:
     """Summary *metrics* as bars: variants labelled ``<group>.<series>`` (e.g.
     ``poisson.fcfs``) give one cluster per group with one bar per series, in run order;
     a label without a dot is a group of its own."""
@@ -138,10 +138,10 @@ def grouped_bars_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> 
         m: {g: {s: float(v[m]) for s, v in by.items()} for g, by in groups.items()}
         for m in spec.metrics
     }
-    plots.save(plots.grouped_bars(values, bool(spec.log_y), spec.title), out_path)
+    return plots.grouped_bars(values, bool(spec.log_y), spec.title)
 
 
-FIGURES: dict[str, Callable[[Path, Path, FigureSpec], None]] = {
+FIGURES: dict[str, Callable[[Path, FigureSpec], Figure]] = {
     "cdf": cdf_figure,
     "metrics_vs_param": metrics_vs_param_figure,
     "timeline": timeline_figure,
@@ -156,6 +156,6 @@ def draw_scenario_figures(scenario: Scenario, results_dir: Path, figures_dir: Pa
     out = []
     for spec in scenario.figures:
         path = figures_dir / f"{spec.file_stem(scenario.name)}.png"
-        FIGURES[spec.name](results_dir, path, spec)
+        plots.save(FIGURES[spec.name](results_dir, spec), path)
         out.append(path)
     return out

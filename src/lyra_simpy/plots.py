@@ -1,7 +1,7 @@
 """Matplotlib helpers shared by figures and notebooks: data in, ``Figure`` out.
 
-One style for every figure, readable in a two-column paper: 3.4 × 2.4 in panels, 8-pt
-text, units on the axes, no titles inside the plot unless asked.
+Every figure is drawn under :data:`lyra_simpy.style.STYLE` (one style, sized for a
+two-column paper) and saved with :func:`lyra_simpy.style.save` (identical bytes on rerun).
 """
 
 from __future__ import annotations
@@ -9,27 +9,14 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import numpy.typing as npt
 from matplotlib.figure import Figure
 
-STYLE: dict[str, Any] = {
-    "font.size": 8,
-    "axes.labelsize": 8,
-    "legend.fontsize": 7,
-    "xtick.labelsize": 7,
-    "ytick.labelsize": 7,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": True,
-    "grid.alpha": 0.3,
-    "lines.linewidth": 1.4,
-    "savefig.dpi": 200,
-}
+from lyra_simpy.style import HEIGHT_IN, STYLE, WIDTH_IN, save
+
+__all__ = ["STYLE", "save"]  # re-exported: figures and notebooks save through plots
 
 UNITS = {
     "ttft_ms": "TTFT (ms)",
@@ -67,7 +54,7 @@ def cdf(
     """Empirical CDFs of *metric*, one line per label; with *tail*, the fraction above
     each value on a log scale instead (where p99 and p99.9 can be read)."""
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
-        fig, ax = plt.subplots(figsize=(3.4, 2.4), layout="constrained")
+        fig, ax = plt.subplots(figsize=(WIDTH_IN, HEIGHT_IN), layout="constrained")
         for label, values in samples.items():
             v = np.sort(values[~np.isnan(values)])
             if len(v):
@@ -104,7 +91,7 @@ def metrics_vs_param(
 ) -> Figure:
     """Lines of summary metrics against a swept parameter (one y axis per unit)."""
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
-        fig, ax = plt.subplots(figsize=(3.4, 2.4), layout="constrained")
+        fig, ax = plt.subplots(figsize=(WIDTH_IN, HEIGHT_IN), layout="constrained")
         for name, values in ys.items():
             ax.plot(x, values, marker="o", markersize=3, label=label_of(name))
         if best is not None:
@@ -141,7 +128,7 @@ def panels_vs_param(
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
         n = len(panels)
         fig, axes = plt.subplots(
-            1, n, figsize=(3.4 * n, 2.4), sharex=True, layout="constrained", squeeze=False
+            1, n, figsize=(WIDTH_IN * n, HEIGHT_IN), sharex=True, layout="constrained", squeeze=False
         )
         for ax, (metric, lines) in zip(axes[0], panels.items(), strict=True):
             for label, (x, y) in lines.items():
@@ -162,17 +149,18 @@ def panels_vs_param(
 
 
 def timeline(series: Mapping[str, npt.NDArray[Any]], title: str | None = None) -> Figure:
-    """Per-iteration batch size, KV blocks in use and queue length against time."""
+    """Per-iteration batch size, tokens computed (prompt tokens + one per decoding
+    sequence), KV blocks in use and queue length against time."""
+    panels = {
+        "batch (seqs)": series["batch_seqs"],
+        "tokens / iteration": series["prefill_tokens"] + series["decode_seqs"],
+        "KV blocks used": series["kv_blocks"],
+        "queue (reqs)": series["waiting"],
+    }
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
-        fig, axes = plt.subplots(3, 1, figsize=(3.4, 3.6), sharex=True, layout="constrained")
-        t = series["start_s"]
-        for ax, key, ylabel in zip(
-            axes,
-            ("batch_seqs", "kv_blocks", "waiting"),
-            ("batch (seqs)", "KV blocks used", "queue (reqs)"),
-            strict=True,
-        ):
-            ax.step(t, series[key], where="post", linewidth=0.8)
+        fig, axes = plt.subplots(4, 1, figsize=(WIDTH_IN, 4.2), sharex=True, layout="constrained")
+        for ax, (ylabel, values) in zip(axes, panels.items(), strict=True):
+            ax.step(series["start_s"], values, where="post", linewidth=0.8)
             ax.set_ylabel(ylabel)
         axes[-1].set_xlabel("time (s)")
         if title:
@@ -191,7 +179,7 @@ def iteration_times(
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
         n = max(len(lines), 1)
         fig, axes = plt.subplots(
-            n, 1, figsize=(3.4, 0.9 + 0.8 * n), sharex=True, sharey=True, layout="constrained"
+            n, 1, figsize=(WIDTH_IN, 0.9 + 0.8 * n), sharex=True, sharey=True, layout="constrained"
         )
         axes = np.atleast_1d(axes)
         for i, (ax, (label, (t, ms, decoded))) in enumerate(zip(axes, lines.items(), strict=False)):
@@ -219,7 +207,7 @@ def grouped_bars(
     metrics = list(values)
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
         fig, axes = plt.subplots(
-            len(metrics), 1, figsize=(3.4, 0.4 + 1.9 * len(metrics)), sharex=True,
+            len(metrics), 1, figsize=(WIDTH_IN, 0.4 + 1.9 * len(metrics)), sharex=True,
             layout="constrained", squeeze=False,
         )  # fmt: skip
         groups = list(values[metrics[0]])
@@ -252,7 +240,7 @@ def profile_residuals(
     one colour per phase."""
     rel = (predicted_ms - measured_ms) / measured_ms
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
-        fig, (left, right) = plt.subplots(1, 2, figsize=(6.8, 2.6), layout="constrained")
+        fig, (left, right) = plt.subplots(1, 2, figsize=(2 * WIDTH_IN, HEIGHT_IN + 0.2), layout="constrained")
         for name in ("prefill", "decode", "mixed"):
             sel = phase == name
             if sel.any():
@@ -272,9 +260,3 @@ def profile_residuals(
         if title:
             fig.suptitle(title)
     return fig
-
-
-def save(fig: Figure, path: Any) -> None:
-    """Save with no time stamp in the file, so reruns give identical files."""
-    fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)

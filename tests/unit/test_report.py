@@ -85,7 +85,7 @@ def test_figures_registry_and_spec_names():
 
 def test_metrics_vs_param_needs_param_and_metrics(tmp_path):
     with pytest.raises(ValueError, match="needs param and metrics"):
-        metrics_vs_param_figure(tmp_path, tmp_path / "x.png", FigureSpec(name="metrics_vs_param"))
+        metrics_vs_param_figure(tmp_path, FigureSpec(name="metrics_vs_param"))
 
 
 def test_provenance_fallbacks(monkeypatch):

@@ -7,12 +7,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from matplotlib.figure import Figure
 
 from lyra_simpy import plots
@@ -71,20 +71,59 @@ def _log_metrics(spec: FigureSpec) -> set[str]:
     return set(spec.metrics) if spec.log_y else set()
 
 
-def _series_vs_param_figure(
-    results_dir: Path, spec: FigureSpec, param: str, series: str
-) -> Figure:
+def _series_key(series: str, scenario: dict[str, Any]) -> str:
+    """The value of the *series* path in a variant's resolved *scenario*; ``series``
+    itself names the grid's series label (the label less ``_<value>``)."""
+    if series == "series":
+        return str(scenario["label"]).rsplit("_", 1)[0]
+    value = lookup(series, scenario)
+    return "none" if value is None else str(value)
+
+
+def pareto_front(xs: Sequence[float], ys: Sequence[float]) -> list[int]:
+    """Indices of the non-dominated points, by increasing x: no other point has at
+    least as much x and at most as much y, with one of the two strictly better (points
+    with a NaN, e.g. no request completed, are left out)."""
+    finite = [i for i in range(len(xs)) if math.isfinite(xs[i]) and math.isfinite(ys[i])]
+    front = [
+        i
+        for i in finite
+        if not any(
+            xs[j] >= xs[i] and ys[j] <= ys[i] and (xs[j] > xs[i] or ys[j] < ys[i]) for j in finite
+        )
+    ]
+    return sorted(front, key=lambda i: (xs[i], ys[i]))
+
+
+def pareto_figure(results_dir: Path, spec: FigureSpec) -> Figure:
+    """Every variant at (``metrics[0]``, ``metrics[1]``), e.g. throughput against p99
+    TPOT, coloured by *series*, with the latency–throughput Pareto front connected."""
+    if len(spec.metrics) != 2:
+        raise ValueError("pareto needs metrics: [x, y]")
+    x, y = spec.metrics
+    points: dict[str, tuple[list[float], list[float]]] = {}
+    for folder in _variants(results_dir):
+        summary = json.loads((folder / "summary.json").read_text())
+        key = _series_key(spec.series, _manifest(folder)["scenario"]) if spec.series else "runs"
+        xs, ys = points.setdefault(key, ([], []))
+        xs.append(float(summary[x]))
+        ys.append(float(summary[y]))
+    all_x = [v for xs, _ in points.values() for v in xs]
+    all_y = [v for _, ys in points.values() for v in ys]
+    front = pareto_front(all_x, all_y)
+    return plots.pareto(
+        points, ([all_x[i] for i in front], [all_y[i] for i in front]), x, y, spec.title
+    )
+
+
+def _series_vs_param_figure(results_dir: Path, spec: FigureSpec, param: str, series: str) -> Figure:
     """One panel per metric, one line per value of the *series* path."""
     lines: dict[str, list[tuple[Any, dict[str, Any]]]] = {}
     reference = None
     for folder in _variants(results_dir):
         scenario = _manifest(folder)["scenario"]
         summary = json.loads((folder / "summary.json").read_text())
-        if series == "series":  # the grid's series label: the label less "_<value>"
-            value = str(scenario["label"]).rsplit("_", 1)[0]
-        else:
-            value = lookup(series, scenario)
-        key = "none" if value is None else str(value)
+        key = _series_key(series, scenario)
         if spec.reference is not None and reference is None:
             reference = (spec.reference, float(summary[spec.reference]))
         lines.setdefault(key, []).append((lookup(param, scenario), summary))
@@ -147,6 +186,7 @@ FIGURES: dict[str, Callable[[Path, FigureSpec], Figure]] = {
     "timeline": timeline_figure,
     "iteration_times": iteration_times_figure,
     "grouped_bars": grouped_bars_figure,
+    "pareto": pareto_figure,
 }
 
 

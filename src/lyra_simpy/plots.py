@@ -33,6 +33,11 @@ UNITS = {
     "rejection_rate": "rejected (fraction of arrivals)",
     "rate_per_s": "offered load (req/s)",
     "p99_ttft_ms": "p99 TTFT (ms)",
+    "median_ttft_ms": "p50 TTFT (ms)",
+    "p99_tpot_ms": "p99 TPOT (ms)",
+    "p99_itl_ms": "p99 ITL (ms)",
+    "num_blocks": "KV cache size (blocks)",
+    "max_num_seqs": "max batch depth (seqs)",
     "p99_e2el_ms": "p99 end-to-end latency (ms)",
     "fairness_jain_slowdown": "Jain's index of slowdown",
     "mean_slowdown": "mean slowdown (x unloaded)",
@@ -42,6 +47,18 @@ UNITS = {
 
 def label_of(name: str) -> str:
     return UNITS.get(name, name.replace("_", " "))
+
+
+def cdf_line(
+    ax: Any, values: npt.NDArray[np.float64], label: str, tail: bool = False, **line: Any
+) -> None:
+    """Draw the empirical CDF of *values* (NaN dropped) on *ax*; with *tail*, the
+    fraction of values at or above each value instead."""
+    v = np.sort(values[~np.isnan(values)])
+    if len(v):
+        below = np.arange(1, len(v) + 1) / len(v)
+        ax.step(v, 1.0 - below + 1.0 / len(v) if tail else below, where="post", label=label,
+                **line)  # fmt: skip
 
 
 def cdf(
@@ -56,13 +73,7 @@ def cdf(
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
         fig, ax = plt.subplots(figsize=(WIDTH_IN, HEIGHT_IN), layout="constrained")
         for label, values in samples.items():
-            v = np.sort(values[~np.isnan(values)])
-            if len(v):
-                below = np.arange(1, len(v) + 1) / len(v)
-                if tail:
-                    ax.step(v, 1.0 - below + 1.0 / len(v), where="post", label=label)
-                else:
-                    ax.step(v, below, where="post", label=label)
+            cdf_line(ax, values, label, tail)
         ax.set_xlabel(label_of(metric))
         what = "token gaps" if metric == "itl_ms" else "requests"
         if tail:
@@ -103,7 +114,7 @@ def metrics_vs_param(
                 xytext=(4, 4),
                 fontsize=7,
             )
-        ax.set_xlabel(xlabel)
+        ax.set_xlabel(label_of(xlabel))
         if log_x:
             ax.set_xscale("log", base=2)
         ax.set_xticks(list(x), [str(v) for v in x])
@@ -128,8 +139,9 @@ def panels_vs_param(
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
         n = len(panels)
         fig, axes = plt.subplots(
-            1, n, figsize=(WIDTH_IN * n, HEIGHT_IN), sharex=True, layout="constrained", squeeze=False
-        )
+            1, n, figsize=(WIDTH_IN * n, HEIGHT_IN), sharex=True, layout="constrained",
+            squeeze=False,
+        )  # fmt: skip
         for ax, (metric, lines) in zip(axes[0], panels.items(), strict=True):
             for label, (x, y) in lines.items():
                 ax.plot(x, y, marker="o", markersize=3, label=label)
@@ -145,6 +157,30 @@ def panels_vs_param(
             ax.legend(frameon=False)
         if title:
             fig.suptitle(title)
+    return fig
+
+
+def pareto(
+    points: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    front: tuple[Sequence[float], Sequence[float]],
+    x: str,
+    y: str,
+    title: str | None = None,
+) -> Figure:
+    """Every run as a point (one colour per series: ``points[series] = (xs, ys)``) and
+    the non-dominated *front* connected: more *x* is better, less *y* is better."""
+    with plt.rc_context(STYLE):  # type: ignore[arg-type]
+        fig, ax = plt.subplots(figsize=(WIDTH_IN, HEIGHT_IN), layout="constrained")
+        for i, (label, (xs, ys)) in enumerate(points.items()):
+            # hollow, one marker per series: runs that coincide stay visible
+            ax.scatter(xs, ys, s=16, label=label, zorder=3, marker="os^Dv<>"[i % 7],
+                       facecolors="none", edgecolors=f"C{i}", linewidths=0.9)  # fmt: skip
+        ax.plot(*front, color="0.3", linewidth=0.8, linestyle="--", label="Pareto front")
+        ax.set_xlabel(label_of(x))
+        ax.set_ylabel(label_of(y))
+        ax.legend(fontsize=6)
+        if title:
+            ax.set_title(title)
     return fig
 
 
@@ -240,7 +276,9 @@ def profile_residuals(
     one colour per phase."""
     rel = (predicted_ms - measured_ms) / measured_ms
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
-        fig, (left, right) = plt.subplots(1, 2, figsize=(2 * WIDTH_IN, HEIGHT_IN + 0.2), layout="constrained")
+        fig, (left, right) = plt.subplots(
+            1, 2, figsize=(2 * WIDTH_IN, HEIGHT_IN + 0.2), layout="constrained"
+        )
         for name in ("prefill", "decode", "mixed"):
             sel = phase == name
             if sel.any():

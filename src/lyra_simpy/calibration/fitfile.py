@@ -146,16 +146,17 @@ def format_report(fit: ProfileFit, profile_label: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def residuals_figure(fit: ProfileFit, profile_path: Path) -> Figure:
+def residuals_figure(fit: ProfileFit, profile_path: Path, titled: bool = True) -> Figure:
     """*fit* against the profile at *profile_path* (see
-    :func:`lyra_simpy.plots.profile_residuals`), titled with its hardware and model."""
+    :func:`lyra_simpy.plots.profile_residuals`), titled with its hardware and model
+    unless *titled* is false (a paper figure has its caption outside)."""
     from lyra_simpy import plots
     from lyra_simpy.calibration.fit import predict_ms
 
     profile = read_profile(profile_path)
     title = " ".join(str(fit.metadata.get(k, "")) for k in ("hardware", "model")).strip()
     return plots.profile_residuals(
-        profile.latency_ms, predict_ms(fit, profile), profile.phase, title or None
+        profile.latency_ms, predict_ms(fit, profile), profile.phase, (titled and title) or None
     )
 
 

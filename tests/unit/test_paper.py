@@ -13,8 +13,15 @@ import pytest
 
 from lyra_simpy import load_scenario, plots
 from lyra_simpy.cli import main
+from lyra_simpy.errors import LyraError
 from lyra_simpy.figures import pareto_front
-from lyra_simpy.paper import PAPER_FIGURES, FigureInputs, MissingInputError, sim_vs_real
+from lyra_simpy.paper import (
+    PAPER_FIGURES,
+    FigureInputs,
+    MissingInputError,
+    draw_declared,
+    sim_vs_real,
+)
 from lyra_simpy.paper.build import build, readme, stale_reason
 from lyra_simpy.paper.validation import find_validation_runs, sim_vs_real_figure
 
@@ -181,3 +188,10 @@ def test_sim_vs_real_without_real_runs_is_skipped(tmp_path):
         sim_vs_real(FigureInputs("sim_vs_real", tmp_path, {}, tmp_path))
     with pytest.raises(ValueError, match="at least one workload"):
         sim_vs_real_figure({})
+
+
+def test_a_declared_entry_needs_its_figure_in_the_scenario(tmp_path):
+    sc = load_scenario(SCENARIOS / "lab02_goodput_vs_batch.yaml", quick=True)
+    inputs = FigureInputs("not_declared", tmp_path, {sc.name: sc}, REPO)
+    with pytest.raises(LyraError, match="scenario lab02_goodput_vs_batch declares no figure"):
+        draw_declared(inputs, sc.name)

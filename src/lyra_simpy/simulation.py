@@ -6,6 +6,7 @@ Nothing is written here (STYLE §8): the caller decides what to keep
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import chain
@@ -197,6 +198,8 @@ def simulate(scenario: Scenario) -> Results:
     if len(replicas) > 1:  # replicas add their gaps in whatever order their events run
         order = np.lexsort((itl[1], itl[0]))
         itl = (itl[0][order], itl[1][order])
+        del order
+        collector.itl_values, collector.itl_weights = array("d"), array("q")  # (the copies)
     summary = summarize(records, itl, scenario.slo.model_dump())
     if handoff is not None:
         summary.update(_transfer_summary(handoff))

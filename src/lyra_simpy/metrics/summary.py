@@ -26,9 +26,12 @@ def weighted_percentiles(
 ) -> list[float]:
     """``np.percentile(np.repeat(values, weights), q)`` for each *q*, without expanding
     the pairs (one sort for all of them)."""
-    order = np.argsort(values, kind="stable")
-    v = values[order]
-    cum = np.cumsum(weights[order])
+    if len(values) > 1 and not bool(np.all(values[1:] >= values[:-1])):
+        order = np.argsort(values, kind="stable")
+        values, weights = values[order], weights[order]
+        del order
+    v = values
+    cum = np.cumsum(weights)
     total = int(cum[-1])
     out = []
     for q in qs:
@@ -56,12 +59,17 @@ def _stats(
     if weights is None:
         weights = np.ones(len(values_ms), dtype=np.int64)
     keep = weights > 0
-    values_ms, weights = values_ms[keep], weights[keep]
+    if not keep.all():  # (a copy only when some weight is 0: ITL pairs hold millions)
+        values_ms, weights = values_ms[keep], weights[keep]
+    del keep
     if len(values_ms) == 0:
         return dict.fromkeys(keys, 0.0)
     total = float(weights.sum())
-    mean = float((values_ms * weights).sum() / total)
-    std = float(np.sqrt((weights * (values_ms - mean) ** 2).sum() / total))
+    mean = float(np.dot(values_ms, weights) / total)
+    dev = values_ms - mean
+    np.square(dev, out=dev)
+    std = float(np.sqrt(np.dot(dev, weights) / total))
+    del dev
     median, p90, p99 = weighted_percentiles(values_ms, weights, tuple(q for _, q in PERCENTILES))
     # vLLM's order: mean, median, std, p90, p99.
     return dict(zip(keys, (mean, median, std, p90, p99), strict=True))

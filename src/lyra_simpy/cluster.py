@@ -50,8 +50,10 @@ class RoutedSource:
 
     def next_s(self) -> float | None:
         """The next time a request may reach this replica: its own queue's head, or the
-        cluster's next arrival (which the router may send here)."""
-        upcoming = self._dispatcher.upstream.next_s()
+        cluster's next arrival (which the router may send here); routing ahead, the
+        next arrival routed here."""
+        d = self._dispatcher
+        upcoming = d.route_ahead(self) if d.lookahead else d.upstream.next_s()
         if self.queue:
             head = self.queue[0].arrival_s
             return head if upcoming is None else min(head, upcoming)
@@ -63,7 +65,7 @@ class RoutedSource:
     def arrival_event(self) -> simpy.Event | None:
         """An event triggered when a request is routed here, the workload ends, or
         :meth:`wake` is called (KV freed elsewhere); None: a request is already queued."""
-        if self.queue:
+        if self.queue and self.queue[0].arrival_s <= self._dispatcher.env.now:
             return None
         if self._event is None:
             self._event = self._dispatcher.env.event()
@@ -91,7 +93,18 @@ class HandedSource(RoutedSource):
 class Dispatcher:
     """Routes every arrival of *upstream* to one of the replicas, at its arrival time.
 
-    *loads* returns each replica's :class:`ReplicaLoad` at the moment of the call."""
+    *loads* returns each replica's :class:`ReplicaLoad` at the moment of the call.
+
+    With *lookahead* (a router that does not read the replicas' state, an open-loop
+    source) it routes requests before they arrive, in arrival order — the same
+    decisions, the same random draws — into their replica's queue, and at each arrival
+    time only wakes the replica: a replica then runs until its own next request
+    instead of the cluster's (far fewer, longer fused runs; identical results)."""
+
+    #: Arrivals routed ahead for one replica's next request before giving up (the
+    #: cluster's next arrival is the horizon then); a random router over n replicas
+    #: misses a replica n times in a row with probability (1 - 1/n)^n < e^-1.
+    AHEAD_PER_REPLICA = 8
 
     def __init__(
         self,
@@ -99,11 +112,15 @@ class Dispatcher:
         upstream: Source,
         router: Router,
         loads: Callable[[], Sequence[ReplicaLoad]],
+        lookahead: bool = False,
     ) -> None:
         self.env = env
         self.upstream = upstream
         self.router = router
         self._loads = loads
+        self.lookahead = lookahead and not router.reads_state and not upstream.feedback
+        self._ahead: deque[tuple[float, RoutedSource]] = deque()
+        """Requests routed ahead and not yet arrived: (arrival time, their source)."""
         self.sources: list[RoutedSource] = []
         self.exhausted = upstream.done
         """No request will reach any replica any more (from the router)."""
@@ -122,8 +139,35 @@ class Dispatcher:
     def start(self) -> None:
         self._schedule()
 
+    def route_ahead(self, source: RoutedSource) -> float | None:
+        """Route arrivals ahead until one is for *source* (or a bound is reached): the
+        time of the cluster's next arrival not yet routed (None: all are)."""
+        limit = self.AHEAD_PER_REPLICA * len(self.sources)
+        upstream = self.upstream
+        while not source.queue and len(self._ahead) < limit:
+            nxt = upstream.next_s()
+            if nxt is None:
+                break
+            for req in upstream.pop_until(nxt):
+                i = self.router.route(req, ())
+                self.routed[i] += 1
+                target = self.sources[i]
+                target.queue.append(req)
+                self._ahead.append((req.arrival_s, target))
+        return upstream.next_s()
+
     def route_due(self, now: float) -> None:
-        """Route every arrival due by *now*, in arrival order."""
+        """Route every arrival due by *now*, in arrival order (routed ahead: wake the
+        replicas whose requests arrive now)."""
+        ahead = self._ahead
+        while ahead and ahead[0][0] <= now:
+            ahead.popleft()[1].wake()
+        if self.lookahead:
+            for req in self.upstream.pop_until(now):
+                i = self.router.route(req, ())
+                self.routed[i] += 1
+                self.sources[i].push(req)
+            return
         while due := self.upstream.pop_until(now):
             for req in due:
                 i = self.router.route(req, self._loads())
@@ -138,6 +182,8 @@ class Dispatcher:
 
     def _schedule(self) -> None:
         nxt = self.upstream.next_s()
+        if self._ahead and (nxt is None or self._ahead[0][0] < nxt):
+            nxt = self._ahead[0][0]
         if nxt is None:
             if self.upstream.done and not self.exhausted:
                 self.exhausted = True

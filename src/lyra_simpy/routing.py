@@ -97,6 +97,11 @@ RouterConfig = Annotated[
 
 
 class Router(Protocol):
+    reads_state: bool
+    """Whether a decision reads the replicas' loads. One that does not (round robin,
+    random) depends only on the order of arrivals, so the dispatcher may route ahead of
+    time and let each replica run until its own next request."""
+
     def route(self, req: Request, loads: Sequence[ReplicaLoad]) -> int:
         """Index of the replica that serves *req*."""
         ...
@@ -107,6 +112,8 @@ def _argmin(values: Sequence[int]) -> int:
 
 
 class RoundRobin:
+    reads_state = False
+
     def __init__(self, config: RoundRobinConfig, n: int, rng: np.random.Generator) -> None:
         self._next = 0
         self._n = n
@@ -118,6 +125,8 @@ class RoundRobin:
 
 
 class RandomRouter:
+    reads_state = False
+
     def __init__(self, config: RandomConfig, n: int, rng: np.random.Generator) -> None:
         self._n = n
         self._rng = rng
@@ -127,6 +136,8 @@ class RandomRouter:
 
 
 class LeastOutstanding:
+    reads_state = True
+
     def __init__(self, config: LeastOutstandingConfig, n: int, rng: np.random.Generator) -> None:
         pass
 
@@ -135,6 +146,8 @@ class LeastOutstanding:
 
 
 class LeastKV:
+    reads_state = True
+
     def __init__(self, config: LeastKVConfig, n: int, rng: np.random.Generator) -> None:
         pass
 
@@ -143,6 +156,8 @@ class LeastKV:
 
 
 class PowerOfTwo:
+    reads_state = True
+
     def __init__(self, config: PowerOfTwoConfig, n: int, rng: np.random.Generator) -> None:
         self._n = n
         self._rng = rng
@@ -155,6 +170,8 @@ class PowerOfTwo:
 
 
 class CacheAware:
+    reads_state = True
+
     def __init__(self, config: CacheAwareConfig, n: int, rng: np.random.Generator) -> None:
         self.config = config
         self._trees: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(n)]

@@ -173,7 +173,8 @@ def simulate(scenario: Scenario) -> Results:
     else:
         router_cfg = scenario.cluster.router
         router = ROUTERS[router_cfg.name](router_cfg, len(specs), streams.get("router"))
-        dispatcher = Dispatcher(env, source, router, lambda: replica_loads(replicas))
+        loads = lambda: replica_loads(replicas)  # noqa: E731
+        dispatcher = Dispatcher(env, source, router, loads, lookahead=True)
         for i, spec in enumerate(specs):
             routed = dispatcher.add_replica()
             replicas.append(

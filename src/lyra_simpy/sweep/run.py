@@ -193,4 +193,6 @@ def load_table(out: str | Path) -> Any:
     path = path / "sweep.csv" if path.is_dir() else path
     if not path.is_file():
         raise LyraError(f"{path}: no sweep table (run the sweep first)")
-    return pd.read_csv(path, float_precision="round_trip")
+    # pandas 3 parses floats exactly by default (and deprecates the option)
+    exact = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
+    return pd.read_csv(path, **exact)

@@ -35,7 +35,7 @@ import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
@@ -43,8 +43,6 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError,
 from lyra_simpy.errors import ScenarioError, from_validation_error
 from lyra_simpy.provenance import package_version
 from lyra_simpy.scenario import Scenario, deep_merge, load_scenario, scenario_from_dict
-
-Values = Annotated[list[Any], Field(min_length=1)]
 
 #: Fields that present results without changing them: left out of a point's key.
 PRESENTATION_FIELDS = ("name", "label", "description", "report", "figures")
@@ -57,9 +55,9 @@ class SweepSpec(BaseModel):
 
     base: str | dict[str, Any]
     """Path of the base scenario YAML (relative to the sweep file), or the scenario itself."""
-    grid: dict[str, Values] = Field(default_factory=dict)
+    grid: dict[str, list[Any]] = Field(default_factory=dict)
     """Dotted path → values; every combination is a point."""
-    zip: dict[str, Values] = Field(default_factory=dict)
+    zip: dict[str, list[Any]] = Field(default_factory=dict)
     """Dotted path → values, walked together (row i takes the i-th value of each)."""
     seeds: PositiveInt | list[int] = 1
     """Repeats: a count (the base's seed + 0, 1, …) or the seeds themselves."""
@@ -71,9 +69,11 @@ class SweepSpec(BaseModel):
     @field_validator("grid", "zip")
     @classmethod
     def _paths(cls, value: dict[str, list[Any]]) -> dict[str, list[Any]]:
-        for path in value:
+        for path, values in value.items():
             if path == "seed":
                 raise ValueError("got path 'seed', must be set through seeds:")
+            if not values:
+                raise ValueError(f"{path}: got [], must list at least one value")
         return value
 
     @field_validator("zip")
@@ -89,7 +89,7 @@ class SweepSpec(BaseModel):
     @classmethod
     def _distinct(cls, value: int | list[int]) -> int | list[int]:
         if isinstance(value, list) and (not value or len(set(value)) != len(value)):
-            raise ValueError(f"got {value}, must be a non-empty list of distinct seeds")
+            raise ValueError("must be a non-empty list of distinct seeds")
         return value
 
 
@@ -171,6 +171,7 @@ def sweep_from_dict(
         base = load_scenario((base_dir or Path.cwd()) / spec.base, overrides, quick)
     else:
         base = scenario_from_dict(spec.base, base_dir, overrides, quick)
+    base = base.with_values({})  # its own variants give way to the sweep's grid
     seeds = (
         spec.seeds if isinstance(spec.seeds, list) else [base.seed + i for i in range(spec.seeds)]
     )

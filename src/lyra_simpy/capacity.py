@@ -104,9 +104,13 @@ class Capacity:
     def meets(self, attainment: float) -> bool:
         return attainment >= self.target - ROUNDING_SLACK
 
+    def probes_x(self) -> list[float]:
+        """Every value of the varied field run with any seed, sorted."""
+        return sorted({x for x, _ in self.runs})
+
     def curve(self) -> list[Probe]:
         """The points run with every seed, sorted by *x*."""
-        xs = sorted({x for x, _ in self.runs})
+        xs = self.probes_x()
         n = len(self.seeds)
         return [
             Probe(

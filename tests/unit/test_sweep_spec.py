@@ -135,9 +135,9 @@ def test_a_sweep_file_reads_its_base_relative_to_itself_and_applies_quick(tmp_pa
 def test_the_base_scenarios_own_grid_is_replaced_by_the_sweeps():
     sweep = load_sweep(SWEEPS / "lab02_depth_x_rate.yaml", quick=True)
     assert sweep.base.grid is None
-    assert len(sweep.points) == 3 * 5 * 2
+    assert len(sweep.points) == 4 * 4 * 3
     assert {p.scenario.label for p in sweep.points[:2]} == {
-        "scheduler.max_num_seqs=8,workload.arrival.rate_per_s=1.0"
+        "scheduler.max_num_seqs=4,workload.arrival.rate_per_s=1.0"
     }
     assert all(p.scenario.workload.num_requests == 150 for p in sweep.points)
 

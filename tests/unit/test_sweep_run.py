@@ -111,9 +111,12 @@ def test_process_pool_and_dask_give_the_in_process_table(tmp_path):
         distributed.Client(cluster) as client,
     ):
         run_sweep(sweep, tmp_path / "dask", dask=client)
+        # by the scheduler's address, as `--dask tcp://HOST:PORT` connects
+        run_sweep(sweep, tmp_path / "address", dask=cluster.scheduler_address)
     serial = (tmp_path / "serial" / "sweep.csv").read_bytes()
     assert (tmp_path / "pool" / "sweep.csv").read_bytes() == serial
     assert (tmp_path / "dask" / "sweep.csv").read_bytes() == serial
+    assert (tmp_path / "address" / "sweep.csv").read_bytes() == serial
     assert load_table(tmp_path / "dask").equals(load_table(tmp_path / "serial"))
 
 

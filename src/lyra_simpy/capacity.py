@@ -23,12 +23,12 @@ target at every probe, and the next probe above (for replicas: the fewest from w
 it did, and the next below). The per-seed answers' range is the answer's spread; their
 extra runs are kept in ``runs`` but not in the curve, which holds only points run with
 every seed. Both searches assume attainment falls as load rises (rises with replicas);
-the curve of every probe is kept so a case where it does not is seen.
+the curve of every probe is kept so a case where it does not is seen. A scenario's own
+``variants:``/``grid:`` are ignored: the search runs its base.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,30 +42,8 @@ VARY = {
     "arrival.rate": ("workload.arrival.rate_per_s", "req/s"),
     "cluster.replicas": ("cluster.replicas", "replicas"),
 }
-#: ``--slo`` keys → SLO fields (ms).
-SLO_KEYS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2el": "e2el_ms"}
 ROUNDING_SLACK = 1e-12
 """A mean of attainments that equals the target up to float rounding meets it."""
-
-
-def parse_slo(text: str) -> dict[str, float]:
-    """``ttft=300,tpot=40`` → ``{"ttft_ms": 300.0, "tpot_ms": 40.0}``."""
-    out: dict[str, float] = {}
-    for part in text.split(","):
-        key, sep, value = part.partition("=")
-        name = SLO_KEYS.get(key.strip().removesuffix("_ms"))
-        if not sep or name is None:
-            raise ScenarioError(
-                f"--slo: got {part.strip()!r}, must be KEY=MS with KEY one of {sorted(SLO_KEYS)}"
-            )
-        try:
-            ms = float(value)
-        except ValueError:
-            ms = math.nan
-        if not 0 < ms < math.inf:
-            raise ScenarioError(f"--slo {key.strip()}: got {value.strip()!r}, must be ms > 0")
-        out[name] = ms
-    return out
 
 
 @dataclass(frozen=True)

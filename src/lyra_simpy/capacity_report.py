@@ -1,12 +1,38 @@
-"""What ``lyra-simpy capacity`` prints and writes: the searched curve and the answer."""
+"""``lyra-simpy capacity``'s input and output: the ``--slo`` option, and the searched
+curve and the answer, printed and written."""
 
 from __future__ import annotations
 
 import csv
+import math
 import statistics
 from pathlib import Path
 
 from lyra_simpy.capacity import VARY, Capacity
+from lyra_simpy.errors import ScenarioError
+
+#: ``--slo`` keys → SLO fields (ms).
+SLO_KEYS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2el": "e2el_ms"}
+
+
+def parse_slo(text: str) -> dict[str, float]:
+    """``ttft=300,tpot=40`` → ``{"ttft_ms": 300.0, "tpot_ms": 40.0}``."""
+    out: dict[str, float] = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        name = SLO_KEYS.get(key.strip().removesuffix("_ms"))
+        if not sep or name is None:
+            raise ScenarioError(
+                f"--slo: got {part.strip()!r}, must be KEY=MS with KEY one of {sorted(SLO_KEYS)}"
+            )
+        try:
+            ms = float(value)
+        except ValueError:
+            ms = math.nan
+        if not 0 < ms < math.inf:
+            raise ScenarioError(f"--slo {key.strip()}: got {value.strip()!r}, must be ms > 0")
+        out[name] = ms
+    return out
 
 
 def format_capacity(cap: Capacity, name: str = "scenario") -> str:

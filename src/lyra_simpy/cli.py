@@ -118,8 +118,8 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _capacity(args: argparse.Namespace) -> int:
-    from lyra_simpy.capacity import find_capacity, parse_slo
-    from lyra_simpy.capacity_report import format_capacity, write_capacity
+    from lyra_simpy.capacity import find_capacity
+    from lyra_simpy.capacity_report import format_capacity, parse_slo, write_capacity
     from lyra_simpy.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, args.overrides, args.quick)

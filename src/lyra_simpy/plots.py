@@ -281,8 +281,7 @@ def capacity_curve(
     xlabel: str,
     answer: float | None = None,
 ) -> Figure:
-    """SLO attainment (mean, with the seeds' min-max band) against load, the target as a
-    dashed line and the answer as a dotted one."""
+    """Mean SLO attainment (band: the seeds' min to max) against load; target, answer."""
     mean, low, high = (np.array(col) for col in zip(*attainment, strict=True))
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
         fig, ax = plt.subplots(figsize=(3.4, 2.4), layout="constrained")

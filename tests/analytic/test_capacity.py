@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from lyra_simpy import ScenarioError, scenario_from_dict
-from lyra_simpy.capacity import find_capacity, parse_slo
-from lyra_simpy.capacity_report import format_capacity, write_capacity
+from lyra_simpy.capacity import find_capacity
+from lyra_simpy.capacity_report import format_capacity, parse_slo, write_capacity
 from lyra_simpy.cli import main
 
 S_S, C_S, T_MS, N = 0.100, 0.010, 300.0, 100

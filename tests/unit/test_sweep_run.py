@@ -134,6 +134,14 @@ def _slow_sweep_file(tmp_path: Path) -> Path:
     return path
 
 
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def test_a_sweep_killed_with_sigkill_resumes_without_losing_or_repeating_points(tmp_path):
     path = _slow_sweep_file(tmp_path)
     out = tmp_path / "killed"
@@ -147,10 +155,17 @@ def test_a_sweep_killed_with_sigkill_resumes_without_losing_or_repeating_points(
     try:
         while proc.poll() is None and len(list(points.glob("*.json"))) < 3:
             time.sleep(0.01)
-    finally:
-        with contextlib.suppress(ProcessLookupError):  # gone already: the assert says so
-            os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its pool's workers
+        proc.send_signal(signal.SIGKILL)  # `kill -9 PID`: the sweep, not its workers
         proc.wait()
+        # the pool's workers notice their parent is gone and end (a liveness check with a
+        # generous deadline, not a timing assertion)
+        deadline = time.monotonic() + 60
+        while _group_alive(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _group_alive(proc.pid), "the pool's workers outlived the killed sweep"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
     done = {f.name for f in points.glob("*.json")}
     assert 3 <= len(done) < 24, "the sweep must be killed in the middle"
     for f in points.glob("*.json"):

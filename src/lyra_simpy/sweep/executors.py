@@ -20,6 +20,8 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -52,11 +54,32 @@ class InProcess:
             yield i, fn(item)
 
 
+ORPHAN_CHECK_S = 1.0
+"""How often a pool worker checks that the process that started it is still alive."""
+
+
+def _exit_with(parent_pid: int) -> None:
+    """Pool worker initializer: end this worker once *parent_pid* is gone (``kill -9`` of
+    a sweep would otherwise leave its workers blocked on the task queue for ever)."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(ORPHAN_CHECK_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 class LocalPool:
     """A process pool on this machine."""
 
     def __init__(self, workers: int) -> None:
-        self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+        self.pool = ProcessPoolExecutor(
+            workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_exit_with,
+            initargs=(os.getpid(),),
+        )
 
     def run(self, fn: Callable[[T], Any], items: Sequence[T]) -> Iterator[tuple[int, Any]]:
         futures = {self.pool.submit(fn, item): i for i, item in enumerate(items)}

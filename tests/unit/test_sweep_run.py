@@ -7,6 +7,7 @@ import contextlib
 import copy
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -207,3 +208,16 @@ def test_cli_sweep_errors_are_one_line(tmp_path, capsys):
 def test_load_table_without_a_run_says_so(tmp_path):
     with pytest.raises(LyraError, match="no sweep table"):
         load_table(tmp_path)
+
+
+def test_the_progress_bar_counts_points_done_over_total(tmp_path, capsys):
+    sweep = sweep_from_dict(_small())
+    run_sweep(sweep_from_dict(_small(grid={"scheduler.max_num_seqs": [1]})), tmp_path, workers=1)
+    run_sweep(sweep, tmp_path, workers=1, progress=True)
+    err = capsys.readouterr().err
+    counts = re.findall(r"(?<!\d)(\d+)/12", err)
+    assert counts[0] == "4"  # resumed: the 4 points already done count from the start
+    assert counts[-1] == "12"
+    assert "point" in err
+    run_sweep(sweep, tmp_path, workers=1, progress=False)
+    assert capsys.readouterr().err == ""

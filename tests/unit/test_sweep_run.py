@@ -212,7 +212,8 @@ def test_load_table_without_a_run_says_so(tmp_path):
 
 def test_the_progress_bar_counts_points_done_over_total(tmp_path, capsys):
     sweep = sweep_from_dict(_small())
-    run_sweep(sweep_from_dict(_small(grid={"scheduler.max_num_seqs": [1]})), tmp_path, workers=1)
+    part = _small(grid={**_small()["grid"], "scheduler.max_num_seqs": [1]})
+    run_sweep(sweep_from_dict(part), tmp_path, workers=1)
     run_sweep(sweep, tmp_path, workers=1, progress=True)
     err = capsys.readouterr().err
     counts = re.findall(r"(?<!\d)(\d+)/12", err)

@@ -149,3 +149,16 @@ def test_a_missing_base_file_is_one_line(tmp_path):
         load_sweep(path)
     with pytest.raises(ScenarioError, match=r"cannot read sweep"):
         load_sweep(tmp_path / "absent.yaml")
+
+
+def test_a_file_the_scenario_reads_enters_the_key_by_content(tmp_path):
+    fit = Path(__file__).resolve().parents[1] / "data" / "synthetic_fit.yaml"
+    (tmp_path / "fit.yaml").write_text(fit.read_text())
+    base = {**copy.deepcopy(TINY), "cost": {"name": "profile", "path": "fit.yaml"}}
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(base))
+    (tmp_path / "s.yaml").write_text("base: tiny.yaml\n")
+    before = load_sweep(tmp_path / "s.yaml").points[0]
+    with (tmp_path / "fit.yaml").open("a") as fh:
+        fh.write("\n# refitted\n")
+    assert point_key(before.scenario) != before.key
+    assert load_sweep(tmp_path / "s.yaml").points[0].key != before.key

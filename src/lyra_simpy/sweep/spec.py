@@ -24,15 +24,18 @@ A point's *key* names its result file: the first 16 hex digits of the SHA-256 of
 canonical JSON (sorted keys) of the resolved scenario and the package version. Fields
 that only present results (``name``, ``label``, ``description``, ``report``,
 ``figures``) are left out, and so is everything about how the sweep runs (executor,
-workers, wall clock): equal keys mean equal simulations. Files a scenario reads (traces,
-profiles) enter by path, not by content.
+workers, wall clock): equal keys mean equal simulations. Files a scenario reads (any
+``path`` field: traces, cost fits) enter by the SHA-256 of their content, so editing a
+trace or refitting a profile reruns the points that read it.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,13 +122,41 @@ class Sweep:
         return [*self.spec.grid, *self.spec.zip]
 
 
+def _read_paths(node: Any) -> Iterator[str]:
+    """Every string under a key named ``path``: the files a scenario reads."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "path" and isinstance(value, str):
+                yield value
+            else:
+                yield from _read_paths(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _read_paths(value)
+
+
+@functools.cache
+def _digest_of(path: Path, mtime_ns: int, size_bytes: int) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _digest(path: Path) -> str:
+    """SHA-256 of the file's content, computed once per file version."""
+    try:
+        stat = path.stat()
+        return _digest_of(path.resolve(), stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        return "unreadable"
+
+
 def point_key(scenario: Scenario) -> str:
     """The key of *scenario*'s result (see the module docstring)."""
     resolved = scenario.resolved()
     for name in PRESENTATION_FIELDS:
         resolved.pop(name, None)
+    files = {p: _digest(scenario.base_dir / Path(p).expanduser()) for p in _read_paths(resolved)}
     blob = json.dumps(
-        {"scenario": resolved, "version": package_version()},
+        {"scenario": resolved, "version": package_version(), "files": files},
         sort_keys=True,
         separators=(",", ":"),
         allow_nan=False,

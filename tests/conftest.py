@@ -6,9 +6,13 @@ time); set ``HYPOTHESIS_PROFILE=thorough`` for a longer search.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -91,3 +95,30 @@ def make_scenario() -> Callable[..., Scenario]:
         return scenario_from_dict(raw, **kw)
 
     return make
+
+
+#: The repository's scenarios folder.
+SCENARIOS_DIR = Path(__file__).resolve().parents[1] / "scenarios"
+
+
+@dataclass(frozen=True)
+class QuickRun:
+    """``lyra-simpy run --quick scenarios/`` once per session (the slowest thing the
+    tests do, shared by the CLI and paper-figure tests)."""
+
+    results: Path
+    figures: Path
+    stdout: str
+
+
+@pytest.fixture(scope="session")
+def quick_run_all(tmp_path_factory: pytest.TempPathFactory) -> QuickRun:
+    from lyra_simpy.cli import main
+
+    root = tmp_path_factory.mktemp("quick_all")
+    out_dir, fig_dir = root / "results", root / "figures"
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        argv = ["run", "--quick", str(SCENARIOS_DIR), "--out", str(out_dir)]
+        assert main([*argv, "--figures", str(fig_dir)]) == 0
+    return QuickRun(out_dir, fig_dir, buf.getvalue())

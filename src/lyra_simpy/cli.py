@@ -1,4 +1,4 @@
-"""Command line: ``lyra-simpy run|validate|schema|calibrate|vidur-profile|sweep|capacity``.
+"""Command line: ``lyra-simpy run|validate|schema|calibrate|vidur-profile|figures|sweep|capacity``.
 
 Parses and delegates; nothing else.
 
@@ -47,6 +47,14 @@ def _parser() -> argparse.ArgumentParser:
     cal.add_argument("profile", type=Path, help="profile CSV (DESIGN §4) with metadata YAML")
     cal.add_argument("--out", type=Path, help="write the fit here (YAML, for cost.path)")
     cal.add_argument("--figure", type=Path, help="write the residual figure here (.png/.pdf)")
+
+    fig = sub.add_parser("figures", help="regenerate the paper figures (PNG, PDF, README)")
+    fig.add_argument("--only", nargs="+", default=[], metavar="NAME", help="just these figures")
+    fig.add_argument("--scenarios", type=Path, default=Path("scenarios"), help="scenarios folder")
+    fig.add_argument("--results", type=Path, default=Path("results"), help="results folder")
+    fig.add_argument("--out", type=Path, default=Path("figures"), help="figures folder")
+    fig.add_argument("--quick", action="store_true", help="apply each scenario's quick: block")
+    fig.add_argument("--rerun", action="store_true", help="rerun scenarios even if up to date")
 
     vid = sub.add_parser("vidur-profile", help="profile CSV from a Vidur mlp.csv")
     vid.add_argument("mlp_csv", type=Path, help="Vidur data/profiling/compute/.../mlp.csv")
@@ -183,6 +191,13 @@ def _vidur_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _figures(args: argparse.Namespace) -> int:
+    from lyra_simpy.paper.build import build
+
+    build(args.only, args.scenarios, args.results, args.out, args.quick, args.rerun)
+    return 0
+
+
 def _expand(paths: list[Path]) -> list[Path]:
     """Scenario files named, with each folder standing for its ``*.yaml`` files."""
     out: list[Path] = []
@@ -203,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
             return _calibrate(args)
         if args.command == "vidur-profile":
             return _vidur_profile(args)
+        if args.command == "figures":
+            return _figures(args)
         if args.command == "sweep":
             return _sweep(args)
         if args.command == "capacity":

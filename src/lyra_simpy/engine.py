@@ -310,9 +310,8 @@ class Replica:
         rows = (plan.rows if plan.rows > n_dec else n_dec) if n_dec else 0
         if la and n_dec:  # verify the drafts (like prompt tokens) and run the draft steps
             shape = BatchShape(
-                len(prefill), prefill_tokens + la * n_dec, attention + la * context, n_dec,
-                rows, context,
-            )  # fmt: skip
+                len(prefill), prefill_tokens, attention, n_dec, rows, context, la * n_dec
+            )
             duration = self.cost.iteration_s(shape) + self.spec.draft_s  # type: ignore[union-attr]
         elif prefill:
             shape = BatchShape(len(prefill), prefill_tokens, attention, n_dec, rows, context)

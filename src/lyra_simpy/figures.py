@@ -1,20 +1,28 @@
 """Figures drawn from a scenario's result folder. ``FIGURES`` maps a figure ``name``
-(as in a scenario's ``figures:`` list) to a function ``(results_dir, out_path, spec)``.
+(as in a scenario's ``figures:`` list) to a function ``(results_dir, spec) -> Figure``;
+:func:`draw_scenario_figures` saves them, and the paper registry
+(:mod:`lyra_simpy.paper`) draws the same figures through the same functions.
 """
 
 from __future__ import annotations
 
+import csv
 import json
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import matplotlib.pyplot as plt
 import numpy as np
+import numpy.typing as npt
+from matplotlib.figure import Figure
 
 from lyra_simpy import plots
 from lyra_simpy.metrics.io import read_itl_csv, read_jsonl, read_series_csv
 from lyra_simpy.report import FigureSpec, lookup
 from lyra_simpy.scenario import Scenario
+from lyra_simpy.style import STYLE, WIDTH_IN
 
 
 def _variants(results_dir: Path) -> list[Path]:
@@ -27,7 +35,7 @@ def _manifest(folder: Path) -> dict[str, Any]:
     return json.loads((folder / "manifest.json").read_text())  # type: ignore[no-any-return]
 
 
-def cdf_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> None:
+def cdf_figure(results_dir: Path, spec: FigureSpec) -> Figure:
     samples = {}
     for folder in _variants(results_dir):
         if spec.metric == "itl_ms":  # pooled gaps, one sample per token
@@ -37,16 +45,14 @@ def cdf_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> None:
         rows = read_jsonl(folder / "requests.jsonl")
         vals = [r[spec.metric] for r in rows if r["status"] == "ok" and r[spec.metric] is not None]
         samples[folder.name] = np.asarray(vals, dtype=np.float64)
-    fig = plots.cdf(samples, spec.metric, spec.log_x, spec.title, tail=spec.tail)
-    plots.save(fig, out_path)
+    return plots.cdf(samples, spec.metric, spec.log_x, spec.title, tail=spec.tail)
 
 
-def metrics_vs_param_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> None:
+def metrics_vs_param_figure(results_dir: Path, spec: FigureSpec) -> Figure:
     if spec.param is None or not spec.metrics:
         raise ValueError("metrics_vs_param needs param and metrics")
     if spec.series is not None:
-        _series_vs_param_figure(results_dir, out_path, spec, spec.param, spec.series)
-        return
+        return _series_vs_param_figure(results_dir, spec, spec.param, spec.series)
     points = []
     for folder in _variants(results_dir):
         x = lookup(spec.param, _manifest(folder)["scenario"])
@@ -57,10 +63,9 @@ def metrics_vs_param_figure(results_dir: Path, out_path: Path, spec: FigureSpec)
     ys = {m: [p[1][m] for p in points] for m in spec.metrics}
     first = spec.metrics[-1]
     i_best = int(np.argmax(ys[first]))
-    fig = plots.metrics_vs_param(
+    return plots.metrics_vs_param(
         xs, ys, spec.param.split(".")[-1], (xs[i_best], ys[first][i_best]), spec.title, spec.log_x
     )
-    plots.save(fig, out_path)
 
 
 def _log_metrics(spec: FigureSpec) -> set[str]:
@@ -70,20 +75,59 @@ def _log_metrics(spec: FigureSpec) -> set[str]:
     return set(spec.metrics) if spec.log_y else set()
 
 
-def _series_vs_param_figure(
-    results_dir: Path, out_path: Path, spec: FigureSpec, param: str, series: str
-) -> None:
+def _series_key(series: str, scenario: dict[str, Any]) -> str:
+    """The value of the *series* path in a variant's resolved *scenario*; ``series``
+    itself names the grid's series label (the label less ``_<value>``)."""
+    if series == "series":
+        return str(scenario["label"]).rsplit("_", 1)[0]
+    value = lookup(series, scenario)
+    return "none" if value is None else str(value)
+
+
+def pareto_front(xs: Sequence[float], ys: Sequence[float]) -> list[int]:
+    """Indices of the non-dominated points, by increasing x: no other point has at
+    least as much x and at most as much y, with one of the two strictly better (points
+    with a NaN, e.g. no request completed, are left out)."""
+    finite = [i for i in range(len(xs)) if math.isfinite(xs[i]) and math.isfinite(ys[i])]
+    front = [
+        i
+        for i in finite
+        if not any(
+            xs[j] >= xs[i] and ys[j] <= ys[i] and (xs[j] > xs[i] or ys[j] < ys[i]) for j in finite
+        )
+    ]
+    return sorted(front, key=lambda i: (xs[i], ys[i]))
+
+
+def pareto_figure(results_dir: Path, spec: FigureSpec) -> Figure:
+    """Every variant at (``metrics[0]``, ``metrics[1]``), e.g. throughput against p99
+    TPOT, coloured by *series*, with the latency–throughput Pareto front connected."""
+    if len(spec.metrics) != 2:
+        raise ValueError("pareto needs metrics: [x, y]")
+    x, y = spec.metrics
+    points: dict[str, tuple[list[float], list[float]]] = {}
+    for folder in _variants(results_dir):
+        summary = json.loads((folder / "summary.json").read_text())
+        key = _series_key(spec.series, _manifest(folder)["scenario"]) if spec.series else "runs"
+        xs, ys = points.setdefault(key, ([], []))
+        xs.append(float(summary[x]))
+        ys.append(float(summary[y]))
+    all_x = [v for xs, _ in points.values() for v in xs]
+    all_y = [v for _, ys in points.values() for v in ys]
+    front = pareto_front(all_x, all_y)
+    return plots.pareto(
+        points, ([all_x[i] for i in front], [all_y[i] for i in front]), x, y, spec.title
+    )
+
+
+def _series_vs_param_figure(results_dir: Path, spec: FigureSpec, param: str, series: str) -> Figure:
     """One panel per metric, one line per value of the *series* path."""
     lines: dict[str, list[tuple[Any, dict[str, Any]]]] = {}
     reference = None
     for folder in _variants(results_dir):
         scenario = _manifest(folder)["scenario"]
         summary = json.loads((folder / "summary.json").read_text())
-        if series == "series":  # the grid's series label: the label less "_<value>"
-            value = str(scenario["label"]).rsplit("_", 1)[0]
-        else:
-            value = lookup(series, scenario)
-        key = "none" if value is None else str(value)
+        key = _series_key(series, scenario)
         if spec.reference is not None and reference is None:
             reference = (spec.reference, float(summary[spec.reference]))
         lines.setdefault(key, []).append((lookup(param, scenario), summary))
@@ -93,20 +137,19 @@ def _series_vs_param_figure(
         m: {key: ([x for x, _ in pts], [s[m] for _, s in pts]) for key, pts in lines.items()}
         for m in spec.metrics
     }
-    fig = plots.panels_vs_param(
+    return plots.panels_vs_param(
         panels, param.split(".")[-1], spec.title, spec.log_x, _log_metrics(spec), reference
     )
-    plots.save(fig, out_path)
 
 
-def timeline_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> None:
+def timeline_figure(results_dir: Path, spec: FigureSpec) -> Figure:
     folders = _variants(results_dir)
     folder = next((f for f in folders if f.name == spec.variant), folders[0])
     series = read_series_csv(folder / "timeseries.csv")
-    plots.save(plots.timeline(series, spec.title or folder.name), out_path)
+    return plots.timeline(series, spec.title)
 
 
-def iteration_times_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> None:
+def iteration_times_figure(results_dir: Path, spec: FigureSpec) -> Figure:
     """Each variant's iteration durations against time (stalls show as spikes)."""
     lines = {}
     for folder in _variants(results_dir):
@@ -120,10 +163,10 @@ def iteration_times_figure(results_dir: Path, out_path: Path, spec: FigureSpec) 
             (end - start)[keep] * 1000.0,
             series["decode_seqs"][keep] > 0,
         )
-    plots.save(plots.iteration_times(lines, spec.title), out_path)
+    return plots.iteration_times(lines, spec.title)
 
 
-def grouped_bars_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> None:
+def grouped_bars_figure(results_dir: Path, spec: FigureSpec) -> Figure:
     """Summary *metrics* as bars: variants labelled ``<group>.<series>`` (e.g.
     ``poisson.fcfs``) give one cluster per group with one bar per series, in run order;
     a label without a dot is a group of its own."""
@@ -138,15 +181,71 @@ def grouped_bars_figure(results_dir: Path, out_path: Path, spec: FigureSpec) -> 
         m: {g: {s: float(v[m]) for s, v in by.items()} for g, by in groups.items()}
         for m in spec.metrics
     }
-    plots.save(plots.grouped_bars(values, bool(spec.log_y), spec.title), out_path)
+    return plots.grouped_bars(values, bool(spec.log_y), spec.title)
 
 
-FIGURES: dict[str, Callable[[Path, Path, FigureSpec], None]] = {
+def whatif_figure(results_dir: Path, spec: FigureSpec) -> Figure:
+    """The what-if scorecard (``whatif.csv``, ``whatif.json``) as a grid of speedups."""
+    doc = json.loads((results_dir / "whatif.json").read_text())
+    with (results_dir / "whatif.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    candidates = list(dict.fromkeys(r["candidate"] for r in rows))
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    groups = list(next(iter(doc["geomeans"].values())))
+    speedup = {(r["candidate"], r["workload"]): float(r["speedup"]) for r in rows}
+    grid = np.array(
+        [
+            [speedup[c, w] for w in workloads] + [doc["geomeans"][c][g] for g in groups]
+            for c in candidates
+        ]
+    )
+    columns = workloads + [f"{g} (geomean)" for g in groups]
+    scores = [doc["scores"][c] for c in candidates]
+    return _speedup_grid(grid, candidates, columns, scores, spec.title)
+
+
+def _speedup_grid(
+    speedups: npt.NDArray[np.float64],
+    rows: Sequence[str],
+    columns: Sequence[str],
+    scores: Sequence[float],
+    title: str | None,
+) -> Figure:
+    """Speedups of candidates (rows) on workloads and group geomeans (columns), each cell
+    coloured on a log scale around 1x (blue faster, red slower) and printed; the score
+    of each row at the right."""
+    from matplotlib.colors import TwoSlopeNorm
+
+    logs = np.log2(speedups)
+    span = max(float(np.nanmax(np.abs(logs))), 0.05)
+    with plt.rc_context(STYLE):  # type: ignore[arg-type]
+        fig, ax = plt.subplots(figsize=(2 * WIDTH_IN, 0.8 + 0.24 * len(rows)), layout="constrained")
+        ax.imshow(logs, cmap="RdBu", norm=TwoSlopeNorm(0.0, -span, span), aspect="auto")
+        for (i, j), value in np.ndenumerate(speedups):
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=6.5)
+        for i, score in enumerate(scores):
+            ax.text(len(columns) - 0.4, i, f"{score:.3f}", ha="left", va="center", fontsize=6.5)
+        ax.text(len(columns) - 0.4, -0.8, "score", ha="left", va="center", fontsize=7)
+        ax.set_xticks(range(len(columns)), columns, rotation=30, ha="right")
+        ax.set_yticks(range(len(rows)), rows)
+        ax.tick_params(length=0)
+        ax.grid(False)
+        for spine in ax.spines.values():
+            spine.set_visible(False)
+        ax.set_xlabel("speedup over the baseline (×)")
+        if title:
+            ax.set_title(title)
+    return fig
+
+
+FIGURES: dict[str, Callable[[Path, FigureSpec], Figure]] = {
     "cdf": cdf_figure,
     "metrics_vs_param": metrics_vs_param_figure,
     "timeline": timeline_figure,
     "iteration_times": iteration_times_figure,
     "grouped_bars": grouped_bars_figure,
+    "pareto": pareto_figure,
+    "whatif": whatif_figure,
 }
 
 
@@ -156,6 +255,6 @@ def draw_scenario_figures(scenario: Scenario, results_dir: Path, figures_dir: Pa
     out = []
     for spec in scenario.figures:
         path = figures_dir / f"{spec.file_stem(scenario.name)}.png"
-        FIGURES[spec.name](results_dir, path, spec)
+        plots.save(FIGURES[spec.name](results_dir, spec), path)
         out.append(path)
     return out

@@ -1,7 +1,7 @@
 """Matplotlib helpers shared by figures and notebooks: data in, ``Figure`` out.
 
-One style for every figure, readable in a two-column paper: 3.4 × 2.4 in panels, 8-pt
-text, units on the axes, no titles inside the plot unless asked.
+Every figure is drawn under :data:`lyra_simpy.style.STYLE` (one style, sized for a
+two-column paper) and saved with :func:`lyra_simpy.style.save` (identical bytes on rerun).
 """
 
 from __future__ import annotations
@@ -9,27 +9,14 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import numpy.typing as npt
 from matplotlib.figure import Figure
 
-STYLE: dict[str, Any] = {
-    "font.size": 8,
-    "axes.labelsize": 8,
-    "legend.fontsize": 7,
-    "xtick.labelsize": 7,
-    "ytick.labelsize": 7,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": True,
-    "grid.alpha": 0.3,
-    "lines.linewidth": 1.4,
-    "savefig.dpi": 200,
-}
+from lyra_simpy.style import HEIGHT_IN, STYLE, WIDTH_IN, save
+
+__all__ = ["STYLE", "save"]  # re-exported: figures and notebooks save through plots
 
 UNITS = {
     "ttft_ms": "TTFT (ms)",
@@ -46,6 +33,11 @@ UNITS = {
     "rejection_rate": "rejected (fraction of arrivals)",
     "rate_per_s": "offered load (req/s)",
     "p99_ttft_ms": "p99 TTFT (ms)",
+    "median_ttft_ms": "p50 TTFT (ms)",
+    "p99_tpot_ms": "p99 TPOT (ms)",
+    "p99_itl_ms": "p99 ITL (ms)",
+    "num_blocks": "KV cache size (blocks)",
+    "max_num_seqs": "max batch depth (seqs)",
     "p99_e2el_ms": "p99 end-to-end latency (ms)",
     "fairness_jain_slowdown": "Jain's index of slowdown",
     "mean_slowdown": "mean slowdown (x unloaded)",
@@ -55,6 +47,18 @@ UNITS = {
 
 def label_of(name: str) -> str:
     return UNITS.get(name, name.replace("_", " "))
+
+
+def cdf_line(
+    ax: Any, values: npt.NDArray[np.float64], label: str, tail: bool = False, **line: Any
+) -> None:
+    """Draw the empirical CDF of *values* (NaN dropped) on *ax*; with *tail*, the
+    fraction of values at or above each value instead."""
+    v = np.sort(values[~np.isnan(values)])
+    if len(v):
+        below = np.arange(1, len(v) + 1) / len(v)
+        ax.step(v, 1.0 - below + 1.0 / len(v) if tail else below, where="post", label=label,
+                **line)  # fmt: skip
 
 
 def cdf(
@@ -67,15 +71,9 @@ def cdf(
     """Empirical CDFs of *metric*, one line per label; with *tail*, the fraction above
     each value on a log scale instead (where p99 and p99.9 can be read)."""
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
-        fig, ax = plt.subplots(figsize=(3.4, 2.4), layout="constrained")
+        fig, ax = plt.subplots(figsize=(WIDTH_IN, HEIGHT_IN), layout="constrained")
         for label, values in samples.items():
-            v = np.sort(values[~np.isnan(values)])
-            if len(v):
-                below = np.arange(1, len(v) + 1) / len(v)
-                if tail:
-                    ax.step(v, 1.0 - below + 1.0 / len(v), where="post", label=label)
-                else:
-                    ax.step(v, below, where="post", label=label)
+            cdf_line(ax, values, label, tail)
         ax.set_xlabel(label_of(metric))
         what = "token gaps" if metric == "itl_ms" else "requests"
         if tail:
@@ -104,7 +102,7 @@ def metrics_vs_param(
 ) -> Figure:
     """Lines of summary metrics against a swept parameter (one y axis per unit)."""
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
-        fig, ax = plt.subplots(figsize=(3.4, 2.4), layout="constrained")
+        fig, ax = plt.subplots(figsize=(WIDTH_IN, HEIGHT_IN), layout="constrained")
         for name, values in ys.items():
             ax.plot(x, values, marker="o", markersize=3, label=label_of(name))
         if best is not None:
@@ -116,7 +114,7 @@ def metrics_vs_param(
                 xytext=(4, 4),
                 fontsize=7,
             )
-        ax.set_xlabel(xlabel)
+        ax.set_xlabel(label_of(xlabel))
         if log_x:
             ax.set_xscale("log", base=2)
         ax.set_xticks(list(x), [str(v) for v in x])
@@ -141,8 +139,9 @@ def panels_vs_param(
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
         n = len(panels)
         fig, axes = plt.subplots(
-            1, n, figsize=(3.4 * n, 2.4), sharex=True, layout="constrained", squeeze=False
-        )
+            1, n, figsize=(WIDTH_IN * n, HEIGHT_IN), sharex=True, layout="constrained",
+            squeeze=False,
+        )  # fmt: skip
         for ax, (metric, lines) in zip(axes[0], panels.items(), strict=True):
             for label, (x, y) in lines.items():
                 ax.plot(x, y, marker="o", markersize=3, label=label)
@@ -161,18 +160,43 @@ def panels_vs_param(
     return fig
 
 
-def timeline(series: Mapping[str, npt.NDArray[Any]], title: str | None = None) -> Figure:
-    """Per-iteration batch size, KV blocks in use and queue length against time."""
+def pareto(
+    points: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    front: tuple[Sequence[float], Sequence[float]],
+    x: str,
+    y: str,
+    title: str | None = None,
+) -> Figure:
+    """Every run as a point (one colour per series: ``points[series] = (xs, ys)``) and
+    the non-dominated *front* connected: more *x* is better, less *y* is better."""
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
-        fig, axes = plt.subplots(3, 1, figsize=(3.4, 3.6), sharex=True, layout="constrained")
-        t = series["start_s"]
-        for ax, key, ylabel in zip(
-            axes,
-            ("batch_seqs", "kv_blocks", "waiting"),
-            ("batch (seqs)", "KV blocks used", "queue (reqs)"),
-            strict=True,
-        ):
-            ax.step(t, series[key], where="post", linewidth=0.8)
+        fig, ax = plt.subplots(figsize=(WIDTH_IN, HEIGHT_IN), layout="constrained")
+        for i, (label, (xs, ys)) in enumerate(points.items()):
+            # hollow, one marker per series: runs that coincide stay visible
+            ax.scatter(xs, ys, s=16, label=label, zorder=3, marker="os^Dv<>"[i % 7],
+                       facecolors="none", edgecolors=f"C{i}", linewidths=0.9)  # fmt: skip
+        ax.plot(*front, color="0.3", linewidth=0.8, linestyle="--", label="Pareto front")
+        ax.set_xlabel(label_of(x))
+        ax.set_ylabel(label_of(y))
+        ax.legend(fontsize=6)
+        if title:
+            ax.set_title(title)
+    return fig
+
+
+def timeline(series: Mapping[str, npt.NDArray[Any]], title: str | None = None) -> Figure:
+    """Per-iteration batch size, tokens computed (prompt tokens + one per decoding
+    sequence), KV blocks in use and queue length against time."""
+    panels = {
+        "batch (seqs)": series["batch_seqs"],
+        "tokens / iteration": series["prefill_tokens"] + series["decode_seqs"],
+        "KV blocks used": series["kv_blocks"],
+        "queue (reqs)": series["waiting"],
+    }
+    with plt.rc_context(STYLE):  # type: ignore[arg-type]
+        fig, axes = plt.subplots(4, 1, figsize=(WIDTH_IN, 4.2), sharex=True, layout="constrained")
+        for ax, (ylabel, values) in zip(axes, panels.items(), strict=True):
+            ax.step(series["start_s"], values, where="post", linewidth=0.8)
             ax.set_ylabel(ylabel)
         axes[-1].set_xlabel("time (s)")
         if title:
@@ -191,7 +215,7 @@ def iteration_times(
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
         n = max(len(lines), 1)
         fig, axes = plt.subplots(
-            n, 1, figsize=(3.4, 0.9 + 0.8 * n), sharex=True, sharey=True, layout="constrained"
+            n, 1, figsize=(WIDTH_IN, 0.9 + 0.8 * n), sharex=True, sharey=True, layout="constrained"
         )
         axes = np.atleast_1d(axes)
         for i, (ax, (label, (t, ms, decoded))) in enumerate(zip(axes, lines.items(), strict=False)):
@@ -219,7 +243,7 @@ def grouped_bars(
     metrics = list(values)
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
         fig, axes = plt.subplots(
-            len(metrics), 1, figsize=(3.4, 0.4 + 1.9 * len(metrics)), sharex=True,
+            len(metrics), 1, figsize=(WIDTH_IN, 0.4 + 1.9 * len(metrics)), sharex=True,
             layout="constrained", squeeze=False,
         )  # fmt: skip
         groups = list(values[metrics[0]])
@@ -252,7 +276,9 @@ def profile_residuals(
     one colour per phase."""
     rel = (predicted_ms - measured_ms) / measured_ms
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
-        fig, (left, right) = plt.subplots(1, 2, figsize=(6.8, 2.6), layout="constrained")
+        fig, (left, right) = plt.subplots(
+            1, 2, figsize=(2 * WIDTH_IN, HEIGHT_IN + 0.2), layout="constrained"
+        )
         for name in ("prefill", "decode", "mixed"):
             sel = phase == name
             if sel.any():
@@ -284,7 +310,7 @@ def capacity_curve(
     """Mean SLO attainment (band: the seeds' min to max) against load; target, answer."""
     mean, low, high = (np.array(col) for col in zip(*attainment, strict=True))
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
-        fig, ax = plt.subplots(figsize=(3.4, 2.4), layout="constrained")
+        fig, ax = plt.subplots(figsize=(WIDTH_IN, HEIGHT_IN), layout="constrained")
         ax.fill_between(x, low, high, alpha=0.25, linewidth=0)
         ax.plot(x, mean, marker="o", markersize=3, label="mean over seeds")
         ax.axhline(target, color="0.4", linestyle="--", linewidth=1, label=f"target {target:g}")
@@ -295,9 +321,3 @@ def capacity_curve(
         ax.set_ylim(-0.02, 1.02)
         ax.legend(frameon=False)
     return fig
-
-
-def save(fig: Figure, path: Any) -> None:
-    """Save with no time stamp in the file, so reruns give identical files."""
-    fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)

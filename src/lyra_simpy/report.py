@@ -39,7 +39,15 @@ class FigureSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Literal["cdf", "metrics_vs_param", "timeline", "iteration_times", "grouped_bars"]
+    name: Literal[
+        "cdf",
+        "metrics_vs_param",
+        "timeline",
+        "iteration_times",
+        "grouped_bars",
+        "pareto",
+        "whatif",
+    ]
     metric: str = "ttft_ms"
     """``cdf``: per-request field to plot (ttft_ms, tpot_ms, e2el_ms), or ``itl_ms``
     (the pooled inter-token latencies)."""
@@ -47,11 +55,12 @@ class FigureSpec(BaseModel):
     """``metrics_vs_param``: dotted scenario path on the x axis."""
     metrics: list[str] = Field(default_factory=list)
     """``metrics_vs_param``: summary metrics on the y axis; ``grouped_bars``: one panel
-    each."""
+    each; ``pareto``: [throughput-like metric (more is better), latency-like metric
+    (less is better)]."""
     series: str | None = None
     """``metrics_vs_param``: dotted scenario path splitting the variants into lines (one
     per value, e.g. ``admission.name``), with one panel per metric; ``series`` itself
-    names the grid's series labels."""
+    names the grid's series labels; ``pareto``: one colour per value."""
     variant: str | None = None
     """``timeline``: which variant's time series (default: the first)."""
     window_s: tuple[float, float] | None = None
@@ -74,8 +83,12 @@ class FigureSpec(BaseModel):
             return f"{scenario}_vs_{(self.param or 'param').split('.')[-1]}"
         if self.name == "iteration_times":
             return f"{scenario}_iterations"
+        if self.name == "pareto":
+            return f"{scenario}_pareto_{(self.metrics or ['', 'none'])[-1].removesuffix('_ms')}"
         if self.name == "grouped_bars":
             return f"{scenario}_bars_{(self.metrics or ['none'])[0].removesuffix('_ms')}"
+        if self.name == "whatif":
+            return f"{scenario}_speedups"
         return f"{scenario}_timeline_{self.variant or 'first'}"
 
 

@@ -108,9 +108,20 @@ def run_scenario(
     metric = scenario.report.best
     if best is not None and metric is not None:
         echo(f"best {metric}: {best.scenario.label} ({_fmt(best.summary[metric])})")
+    card = None
+    if scenario.whatif is not None:
+        from lyra_simpy.whatif import format_scorecard, scorecard
+
+        card = scorecard(scenario.whatif, [r.summary for r in results])
+        echo(f"speedup over {scenario.whatif.reference} ({scenario.whatif.metric}):")
+        echo(format_scorecard(card))
     if out_root is not None:
         final = out_root / scenario.name
         with atomic_dir(final) as tmp:
+            if card is not None:
+                from lyra_simpy.whatif import write_scorecard
+
+                write_scorecard(card, tmp)
             for i, res in enumerate(results):
                 write_variant(res, tmp / res.scenario.label, source_file, i)
             with (tmp / "table.csv").open("w", newline="") as fh:

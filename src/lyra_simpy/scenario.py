@@ -3,7 +3,8 @@
 Loading order: read YAML → with ``quick``, deep-merge the file's ``quick:`` block →
 apply ``--set path=value`` overrides → fill in the knobs of an ``engine:`` preset
 (:mod:`lyra_simpy.presets`) → validate. ``variants:`` (a list of labelled
-``set:`` blocks, or a ``grid:`` of one dotted path over values) expand into one resolved
+``set:`` blocks, a ``grid:`` of one dotted path over values, or a ``whatif:`` of
+candidates × workloads) expand into one resolved
 scenario each, validated before anything runs. Any problem is one line naming the field
 path, the value and what is allowed (:class:`~lyra_simpy.errors.ScenarioError`).
 """
@@ -48,6 +49,8 @@ from lyra_simpy.presets import EngineConfig, apply_engine
 from lyra_simpy.report import FigureSpec, ReportConfig
 from lyra_simpy.routing import RoundRobinConfig, RouterConfig
 from lyra_simpy.speculative import SpeculativeConfig
+from lyra_simpy.variants import Grid, Variant
+from lyra_simpy.whatif import WhatIf
 from lyra_simpy.workload import WorkloadConfig, check_files
 from lyra_simpy.workload.prefixes import unit_tokens
 
@@ -82,42 +85,6 @@ class SimulationConfig(BaseModel):
     """Advance runs of unchanged decode iterations as one event (identical results)."""
     timeseries: bool = True
     """Keep the per-iteration time series (one compact row per iteration)."""
-
-
-class Variant(BaseModel):
-    """A labelled change of the base scenario: dotted path → value."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    label: str
-    set: dict[str, Any] = Field(default_factory=dict)
-
-
-class Grid(BaseModel):
-    """One variant per value of *path*, labelled ``<label_prefix><value>``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    path: str
-    values: Annotated[list[Any], Field(min_length=1)]
-    label_prefix: str = ""
-    also_set: list[str] = Field(default_factory=list)
-    """Other paths set to the same value (e.g. a padding width following the batch)."""
-    series: list[Variant] = Field(default_factory=list)
-    """Crossed with the values: one variant per (value, series), labelled
-    ``<series label>_<label_prefix><value>`` (e.g. admission off and on at every rate)."""
-
-    def variants(self) -> list[Variant]:
-        """One variant per value (per value and series when there are series)."""
-        out = []
-        for value in self.values:
-            sets = {self.path: value, **dict.fromkeys(self.also_set, value)}
-            label = f"{self.label_prefix}{value}"
-            if not self.series:
-                out.append(Variant(label=label, set=sets))
-            for s in self.series:
-                out.append(Variant(label=f"{s.label}_{label}", set={**s.set, **sets}))
-        return out
 
 
 class ReplicaGroup(BaseModel):
@@ -226,6 +193,9 @@ class Scenario(BaseModel):
     simulation: SimulationConfig = Field(default_factory=SimulationConfig)
     variants: list[Variant] = Field(default_factory=list)
     grid: Grid | None = None
+    whatif: WhatIf | None = None
+    """Candidates × benchmark workloads, scored by speedup over a baseline
+    (:mod:`lyra_simpy.whatif`)."""
     report: ReportConfig = Field(default_factory=ReportConfig)
     figures: list[FigureSpec] = Field(default_factory=list)
     quick: dict[str, Any] = Field(default_factory=dict)
@@ -236,8 +206,9 @@ class Scenario(BaseModel):
 
     @model_validator(mode="after")
     def _one_expansion(self) -> Scenario:
-        if self.variants and self.grid is not None:
-            raise ValueError("use either variants or grid, not both")
+        used = [k for k in ("variants", "grid", "whatif") if getattr(self, k)]
+        if len(used) > 1:
+            raise ValueError(f"use one of variants, grid and whatif, not {' and '.join(used)}")
         return self
 
     @model_validator(mode="after")
@@ -338,6 +309,8 @@ class Scenario(BaseModel):
         variants = list(self.variants)
         if self.grid is not None:
             variants.extend(self.grid.variants())
+        if self.whatif is not None:
+            variants.extend(self.whatif.variants())
         if not variants:
             return [self]
         out = []
@@ -349,6 +322,7 @@ class Scenario(BaseModel):
             raw = copy.deepcopy(self._raw)
             raw.pop("variants", None)
             raw.pop("grid", None)
+            raw.pop("whatif", None)
             for path, value in var.set.items():
                 set_path(raw, path, value, where=f"variants[{i}].set")
             raw["label"] = var.label
@@ -367,7 +341,7 @@ class Scenario(BaseModel):
 
     def resolved(self) -> dict[str, Any]:
         """The full scenario as plain data (defaults filled in), for manifests."""
-        return self.model_dump(mode="json", exclude={"quick", "variants", "grid"})
+        return self.model_dump(mode="json", exclude={"quick", "variants", "grid", "whatif"})
 
 
 def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

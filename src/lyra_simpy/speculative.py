@@ -11,8 +11,9 @@ every position gets the same conditional rate α with α + α² + … + α^k equ
 Draws come from the run's ``speculative`` stream, one per sequence and position.
 
 Costs, added to the iteration's: the verify pass computes the ``num_steps`` draft
-tokens of every decoding sequence like prompt tokens (charged to the cost model as
-prefill tokens reading the sequence's context), and the draft runs ``num_steps``
+tokens of every decoding sequence like prompt tokens reading the sequence's context
+(``BatchShape.verify_tokens``: a decode-only iteration stays a decode iteration, padded
+and replayed as a CUDA graph as SGLang does), and the draft runs ``num_steps``
 forward passes of ``draft_step_ms`` each. KV: a decoding sequence reserves blocks for
 its next ``1 + num_steps`` tokens (vLLM's lookahead slots), and uses
 ``1 + num_steps`` tokens of the iteration's budget.

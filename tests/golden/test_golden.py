@@ -384,3 +384,42 @@ def test_engine_presets_knobs_come_from_the_launch_lines():
     for label in ("vllm_default", "vllm_tuned"):
         want = int(((80 * 0.9 - 3.5) * 2**30 - weights) // (kv_token * 16))
         assert engines[f"{label}_rate4"]["kv_blocks"] == want
+
+
+def test_sglang_b200_whatif_finds_where_the_effort_pays():
+    from lyra_simpy import load_scenario
+    from lyra_simpy.whatif import scorecard
+
+    path = HERE.parents[1] / "scenarios" / "sglang_qwen35_4b_b200.yaml"
+    whatif = load_scenario(path, quick=True).whatif
+    assert whatif is not None
+    runs = variants("sglang_qwen35_4b_b200")
+    card = scorecard(whatif, list(runs.values()))
+    sp, geo, score = card.speedups, card.geomeans, card.scores
+    decode_heavy = ("short_short", "short_long", "long_long", "reasoning", "mixed_4way")
+    # the score is bound by the sequential class: only faster batch-1 steps lift it
+    above = {c for c, s in score.items() if s > 0.30 + 1e-9}
+    assert above == {"accept_high", "graphs_and_acceptance"}
+    assert max(score, key=score.get) == "graphs_and_acceptance"
+    assert score["graphs_and_acceptance"] == pytest.approx(0.40, abs=0.01)
+    # MTP off: about half the speed; the prefill-bound workload moves least
+    assert all(0.45 < v < 0.57 for v in sp["mtp_off"].values())
+    assert max(sp["mtp_off"], key=sp["mtp_off"].get) == "long_short"
+    # 3 drafts is the best chain at these rates (8-way aside: see cuda graphs)
+    for c in ("drafts_2", "drafts_5"):
+        assert all(v < 0.99 for w, v in sp[c].items() if w != "mixed_8way")
+    # acceptance is the lever, on every workload
+    assert all(1.12 < v < 1.18 for v in sp["accept_high"].values())
+    assert all(0.79 < v < 0.87 for v in sp["accept_low"].values())
+    # bf16 KV costs at most ~2 %, nothing at 8-way (under the eager launch floor)
+    assert all(0.975 < v <= 1.0 for v in sp["kv_bf16"].values())
+    assert sp["kv_bf16"]["mixed_8way"] == pytest.approx(1.0, abs=1e-3)
+    # larger CUDA graphs pay on the 8-way mix alone (its batches of 5-8 ran eagerly)
+    assert sp["cuda_graph_32"]["mixed_8way"] > 1.4
+    assert all(v == pytest.approx(1.0) for w, v in sp["cuda_graph_32"].items() if w != "mixed_8way")
+    assert geo["cuda_graph_32"]["sequential"] == pytest.approx(1.0)
+    # the prefill chunk size and mixed chunks move nothing by more than 1 %
+    for c in ("chunk_4096", "chunk_16384", "mixed_chunk"):
+        assert all(v == pytest.approx(1.0, abs=0.01) for v in sp[c].values())
+    assert all(sp["graphs_and_acceptance"][w] > 1.12 for w in decode_heavy)
+    assert geo["graphs_and_acceptance"]["concurrent"] > 1.35

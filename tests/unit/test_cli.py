@@ -173,13 +173,10 @@ def check_variant(folder: Path, label: str, index: int, n_requests: int | None =
     assert manifest["engine"]["iterations"] > 0
 
 
-def test_run_every_scenario_quick_with_figures(tmp_path, capsys):
+def test_run_every_scenario_quick_with_figures(quick_run_all):
     scen = SCENARIOS  # in place: trace paths are relative to the scenario files
-    out_dir, fig_dir = tmp_path / "results", tmp_path / "figures"
-    assert (
-        main(["run", "--quick", str(scen), "--out", str(out_dir), "--figures", str(fig_dir)]) == 0
-    )
-    stdout = capsys.readouterr().out
+    out_dir, fig_dir = quick_run_all.results, quick_run_all.figures
+    stdout = quick_run_all.stdout
     assert "best goodput_token_throughput: 16" in stdout
     static_cont = out_dir / "lab02_static_vs_continuous"
     for i, label in enumerate(["static", "continuous"]):

@@ -49,5 +49,5 @@ def test_grouped_bars_from_variant_labels(make_scenario, tmp_path, monkeypatch):
 
 def test_grouped_bars_needs_metrics(tmp_path):
     with pytest.raises(ValueError, match="grouped_bars needs metrics"):
-        grouped_bars_figure(tmp_path, tmp_path / "x.png", FigureSpec(name="grouped_bars"))
+        grouped_bars_figure(tmp_path, FigureSpec(name="grouped_bars"))
     assert FigureSpec(name="grouped_bars").file_stem("s") == "s_bars_none"

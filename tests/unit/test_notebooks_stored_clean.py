@@ -8,8 +8,12 @@ import pytest
 NOTEBOOKS = sorted((Path(__file__).parents[2] / "notebooks").glob("*.ipynb"))
 
 
-def test_there_is_a_quickstart_notebook():
-    assert any(p.name == "01_quickstart.ipynb" for p in NOTEBOOKS)
+def test_the_notebooks_are_there():
+    names = {p.name for p in NOTEBOOKS}
+    assert {
+        "01_quickstart.ipynb", "02_batching_and_goodput.ipynb", "03_calibration.ipynb",
+        "04_capacity_planning.ipynb",
+    } <= names  # fmt: skip
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

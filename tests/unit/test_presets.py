@@ -245,9 +245,57 @@ def test_sglang_speculative_flags_set_the_draft():
     assert error(raw).startswith("engine.flags.speculative_eagle_topk: got 4, must be 1")
 
 
-def test_vllm_speculative_config_is_an_error():
-    raw = base({"name": "vllm", "flags": {"speculative_config": {"method": "eagle"}}})
-    assert "vLLM's speculative flags are not mapped" in error(raw)
+def test_vllm_speculative_config_sets_the_draft():
+    for config in ('{"method": "mtp", "num_speculative_tokens": 2}',
+                   {"method": "mtp", "num_speculative_tokens": 2, "model": "x/y"}):  # fmt: skip
+        raw = base({"name": "vllm", "flags": {"speculative_config": config}})
+        raw["speculative"] = {"acceptance_rates": [0.8, 0.6]}
+        spec = resolved(raw)["speculative"]
+        assert (spec["algorithm"], spec["num_steps"]) == ("mtp", 2)
+    command = 'vllm serve m --speculative-config \'{"model": "d", "num_speculative_tokens": 4}\''
+    raw = base({"name": "vllm", "command": command})
+    raw["speculative"] = {"mean_accepted_tokens": 2.0}
+    spec = resolved(raw)["speculative"]
+    assert (spec["algorithm"], spec["num_steps"]) == ("draft_model", 4)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ("{not json", "engine.flags.speculative_config: got '{not json', must be a JSON object"),
+        ({"method": "eagle"}, "speculative_config.num_speculative_tokens: got None, must be"),
+        ({"num_speculative_tokens": 3}, "speculative_config.method: got None, must name"),
+        (
+            {"method": "eagle", "num_speculative_tokens": 3, "speculative_token_tree": "[]"},
+            "engine.flags.speculative_config.speculative_token_tree: not modelled; known: ",
+        ),
+        (
+            {"method": "eagle", "num_speculative_tokens": 3, "disable_by_batch_size": 8},
+            "engine.flags.speculative_config.disable_by_batch_size: not modelled",
+        ),
+    ],
+)
+def test_bad_vllm_speculative_config_is_one_line(config, message):
+    raw = base({"name": "vllm", "flags": {"speculative_config": config}})
+    raw["speculative"] = {"mean_accepted_tokens": 1.0}
+    assert message in error(raw)
+
+
+def test_vllm_speculative_config_needs_acceptance_and_v0_flags_are_refused():
+    mtp = {"method": "mtp", "num_speculative_tokens": 1}
+    raw = base({"name": "vllm", "flags": {"speculative_config": mtp}})
+    assert "engine.flags.speculative_config: got 'mtp'; acceptance is not a launch flag" in (
+        error(raw)
+    )
+    raw = base({"name": "vllm", "flags": {"num_speculative_tokens": 3}})
+    assert error(raw).startswith("engine.flags.num_speculative_tokens: got 3, a vLLM V0 flag")
+    raw = base(
+        {"name": "vllm", "flags": {"speculative_config": {**mtp, "num_speculative_tokens": 2}}}
+    )
+    raw["speculative"] = {"num_steps": 3, "mean_accepted_tokens": 1.0}
+    assert error(raw).startswith(
+        "speculative.num_steps: got 3, but engine.flags.speculative_config"
+    )
 
 
 def test_unknown_flag_names_it_and_lists_the_known_ones():
@@ -506,7 +554,7 @@ def test_pool_size_flags_set_the_blocks():
 )
 def test_vllm_older_speculative_flags_are_errors(line):
     raw = base({"name": "vllm", "command": f"vllm serve m {line}"})
-    assert "vLLM's speculative flags are not mapped" in error(raw)
+    assert ", a vLLM V0 flag; V1 takes --speculative-config" in error(raw)
 
 
 def test_flags_read_from_yaml_with_dashes_and_bare_switches():

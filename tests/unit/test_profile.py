@@ -417,3 +417,14 @@ def test_shipped_profile_is_what_vidur_profile_gives(tmp_path):
     got["source"].pop("file")
     want["source"].pop("file")
     assert got == want
+
+
+def test_verified_drafts_cost_like_prompt_tokens_attending_to_their_context():
+    model = cost()
+    # 3 decodes at 100 tokens each (300) verify 2 drafts each: 6 tokens at 0.05 ms and
+    # 2 x 300 attention pairs at 1e-4 ms on top of the decode's 7.1 ms
+    got = model.iteration_s(BatchShape(0, 0, 0, 3, 3, 300, verify_tokens=6))
+    assert got == pytest.approx((7.1 + 0.05 * 6 + 1e-4 * 600) / 1000)
+    # padded to the captured 4 rows, every row verifies its 2 drafts
+    padded = cost([4, 8]).iteration_s(BatchShape(0, 0, 0, 3, 3, 300, verify_tokens=6))
+    assert padded == pytest.approx((5 + 0.5 * 4 + 0.002 * 300 + 0.05 * 8 + 1e-4 * 600) / 1000)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 import runpy
 import subprocess
+import typing
 from importlib import metadata
 
 import numpy as np
 import pytest
 
 from lyra_simpy import provenance, simulate
-from lyra_simpy.figures import FIGURES, metrics_vs_param_figure
+from lyra_simpy.figures import FIGURES, metrics_vs_param_figure, pareto_figure
 from lyra_simpy.report import FigureSpec, lookup
 from lyra_simpy.request import Request
 from lyra_simpy.runner import best_variant, format_table, run_scenario, table_rows
@@ -74,18 +75,24 @@ def test_run_scenario_echo_and_no_files(make_scenario, tmp_path, monkeypatch):
 
 
 def test_figures_registry_and_spec_names():
-    assert set(FIGURES) == {
-        "cdf", "metrics_vs_param", "timeline", "iteration_times", "grouped_bars"
-    }  # fmt: skip
+    # the spec's names are the registry's keys
+    assert set(FIGURES) == set(typing.get_args(FigureSpec.model_fields["name"].annotation))
     assert FigureSpec(name="iteration_times").file_stem("s") == "s_iterations"
     assert FigureSpec(name="cdf", metric="tpot_ms").file_stem("s") == "s_tpot_cdf"
     assert FigureSpec(name="metrics_vs_param", param="a.b").file_stem("s") == "s_vs_b"
     assert FigureSpec(name="timeline").file_stem("s") == "s_timeline_first"
+    pareto = FigureSpec(name="pareto", metrics=["output_throughput", "p99_tpot_ms"])
+    assert pareto.file_stem("s") == "s_pareto_p99_tpot"
+
+
+def test_pareto_needs_two_metrics(tmp_path):
+    with pytest.raises(ValueError, match=r"pareto needs metrics: \[x, y\]"):
+        pareto_figure(tmp_path, FigureSpec(name="pareto", metrics=["output_throughput"]))
 
 
 def test_metrics_vs_param_needs_param_and_metrics(tmp_path):
     with pytest.raises(ValueError, match="needs param and metrics"):
-        metrics_vs_param_figure(tmp_path, tmp_path / "x.png", FigureSpec(name="metrics_vs_param"))
+        metrics_vs_param_figure(tmp_path, FigureSpec(name="metrics_vs_param"))
 
 
 def test_provenance_fallbacks(monkeypatch):

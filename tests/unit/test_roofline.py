@@ -115,3 +115,57 @@ def test_describe_names_the_catalog_entries():
     info = cost().describe()
     assert info["kv_bytes_per_token"] == KV
     assert info["weights_read_ms"] == pytest.approx(WEIGHTS_S * 1000)
+
+
+# -- speculative verification and eager launches ------------------------------------------
+
+
+def test_verify_tokens_run_the_linear_layers_and_attend_to_the_context_by_hand():
+    # 64 sequences at 2048 tokens each verify 3 drafts: 256 tokens through the linear
+    # layers (compute bound: 2 x BODY x 256 / FLOPS > weights), 4 pairs per context token
+    c = cost()
+    ctx = 64 * 2048
+    linear = (2 * BODY * 256 + 2 * HEAD * 64) / FLOPS
+    attention = max(PAIR_FLOPS * 4 * ctx / FLOPS, KV * (ctx + 256) / BYTES)
+    want = 1e-3 + max(linear, WEIGHTS_S) + attention
+    got = c.iteration_s(BatchShape(0, 0, 0, 64, 64, ctx, verify_tokens=3 * 64))
+    assert got == pytest.approx(want, rel=1e-12)
+    assert got > c.decode_span_s(64, ctx, 64, 1)[0]  # verification is not free
+
+
+def test_verify_tokens_are_padded_with_their_rows():
+    # 5 sequences in the graph of 8 verify 3 drafts each for all 8 rows
+    c = cost(padding=[4, 8])
+    five = c.iteration_s(BatchShape(0, 0, 0, 5, 5, 5000, verify_tokens=15))
+    eight = c.iteration_s(BatchShape(0, 0, 0, 8, 8, 5000, verify_tokens=24))
+    assert five == eight
+
+
+def small_model(**kw) -> RooflineCost:
+    base = {"name": "roofline", "hardware": "b200", "model": "qwen3_5_4b", "overhead_ms": 1.5}
+    return RooflineCost(RooflineCostConfig(**{**base, **kw}), 64)
+
+
+def test_eager_iterations_are_launch_bound_and_graphs_are_not():
+    eager = small_model(padding=[1, 2, 4, 8], eager_launch_ms=5.0)
+    plain = small_model(padding=[1, 2, 4, 8])
+    # a batch of 4 replays its graph: the launch floor does not apply
+    assert eager.decode_span_s(4, 4000, 4, 1) == plain.decode_span_s(4, 4000, 4, 1)
+    assert plain.decode_span_s(9, 9000, 9, 1)[0] < 6.5e-3  # the GPU work alone
+    # 9 rows are above the largest captured size: launched kernel by kernel
+    assert eager.decode_span_s(9, 9000, 9, 1)[0] == 1.5e-3 + 5e-3
+    # a short prompt runs eagerly too (prefill is never a graph in SGLang)
+    assert eager.iteration_s(BatchShape(1, 16, 256, 0, 0, 0)) == 1.5e-3 + 5e-3
+    # without captured sizes every decode is eager; a long prefill is compute bound
+    none = small_model(eager_launch_ms=5.0)
+    assert none.decode_span_s(1, 100, 1, 1)[0] == 1.5e-3 + 5e-3
+    long = BatchShape(1, 8192, 8192 * 8192, 0, 0, 0)
+    assert none.iteration_s(long) == plain.iteration_s(long) > 6.5e-3
+
+
+@pytest.mark.parametrize("rows", [4, 9])
+def test_eager_floor_keeps_decode_spans_bit_for_bit(rows):
+    c = small_model(padding=[1, 2, 4, 8], eager_launch_ms=2.0)
+    span = c.decode_span_s(rows, 100, rows, 40)
+    for j, t in enumerate(span):
+        assert t == c.decode_span_s(rows, 100 + j * rows, rows, 1)[0]

@@ -164,7 +164,9 @@ def test_variants_and_grid_together(tiny_raw):
     raw = tiny_raw
     raw["variants"] = [{"label": "a"}]
     raw["grid"] = {"path": "seed", "values": [1]}
-    with pytest.raises(ScenarioError, match="use either variants or grid, not both"):
+    with pytest.raises(
+        ScenarioError, match="use one of variants, grid and whatif, not variants and grid"
+    ):
         scenario_from_dict(raw)
 
 

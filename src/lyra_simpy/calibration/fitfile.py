@@ -12,6 +12,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 from pydantic import ValidationError
@@ -19,6 +20,9 @@ from pydantic import ValidationError
 from lyra_simpy.calibration.fit import FORMAT, TERMS, UNITS, ProfileFit, fit_profile
 from lyra_simpy.calibration.profiles import read_profile
 from lyra_simpy.errors import TraceError, from_validation_error
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 HEADER = (
     "# Fitted by `lyra-simpy calibrate` (lyra_simpy.calibration.fit): coefficients of the\n"
@@ -142,15 +146,23 @@ def format_report(fit: ProfileFit, profile_label: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def save_residuals(fit: ProfileFit, profile_path: Path, out: Path) -> None:
-    """Draw *fit* against the profile at *profile_path* (see
-    :func:`lyra_simpy.plots.profile_residuals`) and save it to *out*, atomically."""
+def residuals_figure(fit: ProfileFit, profile_path: Path, titled: bool = True) -> Figure:
+    """*fit* against the profile at *profile_path* (see
+    :func:`lyra_simpy.plots.profile_residuals`), titled with its hardware and model
+    unless *titled* is false (a paper figure has its caption outside)."""
     from lyra_simpy import plots
     from lyra_simpy.calibration.fit import predict_ms
 
     profile = read_profile(profile_path)
     title = " ".join(str(fit.metadata.get(k, "")) for k in ("hardware", "model")).strip()
-    fig = plots.profile_residuals(
-        profile.latency_ms, predict_ms(fit, profile), profile.phase, title or None
+    return plots.profile_residuals(
+        profile.latency_ms, predict_ms(fit, profile), profile.phase, (titled and title) or None
     )
+
+
+def save_residuals(fit: ProfileFit, profile_path: Path, out: Path) -> None:
+    """Save :func:`residuals_figure` to *out*, atomically."""
+    from lyra_simpy import plots
+
+    fig = residuals_figure(fit, profile_path)
     atomic_write(out, lambda tmp: plots.save(fig, tmp))

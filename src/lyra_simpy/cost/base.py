@@ -30,6 +30,19 @@ class BatchShape:
     a static batch. Padding (CUDA graphs) is applied to this by the cost model."""
     decode_context_tokens: int
     """Sum of the decoding sequences' context lengths (KV read by attention)."""
+    verify_tokens: int = 0
+    """Speculative decoding: draft tokens the target verifies in this iteration, the
+    same number for every decoding sequence (``num_steps`` each). They run through the
+    model like prompt tokens and attend to their sequence's context; a decode-only
+    iteration with them is still a decode iteration (a CUDA graph in SGLang and vLLM)."""
+
+
+def verify_rows_tokens(shape: BatchShape, rows: int) -> int:
+    """Draft tokens verified over *rows* rows (the decode rows, padded where a CUDA
+    graph pads them: a padded row verifies as many drafts as a real one)."""
+    if not shape.verify_tokens:
+        return 0
+    return shape.verify_tokens // shape.decode_seqs * rows
 
 
 class CostModel(Protocol):

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeFloat
 
-from lyra_simpy.cost.base import BatchShape, affine_span_s
+from lyra_simpy.cost.base import BatchShape, affine_span_s, verify_rows_tokens
 from lyra_simpy.cost.padding import Padder, Padding, check_padding
 
 
@@ -50,10 +50,11 @@ class LinearCost:
     def iteration_s(self, shape: BatchShape) -> float:
         c = self.config
         rows = shape.decode_rows if shape.prefill_seqs else self._pad(shape.decode_rows)
+        verify = verify_rows_tokens(shape, rows)
         ms = (
             c.base_ms
             + c.per_seq_ms * (shape.prefill_seqs + rows)
-            + c.per_prefill_token_ms * shape.prefill_tokens
+            + c.per_prefill_token_ms * (shape.prefill_tokens + verify)
             + c.per_context_token_ms * shape.decode_context_tokens
         )
         return ms / 1000.0

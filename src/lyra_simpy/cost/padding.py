@@ -45,6 +45,10 @@ class Padder:
         else:
             self._sizes = sorted(set(padding))
 
+    def captured(self, rows: int) -> bool:
+        """Whether a decode batch of *rows* rows replays a captured graph."""
+        return bool(self._sizes) and rows <= self._sizes[-1]
+
     def __call__(self, rows: int) -> int:
         sizes = self._sizes
         i = bisect.bisect_left(sizes, rows)

@@ -33,7 +33,7 @@ from pydantic import (
     model_validator,
 )
 
-from lyra_simpy.cost.base import BatchShape, affine_span_s
+from lyra_simpy.cost.base import BatchShape, affine_span_s, verify_rows_tokens
 from lyra_simpy.cost.padding import Padder, Padding, check_padding
 from lyra_simpy.errors import LyraError
 
@@ -134,15 +134,20 @@ class ProfileCost:
         """Row count → fixed part of a decode-only iteration (ms), computed once."""
 
     def iteration_s(self, shape: BatchShape) -> float:
-        if not shape.prefill_seqs:
+        if not shape.prefill_seqs and not shape.verify_tokens:
             return self.decode_span_s(shape.decode_rows, shape.decode_context_tokens, 0, 1)[0]
+        rows = shape.decode_rows if shape.prefill_seqs else self._pad(shape.decode_rows)
+        verify = verify_rows_tokens(shape, rows)
         ms = (
             self._fixed_ms
-            + self._per_seq * shape.decode_rows
+            + self._per_seq * rows
             + self._per_ctx * shape.decode_context_tokens
-            + self._per_prefill * shape.prefill_tokens
+            + self._per_prefill * (shape.prefill_tokens + verify)
             + self._per_attention * shape.prefill_attention_tokens
         )
+        if verify:  # each draft token attends to its sequence's context, like a prompt token
+            per_seq = shape.verify_tokens / shape.decode_seqs
+            ms += self._per_attention * per_seq * shape.decode_context_tokens
         return ms / 1000.0
 
     def decode_span_s(self, rows: int, context_tokens: int, growth: int, k: int) -> list[float]:

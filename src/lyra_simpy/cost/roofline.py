@@ -20,7 +20,12 @@ One iteration costs two phases, each ``max(FLOPs / (peak × compute_efficiency),
   × 2 B / link bandwidth``.
 
 Decode-only batches are padded (CUDA graphs, :mod:`~lyra_simpy.cost.padding`); the
-padded rows pay the linear layers, not attention. Activation traffic, norms and
+padded rows pay the linear layers, not attention. Speculative drafts being verified
+(``BatchShape.verify_tokens``) are tokens through the linear layers, each attending to
+its sequence's context; a decode-only iteration with them is still padded and replayed
+as a graph. An iteration run eagerly (with prompt tokens, above the largest captured
+size, or ``padding: none``) takes at least ``overhead_ms + eager_launch_ms``: the GPU
+cannot finish kernels faster than the CPU launches them. Activation traffic, norms and
 sampling are left out (they are in ``overhead_ms`` when it is fitted end to end).
 The default efficiencies are fitted to published per-op measurements:
 ``python -m lyra_simpy.calibration.roofline_check`` (``docs/calibration-roofline.md``).
@@ -42,7 +47,7 @@ from pydantic import (
     model_validator,
 )
 
-from lyra_simpy.cost.base import SHORT_SPAN, BatchShape
+from lyra_simpy.cost.base import SHORT_SPAN, BatchShape, verify_rows_tokens
 from lyra_simpy.cost.catalog import (
     DTYPE_BYTES,
     Dtype,
@@ -89,6 +94,11 @@ class RooflineCostConfig(BaseModel):
     """Latency of one all-reduce (aiconfigurator ``p2p_latency``: 10 us)."""
     padding: Annotated[Padding, BeforeValidator(check_padding)] = Field(default="none")
     """CUDA-graph padding of decode-only batches (none, max_batch, or captured sizes)."""
+    eager_launch_ms: NonNegativeFloat = 0.0
+    """CPU time to launch one forward pass's kernels one by one (no CUDA graph): an
+    eager iteration lasts at least ``overhead_ms`` + this. Replaying a captured graph
+    launches it once, which is what CUDA graphs buy for small batches. 0 (default)
+    treats eager iterations as never launch bound."""
 
     @field_validator("hardware")
     @classmethod
@@ -160,9 +170,11 @@ class RooflineCost:
             self._ar_s_per_token = n * 2 * (tp - 1) / tp * m.hidden_size * _ACTIVATION_BYTES / link
         else:
             self._ar_s_per_token = 0.0
-        self._decode: dict[int, tuple[float, float]] = {}
-        """Padded row count → (time apart from attention, attention bytes time apart
-        from the context read), computed once per row count."""
+        launch_s = c.eager_launch_ms / 1000.0
+        self._eager_floor_s = self._fixed_s + launch_s if launch_s else 0.0
+        self._decode: dict[int, tuple[float, float, float]] = {}
+        """Row count → (time apart from attention, attention bytes time apart from the
+        context read, the eager launch floor or 0 under a graph), once per row count."""
 
     def _linear_s(self, tokens: int, seqs: int) -> float:
         compute = self._s_per_token * tokens + self._s_per_seq * seqs
@@ -177,21 +189,25 @@ class RooflineCost:
         return compute if compute > weights else weights
 
     def iteration_s(self, shape: BatchShape) -> float:
-        if not shape.prefill_seqs:
+        if not shape.prefill_seqs and not shape.verify_tokens:
             return self.decode_span_s(shape.decode_rows, shape.decode_context_tokens, 0, 1)[0]
-        rows = shape.decode_rows
-        tokens = shape.prefill_tokens + rows
+        graph = not shape.prefill_seqs and self._pad.captured(shape.decode_rows)
+        rows = self._pad(shape.decode_rows) if graph else shape.decode_rows
+        verify = verify_rows_tokens(shape, rows)
+        tokens = shape.prefill_tokens + rows + verify
         seqs = shape.prefill_seqs + rows
         new = shape.prefill_tokens
-        pairs = shape.prefill_attention_tokens - new * new / (2 * shape.prefill_seqs)
-        pairs += shape.decode_context_tokens
+        pairs: float = shape.prefill_attention_tokens
+        if shape.prefill_seqs:
+            pairs -= new * new / (2 * shape.prefill_seqs)
+        ctx = shape.decode_context_tokens
+        pairs += ctx + (shape.verify_tokens * ctx / shape.decode_seqs if verify else 0)
         attn_compute = self._s_per_pair * pairs
-        attn_bytes = (
-            self._kv_s_per_token * (shape.decode_context_tokens + tokens)
-            + self._state_s_per_seq * seqs
-        )
+        attn_bytes = self._kv_s_per_token * (ctx + tokens) + self._state_s_per_seq * seqs
         attn = attn_compute if attn_compute > attn_bytes else attn_bytes
-        return self._linear_s(tokens, seqs) + attn + self._fixed_s + self._ar_s_per_token * tokens
+        t = self._linear_s(tokens, seqs) + attn + self._fixed_s + self._ar_s_per_token * tokens
+        floor = 0.0 if graph else self._eager_floor_s
+        return t if t > floor else floor
 
     def decode_span_s(self, rows: int, context_tokens: int, growth: int, k: int) -> list[float]:
         parts = self._decode.get(rows)
@@ -199,19 +215,23 @@ class RooflineCost:
             padded = self._pad(rows)
             base = self._linear_s(padded, padded) + self._fixed_s + self._ar_s_per_token * padded
             bytes0 = self._kv_s_per_token * padded + self._state_s_per_seq * padded
-            parts = (base, bytes0)
+            floor = 0.0 if self._pad.captured(rows) else self._eager_floor_s
+            parts = (base, bytes0, floor)
             self._decode[rows] = parts
-        base, bytes0 = parts
+        base, bytes0, floor = parts
         per_pair, per_kv = self._s_per_pair, self._kv_s_per_token
         if k <= SHORT_SPAN:
             out = []
             for j in range(k):
                 ctx = context_tokens + growth * j
                 compute, memory = per_pair * ctx, bytes0 + per_kv * ctx
-                out.append(base + (compute if compute > memory else memory))
+                t = base + (compute if compute > memory else memory)
+                out.append(t if t > floor else floor)
             return out
         ctx_arr = context_tokens + growth * np.arange(k, dtype=np.int64)
         times = base + np.maximum(per_pair * ctx_arr, bytes0 + per_kv * ctx_arr)
+        if floor:
+            times = np.maximum(times, floor)
         result: list[float] = times.tolist()
         return result
 

@@ -133,3 +133,22 @@ def memory_knobs(
     if reserve_gib is not None:
         out["kv_cache.activation_reserve_gib"] = Knob(reserve_gib)
     return out
+
+
+def speculative_knobs(raw: dict[str, Any], flag: str, algorithm: str, steps: Knob) -> Knobs:
+    """The ``speculative`` block's algorithm and draft length from an engine's flags.
+    Acceptance is not a launch flag but a property of model and traffic: the scenario's
+    own ``speculative`` block must give it (else one line naming *flag*)."""
+    block = raw.get("speculative")
+    if not isinstance(block, dict) or not (
+        "mean_accepted_tokens" in block or "acceptance_rates" in block
+    ):
+        raise ScenarioError(
+            f"engine.flags.{flag}: got {algorithm!r}; acceptance is not a launch flag: "
+            "set speculative.mean_accepted_tokens (or speculative.acceptance_rates) in the "
+            "scenario"
+        )
+    return {
+        "speculative.algorithm": Knob(algorithm, flag, algorithm),
+        "speculative.num_steps": steps,
+    }

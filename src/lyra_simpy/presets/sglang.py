@@ -73,6 +73,7 @@ from lyra_simpy.presets.common import (
     knob,
     memory_knobs,
     roofline_only,
+    speculative_knobs,
 )
 
 MAX_RUNNING_REQUESTS = 2048
@@ -282,18 +283,5 @@ def _speculative(f: SGLangFlags, raw: dict[str, Any]) -> Knobs:
             f"engine.flags.speculative_num_draft_tokens: got {drafts}, must be "
             f"speculative_num_steps + 1 ({steps + 1}) with topk 1, as SGLang requires"
         )
-    block = raw.get("speculative")
-    if not isinstance(block, dict) or not (
-        "mean_accepted_tokens" in block or "acceptance_rates" in block
-    ):
-        raise ScenarioError(
-            f"engine.flags.speculative_algorithm: got {f.speculative_algorithm!r}; acceptance "
-            "is not a launch flag: set speculative.mean_accepted_tokens (or "
-            "speculative.acceptance_rates) in the scenario"
-        )
-    return {
-        "speculative.algorithm": Knob(
-            f.speculative_algorithm, "speculative_algorithm", f.speculative_algorithm
-        ),
-        "speculative.num_steps": knob(f, "speculative_num_steps", steps),
-    }
+    steps_knob = knob(f, "speculative_num_steps", steps)
+    return speculative_knobs(raw, "speculative_algorithm", f.speculative_algorithm, steps_knob)

@@ -34,8 +34,14 @@ kv_cache_dtype (auto)               cost.kv_dtype (roofline): fp8 / fp8_e4m3 /
                                     fp8_e5m2 → fp8
 tensor_parallel_size (1)            cost.tp (roofline)
 quantization (none)                 cost.weight_dtype (roofline): fp8 → fp8
-speculative_config, speculative_model,
-  num_speculative_tokens (none)     not mapped: an error (use the speculative block)
+speculative_config (none)           speculative.algorithm = its ``method`` (or
+                                    ``draft_model`` with only ``model``),
+                                    speculative.num_steps = ``num_speculative_tokens``;
+                                    JSON text or a mapping; acceptance from the
+                                    scenario's block; a token tree or
+                                    ``disable_by_batch_size`` is an error (not modelled)
+speculative_model,                  V0 flags, removed in V1: an error naming
+  num_speculative_tokens            ``--speculative-config``
 ==================================  =================================================
 
 vLLM V1 also runs mixed batches through piecewise CUDA graphs padded by token count;
@@ -44,6 +50,7 @@ only decode-only batches are padded here (:mod:`~lyra_simpy.cost.padding`).
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt
@@ -60,6 +67,7 @@ from lyra_simpy.presets.common import (
     knob,
     memory_knobs,
     roofline_only,
+    speculative_knobs,
 )
 
 GPU_MEMORY_UTILIZATION = 0.9
@@ -128,11 +136,11 @@ def _large_device(raw: dict[str, Any]) -> bool:
 
 def knobs(f: VLLMFlags, raw: dict[str, Any]) -> Knobs:
     """The knobs of a vLLM launch (see the module docstring)."""
-    for name in ("speculative_config", "speculative_model", "num_speculative_tokens"):
+    for name in ("speculative_model", "num_speculative_tokens"):
         if getattr(f, name) is not None:
             raise ScenarioError(
-                f"engine.flags.{name}: got {getattr(f, name)!r}, vLLM's speculative flags are "
-                "not mapped: remove it and give the scenario a speculative block instead"
+                f"engine.flags.{name}: got {getattr(f, name)!r}, a vLLM V0 flag; V1 takes "
+                '--speculative-config \'{"method": ..., "num_speculative_tokens": N}\''
             )
     chunked = f.enable_chunked_prefill is not False
     large = _large_device(raw)
@@ -183,4 +191,45 @@ def knobs(f: VLLMFlags, raw: dict[str, Any]) -> Knobs:
     )
     weights = fp8_or_bf16("quantization", f.quantization, ("fp8",), ())
     roofline_only(raw, "quantization", f.quantization, out, "weight_dtype", weights)
+    if f.speculative_config is not None:
+        out.update(_speculative(f.speculative_config, raw))
     return out
+
+
+SPECULATIVE_KEYS = ("method", "num_speculative_tokens")
+"""``--speculative-config`` keys that set knobs."""
+SPECULATIVE_NO_EFFECT = ("model", "draft_tensor_parallel_size", "quantization", "revision",
+                         "max_model_len", "code_revision", "prompt_lookup_max",
+                         "prompt_lookup_min")  # fmt: skip
+"""Keys accepted with no effect on the simulation (the draft's cost and acceptance come
+from the scenario's ``speculative`` block)."""
+
+
+def _speculative(value: Any, raw: dict[str, Any]) -> Knobs:
+    """``--speculative-config`` (vLLM's ``SpeculativeConfig``) → the speculative block."""
+    where = "engine.flags.speculative_config"
+    config = value
+    if isinstance(value, str):
+        try:
+            config = json.loads(value)
+        except json.JSONDecodeError:
+            config = None
+    if not isinstance(config, dict):
+        raise ScenarioError(f"{where}: got {value!r}, must be a JSON object or a mapping")
+    for key in config:
+        if key not in SPECULATIVE_KEYS + SPECULATIVE_NO_EFFECT:
+            raise ScenarioError(
+                f"{where}.{key}: not modelled; known: {', '.join(SPECULATIVE_KEYS)} "
+                f"(ignored: {', '.join(SPECULATIVE_NO_EFFECT)})"
+            )
+    steps = config.get("num_speculative_tokens")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ScenarioError(
+            f"{where}.num_speculative_tokens: got {steps!r}, must be an integer >= 1"
+        )
+    method = config.get("method") or ("draft_model" if config.get("model") else None)
+    if not isinstance(method, str):
+        raise ScenarioError(f"{where}.method: got {method!r}, must name the draft method")
+    return speculative_knobs(
+        raw, "speculative_config", method, Knob(steps, "speculative_config", value)
+    )

@@ -1,4 +1,4 @@
-"""Command line: ``lyra-simpy run|validate|schema|calibrate|vidur-profile|figures``.
+"""Command line: ``lyra-simpy run|validate|schema|calibrate|vidur-profile|figures|sweep|capacity``.
 
 Parses and delegates; nothing else.
 
@@ -73,7 +73,80 @@ def _parser() -> argparse.ArgumentParser:
         default=0.0,
         help="assumed prefill attention time per new x (cached + new) pair (default 0)",
     )
+    _sweep_parsers(sub)
     return p
+
+
+def _executor_args(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE")
+    cmd.add_argument("--quick", action="store_true", help="apply the files' quick: blocks")
+    cmd.add_argument(
+        "--workers", type=_count, help="processes (default: CPU count; 1 runs in-process)"
+    )
+    cmd.add_argument(
+        "--dask", metavar="ADDRESS", help="run on Dask: tcp://HOST:PORT, or local (LocalCluster)"
+    )
+
+
+def _sweep_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    swp = sub.add_parser("sweep", help="run a grid of scenario variants over seeds (resumable)")
+    swp.add_argument("sweep", type=Path, help="sweep YAML (base scenario, grid, zip, seeds)")
+    _executor_args(swp)
+    swp.add_argument("--out", type=Path, help="result folder (default: the file's out:)")
+    swp.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    cap = sub.add_parser("capacity", help="highest rate (or fewest replicas) meeting an SLO")
+    cap.add_argument("scenario", type=Path, help="scenario YAML")
+    cap.add_argument("--slo", help="SLOs in ms replacing the scenario's, e.g. ttft=300,tpot=40")
+    cap.add_argument("--attainment", type=float, default=0.9, help="target (default 0.9)")
+    cap.add_argument(
+        "--vary", default="arrival.rate", help="arrival.rate (default) or cluster.replicas"
+    )
+    cap.add_argument("--seeds", type=_count, default=3, help="runs per probe (default 3)")
+    cap.add_argument("--tolerance", type=float, default=0.02, help="relative (default 0.02)")
+    _executor_args(cap)
+    cap.add_argument("--out", type=Path, help="write capacity_curve.csv and capacity.png here")
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    import time
+
+    from lyra_simpy.sweep import load_sweep, run_sweep
+
+    t0 = time.perf_counter()
+    sweep = load_sweep(args.sweep, args.overrides, args.quick)
+    progress = False if args.quiet else None
+    rep = run_sweep(sweep, args.out, args.workers, args.dask, progress)
+    print(
+        f"sweep {sweep.name}: {rep.rows} rows, {rep.distinct} points: {rep.computed} computed, "
+        f"{rep.distinct - rep.computed} already done ({time.perf_counter() - t0:.1f} s)"
+    )
+    print(f"table: {rep.table}")
+    return 0
+
+
+def _capacity(args: argparse.Namespace) -> int:
+    from lyra_simpy.capacity import find_capacity
+    from lyra_simpy.capacity_report import format_capacity, parse_slo, write_capacity
+    from lyra_simpy.scenario import load_scenario
+
+    scenario = load_scenario(args.scenario, args.overrides, args.quick)
+    slo = parse_slo(args.slo) if args.slo else None
+    cap = find_capacity(
+        scenario,
+        args.attainment,
+        args.vary,
+        slo,
+        args.seeds,
+        args.tolerance,
+        args.workers,
+        args.dask,
+    )
+    print(format_capacity(cap, scenario.name))
+    if args.out is not None:
+        for path in write_capacity(cap, args.out):
+            print(f"wrote {path}")
+    return 0 if cap.answer is not None else 1
 
 
 def _count(text: str) -> int:
@@ -147,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
             return _vidur_profile(args)
         if args.command == "figures":
             return _figures(args)
+        if args.command == "sweep":
+            return _sweep(args)
+        if args.command == "capacity":
+            return _capacity(args)
         from lyra_simpy.scenario import load_scenario
 
         # Validate every file (and every variant) before simulating any.

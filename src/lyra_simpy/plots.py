@@ -298,3 +298,26 @@ def profile_residuals(
         if title:
             fig.suptitle(title)
     return fig
+
+
+def capacity_curve(
+    x: Sequence[float],
+    attainment: Sequence[tuple[float, float, float]],
+    target: float,
+    xlabel: str,
+    answer: float | None = None,
+) -> Figure:
+    """Mean SLO attainment (band: the seeds' min to max) against load; target, answer."""
+    mean, low, high = (np.array(col) for col in zip(*attainment, strict=True))
+    with plt.rc_context(STYLE):  # type: ignore[arg-type]
+        fig, ax = plt.subplots(figsize=(WIDTH_IN, HEIGHT_IN), layout="constrained")
+        ax.fill_between(x, low, high, alpha=0.25, linewidth=0)
+        ax.plot(x, mean, marker="o", markersize=3, label="mean over seeds")
+        ax.axhline(target, color="0.4", linestyle="--", linewidth=1, label=f"target {target:g}")
+        if answer is not None:
+            ax.axvline(answer, color="0.4", linestyle=":", linewidth=1, label=f"{answer:.4g}")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(label_of("slo_attainment"))
+        ax.set_ylim(-0.02, 1.02)
+        ax.legend(frameon=False)
+    return fig

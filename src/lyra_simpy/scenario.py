@@ -329,6 +329,16 @@ class Scenario(BaseModel):
             out.append(_validate(raw, self._base_dir, prefix=f"variants[{var.label!r}]"))
         return out
 
+    def with_values(self, changes: dict[str, Any], where: str = "--set") -> Scenario:
+        """This scenario, without its variants, with every dotted path of *changes* set
+        to its value (as ``--set`` does) and validated again."""
+        raw = copy.deepcopy(self._raw)
+        raw.pop("variants", None)
+        raw.pop("grid", None)
+        for path, value in changes.items():
+            set_path(raw, path, value, where=where)
+        return _validate(raw, self._base_dir)
+
     def resolved(self) -> dict[str, Any]:
         """The full scenario as plain data (defaults filled in), for manifests."""
         return self.model_dump(mode="json", exclude={"quick", "variants", "grid", "whatif"})

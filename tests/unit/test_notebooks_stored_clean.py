@@ -11,7 +11,8 @@ NOTEBOOKS = sorted((Path(__file__).parents[2] / "notebooks").glob("*.ipynb"))
 def test_the_notebooks_are_there():
     names = {p.name for p in NOTEBOOKS}
     assert {
-        "01_quickstart.ipynb", "02_batching_and_goodput.ipynb", "03_calibration.ipynb"
+        "01_quickstart.ipynb", "02_batching_and_goodput.ipynb", "03_calibration.ipynb",
+        "04_capacity_planning.ipynb",
     } <= names  # fmt: skip
 
 

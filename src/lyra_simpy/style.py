@@ -51,10 +51,12 @@ _NO_STAMPS: dict[str, dict[str, None]] = {
 
 
 def save(fig: Figure, *paths: Any) -> None:
-    """Save *fig* to every path (format from the suffix) without time stamps or
+    """Save *fig* to every path (format from the suffix; PNG into a file object) without time stamps or
     software versions, so reruns give identical bytes; then close it. The style applies
     here too: resolution, font embedding and SVG ids are read when the file is written."""
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
         for path in paths:
-            fig.savefig(path, metadata=_NO_STAMPS.get(Path(path).suffix.lower()))
+            # a file object (no suffix) gets matplotlib's default format, PNG
+            suffix = Path(path).suffix.lower() if isinstance(path, (str, Path)) else ".png"
+            fig.savefig(path, metadata=_NO_STAMPS.get(suffix))
     plt.close(fig)

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from live_server import StreamServer
 
+from live_server import StreamServer
 from lyra_simpy import scenario_from_dict, simulate
 from lyra_simpy.cli import main
 from lyra_simpy.live.replay import ReplayConfig, replay
@@ -63,7 +63,7 @@ def test_open_loop_replay_writes_the_contract(tmp_path: Path, tiny_raw: dict[str
     assert [r["output_tokens"] for r in rows] == plan.output_tokens
     # Sent on time (within scheduling slack), in order.
     assert np.allclose([r["arrival_s"] for r in rows], plan.arrival_s, atol=0.05)
-    itl_ms, counts = read_itl_csv(tmp_path / "r" / "itl.csv")
+    _, counts = read_itl_csv(tmp_path / "r" / "itl.csv")
     assert counts.sum() == sum(n - 1 for n in plan.output_tokens)
     assert summary["completed"] == 12
     man = json.loads((tmp_path / "r" / "manifest.json").read_text())
@@ -83,10 +83,8 @@ def test_faulty_requests_are_recorded_not_fatal(
         cfg = ReplayConfig(endpoint=srv.url, api=api, timeout_s=0.4)
         summary, complete = replay(sc, cfg, tmp_path / "r")
     rows = read_jsonl(tmp_path / "r" / "requests.jsonl")
-    assert [r["status"] for r in rows] == ["ok", "unfinished", "unfinished", "unfinished"] + [
-        "ok",
-        "unfinished",
-    ]
+    ok, bad = "ok", "unfinished"
+    assert [r["status"] for r in rows] == [ok, bad, bad, bad, ok, bad]
     assert [r.get("error") for r in rows] == [
         None,
         "HTTP 500",
@@ -125,7 +123,9 @@ def test_unreachable_endpoint_fails_fast_with_one_line(
 ) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(json.dumps(tiny_raw))
-    code = main(["replay", str(path), "--endpoint", "http://127.0.0.1:9", "--out", str(tmp_path / "o")])
+    code = main(
+        ["replay", str(path), "--endpoint", "http://127.0.0.1:9", "--out", str(tmp_path / "o")]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("\n") == 1

@@ -84,20 +84,20 @@ def request_body(
     return path, body
 
 
-class _Malformed(Exception):
+class _MalformedError(Exception):
     pass
 
 
 def _on_event(api: Api, event: dict[str, Any], out: Outcome, now_s: float) -> None:
     """Account one decoded event into *out*."""
     if not isinstance(event, dict):
-        raise _Malformed
+        raise _MalformedError
     if isinstance(event.get("timings"), dict):
         out.timings = event["timings"]
     if api == "sglang":
         meta = event.get("meta_info")
         if not isinstance(meta, dict) or not isinstance(meta.get("completion_tokens"), int):
-            raise _Malformed
+            raise _MalformedError
         grew = meta["completion_tokens"] - out.tokens
         if grew > 0:
             out.chunk_s.append(now_s)
@@ -109,7 +109,7 @@ def _on_event(api: Api, event: dict[str, Any], out: Outcome, now_s: float) -> No
         return
     choices = event.get("choices")
     if not isinstance(choices, list):
-        raise _Malformed
+        raise _MalformedError
     if choices and isinstance(choices[0], dict) and choices[0].get("text"):
         out.chunk_s.append(now_s)
         out.tokens += 1
@@ -141,7 +141,7 @@ async def _stream(
                 return
             try:
                 _on_event(api, json.loads(data), out, now_s)
-            except (ValueError, _Malformed):
+            except (ValueError, _MalformedError):
                 out.error = "malformed chunk"
                 return
     if out.done_s is None:
@@ -199,9 +199,7 @@ def check_endpoint(base_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
                 if resp.status_code == 200:
                     return {}
     except (httpx.HTTPError, ValueError) as exc:
-        raise LyraError(
-            f"endpoint {base_url}: unreachable ({type(exc).__name__}: {exc})"
-        ) from None
+        raise LyraError(f"endpoint {base_url}: unreachable ({type(exc).__name__}: {exc})") from None
     return {}
 
 

@@ -25,7 +25,6 @@ from lyra_simpy.workload import build_source
 from lyra_simpy.workload.prefixes import unit_tokens
 from lyra_simpy.workload.source import ClosedLoopSource
 
-
 _MASK = (1 << 63) - 1
 
 

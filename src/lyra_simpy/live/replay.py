@@ -13,8 +13,9 @@ with an extra ``error`` key; a token count that differs from the one asked for i
 (``output_tokens`` is what the server produced) with the asked count as the extra key
 ``requested_output_tokens`` (``requested_input_tokens`` likewise). Open loop: the extra
 key ``send_late_ms`` says how late the client sent a request (a loaded client CPU).
-When the time limit or Ctrl-C stops the run, the requests in flight end ``unfinished`` (``error``: ``stopped``),
-requests not yet sent are not arrivals, and the manifest says ``complete: false``.
+When the time limit or Ctrl-C stops the run, the requests in flight end ``unfinished``
+(``error``: ``stopped``), requests not yet sent are not arrivals, and the manifest says
+``complete: false``.
 """
 
 from __future__ import annotations

@@ -125,7 +125,13 @@ def _on_event(api: Api, event: dict[str, Any], out: Outcome, now_s: float) -> No
 
 
 async def _stream(
-    client: httpx.AsyncClient, url: str, body: dict[str, Any], api: Api, out: Outcome, t0: float
+    client: httpx.AsyncClient,
+    url: str,
+    body: dict[str, Any],
+    api: Api,
+    out: Outcome,
+    t0: float,
+    first: asyncio.Event | None,
 ) -> None:
     async with client.stream("POST", url, json=body) as resp:
         if resp.status_code != 200:
@@ -144,6 +150,8 @@ async def _stream(
             except (ValueError, _MalformedError):
                 out.error = "malformed chunk"
                 return
+            if first is not None and out.chunk_s:
+                first.set()
     if out.done_s is None:
         out.error = "stream ended early"
 
@@ -157,12 +165,16 @@ async def send(
     timeout_s: float,
     t0: float,
     extra: dict[str, Any] | None = None,
+    first: asyncio.Event | None = None,
 ) -> Outcome:
-    """Send one request and time its stream (times from *t0*, a ``perf_counter`` value)."""
+    """Send one request and time its stream (times from *t0*, a ``perf_counter`` value);
+    *first* is set when its first token arrives."""
     path, body = request_body(api, prompt_ids, output_tokens, extra)
     out = Outcome(sent_s=time.perf_counter() - t0)
     try:
-        await asyncio.wait_for(_stream(client, base_url + path, body, api, out, t0), timeout_s)
+        await asyncio.wait_for(
+            _stream(client, base_url + path, body, api, out, t0, first), timeout_s
+        )
     except asyncio.TimeoutError:
         out.error = f"timeout after {timeout_s:g} s"
     except httpx.ConnectError:

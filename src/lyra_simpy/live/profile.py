@@ -83,7 +83,9 @@ class _Prober:
         ids = self.grid.token_ids
         return [int(x) for x in self.rng.integers(ids.low, ids.high, size=n)]
 
-    async def _send(self, n_in: int, n_out: int, t0: float) -> Outcome:
+    async def _send(
+        self, n_in: int, n_out: int, t0: float, first: asyncio.Event | None = None
+    ) -> Outcome:
         client = new_client()
         try:
             out = await send(
@@ -95,6 +97,7 @@ class _Prober:
                 self.grid.timeout_s,
                 t0,
                 self.grid.extra_body,
+                first,
             )
         finally:
             await client.aclose()
@@ -127,20 +130,16 @@ class _Prober:
         t0 = time.perf_counter()
         ctx, steps = self.grid.mixed_context, self.grid.decode_steps
 
-        async def decoder() -> Outcome:
-            return await self._send(ctx, steps * 2, t0)
-
-        decoders = [asyncio.create_task(decoder()) for _ in range(b)]
-        # Let every decoder's prompt finish before the probe joins (steps of ~ms each).
-        await asyncio.sleep(self._settle_s(b))
+        firsts = [asyncio.Event() for _ in range(b)]
+        decoders = [asyncio.create_task(self._send(ctx, steps * 2, t0, e)) for e in firsts]
+        # The probe joins once every decoder's prompt is in (then each step is decodes).
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in firsts)), self.grid.timeout_s)
+        await asyncio.sleep(0.02)
         probe = await self._send(p, 1, t0)
         outs = await asyncio.gather(*decoders)
         probe_at = probe.sent_s
         done_before = [sum(1 for s in o.chunk_s if s <= probe_at) for o in outs]
         return self._prompt_ms(probe, "mixed"), ctx + int(statistics.median(done_before))
-
-    def _settle_s(self, b: int) -> float:
-        return 0.3 + 0.05 * b
 
 
 def _metadata(

@@ -34,7 +34,7 @@ SERVER_FLAGS = [
     "-c", "4096",  # KV cells for all slots (kv_cache: 256 blocks of 16)
     "-b", "512",  # logical batch: tokens per step (max_num_batched_tokens)
     "-ub", "512",  # physical batch = logical: one ubatch per step
-    "-t", "2", "-tb", "2",  # the machine's two cores (the client shares them)
+    "-t", "1", "-tb", "1",  # one thread; the client has the other core (see docs/VALIDATION.md)
     "--ctx-checkpoints", "0",  # no SWA checkpoints (they give a prompt's end steps of its own)
     "--cache-ram", "0",  # no host prompt cache (copies each slot's KV after a request)
 ]  # fmt: skip
@@ -46,6 +46,9 @@ SCENARIOS = [
     "closed_loop_4",
     "closed_loop_8",
 ]
+LOAD = {"poisson_light": 0.3, "poisson_medium": 0.6, "poisson_near_saturation": 0.9}
+"""Poisson rate as a fraction of the capacity the fitted model predicts (the simulated
+request throughput of closed_loop_8: all 8 slots always busy)."""
 PROFILE = "validation/profiles/llamacpp_gemma3_270m_cpu.csv"
 FIT = "validation/fits/llamacpp_gemma3_270m_cpu.yaml"
 GRID = "validation/profile_grid.yaml"
@@ -106,16 +109,27 @@ def main() -> int:
     model = llamacpp.model_file()
     facts["binary"] = str(binary).replace(str(Path.home()), "~")
     facts["model"] = model.name
-    q = ["--quick"] if quick else []
+    base = ["--quick"] if quick else []
     with llamacpp.Server(binary, model, SERVER_FLAGS, out / "llama-server.log") as srv:
         facts["props"] = check_endpoint(srv.url)
         run = Steps(srv.url)
         flags = " ".join(SERVER_FLAGS)
         run("profile", "--endpoint", srv.url, "--out", PROFILE, "--grid", GRID, "--flags", flags)
         run("calibrate", PROFILE, "--out", FIT, "--figure", f"{FIG_DIR}/profile_fit.png")
+        run("run", "validation/closed_loop_8.yaml", "--out", str(out / "capacity"), "--no-figures")
+        capacity = json.loads(
+            (Path(_sim_folder(out / "capacity" / "closed_loop_8")) / "summary.json").read_text()
+        )["request_throughput"]
+        facts["capacity_req_s"] = capacity
+        facts["load"] = LOAD
         results = {}
         for name in SCENARIOS:
             path = f"validation/{name}.yaml"
+            if name in LOAD:
+                rate = f"workload.arrival.rate_per_s={LOAD[name] * capacity:.3f}"
+                q = [*base, "--set", rate]
+            else:
+                q = base
             run("run", path, "--out", str(out / "sim"), "--no-figures", *q)
             reals = []
             for k in range(repeats):

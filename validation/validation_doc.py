@@ -105,6 +105,12 @@ def write_doc(
         "distance of one real run from that median — the engine's own run-to-run band, "
         "the floor under which an error says nothing.",
         "",
+        f"Load points: Poisson at {', '.join(f'{v:g}' for v in facts['load'].values())} x "
+        f"the capacity the fitted model predicts ({facts['capacity_req_s']:.3f} req/s: the "
+        "simulated request throughput of 8 always-busy slots), and closed loops of 4 and 8 "
+        "clients. Requests per run: 50 (Poisson), 40 and 60 (closed loop) — short, so the "
+        "p99 of a run is about its largest value or two and noisy by nature.",
+        "",
         "## Summary (error of the simulation; target: ≤ 5 % on p50 TTFT, p50 TPOT and "
         "throughput, ≤ 15 % on p99)",
         "",

@@ -5,7 +5,9 @@ Builds (or reuses, from ``$LYRA_CACHE`` or ``~/.cache/lyra-simpy``) llama.cpp's
 127.0.0.1 with :data:`SERVER_FLAGS`, then through the ``lyra-simpy`` command line:
 profiles it, calibrates the ``profile`` cost model, and for every scenario in
 :data:`SCENARIOS` simulates it, replays it :data:`REPEATS` times on the server and
-compares; stops the server and writes ``docs/VALIDATION.md`` (:mod:`validation_doc`).
+compares; stops the server (also on SIGTERM or Ctrl-C) and writes ``docs/VALIDATION.md``
+(:mod:`validation_doc`), keeping its numbers in ``results/validation/validation.json``
+(``--doc-only`` rewrites the document from them).
 
 Environment: ``LYRA_QUICK=1`` uses each scenario's ``quick:`` block (a trial run);
 ``LYRA_VALIDATE_REPEATS`` changes the number of real runs (default 3).
@@ -16,12 +18,13 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from validation_doc import write_doc
+from validation_doc import diagnostics, write_doc
 
 from lyra_simpy.cli import main as cli_main
 from lyra_simpy.live import llamacpp
@@ -88,11 +91,23 @@ class Steps:
             raise SystemExit(f"validate-cpu: `lyra-simpy {args[0]}` exited {code}")
 
 
+def _stop(signum: int, frame: object) -> None:
+    raise SystemExit(f"validate-cpu: stopped by signal {signum}")  # stops the server too
+
+
 def main() -> int:
     os.chdir(ROOT)
+    out = ROOT / "results" / "validation"
+    saved = out / "validation.json"
+    if sys.argv[1:] == ["--doc-only"]:  # rewrite the document from the last run's numbers
+        data = json.loads(saved.read_text())
+        doc = write_doc(ROOT / "docs" / "VALIDATION.md", data["facts"], data["results"],
+                        SCENARIOS, ROOT / FIT)  # fmt: skip
+        print(f"wrote {doc}")
+        return 0
+    signal.signal(signal.SIGTERM, _stop)
     quick = os.environ.get("LYRA_QUICK") == "1"
     repeats = int(os.environ.get("LYRA_VALIDATE_REPEATS", "3"))
-    out = ROOT / "results" / "validation"
     started = time.time()
     facts: dict[str, Any] = {
         "quick": quick,
@@ -142,12 +157,11 @@ def main() -> int:
             run("compare", sim, *reals, "--figure", f"{FIG_DIR}/{name}_cdf.png", "--json",
                 str(table))  # fmt: skip
             results[name] = json.loads(table.read_text())
-            results[name + "@real_summary"] = json.loads(
-                (Path(reals[0]) / "summary.json").read_text()
-            )
+            results[name + "@diagnostics"] = diagnostics(Path(sim), [Path(r) for r in reals])
     facts["load_end"] = _loadavg()
     facts["wall_min"] = round((time.time() - started) / 60.0, 1)
     facts["commands"] = run.commands
+    saved.write_text(json.dumps({"facts": facts, "results": results}, indent=1) + "\n")
     doc = write_doc(ROOT / "docs" / "VALIDATION.md", facts, results, SCENARIOS, ROOT / FIT)
     print(f"\nwrote {doc}")
     return 0

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
 import platform
 import statistics
 import time
@@ -142,6 +143,17 @@ class _Prober:
         return self._prompt_ms(probe, "mixed"), ctx + int(statistics.median(done_before))
 
 
+def _cpu() -> str:
+    """This machine's CPU model and core count (Linux), else the platform's word."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+    except OSError:
+        pass
+    return f"{platform.processor() or platform.machine()} CPU"
+
+
 def _metadata(
     props: dict[str, Any],
     url: str,
@@ -155,7 +167,7 @@ def _metadata(
         "engine": info["engine"],
         "version": info["version"],
         "model": Path(str(info["model"])).name,
-        "hardware": hardware or f"{platform.processor() or platform.machine()} CPU",
+        "hardware": hardware or _cpu(),
         "tp": 1,
         "date": dt.date.today().isoformat(),
         "flags": flags,

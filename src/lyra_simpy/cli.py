@@ -2,8 +2,10 @@
 
 Parses and delegates; nothing else.
 
-Errors that are the user's (a bad scenario, a missing trace) print one line to stderr
-and exit with status 2; no result folder is written for a scenario that failed.
+Errors that are the user's (a bad scenario, a missing trace, an unreachable endpoint)
+print one line to stderr and exit with status 2; no result folder is written for a
+scenario that failed. ``replay`` exits 1 when its time limit stopped it (the records
+gathered are written, marked incomplete) and 130 on Ctrl-C.
 """
 
 from __future__ import annotations

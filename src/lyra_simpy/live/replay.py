@@ -140,7 +140,8 @@ def records(run: _Run) -> tuple[list[dict[str, Any]], list[float]]:
         asked_in, asked_out = len(plan.prompts[i]), plan.output_tokens[i]
         ok = o.error is None
         first = o.chunk_s[0] if o.chunk_s else None
-        finish = (o.done_s if o.done_s is not None else o.chunk_s[-1]) if ok and o.chunk_s else None
+        # The last token's arrival ends the request, as the simulator's finish_s does.
+        finish = o.chunk_s[-1] if ok and o.chunk_s else None
         out_tok = o.reported_output_tokens if o.reported_output_tokens is not None else o.tokens
         if ok and out_tok == 0:
             ok, o.error = False, "no tokens"

@@ -85,7 +85,7 @@ class StreamServer:
             h.end_headers()
             return
         if fault == "hang":
-            time.sleep(2.0)
+            time.sleep(3.0)
             return
         if fault == "wrong_count":
             n -= 1

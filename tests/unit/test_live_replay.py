@@ -62,7 +62,7 @@ def test_open_loop_replay_writes_the_contract(tmp_path: Path, tiny_raw: dict[str
     plan = planned_requests(sc)
     assert [r["output_tokens"] for r in rows] == plan.output_tokens
     # Sent on time (within scheduling slack), in order.
-    assert np.allclose([r["arrival_s"] for r in rows], plan.arrival_s, atol=0.05)
+    assert np.allclose([r["arrival_s"] for r in rows], plan.arrival_s, atol=0.25)
     _, counts = read_itl_csv(tmp_path / "r" / "itl.csv")
     assert counts.sum() == sum(n - 1 for n in plan.output_tokens)
     assert summary["completed"] == 12
@@ -84,7 +84,7 @@ def test_faulty_requests_are_recorded_not_fatal(
     sc = scenario_from_dict(_closed(tiny_raw))
     with StreamServer(ttft_s=0.01, itl_s=0.002) as srv:
         srv.faults = {1: "http500", 2: "malformed", 3: "drop", 4: "wrong_count", 5: "hang"}
-        cfg = ReplayConfig(endpoint=srv.url, api=api, timeout_s=0.4)
+        cfg = ReplayConfig(endpoint=srv.url, api=api, timeout_s=1.0)
         summary, complete = replay(sc, cfg, tmp_path / "r")
     rows = read_jsonl(tmp_path / "r" / "requests.jsonl")
     ok, bad = "ok", "unfinished"
@@ -95,7 +95,7 @@ def test_faulty_requests_are_recorded_not_fatal(
         "malformed chunk",
         "connection dropped",
         None,
-        "timeout after 0.4 s",
+        "timeout after 1 s",
     ]
     assert rows[4]["output_tokens"] == 3
     assert rows[4]["requested_output_tokens"] == 4
@@ -111,7 +111,7 @@ def test_time_limit_keeps_what_was_gathered(tmp_path: Path, tiny_raw: dict[str, 
     sc = scenario_from_dict(_closed(tiny_raw))
     with StreamServer(ttft_s=0.01, itl_s=0.002) as srv:
         srv.faults = {2: "hang"}
-        cfg = ReplayConfig(endpoint=srv.url, timeout_s=5.0, time_limit_s=0.5)
+        cfg = ReplayConfig(endpoint=srv.url, timeout_s=5.0, time_limit_s=1.5)
         _, complete = replay(sc, cfg, tmp_path / "r")
     assert not complete
     rows = read_jsonl(tmp_path / "r" / "requests.jsonl")
@@ -119,7 +119,7 @@ def test_time_limit_keeps_what_was_gathered(tmp_path: Path, tiny_raw: dict[str, 
     assert rows[2]["error"] == "stopped"
     man = json.loads((tmp_path / "r" / "manifest.json").read_text())
     assert man["complete"] is False
-    assert man["stopped"] == "time limit 0.5 s"
+    assert man["stopped"] == "time limit 1.5 s"
 
 
 def test_unreachable_endpoint_fails_fast_with_one_line(

@@ -35,6 +35,7 @@ HERE = ROOT / "validation"
 SERVER_FLAGS = [
     "-np", "8",  # slots: at most 8 sequences running (scheduler.max_num_seqs)
     "-c", "4096",  # KV cells for all slots (kv_cache: 256 blocks of 16)
+    "-kvu",  # one unified KV buffer: a step is one ubatch whatever slots run (see the doc)
     "-b", "512",  # logical batch: tokens per step (max_num_batched_tokens)
     "-ub", "512",  # physical batch = logical: one ubatch per step
     "-t", "1", "-tb", "1",  # one thread; the client has the other core (see docs/VALIDATION.md)

@@ -39,6 +39,12 @@ Scenario settings only (validation/*.yaml), no special case in the engine:
   fit goes on in the next step. That is Sarathi-style chunked prefill with decodes first:
   `scheduler: chunked_prefill` with `max_num_batched_tokens: 512` (= `-b`). `-ub 512`
   makes the step one physical ubatch.
+- **One ubatch per step: `-kvu`.** Without a unified KV cache each slot is a KV
+  stream of its own and llama.cpp splits a step's batch with `split_equal` (equal tokens
+  per sequence, consecutive sequence ids only; src/llama-kv-cache-iswa.cpp and
+  src/llama-batch.cpp): decodes of slots 0, 2 and 5 become three forward passes, and a
+  mixed step two or more. With `-kvu` the batch goes through `split_simple`: one pass
+  per step, which is what the simulator charges.
 - **First token.** Sampled at the end of the step that computes the prompt's last
   token, as the simulator emits it.
 - **Checkpoints off.** Gemma 3 uses sliding-window attention; by default llama.cpp then
@@ -56,8 +62,10 @@ What limits the match on a small shared machine (read the tables with these in m
 the server's one thread competes with the client and with anything else running, so a
 step's time varies from run to run (the spread column; the per-run engine timings below
 show it directly) and between the profile and the replays; the linear cost model cannot
-follow a decode step that jumps from one sequence to two (the decode rows of the fit
-report); and runs of 40-60 requests make every p99 the largest value or two.
+follow a decode step that jumps from one sequence to two (measured here: about 18 ms
+alone, 43 ms for two, then about +7 ms per further sequence up to 8, with `-kvu` as
+without it — a kernel effect, single-column matrix-vector products being much cheaper,
+not a scheduling one; the decode rows of the fit report show the error it leaves); and runs of 40-60 requests make every p99 the largest value or two.
 
 Known gaps: the client (Python, asyncio) shares the two cores with the server's two
 threads; HTTP and JSON time is in every real TTFT but not in the model; llama.cpp

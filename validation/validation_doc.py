@@ -65,7 +65,8 @@ show it directly) and between the profile and the replays; the linear cost model
 follow a decode step that jumps from one sequence to two (measured here: about 18 ms
 alone, 43 ms for two, then about +7 ms per further sequence up to 8, with `-kvu` as
 without it — a kernel effect, single-column matrix-vector products being much cheaper,
-not a scheduling one; the decode rows of the fit report show the error it leaves); and runs of 40-60 requests make every p99 the largest value or two.
+not a scheduling one; the decode rows of the fit report show the error it leaves);
+and runs of 40-60 requests make every p99 the largest value or two.
 
 Known gaps: the client (Python, asyncio) shares the two cores with the server's two
 threads; HTTP and JSON time is in every real TTFT but not in the model; llama.cpp

@@ -55,7 +55,7 @@ Scenario settings only (validation/*.yaml), no special case in the engine:
 - **Step cost.** The `profile` model fitted to the server's own profile (prefill,
   decode at batch 1-8, mixed steps). Gemma 3's 262k-token vocabulary makes the output
   projection and the sampler (a 262k candidate array per slot per step) a large
-  per-sequence cost, so a decode step grows nearly linearly with the batch: the fitted
+  per-sequence cost, so from two sequences on a decode step grows about linearly: the fitted
   `per_decode_seq_ms` carries it.
 
 What limits the match on a small shared machine (read the tables with these in mind):
@@ -64,12 +64,12 @@ step's time varies from run to run (the spread column; the per-run engine timing
 show it directly) and between the profile and the replays; the linear cost model cannot
 follow a decode step that jumps from one sequence to two (measured here: about 18 ms
 alone, 43 ms for two, then about +7 ms per further sequence up to 8, with `-kvu` as
-without it — a kernel effect, single-column matrix-vector products being much cheaper,
-not a scheduling one; the decode rows of the fit report show the error it leaves);
-and runs of 40-60 requests make every p99 the largest value or two.
+without it, so not the ubatch split; most likely ggml's single-column matrix-vector
+kernels being much cheaper than the batched path; the decode rows of the fit report
+show the error it leaves); and runs of 40-60 requests make every p99 the largest value or two.
 
-Known gaps: the client (Python, asyncio) shares the two cores with the server's two
-threads; HTTP and JSON time is in every real TTFT but not in the model; llama.cpp
+Known gaps: the client (Python, asyncio) shares the two cores with the server's one
+thread; HTTP and JSON time is in every real TTFT but not in the model; llama.cpp
 iterates slots by slot id, not arrival order (FCFS in the model); the noise of a
 shared host (VALIDATION-NOTES: whole runs 1.3-2x slower now and then).
 """

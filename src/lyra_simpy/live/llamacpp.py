@@ -79,7 +79,10 @@ def _source(cache: Path, log: IO[str]) -> Path:
     tmp = cache / f".unpack-{os.getpid()}"
     with tarfile.open(archive) as tar:
         members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name + "/"]
-        tar.extractall(tmp, members=members, filter="data")
+        if hasattr(tarfile, "data_filter"):  # Python >= 3.10.12 / 3.11.4
+            tar.extractall(tmp, members=members, filter="data")
+        else:  # pragma: no cover - older Pythons
+            tar.extractall(tmp, members=members)
     vendored = next(tmp.glob("*/vendor/llama.cpp"))
     vendored.rename(src)
     return src

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -85,6 +86,7 @@ def _source(cache: Path, log: IO[str]) -> Path:
             tar.extractall(tmp, members=members)
     vendored = next(tmp.glob("*/vendor/llama.cpp"))
     vendored.rename(src)
+    shutil.rmtree(tmp, ignore_errors=True)
     return src
 
 

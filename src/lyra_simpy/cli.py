@@ -1,9 +1,12 @@
-"""Command line: ``lyra-simpy run|validate|schema|calibrate|vidur-profile|figures|sweep|capacity``.
+"""Command line: ``lyra-simpy run|validate|schema|calibrate|vidur-profile|figures|sweep|
+capacity|replay|profile|compare``.
 
 Parses and delegates; nothing else.
 
-Errors that are the user's (a bad scenario, a missing trace) print one line to stderr
-and exit with status 2; no result folder is written for a scenario that failed.
+Errors that are the user's (a bad scenario, a missing trace, an unreachable endpoint)
+print one line to stderr and exit with status 2; no result folder is written for a
+scenario that failed. ``replay`` exits 1 when its time limit stopped it (the records
+gathered are written, marked incomplete) and 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import sys
 from pathlib import Path
 
 from lyra_simpy.errors import LyraError
+from lyra_simpy.live.cli import LIVE_COMMANDS, add_live_parsers
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -74,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
         help="assumed prefill attention time per new x (cached + new) pair (default 0)",
     )
     _sweep_parsers(sub)
+    add_live_parsers(sub, _count)
     return p
 
 
@@ -224,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
             return _sweep(args)
         if args.command == "capacity":
             return _capacity(args)
+        if args.command in LIVE_COMMANDS:
+            return LIVE_COMMANDS[args.command](args)
         from lyra_simpy.scenario import load_scenario
 
         # Validate every file (and every variant) before simulating any.

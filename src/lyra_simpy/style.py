@@ -51,9 +51,10 @@ _NO_STAMPS: dict[str, dict[str, None]] = {
 
 
 def save(fig: Figure, *paths: Any) -> None:
-    """Save *fig* to every path (format from the suffix; PNG into a file object) without time stamps or
-    software versions, so reruns give identical bytes; then close it. The style applies
-    here too: resolution, font embedding and SVG ids are read when the file is written."""
+    """Save *fig* to every path (format from the suffix; PNG into a file object) without
+    time stamps or software versions, so reruns give identical bytes; then close it. The
+    style applies here too: resolution, font embedding and SVG ids are read when the file
+    is written."""
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
         for path in paths:
             # a file object (no suffix) gets matplotlib's default format, PNG

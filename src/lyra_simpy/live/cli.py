@@ -1,0 +1,120 @@
+"""The live-endpoint subcommands of the command line: ``replay``, ``profile``,
+``compare`` (parsers and handlers; :mod:`lyra_simpy.cli` wires them in)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lyra_simpy.errors import LyraError
+
+
+def add_live_parsers(sub: Any, count: Callable[[str], int]) -> None:
+    """The three subcommands' parsers; *count* parses a positive integer."""
+    _count = count
+    rep = sub.add_parser("replay", help="send a scenario's workload to a live endpoint")
+    rep.add_argument("scenario", type=Path, help="scenario YAML (one variant)")
+    rep.add_argument("--endpoint", required=True, help="e.g. http://127.0.0.1:8080")
+    rep.add_argument("--api", choices=["openai", "sglang"], default="openai")
+    rep.add_argument("--out", type=Path, help="results folder (default results/live/NAME)")
+    rep.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE")
+    rep.add_argument("--quick", action="store_true", help="apply the file's quick: block")
+    rep.add_argument("--timeout-s", type=_seconds, default=60.0, help="per request (60)")
+    rep.add_argument("--time-limit-s", type=_seconds, default=1800.0, help="whole run (1800)")
+    rep.add_argument("--max-in-flight", type=_count, default=256, help="requests at once")
+    rep.add_argument("--extra-body", type=_json_object, default={}, help="JSON merged into bodies")
+
+    prof = sub.add_parser("profile", help="measure a live engine's step costs: profile CSV")
+    prof.add_argument("--endpoint", required=True, help="e.g. http://127.0.0.1:8080")
+    prof.add_argument("--api", choices=["openai", "sglang"], default="openai")
+    prof.add_argument("--out", type=Path, required=True, help="profile CSV (+ .yaml beside)")
+    prof.add_argument("--grid", type=Path, help="YAML of a ProfileGrid (default: built in)")
+    prof.add_argument("--hardware", default=None, help="hardware name for the metadata")
+    prof.add_argument("--flags", default="", help="the engine's command line, for the metadata")
+
+    cmp_ = sub.add_parser("compare", help="relative error of a simulation against real runs")
+    cmp_.add_argument("sim_dir", type=Path, help="simulated run folder (summary.json ...)")
+    cmp_.add_argument("real_dirs", type=Path, nargs="+", help="replayed run folders (median)")
+    cmp_.add_argument("--figure", type=Path, help="overlaid CDFs (.png/.pdf)")
+    cmp_.add_argument("--json", type=Path, help="write the comparison table as JSON")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"got {text!r}, must be a number > 0 (s)")
+    return value
+
+
+def _json_object(text: str) -> dict[str, object]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"got {text!r}, must be a JSON object")
+    return value
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from lyra_simpy.live.replay import ReplayConfig, replay
+    from lyra_simpy.scenario import load_scenario
+
+    scenario = load_scenario(args.scenario, args.overrides, args.quick)
+    variants = scenario.expand()
+    if len(variants) != 1:
+        raise LyraError(f"{args.scenario}: has {len(variants)} variants, replay takes one")
+    cfg = ReplayConfig(
+        endpoint=args.endpoint,
+        api=args.api,
+        timeout_s=args.timeout_s,
+        time_limit_s=args.time_limit_s,
+        max_in_flight=args.max_in_flight,
+        extra_body=args.extra_body,
+    )
+    out = args.out or Path("results") / "live" / scenario.name
+    try:
+        summary, complete = replay(variants[0], cfg, out, str(args.scenario))
+    except KeyboardInterrupt:
+        print(f"interrupted: partial results in {out}/ (manifest: complete false)")
+        return 130
+    print(
+        f"{summary['completed']} ok, {summary['unfinished']} unfinished; "
+        f"median TTFT {summary['median_ttft_ms']:.1f} ms, median TPOT "
+        f"{summary['median_tpot_ms']:.2f} ms, {summary['output_throughput']:.1f} tok/s"
+    )
+    print(f"results: {out}/" + ("" if complete else " (incomplete: stopped early)"))
+    return 0 if complete else 1
+
+
+def _profile(args: argparse.Namespace) -> int:
+    from lyra_simpy.live.profile import ProfileGrid, load_grid, profile
+
+    grid = load_grid(args.grid) if args.grid else ProfileGrid()
+    rows, source = profile(args.endpoint, args.api, grid, args.out, args.hardware, args.flags)
+    print(f"wrote {args.out} ({rows} rows, timings: {source}) and {args.out.with_suffix('.yaml')}")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from lyra_simpy.live.compare import compare, format_comparison
+
+    table = compare(args.sim_dir, args.real_dirs, args.figure, args.json)
+    print(format_comparison(table))
+    for path in (args.figure, args.json):
+        if path is not None:
+            print(f"wrote {path}")
+    return 0
+
+
+LIVE_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "replay": _replay,
+    "profile": _profile,
+    "compare": _compare,
+}

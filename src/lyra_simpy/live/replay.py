@@ -1,0 +1,248 @@
+"""Replay a scenario's workload on a live endpoint and write what a simulation writes.
+
+``lyra-simpy replay SCENARIO --endpoint URL`` sends the requests of
+:func:`~lyra_simpy.live.workload.planned_requests` — open loop at their arrival times,
+closed loop with the scenario's concurrency — streams every reply
+(:mod:`~lyra_simpy.live.client`) and writes ``requests.jsonl``, ``summary.json``,
+``itl.csv`` and ``manifest.json`` (DESIGN §4) into one folder, atomically.
+
+Bounds: *timeout_s* per request, *time_limit_s* for the whole run, at most
+*max_in_flight* requests at once (an open-loop request waiting for a free place is sent
+late, and its ``arrival_s`` is when it was sent). A failed request ends ``unfinished``
+with an extra ``error`` key; a token count that differs from the one asked for is kept
+(``output_tokens`` is what the server produced) with the asked count as the extra key
+``requested_output_tokens`` (``requested_input_tokens`` likewise). Open loop: the extra
+key ``send_late_ms`` says how late the client sent a request (a loaded client CPU).
+When the time limit or Ctrl-C stops the run, the requests in flight end ``unfinished``
+(``error``: ``stopped``), requests not yet sent are not arrivals, and the manifest says
+``complete: false``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt
+
+from lyra_simpy.live.client import (
+    Api,
+    Outcome,
+    check_endpoint,
+    engine_info,
+    new_client,
+    send,
+)
+from lyra_simpy.live.workload import Plan, TokenIds, planned_requests
+from lyra_simpy.metrics.io import atomic_dir, write_itl_csv, write_json, write_jsonl
+from lyra_simpy.metrics.summary import summarize
+from lyra_simpy.request import RECORD_FIELDS
+from lyra_simpy.scenario import Scenario
+
+
+class ReplayConfig(BaseModel):
+    """How to reach the endpoint and how long to wait for it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    endpoint: str
+    api: Api = "openai"
+    timeout_s: PositiveFloat = 60.0
+    """Per request, from send to the end of its stream."""
+    time_limit_s: PositiveFloat = 1800.0
+    """Whole run: requests in flight then end ``unfinished``."""
+    max_in_flight: PositiveInt = 256
+    token_ids: TokenIds = TokenIds()
+    extra_body: dict[str, Any] = {}
+    """Extra JSON fields for every request (e.g. ``{"cache_prompt": false}``)."""
+
+
+@dataclass
+class _Run:
+    plan: Plan
+    outcomes: dict[int, Outcome] = field(default_factory=dict)
+    stopped: str | None = None
+
+
+async def _drive(run: _Run, cfg: ReplayConfig, t0: float) -> None:
+    plan = run.plan
+    gate = asyncio.Semaphore(cfg.max_in_flight)
+    url = cfg.endpoint.rstrip("/")
+    client = new_client()
+
+    async def one(i: int) -> None:
+        async with gate:
+            task = send(
+                client,
+                url,
+                cfg.api,
+                plan.prompts[i],
+                plan.output_tokens[i],
+                cfg.timeout_s,
+                t0,
+                cfg.extra_body,
+            )
+            placeholder = Outcome(sent_s=time.perf_counter() - t0, error="stopped")
+            run.outcomes[i] = placeholder
+            run.outcomes[i] = await task
+
+    async def open_loop() -> None:
+        assert plan.arrival_s is not None
+        tasks = []
+        try:
+            for i, at_s in enumerate(plan.arrival_s):
+                delay = at_s - (time.perf_counter() - t0)
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.create_task(one(i)))
+            await asyncio.gather(*tasks)
+        finally:  # stopped: end the requests in flight (their records say so)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def closed_loop() -> None:
+        counter = iter(range(len(plan.prompts)))
+
+        async def client_loop() -> None:
+            for i in counter:
+                if plan.stop_s is not None and time.perf_counter() - t0 >= plan.stop_s:
+                    return
+                await one(i)
+                if plan.think_time_s:
+                    await asyncio.sleep(plan.think_time_s)
+
+        await asyncio.gather(*(client_loop() for _ in range(plan.concurrency)))
+
+    try:
+        body = open_loop() if plan.arrival_s is not None else closed_loop()
+        await asyncio.wait_for(body, cfg.time_limit_s)
+    except asyncio.TimeoutError:
+        run.stopped = f"time limit {cfg.time_limit_s:g} s"
+    except asyncio.CancelledError:
+        run.stopped = "interrupted"
+        raise
+    finally:
+        await client.aclose()
+
+
+def records(run: _Run) -> tuple[list[dict[str, Any]], list[float]]:
+    """Per-request records (JSONL contract plus extra keys) and the pooled ITLs (s)."""
+    rows: list[dict[str, Any]] = []
+    gaps: list[float] = []
+    plan = run.plan
+    for i in sorted(run.outcomes):
+        o = run.outcomes[i]
+        asked_in, asked_out = len(plan.prompts[i]), plan.output_tokens[i]
+        ok = o.error is None
+        first = o.chunk_s[0] if o.chunk_s else None
+        # The last token's arrival ends the request, as the simulator's finish_s does.
+        finish = o.chunk_s[-1] if ok and o.chunk_s else None
+        out_tok = o.reported_output_tokens if o.reported_output_tokens is not None else o.tokens
+        if ok and out_tok == 0:
+            ok, o.error = False, "no tokens"
+            finish = None
+        row: dict[str, Any] = {
+            "request_id": i,
+            "arrival_s": o.sent_s,
+            "input_tokens": o.reported_input_tokens or asked_in,
+            "output_tokens": out_tok if ok else asked_out,
+            "cached_tokens": o.cached_tokens,
+            "first_token_s": first,
+            "finish_s": finish,
+            "ttft_ms": (first - o.sent_s) * 1000.0 if first is not None else None,
+            "tpot_ms": None,
+            "e2el_ms": (finish - o.sent_s) * 1000.0 if finish is not None else None,
+            "status": "ok" if ok else "unfinished",
+            "replica": 0,
+            "preemptions": 0,
+        }
+        if ok and out_tok > 1:
+            row["tpot_ms"] = (row["e2el_ms"] - row["ttft_ms"]) / (out_tok - 1)
+        if ok:
+            gaps.extend(np.diff(o.chunk_s).tolist())
+        else:
+            row["error"] = o.error
+            row["received_tokens"] = o.tokens
+        if ok and out_tok != asked_out:
+            row["requested_output_tokens"] = asked_out
+        if row["input_tokens"] != asked_in:
+            row["requested_input_tokens"] = asked_in
+        if plan.arrival_s is not None:  # how late the client sent it (CPU contention)
+            row["send_late_ms"] = (o.sent_s - plan.arrival_s[i]) * 1000.0
+        if o.timings is not None:
+            row["engine_timings"] = o.timings
+        rows.append(row)
+    return rows, gaps
+
+
+def _columns(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    cols: dict[str, np.ndarray] = {}
+    for name in RECORD_FIELDS:
+        values = [r[name] for r in rows]
+        if name == "status":
+            cols[name] = np.array(values, dtype=object)
+        elif name in ("request_id", "input_tokens", "output_tokens", "cached_tokens"):
+            cols[name] = np.array(values, dtype=np.int64)
+        elif name in ("replica", "preemptions"):
+            cols[name] = np.zeros(len(values), dtype=np.int64)
+        else:
+            cols[name] = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+    return cols
+
+
+def summary_of(rows: list[dict[str, Any]], gaps_s: list[float], scenario: Scenario) -> Any:
+    """The summary JSON of replayed *rows* (the simulator's own :func:`summarize`)."""
+    gaps = np.asarray(gaps_s, dtype=np.float64)
+    itl = (gaps, np.ones(len(gaps), dtype=np.int64))
+    return summarize(_columns(rows), itl, scenario.slo.model_dump())
+
+
+def write_run(
+    out: Path,
+    run: _Run,
+    scenario: Scenario,
+    cfg: ReplayConfig,
+    props: dict[str, Any],
+    source_file: str | None,
+) -> dict[str, Any]:
+    """Write the run's four files into *out* atomically; return the summary."""
+    from lyra_simpy.provenance import manifest
+
+    rows, gaps = records(run)
+    summary = summary_of(rows, gaps, scenario)
+    info = manifest(scenario, engine_info(cfg.endpoint, cfg.api, props), source_file)
+    info["cost_model"] = "none: measured on a live endpoint (see engine)"
+    info["complete"] = run.stopped is None
+    info["stopped"] = run.stopped
+    info["planned_requests"] = len(run.plan.prompts)
+    with atomic_dir(out) as tmp:
+        write_jsonl(tmp / "requests.jsonl", rows)
+        write_json(tmp / "summary.json", summary)
+        gap_arr = np.asarray(gaps, dtype=np.float64)
+        write_itl_csv(tmp / "itl.csv", gap_arr, np.ones(len(gap_arr), dtype=np.int64))
+        write_json(tmp / "manifest.json", info)
+    return dict(summary)
+
+
+def replay(
+    scenario: Scenario, cfg: ReplayConfig, out: Path, source_file: str | None = None
+) -> tuple[dict[str, Any], bool]:
+    """Replay *scenario* on the endpoint, write *out*; return (summary, complete).
+
+    An unreachable endpoint raises :class:`~lyra_simpy.errors.LyraError` before any
+    request is sent. Ctrl-C writes what was gathered, then raises KeyboardInterrupt."""
+    props = check_endpoint(cfg.endpoint.rstrip("/"))
+    run = _Run(planned_requests(scenario, cfg.token_ids))
+    t0 = time.perf_counter()
+    try:
+        asyncio.run(_drive(run, cfg, t0))
+    except KeyboardInterrupt:
+        run.stopped = "interrupted"
+        write_run(out, run, scenario, cfg, props, source_file)
+        raise
+    return write_run(out, run, scenario, cfg, props, source_file), run.stopped is None

@@ -1,0 +1,66 @@
+"""profile: a profile CSV (DESIGN §4) and its metadata from a live endpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from live_server import StreamServer
+from lyra_simpy.calibration.profiles import read_profile
+from lyra_simpy.cli import main
+from lyra_simpy.live.profile import ProfileGrid, profile
+
+GRID = ProfileGrid(
+    prefill_tokens=[8, 16],
+    decode_batch=[1, 2],
+    decode_context=[8],
+    decode_steps=4,
+    mixed_batch=[1],
+    mixed_prompt_tokens=[8],
+    repeats=1,
+)
+
+
+def test_profile_writes_the_contract_and_says_how_it_timed(tmp_path: Path) -> None:
+    out = tmp_path / "p.csv"
+    with StreamServer(ttft_s=0.02, itl_s=0.01) as srv:
+        rows, source = profile(srv.url, "openai", GRID, out, "test box", "-np 2")
+    assert rows == 5
+    assert source == "client"
+    prof = read_profile(out)
+    assert prof.phase.tolist() == ["prefill", "prefill", "decode", "decode", "mixed"]
+    assert prof.context_len.tolist()[2:4] == [10, 10]
+    decode_ms = prof.latency_ms[2:4]
+    assert all(8.0 < ms < 60.0 for ms in decode_ms)  # the server's 10 ms per token
+    assert prof.latency_ms[0] >= 20.0  # client TTFT
+    meta = yaml.safe_load(out.with_suffix(".yaml").read_text())
+    assert meta["engine"] == "llama.cpp"
+    assert meta["version"] == "test-1"
+    assert meta["hardware"] == "test box"
+    assert meta["flags"] == "-np 2"
+    assert meta["timing_source"]["prefill"] == "client TTFT"
+
+
+def test_profile_bad_grid_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    grid = tmp_path / "g.yaml"
+    grid.write_text("decode_batch: [0]\n")
+    code = main(
+        ["profile", "--endpoint", "http://127.0.0.1:9", "--out", "x.csv", "--grid", str(grid)]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1
+    assert "decode_batch[0]" in err
+
+
+def test_profile_unreachable_endpoint_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["profile", "--endpoint", "http://127.0.0.1:9", "--out", str(tmp_path / "p.csv")])
+    assert code == 2
+    assert "unreachable" in capsys.readouterr().err
+    assert not (tmp_path / "p.csv").exists()

@@ -1,0 +1,166 @@
+"""Replay against the in-process server: the simulator's workload, exact records, faults."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from live_server import StreamServer
+from lyra_simpy import scenario_from_dict, simulate
+from lyra_simpy.cli import main
+from lyra_simpy.live.replay import ReplayConfig, replay
+from lyra_simpy.live.workload import planned_requests
+from lyra_simpy.metrics.io import read_itl_csv, read_jsonl
+from lyra_simpy.request import RECORD_FIELDS
+
+
+def _closed(tiny_raw: dict[str, Any], n: int = 6) -> dict[str, Any]:
+    tiny_raw["workload"] = {
+        "num_requests": n,
+        "arrival": {"name": "closed_loop", "concurrency": 1},
+        "input_tokens": {"name": "fixed", "tokens": 8},
+        "output_tokens": {"name": "fixed", "tokens": 4},
+    }
+    return tiny_raw
+
+
+def test_plan_is_the_simulators_workload(tiny_raw: dict[str, Any]) -> None:
+    sc = scenario_from_dict(tiny_raw)
+    plan = planned_requests(sc)
+    res = simulate(sc)
+    assert plan.arrival_s == res.records["arrival_s"].tolist()
+    assert [len(p) for p in plan.prompts] == res.records["input_tokens"].tolist()
+    assert plan.output_tokens == res.records["output_tokens"].tolist()
+    again = planned_requests(sc)
+    assert again.prompts == plan.prompts  # same seed, same ids
+    assert len({p[0] for p in plan.prompts}) > 1  # fresh ids per request
+
+
+def test_shared_prefix_units_share_ids(tiny_raw: dict[str, Any]) -> None:
+    tiny_raw["workload"]["input_tokens"] = {"name": "fixed", "tokens": 32}
+    tiny_raw["workload"]["prefix"] = {"name": "system_prompt", "groups": 1, "prefix_tokens": 16}
+    plan = planned_requests(scenario_from_dict(tiny_raw))
+    assert all(p[:16] == plan.prompts[0][:16] for p in plan.prompts)
+    assert plan.prompts[0][16:] != plan.prompts[1][16:]
+
+
+def test_open_loop_replay_writes_the_contract(tmp_path: Path, tiny_raw: dict[str, Any]) -> None:
+    sc = scenario_from_dict(tiny_raw)
+    with StreamServer(ttft_s=0.02, itl_s=0.004) as srv:
+        summary, complete = replay(sc, ReplayConfig(endpoint=srv.url), tmp_path / "r")
+    assert complete
+    rows = read_jsonl(tmp_path / "r" / "requests.jsonl")
+    assert len(rows) == 12
+    for row in rows:
+        assert list(row)[: len(RECORD_FIELDS)] == list(RECORD_FIELDS)
+        assert row["status"] == "ok"
+        assert row["ttft_ms"] >= 20.0
+    plan = planned_requests(sc)
+    assert [r["output_tokens"] for r in rows] == plan.output_tokens
+    # Sent on time (within scheduling slack), in order.
+    assert np.allclose([r["arrival_s"] for r in rows], plan.arrival_s, atol=0.25)
+    _, counts = read_itl_csv(tmp_path / "r" / "itl.csv")
+    assert counts.sum() == sum(n - 1 for n in plan.output_tokens)
+    assert summary["completed"] == 12
+    # The same names as a simulation, but for the model-based slowdown and cache bound.
+    missing = set(simulate(sc).summary) - set(summary)
+    assert all("slowdown" in k or k == "prefix_cache_hit_rate_bound" for k in missing)
+    assert set(summary) <= set(simulate(sc).summary)
+    man = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    assert man["complete"] is True
+    assert man["engine"]["engine"] == "llama.cpp"
+    assert man["engine"]["version"] == "test-1"
+    assert man["scenario"]["name"] == "tiny"
+
+
+@pytest.mark.parametrize("api", ["openai", "sglang"])
+def test_faulty_requests_are_recorded_not_fatal(
+    tmp_path: Path, tiny_raw: dict[str, Any], api: Any
+) -> None:
+    sc = scenario_from_dict(_closed(tiny_raw))
+    with StreamServer(ttft_s=0.01, itl_s=0.002) as srv:
+        srv.faults = {1: "http500", 2: "malformed", 3: "drop", 4: "wrong_count", 5: "hang"}
+        cfg = ReplayConfig(endpoint=srv.url, api=api, timeout_s=1.0)
+        summary, complete = replay(sc, cfg, tmp_path / "r")
+    rows = read_jsonl(tmp_path / "r" / "requests.jsonl")
+    ok, bad = "ok", "unfinished"
+    assert [r["status"] for r in rows] == [ok, bad, bad, bad, ok, bad]
+    assert [r.get("error") for r in rows] == [
+        None,
+        "HTTP 500",
+        "malformed chunk",
+        "connection dropped",
+        None,
+        "timeout after 1 s",
+    ]
+    assert rows[4]["output_tokens"] == 3
+    assert rows[4]["requested_output_tokens"] == 4
+    assert rows[4]["tpot_ms"] == pytest.approx((rows[4]["e2el_ms"] - rows[4]["ttft_ms"]) / 2)
+    assert rows[3]["received_tokens"] == 2
+    assert rows[1]["finish_s"] is None
+    assert complete
+    assert summary["completed"] == 2
+    assert summary["unfinished"] == 4
+
+
+def test_time_limit_keeps_what_was_gathered(tmp_path: Path, tiny_raw: dict[str, Any]) -> None:
+    sc = scenario_from_dict(_closed(tiny_raw))
+    with StreamServer(ttft_s=0.01, itl_s=0.002) as srv:
+        srv.faults = {2: "hang"}
+        cfg = ReplayConfig(endpoint=srv.url, timeout_s=5.0, time_limit_s=1.5)
+        _, complete = replay(sc, cfg, tmp_path / "r")
+    assert not complete
+    rows = read_jsonl(tmp_path / "r" / "requests.jsonl")
+    assert [r["status"] for r in rows] == ["ok", "ok", "unfinished"]
+    assert rows[2]["error"] == "stopped"
+    man = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    assert man["complete"] is False
+    assert man["stopped"] == "time limit 1.5 s"
+
+
+def test_unreachable_endpoint_fails_fast_with_one_line(
+    tmp_path: Path, tiny_raw: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(json.dumps(tiny_raw))
+    code = main(
+        ["replay", str(path), "--endpoint", "http://127.0.0.1:9", "--out", str(tmp_path / "o")]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1
+    assert err.startswith("lyra-simpy: endpoint http://127.0.0.1:9: unreachable")
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_replay_prints_a_summary(
+    tmp_path: Path, tiny_raw: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(json.dumps(_closed(tiny_raw, 3)))
+    with StreamServer() as srv:
+        code = main(["replay", str(path), "--endpoint", srv.url, "--out", str(tmp_path / "o")])
+    assert code == 0
+    assert "3 ok, 0 unfinished" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--timeout-s", "0"], "--timeout-s: got '0', must be a number > 0 (s)"),
+        (["--max-in-flight", "x"], "--max-in-flight: got 'x', must be an integer >= 1"),
+        (["--extra-body", "[1]"], "--extra-body: got '[1]', must be a JSON object"),
+        (["--api", "grpc"], "invalid choice: 'grpc'"),
+    ],
+)
+def test_cli_bad_replay_options_exit_2(
+    tmp_path: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["replay", "x.yaml", "--endpoint", "http://h:1", *argv])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,181 @@
+"""``tox -e validate-cpu``: the simulator against a real llama.cpp server on this CPU.
+
+Builds (or reuses, from ``$LYRA_CACHE`` or ``~/.cache/lyra-simpy``) llama.cpp's
+``llama-server``, assembles the Gemma 3 270M Q4_K_M model, starts the server on
+127.0.0.1 with :data:`SERVER_FLAGS`, then through the ``lyra-simpy`` command line:
+profiles it, calibrates the ``profile`` cost model, and for every scenario in
+:data:`SCENARIOS` simulates it, replays it :data:`REPEATS` times on the server and
+compares; stops the server (also on SIGTERM or Ctrl-C) and writes ``docs/VALIDATION.md``
+(:mod:`validation_doc`), keeping its numbers in ``results/validation/validation.json``
+(``--doc-only`` rewrites the document from them).
+
+Environment: ``LYRA_QUICK=1`` uses each scenario's ``quick:`` block (a trial run);
+``LYRA_VALIDATE_REPEATS`` changes the number of real runs (default 3).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from validation_doc import diagnostics, write_doc
+
+from lyra_simpy.cli import main as cli_main
+from lyra_simpy.live import llamacpp
+from lyra_simpy.live.client import check_endpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = ROOT / "validation"
+SERVER_FLAGS = [
+    "-np", "8",  # slots: at most 8 sequences running (scheduler.max_num_seqs)
+    "-c", "4096",  # KV cells for all slots (kv_cache: 256 blocks of 16)
+    "-kvu",  # one unified KV buffer: a step is one ubatch whatever slots run (see the doc)
+    "-b", "512",  # logical batch: tokens per step (max_num_batched_tokens)
+    "-ub", "512",  # physical batch = logical: one ubatch per step
+    "-t", "1", "-tb", "1",  # one thread; the client has the other core (see docs/VALIDATION.md)
+    "--ctx-checkpoints", "0",  # no SWA checkpoints (they give a prompt's end steps of its own)
+    "--cache-ram", "0",  # no host prompt cache (copies each slot's KV after a request)
+]  # fmt: skip
+EXTRA_BODY = '{"cache_prompt": false}'
+SCENARIOS = [
+    "poisson_light",
+    "poisson_medium",
+    "poisson_near_saturation",
+    "closed_loop_4",
+    "closed_loop_8",
+]
+LOAD = {"poisson_light": 0.3, "poisson_medium": 0.6, "poisson_near_saturation": 0.9}
+"""Poisson rate as a fraction of the capacity the fitted model predicts (the simulated
+request throughput of closed_loop_8: all 8 slots always busy)."""
+PROFILE = "validation/profiles/llamacpp_gemma3_270m_cpu.csv"
+FIT = "validation/fits/llamacpp_gemma3_270m_cpu.yaml"
+GRID = "validation/profile_grid.yaml"
+FIG_DIR = "docs/validation"
+
+
+def _loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+class Steps:
+    """Runs ``lyra-simpy`` commands in-process and keeps them for the document."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.commands: list[str] = []
+
+    def __call__(self, *args: str, ok: tuple[int, ...] = (0,)) -> None:
+        shown = " ".join(shlex.quote(a).replace(self.url, "$URL") for a in args)
+        self.commands.append(f"lyra-simpy {shown}")
+        print(f"\n$ lyra-simpy {shown}", flush=True)
+        code = cli_main(list(args))
+        if code not in ok:
+            raise SystemExit(f"validate-cpu: `lyra-simpy {args[0]}` exited {code}")
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise SystemExit(f"validate-cpu: stopped by signal {signum}")  # stops the server too
+
+
+def main() -> int:
+    os.chdir(ROOT)
+    out = ROOT / "results" / "validation"
+    saved = out / "validation.json"
+    if sys.argv[1:] == ["--doc-only"]:  # rewrite the document from the last run's numbers
+        data = json.loads(saved.read_text())
+        doc = write_doc(ROOT / "docs" / "VALIDATION.md", data["facts"], data["results"],
+                        SCENARIOS, ROOT / FIT)  # fmt: skip
+        print(f"wrote {doc}")
+        return 0
+    signal.signal(signal.SIGTERM, _stop)
+    quick = os.environ.get("LYRA_QUICK") == "1"
+    repeats = int(os.environ.get("LYRA_VALIDATE_REPEATS", "3"))
+    started = time.time()
+    facts: dict[str, Any] = {
+        "quick": quick,
+        "repeats": repeats,
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "load_start": _loadavg(),
+        "server_flags": SERVER_FLAGS,
+        "cmake_flags": list(llamacpp.CMAKE_FLAGS),
+        "sdist": llamacpp.SDIST,
+        "extra_body": EXTRA_BODY,
+    }
+    binary = llamacpp.server_binary()
+    model = llamacpp.model_file()
+    facts["binary"] = str(binary).replace(str(Path.home()), "~")
+    facts["model"] = model.name
+    base = ["--quick"] if quick else []
+    with llamacpp.Server(binary, model, SERVER_FLAGS, out / "llama-server.log") as srv:
+        facts["props"] = check_endpoint(srv.url)
+        run = Steps(srv.url)
+        flags = " ".join(SERVER_FLAGS)
+        run("profile", "--endpoint", srv.url, "--out", PROFILE, "--grid", GRID, "--flags", flags)
+        run("calibrate", PROFILE, "--out", FIT, "--figure", f"{FIG_DIR}/profile_fit.png")
+        run("run", "validation/closed_loop_8.yaml", "--out", str(out / "capacity"), "--no-figures")
+        capacity = json.loads(
+            (Path(_sim_folder(out / "capacity" / "closed_loop_8")) / "summary.json").read_text()
+        )["request_throughput"]
+        facts["capacity_req_s"] = capacity
+        facts["load"] = LOAD
+        results = {}
+        for name in SCENARIOS:
+            path = f"validation/{name}.yaml"
+            if name in LOAD:
+                rate = f"workload.arrival.rate_per_s={LOAD[name] * capacity:.3f}"
+                q = [*base, "--set", rate]
+            else:
+                q = base
+            run("run", path, "--out", str(out / "sim"), "--no-figures", *q)
+            reals = []
+            for k in range(repeats):
+                real = str(out / "real" / name / f"run{k + 1}")
+                run("replay", path, "--endpoint", srv.url, "--out", real, "--timeout-s", "120",
+                    "--time-limit-s", "900", "--extra-body", EXTRA_BODY, *q)  # fmt: skip
+                reals.append(real)
+            table = out / f"{name}_compare.json"
+            sim = _sim_folder(out / "sim" / name)
+            run("compare", sim, *reals, "--figure", f"{FIG_DIR}/{name}_cdf.png", "--json",
+                str(table))  # fmt: skip
+            results[name] = json.loads(table.read_text())
+            results[name + "@diagnostics"] = diagnostics(Path(sim), [Path(r) for r in reals])
+    facts["load_end"] = _loadavg()
+    facts["wall_min"] = round((time.time() - started) / 60.0, 1)
+    facts["commands"] = run.commands
+    saved.write_text(json.dumps({"facts": facts, "results": results}, indent=1) + "\n")
+    doc = write_doc(ROOT / "docs" / "VALIDATION.md", facts, results, SCENARIOS, ROOT / FIT)
+    print(f"\nwrote {doc}")
+    return 0
+
+
+def _sim_folder(scenario_dir: Path) -> str:
+    """The one variant folder ``lyra-simpy run`` wrote for a single-variant scenario."""
+    found = [p for p in scenario_dir.iterdir() if (p / "summary.json").is_file()]
+    if len(found) != 1:
+        raise SystemExit(f"validate-cpu: expected one run in {scenario_dir}, found {len(found)}")
+    return str(found[0])
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE))
+    sys.exit(main())

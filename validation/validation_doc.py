@@ -56,17 +56,19 @@ Scenario settings only (validation/*.yaml), no special case in the engine:
   decode at batch 1-8, mixed steps). Gemma 3's 262k-token vocabulary makes the output
   projection and the sampler (a 262k candidate array per slot per step) a large
   per-sequence cost, so from two sequences on a decode step grows about linearly: the fitted
-  `per_decode_seq_ms` carries it.
+  `per_decode_seq_ms` carries it. A decode step of one sequence is far cheaper than the
+  line through the others (about 18 ms alone, 43 ms for two, then about +7 ms per further
+  sequence up to 8, with `-kvu` as without it; most likely ggml's single-column
+  matrix-vector kernels against the batched path): the scenarios set
+  `cost.decode_table: true`, which adds the fit's measured residual per decode batch size
+  (interpolated between measured sizes) to decode-only steps.
 
 What limits the match on a small shared machine (read the tables with these in mind):
 the server's one thread competes with the client and with anything else running, so a
 step's time varies from run to run (the spread column; the per-run engine timings below
-show it directly) and between the profile and the replays; the linear cost model cannot
-follow a decode step that jumps from one sequence to two (measured here: about 18 ms
-alone, 43 ms for two, then about +7 ms per further sequence up to 8, with `-kvu` as
-without it, so not the ubatch split; most likely ggml's single-column matrix-vector
-kernels being much cheaper than the batched path; the decode rows of the fit report
-show the error it leaves); and runs of 40-60 requests make every p99 the largest value or two.
+show it directly) and between the profile and the replays; mixed steps (decodes plus
+prompt chunks) are fitted by the linear terms alone and are the noisiest profile rows;
+and runs of 40-60 requests make every p99 the largest value or two.
 
 Known gaps: the client (Python, asyncio) shares the two cores with the server's one
 thread; HTTP and JSON time is in every real TTFT but not in the model; llama.cpp

@@ -428,3 +428,59 @@ def test_verified_drafts_cost_like_prompt_tokens_attending_to_their_context():
     # padded to the captured 4 rows, every row verifies its 2 drafts
     padded = cost([4, 8]).iteration_s(BatchShape(0, 0, 0, 3, 3, 300, verify_tokens=6))
     assert padded == pytest.approx((5 + 0.5 * 4 + 0.002 * 300 + 0.05 * 8 + 1e-4 * 600) / 1000)
+
+
+def test_decode_table_follows_a_batch_that_is_not_linear(tmp_path):
+    # a CPU engine: one sequence 4 ms, then 10 + 5 ms per sequence (+0.01 ms per context
+    # token read); the linear terms alone cannot follow the jump from 1 to 2
+    def step_ms(b: int, ctx: int) -> float:
+        return (4.0 if b == 1 else 10.0 + 5.0 * b) + 0.01 * b * ctx
+
+    rows = [
+        {"phase": "decode", "batch_size": b, "input_tokens": 0, "context_len": ctx,
+         "latency_ms": step_ms(b, ctx)}
+        for b in (1, 2, 4, 8) for ctx in (0, 100)
+    ] + [
+        {"phase": "prefill", "batch_size": 1, "input_tokens": n, "context_len": 0,
+         "latency_ms": 10.0 + 0.5 * n}
+        for n in (16, 64, 256)
+    ]  # fmt: skip
+    out = tmp_path / "fit.yaml"
+    fit = calibrate(write(tmp_path, rows), out)
+    assert sorted(fit.decode_batch_residual_ms) == [1, 2, 4, 8]
+    assert load_fit(out).decode_batch_residual_ms == fit.decode_batch_residual_ms
+
+    def cost(table: bool) -> ProfileCost:
+        return ProfileCost(ProfileCostConfig(path=str(out), decode_table=table), 8)
+
+    plain, table = cost(False), cost(True)
+    for b in (1, 2, 4, 8):
+        for ctx in (0, 100):
+            want = step_ms(b, ctx) / 1000
+            assert table.decode_span_s(b, b * ctx, b, 1)[0] == pytest.approx(want, rel=0.03)
+    one = plain.decode_span_s(1, 0, 1, 1)[0]
+    assert abs(one - step_ms(1, 0) / 1000) > 0.3 * step_ms(1, 0) / 1000  # what it fixes
+    # between measured sizes: interpolated; beyond them: held at the nearest one
+    r = fit.decode_batch_residual_ms
+    three = table.decode_span_s(3, 0, 3, 1)[0] - plain.decode_span_s(3, 0, 3, 1)[0]
+    assert three * 1000 == pytest.approx((r[2] + r[4]) / 2)
+    sixteen = table.decode_span_s(16, 0, 16, 1)[0] - plain.decode_span_s(16, 0, 16, 1)[0]
+    assert sixteen * 1000 == pytest.approx(r[8])
+    # prefill and mixed steps are the linear terms' alone
+    shape = BatchShape(1, 64, 64 * 64, 2, 2, 200)
+    assert table.iteration_s(shape) == plain.iteration_s(shape)
+    # spans stay bit for bit equal to single steps
+    span = table.decode_span_s(3, 50, 3, 40)
+    assert span == [table.decode_span_s(3, 50 + 3 * j, 3, 1)[0] for j in range(40)]
+
+
+def test_decode_table_needs_decode_rows(tmp_path):
+    rows = [
+        {"phase": "prefill", "batch_size": 1, "input_tokens": n, "context_len": 0,
+         "latency_ms": 10.0 + 0.5 * n}
+        for n in (16, 64, 256)
+    ]  # fmt: skip
+    out = tmp_path / "fit.yaml"
+    calibrate(write(tmp_path, rows), out)
+    with pytest.raises(ValueError, match="decode_table: got true, but the fit"):
+        ProfileCostConfig(path=str(out), decode_table=True)

@@ -21,6 +21,12 @@ scaled to unit maximum before solving (the terms differ by ten orders of magnitu
 A term no row exercises (e.g. no decode rows) is fitted as 0 and listed in the report's
 ``unmeasured_terms``: the model then knows nothing about it.
 
+Beside the terms the fit records, per measured decode batch size, the mean residual of
+its decode rows (``decode_batch_residual_ms``); a ``profile`` cost model with
+``decode_table: true`` adds it to decode-only steps, interpolated linearly between the
+measured sizes and held at the nearest measured size outside them (so a batch never
+costs less than the linear terms say beyond the grid, nor jumps there).
+
 Outside the measured grid the model extends each term linearly (it is linear in the
 terms), so a larger batch or context never crashes and never costs less: the
 coefficients are non-negative, so time is monotone in every term. The grid is recorded
@@ -34,7 +40,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, NonNegativeFloat
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat
 
 from lyra_simpy.calibration.profiles import PHASES, Profile
 
@@ -124,6 +130,10 @@ class ProfileFit(_Closed):
     grid: dict[str, dict[str, int]]
     """Per phase, min and max of batch_size, input_tokens and context_len measured."""
     fit: FitReport
+    decode_batch_residual_ms: dict[int, float] = Field(default_factory=dict)
+    """Per measured decode batch size, the mean of measured − fitted over its decode
+    rows: what the linear terms miss at that size (e.g. a CPU engine's single-sequence
+    matrix-vector fast path). A ``profile`` cost with ``decode_table: true`` adds it."""
 
 
 def design_matrix(profile: Profile) -> npt.NDArray[np.float64]:
@@ -239,7 +249,18 @@ def fit_profile(profile: Profile) -> ProfileFit:
         metadata=profile.metadata,
         grid=_grid(profile),
         fit=report(profile, predicted, unmeasured),
+        decode_batch_residual_ms=decode_residuals(profile, predicted),
     )
+
+
+def decode_residuals(profile: Profile, predicted: Floats) -> dict[int, float]:
+    """Mean measured − predicted latency of the decode rows of each batch size."""
+    decode = profile.phase == "decode"
+    out = {}
+    for size in sorted(set(profile.batch_size[decode].tolist())):
+        rows = decode & (profile.batch_size == size)
+        out[int(size)] = float(np.mean(profile.latency_ms[rows] - predicted[rows]))
+    return out
 
 
 def predict_ms(fit: ProfileFit, profile: Profile) -> npt.NDArray[np.float64]:

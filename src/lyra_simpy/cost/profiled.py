@@ -22,6 +22,7 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+import numpy as np
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -74,6 +75,11 @@ class ProfileCostConfig(BaseModel):
     relative to the scenario's folder."""
     padding: Annotated[Padding, BeforeValidator(check_padding)] = Field(default="none")
     """CUDA-graph padding of decode-only batches (none, max_batch, or captured sizes)."""
+    decode_table: bool = False
+    """Add the fit's ``decode_batch_residual_ms`` to decode-only steps: the measured
+    decode grid, interpolated in batch size between measured sizes and held at the
+    nearest one outside them, over the linear terms (for an engine whose decode step
+    is not linear in the batch, e.g. llama.cpp on a CPU: 1 → 2 sequences jumps)."""
 
     _fit: ProfileFit | None = PrivateAttr(default=None)
     _resolved: Path | None = PrivateAttr(default=None)
@@ -91,6 +97,11 @@ class ProfileCostConfig(BaseModel):
     def _keep(self, info: ValidationInfo) -> ProfileCostConfig:
         self._resolved = _resolve(self.path, info).resolve()
         self._fit = _load(self._resolved)
+        if self.decode_table and not self._fit.decode_batch_residual_ms:
+            raise ValueError(
+                f"decode_table: got true, but the fit {self.path!r} has no decode rows' "
+                "residuals (profile decode steps and run lyra-simpy calibrate again)"
+            )
         return self
 
     @property
@@ -130,6 +141,9 @@ class ProfileCost:
         self._per_prefill = c.per_prefill_token_ms
         self._per_attention = c.per_prefill_attention_ms
         self._pad = Padder(config.padding, max_batch)
+        table = config.fit.decode_batch_residual_ms if config.decode_table else {}
+        self._sizes = np.array(sorted(table), dtype=np.float64)
+        self._residuals = np.array([table[k] for k in sorted(table)], dtype=np.float64)
         self._fixed: dict[int, float] = {}
         """Row count → fixed part of a decode-only iteration (ms), computed once."""
 
@@ -148,11 +162,20 @@ class ProfileCost:
         if verify:  # each draft token attends to its sequence's context, like a prompt token
             per_seq = shape.verify_tokens / shape.decode_seqs
             ms += self._per_attention * per_seq * shape.decode_context_tokens
+            if not shape.prefill_seqs:
+                ms += self._residual_ms(rows)
         return ms / 1000.0
+
+    def _residual_ms(self, rows: int) -> float:
+        """The decode table's correction at *rows* (0 without the table)."""
+        if not len(self._sizes):
+            return 0.0
+        return float(np.interp(rows, self._sizes, self._residuals))
 
     def decode_span_s(self, rows: int, context_tokens: int, growth: int, k: int) -> list[float]:
         fixed = self._fixed.get(rows)
         if fixed is None:
-            fixed = self._fixed_ms + self._per_seq * self._pad(rows)
+            padded = self._pad(rows)
+            fixed = self._fixed_ms + self._per_seq * padded + self._residual_ms(padded)
             self._fixed[rows] = fixed
         return affine_span_s(fixed, self._per_ctx, context_tokens, growth, k)

@@ -102,6 +102,7 @@ def main() -> int:
     saved = out / "validation.json"
     if sys.argv[1:] == ["--doc-only"]:  # rewrite the document from the last run's numbers
         data = json.loads(saved.read_text())
+        publish_runs(out)
         doc = write_doc(ROOT / "docs" / "VALIDATION.md", data["facts"], data["results"],
                         SCENARIOS, ROOT / FIT)  # fmt: skip
         print(f"wrote {doc}")
@@ -163,9 +164,35 @@ def main() -> int:
     facts["wall_min"] = round((time.time() - started) / 60.0, 1)
     facts["commands"] = run.commands
     saved.write_text(json.dumps({"facts": facts, "results": results}, indent=1) + "\n")
+    publish_runs(out)
     doc = write_doc(ROOT / "docs" / "VALIDATION.md", facts, results, SCENARIOS, ROOT / FIT)
     print(f"\nwrote {doc}")
     return 0
+
+
+PUBLISHED = ("requests.jsonl", "summary.json", "manifest.json")
+"""What of each run goes into ``docs/validation``: enough to redraw the sim-vs-real
+figure (``lyra-simpy figures --only sim_vs_real``) and to check the tables."""
+
+
+def publish_runs(out: Path) -> None:
+    """Copy every workload's simulated run and real runs into ``docs/validation/sim/<w>``
+    and ``docs/validation/real/<w>/run<k>`` (the layout the paper figure reads)."""
+    import shutil
+
+    dest = ROOT / FIG_DIR
+    for name in SCENARIOS:
+        pairs = [(Path(_sim_folder(out / "sim" / name)), dest / "sim" / name)]
+        pairs += [
+            (r, dest / "real" / name / r.name) for r in sorted((out / "real" / name).glob("run*"))
+        ]
+        for src, dst in pairs:
+            if dst.exists():
+                shutil.rmtree(dst)
+            dst.mkdir(parents=True)
+            for file in PUBLISHED:
+                if (src / file).is_file():
+                    shutil.copy2(src / file, dst / file)
 
 
 def _sim_folder(scenario_dir: Path) -> str:

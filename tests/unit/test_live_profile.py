@@ -10,6 +10,7 @@ import yaml
 from live_server import StreamServer
 from lyra_simpy.calibration.profiles import read_profile
 from lyra_simpy.cli import main
+from lyra_simpy.errors import LyraError
 from lyra_simpy.live.profile import ProfileGrid, profile
 
 GRID = ProfileGrid(
@@ -64,3 +65,15 @@ def test_profile_unreachable_endpoint_exits_2(
     assert code == 2
     assert "unreachable" in capsys.readouterr().err
     assert not (tmp_path / "p.csv").exists()
+
+
+def test_mixed_probes_need_a_free_slot(tmp_path: Path) -> None:
+    # 4 decoders fill a 4-slot server: the probe would wait for a slot and run alone
+    grid = GRID.model_copy(update={"mixed_batch": [1, 4]})
+    out = tmp_path / "p.csv"
+    with (
+        StreamServer(ttft_s=0.02, itl_s=0.01) as srv,
+        pytest.raises(LyraError, match=r"grid.mixed_batch: got 4, must be < the server's 4 slots"),
+    ):
+        profile(srv.url, "openai", grid, out)
+    assert not out.exists()

@@ -52,7 +52,10 @@ class ProfileGrid(BaseModel):
     decode_batch: list[PositiveInt] = [1, 2, 4, 8]
     decode_context: list[PositiveInt] = [64, 256, 512]
     decode_steps: PositiveInt = 24
-    mixed_batch: list[PositiveInt] = [1, 4, 8]
+    mixed_batch: list[PositiveInt] = [1, 3, 7]
+    """Decoders beside the probe: each must be below the server's slots (the probe
+    needs one), else the probe waits and runs with the decoders gone (checked against
+    llama.cpp's ``/props`` ``total_slots``)."""
     mixed_prompt_tokens: list[PositiveInt] = [64, 256]
     mixed_context: PositiveInt = 128
     repeats: PositiveInt = 3
@@ -184,6 +187,12 @@ def profile(
     Returns (rows, a word on the timing source)."""
     url = url.rstrip("/")
     props = check_endpoint(url)
+    slots = props.get("total_slots")
+    if isinstance(slots, int) and grid.mixed_batch and max(grid.mixed_batch) >= slots:
+        raise LyraError(
+            f"grid.mixed_batch: got {max(grid.mixed_batch)}, must be < the server's "
+            f"{slots} slots (the probe needs a slot of its own beside the decoders)"
+        )
     prober = _Prober(url, api, grid)
     rows: list[tuple[str, int, int, int, float, float]] = []
 

@@ -9,8 +9,6 @@ temporary sibling and renamed into place: an interrupted write leaves no partial
 from __future__ import annotations
 
 import os
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +18,7 @@ from pydantic import ValidationError
 from lyra_simpy.calibration.fit import FORMAT, TERMS, UNITS, ProfileFit, fit_profile
 from lyra_simpy.calibration.profiles import read_profile
 from lyra_simpy.errors import TraceError, from_validation_error
+from lyra_simpy.metrics.io import atomic_write
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -28,19 +27,6 @@ HEADER = (
     "# Fitted by `lyra-simpy calibrate` (lyra_simpy.calibration.fit): coefficients of the\n"
     "# `profile` cost model in ms, the profile it came from and the fit report.\n"
 )
-
-
-def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
-    """Call *write* on a temporary sibling of *path*, then rename it to *path*."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_fit(fit: ProfileFit, path: Path) -> None:

@@ -184,8 +184,8 @@ def convert_vidur(
     the number of rows."""
     import yaml
 
-    from lyra_simpy.calibration.fitfile import atomic_write
     from lyra_simpy.calibration.profiles import write_profile
+    from lyra_simpy.metrics.io import atomic_write
 
     rows, meta = vidur_profile(
         path, layers, tp, decode_attention_ms_per_context_token, prefill_attention_ms_per_pair

@@ -37,10 +37,10 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, ValidationError
 
-from lyra_simpy.calibration.fitfile import atomic_write
 from lyra_simpy.errors import LyraError, TraceError, from_validation_error
 from lyra_simpy.live.client import Api, Outcome, check_endpoint, engine_info, new_client, send
 from lyra_simpy.live.workload import TokenIds
+from lyra_simpy.metrics.io import atomic_write
 
 
 class ProfileGrid(BaseModel):

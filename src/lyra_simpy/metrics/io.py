@@ -11,7 +11,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -86,3 +86,16 @@ def atomic_dir(final: Path) -> Iterator[Path]:
     tmp.rename(final)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
+    """Call *write* on a temporary sibling of *path*, then rename it to *path*."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -4,7 +4,7 @@ Layout of the result folder ``OUT/``:
 
 - ``points/<key>.json``: one file per distinct point — its key, swept values, seed,
   summary (DESIGN §4 names), engine counters, resolved scenario, package version and git
-  revision. Written to a temporary file and renamed into place (``os.replace``) by the
+  revision. Written to a temporary file and renamed into place (``metrics.io.atomic_write``) by the
   process that collects results, so a file exists only when it is complete: a sweep
   killed at any moment (``kill -9`` included) resumes where it stopped, without losing
   or duplicating a point, and a rerun with nothing changed computes nothing.
@@ -19,14 +19,13 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import json
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lyra_simpy.errors import LyraError
-from lyra_simpy.metrics.io import write_json
+from lyra_simpy.metrics.io import atomic_write, write_json
 from lyra_simpy.provenance import git_revision, package_version
 from lyra_simpy.sweep.executors import open_executor, simulate_summary
 from lyra_simpy.sweep.spec import Point, Sweep, load_sweep
@@ -64,13 +63,8 @@ def _read_point(path: Path, key: str) -> dict[str, Any] | None:
 
 
 def _write_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("w") as fh:
-        json.dump(data, fh, indent=1, allow_nan=False)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    text = json.dumps(data, indent=1, allow_nan=False) + "\n"
+    atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 def _cell(value: Any) -> Any:
@@ -84,18 +78,22 @@ def _cell(value: Any) -> Any:
 def _write_table(sweep: Sweep, points_dir: Path, path: Path) -> None:
     stored = {p.key: _read_point(_point_file(points_dir, p.key), p.key) for p in sweep.points}
     metrics = list(next(iter(stored.values()))["summary"]) if stored else []  # type: ignore[index]
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow([*sweep.swept, "seed", "key", *metrics])
-        for p in sweep.points:
-            data = stored[p.key]
-            if data is None:  # pragma: no cover - every point was just written
-                raise LyraError(f"{_point_file(points_dir, p.key)}: point missing after the run")
-            summary = data["summary"]
-            row = [*(p.values[k] for k in sweep.swept), p.seed, p.key]
-            writer.writerow([_cell(v) for v in row] + [_cell(summary.get(m)) for m in metrics])
-    os.replace(tmp, path)
+
+    def write(tmp: Path) -> None:
+        with tmp.open("w", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow([*sweep.swept, "seed", "key", *metrics])
+            for p in sweep.points:
+                data = stored[p.key]
+                if data is None:  # pragma: no cover - every point was just written
+                    raise LyraError(
+                        f"{_point_file(points_dir, p.key)}: point missing after the run"
+                    )
+                summary = data["summary"]
+                row = [*(p.values[k] for k in sweep.swept), p.seed, p.key]
+                writer.writerow([_cell(v) for v in row] + [_cell(summary.get(m)) for m in metrics])
+
+    atomic_write(path, write)
 
 
 def _record(point: Point, result: dict[str, Any]) -> dict[str, Any]:

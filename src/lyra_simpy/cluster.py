@@ -149,9 +149,7 @@ class Dispatcher:
             if nxt is None:
                 break
             for req in upstream.pop_until(nxt):
-                i = self.router.route(req, ())
-                self.routed[i] += 1
-                target = self.sources[i]
+                target = self._assign(req)
                 target.queue.append(req)
                 self._ahead.append((req.arrival_s, target))
         return upstream.next_s()
@@ -162,17 +160,16 @@ class Dispatcher:
         ahead = self._ahead
         while ahead and ahead[0][0] <= now:
             ahead.popleft()[1].wake()
-        if self.lookahead:
-            for req in self.upstream.pop_until(now):
-                i = self.router.route(req, ())
-                self.routed[i] += 1
-                self.sources[i].push(req)
-            return
         while due := self.upstream.pop_until(now):
             for req in due:
-                i = self.router.route(req, self._loads())
-                self.routed[i] += 1
-                self.sources[i].push(req)
+                self._assign(req).push(req)
+
+    def _assign(self, req: Request) -> RoutedSource:
+        """The replica's source *req* goes to, counted; the replicas' loads are read
+        only for a router that reads them."""
+        i = self.router.route(req, self._loads() if self.router.reads_state else ())
+        self.routed[i] += 1
+        return self.sources[i]
 
     def on_finish(self, now: float) -> None:
         """A request ended on some replica (closed loops send the next one: routed in

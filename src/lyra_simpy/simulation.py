@@ -6,6 +6,7 @@ Nothing is written here (STYLE §8): the caller decides what to keep
 
 from __future__ import annotations
 
+import functools
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -173,7 +174,7 @@ def simulate(scenario: Scenario) -> Results:
     else:
         router_cfg = scenario.cluster.router
         router = ROUTERS[router_cfg.name](router_cfg, len(specs), streams.get("router"))
-        loads = lambda: replica_loads(replicas)  # noqa: E731
+        loads = functools.partial(replica_loads, replicas)
         dispatcher = Dispatcher(env, source, router, loads, lookahead=True)
         for i, spec in enumerate(specs):
             routed = dispatcher.add_replica()

@@ -1,8 +1,13 @@
-"""Requests in hand-built scheduler states, shared by the scheduler unit tests (tests/ is
-on the import path through its conftest)."""
+"""Requests in hand-built scheduler states, shared by the scheduler unit tests, and a
+switch making the load-blind routers route at each arrival (tests/ is on the import
+path through its conftest)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
+from lyra_simpy import routing
 from lyra_simpy.kv import blocks_for
 from lyra_simpy.request import Request
 
@@ -21,3 +26,16 @@ def decoding_req(i: int, input_tokens: int, generated: int, output_tokens: int =
         i, i, float(i), input_tokens, output_tokens, computed_tokens=computed,
         generated_tokens=generated, blocks=blocks_for(computed, BS), running=True,
     )  # fmt: skip
+
+
+@contextlib.contextmanager
+def routers_reading_state() -> Iterator[None]:
+    """Round robin and random routed at each arrival, as state-reading routers are."""
+    classes = (routing.RoundRobin, routing.RandomRouter)
+    try:
+        for cls in classes:
+            cls.reads_state = True
+        yield
+    finally:
+        for cls in classes:
+            cls.reads_state = False

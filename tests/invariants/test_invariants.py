@@ -7,11 +7,9 @@ decode spans give the same observables (DESIGN §6); tokens are conserved.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +18,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lyra_simpy import Results, routing, scenario_from_dict, simulate
+from builders import routers_reading_state
+from lyra_simpy import Results, scenario_from_dict, simulate
 from lyra_simpy.cost import COST_MODELS
 from lyra_simpy.kv import blocks_for
 from lyra_simpy.metrics.fairness import alone_chunk_tokens, unloaded_service_s
@@ -485,19 +484,6 @@ def test_invariants_determinism_and_fused_equals_unfused(raw):
     if cluster.get("router", {}).get("name") in ("round_robin", "random"):
         with routers_reading_state():
             assert_same_results(run(raw), fused)
-
-
-@contextlib.contextmanager
-def routers_reading_state() -> Iterator[None]:
-    """Round robin and random routed at each arrival, as state-reading routers are."""
-    classes = (routing.RoundRobin, routing.RandomRouter)
-    try:
-        for cls in classes:
-            cls.reads_state = True
-        yield
-    finally:
-        for cls in classes:
-            cls.reads_state = False
 
 
 @given(scenarios(until=True))

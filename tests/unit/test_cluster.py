@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from builders import routers_reading_state
 from lyra_simpy import simulate
 from lyra_simpy.errors import ScenarioError
 from lyra_simpy.request import Request
@@ -180,8 +181,6 @@ def test_routing_ahead_gives_the_same_run_with_far_fewer_events(make_scenario, r
     each replica runs until its own next request. Identical results, fewer events."""
     import simpy
 
-    from lyra_simpy import routing
-
     counts = {}
     original = simpy.Environment.step
 
@@ -196,15 +195,15 @@ def test_routing_ahead_gives_the_same_run_with_far_fewer_events(make_scenario, r
             "cluster": {"replicas": 4, "router": {"name": router}},
         }
     )
-    cls = routing.ROUTERS[router]
     results = {}
     try:
         simpy.Environment.step = counting
-        for key in ("ahead", "at_arrival"):
-            cls.reads_state = key == "at_arrival"
+        key = "ahead"
+        results[key] = simulate(sc)
+        key = "at_arrival"
+        with routers_reading_state():
             results[key] = simulate(sc)
     finally:
-        cls.reads_state = False
         simpy.Environment.step = original
     a, b = results["ahead"], results["at_arrival"]
     for name, values in a.records.items():

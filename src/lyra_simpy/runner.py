@@ -28,6 +28,7 @@ from lyra_simpy.provenance import manifest
 from lyra_simpy.report import lookup
 from lyra_simpy.scenario import Scenario
 from lyra_simpy.simulation import Results, simulate
+from lyra_simpy.whatif import format_scorecard, scorecard, write_scorecard
 
 
 def table_rows(scenario: Scenario, results: list[Results]) -> tuple[list[str], list[list[Any]]]:
@@ -110,8 +111,6 @@ def run_scenario(
         echo(f"best {metric}: {best.scenario.label} ({_fmt(best.summary[metric])})")
     card = None
     if scenario.whatif is not None:
-        from lyra_simpy.whatif import format_scorecard, scorecard
-
         card = scorecard(scenario.whatif, [r.summary for r in results])
         echo(f"speedup over {scenario.whatif.reference} ({scenario.whatif.metric}):")
         echo(format_scorecard(card))
@@ -119,8 +118,6 @@ def run_scenario(
         final = out_root / scenario.name
         with atomic_dir(final) as tmp:
             if card is not None:
-                from lyra_simpy.whatif import write_scorecard
-
                 write_scorecard(card, tmp)
             for i, res in enumerate(results):
                 write_variant(res, tmp / res.scenario.label, source_file, i)

@@ -119,6 +119,14 @@ class WhatIf(BaseModel):
     def reference(self) -> str:
         return self.baseline or self.candidates[0].label
 
+    @property
+    def groups(self) -> dict[str, list[str]]:
+        """Scoring group → the labels of its workloads, in file order."""
+        out: dict[str, list[str]] = {}
+        for w in self.workloads:
+            out.setdefault(w.group, []).append(w.label)
+        return out
+
     def variants(self) -> list[Variant]:
         """One run per (candidate, workload), candidate-major, labelled
         ``<candidate>.<workload>``; a candidate's changes apply after the workload's."""
@@ -142,7 +150,7 @@ class Scorecard:
 
     @property
     def groups(self) -> list[str]:
-        return list(dict.fromkeys(w.group for w in self.whatif.workloads))
+        return list(self.whatif.groups)
 
 
 def scorecard(whatif: WhatIf, summaries: Sequence[Mapping[str, Any]]) -> Scorecard:
@@ -166,15 +174,11 @@ def scorecard(whatif: WhatIf, summaries: Sequence[Mapping[str, Any]]) -> Scoreca
         }
     geomeans: dict[str, dict[str, float]] = {}
     scores: dict[str, float] = {}
-    groups = list(dict.fromkeys(w.group for w in workloads))
     rule = whatif.score
     for cand, sp in speedups.items():
         geomeans[cand] = {
-            g: math.exp(
-                sum(math.log(sp[w.label]) for w in workloads if w.group == g)
-                / sum(1 for w in workloads if w.group == g)
-            )
-            for g in groups
+            g: math.exp(sum(math.log(sp[w]) for w in labels) / len(labels))
+            for g, labels in whatif.groups.items()
         }
         weakest = min(rule.credit(geo) for geo in geomeans[cand].values())
         scores[cand] = rule.base + rule.weight * weakest

@@ -17,6 +17,7 @@ import os
 import sys
 from pathlib import Path
 
+from lyra_simpy.argtypes import count, milliseconds
 from lyra_simpy.errors import LyraError
 from lyra_simpy.live.cli import LIVE_COMMANDS, add_live_parsers
 
@@ -63,22 +64,22 @@ def _parser() -> argparse.ArgumentParser:
     vid = sub.add_parser("vidur-profile", help="profile CSV from a Vidur mlp.csv")
     vid.add_argument("mlp_csv", type=Path, help="Vidur data/profiling/compute/.../mlp.csv")
     vid.add_argument("--out", type=Path, required=True, help="profile CSV to write")
-    vid.add_argument("--layers", type=_count, required=True, help="transformer layers")
-    vid.add_argument("--tp", type=_count, default=1, help="tensor-parallel degree (rows)")
+    vid.add_argument("--layers", type=count, required=True, help="transformer layers")
+    vid.add_argument("--tp", type=count, default=1, help="tensor-parallel degree (rows)")
     vid.add_argument(
         "--decode-attention-ms-per-context-token",
-        type=_ms,
+        type=milliseconds,
         default=0.0,
         help="assumed decode attention time per context token read (default 0: none)",
     )
     vid.add_argument(
         "--prefill-attention-ms-per-pair",
-        type=_ms,
+        type=milliseconds,
         default=0.0,
         help="assumed prefill attention time per new x (cached + new) pair (default 0)",
     )
     _sweep_parsers(sub)
-    add_live_parsers(sub, _count)
+    add_live_parsers(sub)
     return p
 
 
@@ -86,7 +87,7 @@ def _executor_args(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE")
     cmd.add_argument("--quick", action="store_true", help="apply the files' quick: blocks")
     cmd.add_argument(
-        "--workers", type=_count, help="processes (default: CPU count; 1 runs in-process)"
+        "--workers", type=count, help="processes (default: CPU count; 1 runs in-process)"
     )
     cmd.add_argument(
         "--dask", metavar="ADDRESS", help="run on Dask: tcp://HOST:PORT, or local (LocalCluster)"
@@ -107,7 +108,7 @@ def _sweep_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     cap.add_argument(
         "--vary", default="arrival.rate", help="arrival.rate (default) or cluster.replicas"
     )
-    cap.add_argument("--seeds", type=_count, default=3, help="runs per probe (default 3)")
+    cap.add_argument("--seeds", type=count, default=3, help="runs per probe (default 3)")
     cap.add_argument("--tolerance", type=float, default=0.02, help="relative (default 0.02)")
     _executor_args(cap)
     cap.add_argument("--out", type=Path, help="write capacity_curve.csv and capacity.png here")
@@ -152,22 +153,6 @@ def _capacity(args: argparse.Namespace) -> int:
         for path in write_capacity(cap, args.out):
             print(f"wrote {path}")
     return 0 if cap.answer is not None else 1
-
-
-def _count(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"got {text!r}, must be an integer >= 1")
-    return int(text)
-
-
-def _ms(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0.0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"got {text!r}, must be a number >= 0 (ms)")
-    return value
 
 
 def _calibrate(args: argparse.Namespace) -> int:

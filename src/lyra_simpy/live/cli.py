@@ -9,12 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lyra_simpy.argtypes import count, seconds
 from lyra_simpy.errors import LyraError
 
 
-def add_live_parsers(sub: Any, count: Callable[[str], int]) -> None:
-    """The three subcommands' parsers; *count* parses a positive integer."""
-    _count = count
+def add_live_parsers(sub: Any) -> None:
+    """The three subcommands' parsers."""
     rep = sub.add_parser("replay", help="send a scenario's workload to a live endpoint")
     rep.add_argument("scenario", type=Path, help="scenario YAML (one variant)")
     rep.add_argument("--endpoint", required=True, help="e.g. http://127.0.0.1:8080")
@@ -22,9 +22,9 @@ def add_live_parsers(sub: Any, count: Callable[[str], int]) -> None:
     rep.add_argument("--out", type=Path, help="results folder (default results/live/NAME)")
     rep.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE")
     rep.add_argument("--quick", action="store_true", help="apply the file's quick: block")
-    rep.add_argument("--timeout-s", type=_seconds, default=60.0, help="per request (60)")
-    rep.add_argument("--time-limit-s", type=_seconds, default=1800.0, help="whole run (1800)")
-    rep.add_argument("--max-in-flight", type=_count, default=256, help="requests at once")
+    rep.add_argument("--timeout-s", type=seconds, default=60.0, help="per request (60)")
+    rep.add_argument("--time-limit-s", type=seconds, default=1800.0, help="whole run (1800)")
+    rep.add_argument("--max-in-flight", type=count, default=256, help="requests at once")
     rep.add_argument("--extra-body", type=_json_object, default={}, help="JSON merged into bodies")
 
     prof = sub.add_parser("profile", help="measure a live engine's step costs: profile CSV")
@@ -40,16 +40,6 @@ def add_live_parsers(sub: Any, count: Callable[[str], int]) -> None:
     cmp_.add_argument("real_dirs", type=Path, nargs="+", help="replayed run folders (median)")
     cmp_.add_argument("--figure", type=Path, help="overlaid CDFs (.png/.pdf)")
     cmp_.add_argument("--json", type=Path, help="write the comparison table as JSON")
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"got {text!r}, must be a number > 0 (s)")
-    return value
 
 
 def _json_object(text: str) -> dict[str, object]:

@@ -13,6 +13,7 @@ from lyra_simpy.cli import main
 from lyra_simpy.presets import apply_engine, parse_command
 from lyra_simpy.presets import sglang as sg
 from lyra_simpy.presets import vllm as vl
+from lyra_simpy.report import lookup
 
 SGLANG_LINE = (
     "python -m sglang.launch_server --model-path Qwen/Qwen3-8B --max-running-requests 64 "
@@ -202,10 +203,7 @@ def test_sglang_capture_sizes():
     ],
 )
 def test_sglang_flag_mappings(flags, path, want):
-    got: Any = resolved(base({"name": "sglang", "flags": flags}))
-    for key in path.split("."):
-        got = got[key]
-    assert got == want
+    assert lookup(path, resolved(base({"name": "sglang", "flags": flags}))) == want
 
 
 def test_fp8_kv_doubles_the_pool():
@@ -389,10 +387,7 @@ def test_vllm_without_chunking_runs_continuous():
     ],
 )
 def test_vllm_flag_mappings(flags, path, want):
-    got: Any = resolved(base({"name": "vllm", "flags": flags}))
-    for key in path.split("."):
-        got = got[key]
-    assert got == want
+    assert lookup(path, resolved(base({"name": "vllm", "flags": flags}))) == want
 
 
 def test_vllm_capture_sizes():

@@ -5,7 +5,9 @@ path through its conftest)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
 
 from lyra_simpy import routing
 from lyra_simpy.kv import blocks_for
@@ -39,3 +41,16 @@ def routers_reading_state() -> Iterator[None]:
     finally:
         for cls in classes:
             cls.reads_state = False
+
+
+def trace_workload(tmp_path: Path, rows: Iterable[tuple[float, int, int]]) -> dict[str, Any]:
+    """Write *rows* (arrival_s, input_tokens, output_tokens) to ``tmp_path/t.csv``; the
+    scenario changes that replay exactly them (the scenario's folder: *tmp_path*)."""
+    lines = "".join(f"{a},{i},{o}\n" for a, i, o in rows)
+    (tmp_path / "t.csv").write_text("arrival_s,input_tokens,output_tokens\n" + lines)
+    return {
+        "workload.num_requests": None,
+        "workload.arrival": {"name": "trace", "path": "t.csv", "format": "csv"},
+        "workload.input_tokens": {"name": "trace"},
+        "workload.output_tokens": {"name": "trace"},
+    }

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from builders import BS, decoding_req, waiting_req
+from builders import BS, decoding_req, trace_workload, waiting_req
 from lyra_simpy import simulate
 from lyra_simpy.errors import ScenarioError
 from lyra_simpy.kv import blocks_for
@@ -206,13 +206,9 @@ def test_chunk_size_must_be_whole_pages(make_scenario):
 
 def two_requests(make_scenario, tmp_path: Path, scheduler: dict) -> list[dict]:
     """A decoding request, then a 100-token prompt arriving while it decodes."""
-    (tmp_path / "t.csv").write_text("arrival_s,input_tokens,output_tokens\n0,8,20\n0.05,100,2\n")
     sc = make_scenario(
         {
-            "workload.num_requests": None,
-            "workload.arrival": {"name": "trace", "path": "t.csv", "format": "csv"},
-            "workload.input_tokens": {"name": "trace"},
-            "workload.output_tokens": {"name": "trace"},
+            **trace_workload(tmp_path, [(0, 8, 20), (0.05, 100, 2)]),
             "scheduler": scheduler,
             "cost": {"name": "linear", "base_ms": 10, "per_prefill_token_ms": 0.1},
         },

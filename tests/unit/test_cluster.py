@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from builders import routers_reading_state
+from builders import routers_reading_state, trace_workload
 from lyra_simpy import simulate
 from lyra_simpy.errors import ScenarioError
 from lyra_simpy.request import Request
@@ -81,13 +81,9 @@ def test_cache_aware_forgets_least_recent_units_past_max_tree_units():
     assert ca.route(req([1, 2, 3]), loads(0, 0)) == 1  # key 1 forgotten: no match
 
 
-def pd_scenario(make_scenario, tmp_path: Path, rows: str = "0,1000,3\n", **changes):
-    (tmp_path / "t.csv").write_text("arrival_s,input_tokens,output_tokens\n" + rows)
+def pd_scenario(make_scenario, tmp_path: Path, rows=((0, 1000, 3),), **changes):
     raw = {
-        "workload.num_requests": None,
-        "workload.arrival": {"name": "trace", "path": "t.csv", "format": "csv"},
-        "workload.input_tokens": {"name": "trace"},
-        "workload.output_tokens": {"name": "trace"},
+        **trace_workload(tmp_path, rows),
         "scheduler": {"name": "continuous", "max_num_seqs": 4, "max_num_batched_tokens": 2048},
         "kv_cache": {"block_size": 16, "num_blocks": 200},
         "cost": {"name": "linear", "base_ms": 10, "per_prefill_token_ms": 0.01},
@@ -120,7 +116,7 @@ def test_one_request_through_prefill_link_and_decode_by_hand(make_scenario, tmp_
 
 
 def test_a_decode_pool_too_small_holds_requests_back_and_loses_none(make_scenario, tmp_path):
-    rows = "".join(f"{i * 0.001},600,40\n" for i in range(8))
+    rows = [(i * 0.001, 600, 40) for i in range(8)]
     small_decode = {"count": 1, "kv_cache": {"block_size": 16, "num_blocks": 80}}
     res = pd_scenario(
         make_scenario,

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
+from builders import trace_workload
 from lyra_simpy import simulate
 from lyra_simpy.clock import exact_delay
 
@@ -75,17 +74,10 @@ def test_timeseries_rows_of_a_single_request(make_scenario):
     assert res.engine["peak_kv_blocks"] == 4
 
 
-def write_trace(tmp_path: Path, rows) -> None:
-    (tmp_path / "t.csv").write_text(
-        "arrival_s,input_tokens,output_tokens\n" + "".join(f"{a},{i},{o}\n" for a, i, o in rows)
-    )
-
-
 @pytest.mark.parametrize(("name", "r2_e2el_ms"), [("static", 12 + 5 * 12), ("continuous", 68)])
 def test_static_batch_holds_rows_until_its_longest_member_ends(
     make_scenario, tmp_path, name, r2_e2el_ms
 ):
-    write_trace(tmp_path, [(0.0, 10, 2), (0.0, 10, 6)])
     scheduler = (
         {"name": "static", "max_batch": 2}
         if name == "static"
@@ -93,10 +85,7 @@ def test_static_batch_holds_rows_until_its_longest_member_ends(
     )
     sc = make_scenario(
         {
-            "workload.num_requests": None,
-            "workload.arrival": {"name": "trace", "path": "t.csv", "format": "csv"},
-            "workload.input_tokens": {"name": "trace"},
-            "workload.output_tokens": {"name": "trace"},
+            **trace_workload(tmp_path, [(0.0, 10, 2), (0.0, 10, 6)]),
             "scheduler": scheduler,
             "cost": {"name": "linear", "base_ms": 10, "per_seq_ms": 1},
         },

@@ -237,7 +237,7 @@ def fit_profile(profile: Profile) -> ProfileFit:
     """Fit the ``profile`` cost model to *profile*."""
     x = design_matrix(profile)
     coef, unmeasured = fit_coefficients(x, profile.latency_ms)
-    predicted = x @ coef
+    predicted = rowwise_dot(x, coef)
     return ProfileFit(
         coefficients=Coefficients(**dict(zip(TERMS, coef.tolist(), strict=True))),
         profile=ProfileSource(
@@ -266,5 +266,12 @@ def decode_residuals(profile: Profile, predicted: Floats) -> dict[int, float]:
 def predict_ms(fit: ProfileFit, profile: Profile) -> npt.NDArray[np.float64]:
     """The fitted model's latency for every row of *profile*."""
     c = fit.coefficients
-    out: Floats = design_matrix(profile) @ np.array([getattr(c, t) for t in TERMS])
+    return rowwise_dot(design_matrix(profile), np.array([getattr(c, t) for t in TERMS]))
+
+
+def rowwise_dot(x: Floats, coef: Floats) -> Floats:
+    """``x @ coef`` summed in a fixed order (NumPy's sum over each row), not by BLAS,
+    whose order moves with its thread count: predictions and residuals that end up in
+    fit files and results must not depend on ``OPENBLAS_NUM_THREADS``."""
+    out: Floats = np.sum(x * coef, axis=1)
     return out

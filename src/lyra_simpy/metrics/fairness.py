@@ -41,7 +41,7 @@ Floats = npt.NDArray[np.float64]
 def jain_index(values: npt.ArrayLike) -> float:
     """Jain's fairness index ``(Σx)² / (n Σx²)`` of *values* (0.0 when empty or all 0)."""
     x = np.asarray(values, dtype=np.float64)
-    square_sum = float(np.dot(x, x))
+    square_sum = float(np.sum(x * x))  # not np.dot: BLAS order moves with threads
     if len(x) == 0 or square_sum == 0.0:
         return 0.0
     return float(x.sum()) ** 2 / (len(x) * square_sum)

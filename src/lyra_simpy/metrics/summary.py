@@ -64,11 +64,16 @@ def _stats(
     del keep
     if len(values_ms) == 0:
         return dict.fromkeys(keys, 0.0)
+    # Sums in a fixed order (NumPy's pairwise sum of the products), never ``np.dot``: a
+    # BLAS dot product sums in an order that depends on its thread count and kernel, so
+    # the last digits would move between an in-process run and a Dask worker
+    # (OPENBLAS_NUM_THREADS=1).
     total = float(weights.sum())
-    mean = float(np.dot(values_ms, weights) / total)
+    mean = float(np.sum(values_ms * weights) / total)
     dev = values_ms - mean
     np.square(dev, out=dev)
-    std = float(np.sqrt(np.dot(dev, weights) / total))
+    dev *= weights
+    std = float(np.sqrt(np.sum(dev) / total))
     del dev
     median, p90, p99 = weighted_percentiles(values_ms, weights, tuple(q for _, q in PERCENTILES))
     # vLLM's order: mean, median, std, p90, p99.

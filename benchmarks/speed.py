@@ -15,8 +15,8 @@ iterations/s ≥ 25 % of the raw SimPy rate. It is a report: exit status 0 whate
 figures, unless ``--check`` is given (then 1 when a target is missed or the runs differ).
 
 Usage: ``python benchmarks/speed.py [--requests N] [--profile] [--check]``
-(``tox -e bench -- --check``). The trace is looked for in ``shared/traces`` beside the
-repository (or in ``$LYRA_SHARED_DIR/traces``).
+(``tox -e bench -- --check``). The trace, ``azure-conv-2023``, ships with the package
+(``lyra-simpy traces list``; ``$LYRA_TRACES_DIR`` points at another copy).
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ import numpy as np  # noqa: E402
 import simpy  # noqa: E402
 
 import lyra_simpy  # noqa: E402
+from lyra_simpy.workload.catalog import resolve_path  # noqa: E402
 from lyra_simpy.workload.traces import read_trace  # noqa: E402
 
 _PlainEnvironment = simpy.Environment
@@ -66,8 +67,7 @@ _PlainEnvironment = simpy.Environment
 _IMPORT_S = time.perf_counter() - _T_IMPORT
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-TRACE_NAME = "AzureLLMInferenceTrace_conv.csv"
-TRACE_URL = "github.com/Azure/AzurePublicDataset, data/AzureLLMInferenceTrace_conv.csv"
+TRACE_NAME = "azure-conv-2023"
 TARGET_WHOLE_S = 2.0
 TARGET_RATIO = 0.25
 RAW_TIMEOUTS = 300_000
@@ -75,9 +75,8 @@ RAW_REPEATS = 3
 
 
 def trace_path() -> Path:
-    shared = os.environ.get("LYRA_SHARED_DIR")
-    base = Path(shared) if shared else REPO_ROOT.parent / "shared"
-    return base / "traces" / TRACE_NAME
+    """The Azure conversation trace, by its name in the catalog (the package's copy)."""
+    return resolve_path(TRACE_NAME, REPO_ROOT)
 
 
 def workload(trace: Path, requests: int, fuse: bool) -> dict[str, Any]:
@@ -186,9 +185,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--requests must be >= 1")
 
     trace = trace_path()
-    if not trace.is_file():
-        print(f"speed.py: trace not found: {trace} (download it from {TRACE_URL})")
-        return 2
 
     # Fused run first: the whole-process figure is what one `simulate` of it costs.
     t = time.perf_counter()

@@ -1,5 +1,5 @@
 """Command line: ``lyra-simpy run|validate|schema|calibrate|vidur-profile|figures|sweep|
-capacity|replay|profile|compare``.
+capacity|traces|replay|profile|compare``.
 
 Parses and delegates; nothing else.
 
@@ -113,6 +113,13 @@ def _sweep_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     _executor_args(cap)
     cap.add_argument("--out", type=Path, help="write capacity_curve.csv and capacity.png here")
 
+    trc = sub.add_parser("traces", help="the request traces known by name: list, fetch")
+    trc_sub = trc.add_subparsers(dest="traces_command", required=True)
+    trc_sub.add_parser("list", help="name, size, licence, where it is, source, sha256")
+    fetch = trc_sub.add_parser("fetch", help="download a known trace into the cache")
+    fetch.add_argument("name", help="a name from `lyra-simpy traces list`")
+    fetch.add_argument("--url", help="fetch from this URL instead (a mirror); sha256 checked")
+
 
 def _sweep(args: argparse.Namespace) -> int:
     import time
@@ -153,6 +160,19 @@ def _capacity(args: argparse.Namespace) -> int:
         for path in write_capacity(cap, args.out):
             print(f"wrote {path}")
     return 0 if cap.answer is not None else 1
+
+
+def _traces(args: argparse.Namespace) -> int:
+    from lyra_simpy.workload.catalog import fetch, format_list, known_traces
+
+    if args.traces_command == "list":
+        print(format_list())
+        return 0
+    known = known_traces()
+    if args.name not in known:
+        raise LyraError(f"traces fetch: got {args.name!r}, must be one of {', '.join(known)}")
+    print(f"{args.name}: {fetch(known[args.name], args.url, log=sys.stderr)}")
+    return 0
 
 
 def _calibrate(args: argparse.Namespace) -> int:
@@ -214,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
             return _sweep(args)
         if args.command == "capacity":
             return _capacity(args)
+        if args.command == "traces":
+            return _traces(args)
         if args.command in LIVE_COMMANDS:
             return LIVE_COMMANDS[args.command](args)
         from lyra_simpy.scenario import load_scenario

@@ -14,8 +14,6 @@ from typing import Any
 
 import pytest
 
-from lyra_simpy import ScenarioError
-
 HERE = Path(__file__).resolve().parent
 SCENARIOS = sorted((HERE.parents[1] / "scenarios").glob("*.yaml"))
 
@@ -34,14 +32,9 @@ regen = _regen_module()
 
 @cache
 def quick_run(name: str) -> dict[str, Any]:
-    """The golden record of scenarios/<name>.yaml as the code computes it now (skipped
-    when a trace it replays is not beside the repository: see shared/traces/README.md)."""
-    try:
-        return regen.golden_of(HERE.parents[1] / "scenarios" / f"{name}.yaml")
-    except ScenarioError as exc:
-        if "trace file not found" in str(exc):
-            pytest.skip(str(exc))
-        raise
+    """The golden record of scenarios/<name>.yaml as the code computes it now (the
+    traces the scenarios replay ship with the package: nothing is skipped)."""
+    return regen.golden_of(HERE.parents[1] / "scenarios" / f"{name}.yaml")
 
 
 def variants(name: str) -> dict[str, dict[str, Any]]:
@@ -188,10 +181,6 @@ def test_prefix_cache_cuts_ttft_and_needs_room():
     assert rates[0] < 0.5 * rates[-1]
 
 
-@pytest.mark.skipif(
-    not (HERE.parents[2] / "shared" / "traces" / "mooncake_conversation_trace.jsonl").is_file(),
-    reason="needs ../shared/traces (see shared/traces/README.md)",
-)
 def test_prefix_cache_reaches_the_mooncake_bound_only_when_large():
     runs = variants("prefix_cache_mooncake")
     for engine in ("vllm_block_hash", "sglang_radix_fcfs", "sglang_radix_lpm"):
@@ -307,10 +296,6 @@ def test_fitted_a100_cost_peaks_at_depth_64():
     assert tpot == sorted(tpot)  # deeper batches read more KV per step
 
 
-@pytest.mark.skipif(
-    not (HERE.parents[2] / "shared" / "traces" / "mooncake_conversation_trace.jsonl").is_file(),
-    reason="needs ../shared/traces (see shared/traces/README.md)",
-)
 def test_cache_aware_routing_keeps_conversations_where_their_kv_is():
     runs = variants("routing_prefix")
     aware = runs["cache_aware"]

@@ -15,6 +15,7 @@ from lyra_simpy import ScenarioError, scenario_from_dict
 from lyra_simpy.calibration.fit import TERMS, fit_profile, r_squared, report
 from lyra_simpy.calibration.fitfile import calibrate, format_report, load_fit
 from lyra_simpy.calibration.profiles import read_profile, write_profile
+from lyra_simpy.calibration.roofline_check import PACKAGE_PROFILES
 from lyra_simpy.cli import main
 from lyra_simpy.cost import BatchShape, ProfileCost, ProfileCostConfig
 from lyra_simpy.errors import TraceError
@@ -22,10 +23,7 @@ from lyra_simpy.provenance import cost_provenance
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 FIT = DATA / "synthetic_fit.yaml"
-VIDUR = (
-    Path(__file__).resolve().parents[3]
-    / "shared/profiles/vidur/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv"
-)
+VIDUR = PACKAGE_PROFILES / "vidur/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv"
 TRUE = {
     "fixed_ms": 7.0,
     "per_decode_seq_ms": 0.05,
@@ -317,15 +315,8 @@ def test_cli_calibrate_refuses_to_overwrite_the_metadata(tmp_path, capsys):
 
 # -- Vidur converter -----------------------------------------------------------------------
 
-needs_vidur = pytest.mark.skipif(
-    not VIDUR.is_file(),
-    reason=f"Vidur's mlp.csv is not beside the repository ({VIDUR}); "
-    "get it from github.com/microsoft/vidur data/profiling/compute/",
-)
 
-
-@needs_vidur
-def test_vidur_converter_on_the_shared_file(tmp_path, capsys):
+def test_vidur_converter_on_the_shipped_file(tmp_path, capsys):
     out = tmp_path / "v.csv"
     args = ["vidur-profile", str(VIDUR), "--layers", "32", "--out", str(out)]
     assert main([*args, "--decode-attention-ms-per-context-token", "0.00036"]) == 0
@@ -347,7 +338,6 @@ def test_vidur_converter_on_the_shared_file(tmp_path, capsys):
     assert fit.fit.r2 > 0.95
 
 
-@needs_vidur
 def test_vidur_converter_rejects_bad_arguments(tmp_path, capsys):
     out = tmp_path / "v.csv"
     assert (
@@ -403,7 +393,6 @@ def test_shipped_fit_is_what_calibrate_gives_for_the_shipped_profile():
     assert fresh.fit.phases == shipped.fit.phases
 
 
-@needs_vidur
 def test_shipped_profile_is_what_vidur_profile_gives(tmp_path):
     out = tmp_path / "a100_llama2_7b_vidur.csv"
     command = (  # the command in docs/calibration.md §4

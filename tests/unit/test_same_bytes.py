@@ -65,7 +65,9 @@ def test_the_dask_executor_writes_the_in_process_table(tmp_path):
 
 def test_a_profile_fitted_on_load_gives_the_same_summary_whatever_the_threads(tmp_path):
     scenario = yaml.safe_load((ROOT / "scenarios" / "lab02_goodput_vs_batch.yaml").read_text())
-    scenario = {k: scenario[k] for k in ("name", "seed", "workload", "scheduler", "kv_cache", "slo")}
+    scenario = {
+        k: scenario[k] for k in ("name", "seed", "workload", "scheduler", "kv_cache", "slo")
+    }
     scenario["cost"] = {"name": "profile", "path": str(ROOT / "tests/data/synthetic_profile.csv")}
     path = tmp_path / "fitted.yaml"
     path.write_text(yaml.safe_dump(scenario))

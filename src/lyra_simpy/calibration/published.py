@@ -1,8 +1,9 @@
-"""Published measurements to check the roofline against (read from ``shared/profiles``).
+"""Published measurements to check the roofline against (read from the package's
+``data/profiles`` slices, or the full tables laid out the same way).
 
 Each reader turns one source into :class:`Measured` rows: a device and model from the
 catalogs, the batch that was timed, and the published time in ms. What each source times
-(described in ``shared/profiles/README.md``):
+(described in ``data/profiles/README.md``):
 
 - ``aiconfigurator``: NVIDIA's per-op "silicon" tables (vLLM kernels). A Llama-3-8B step =
   its GEMMs (QKV 6144×4096, O 4096×4096, gate+up 28672×4096, down 4096×14336, × 32
@@ -236,4 +237,4 @@ SOURCES = {
     "llm-inference-bench": llm_inference_bench,
     "splitwise": splitwise,
 }
-"""Source name → reader of ``shared/profiles``."""
+"""Source name → reader of a profiles folder (``data/profiles`` or the full tables)."""

@@ -70,7 +70,7 @@ def read_vidur_mlp(path: Path, tp: int) -> tuple[dict[int, tuple[float, float]],
     except OSError as exc:
         raise TraceError(
             f"{path}: cannot read Vidur profile ({exc.strerror}); it comes from {SOURCE} "
-            "(the shared copy: ../shared/profiles/vidur/, see its README.md)"
+            "(the package ships Vidur's A100 Llama-2-7B file: data/profiles/vidur/)"
         ) from None
     samples: dict[int, list[tuple[float, float]]] = defaultdict(list)
     shape: dict[str, Any] = {}

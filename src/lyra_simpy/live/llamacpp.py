@@ -26,6 +26,7 @@ from typing import IO
 import httpx
 
 from lyra_simpy.errors import LyraError
+from lyra_simpy.paths import cache_dir
 
 SDIST = "llama-cpp-python==0.3.36"
 COMMIT = "0c1e570"
@@ -39,11 +40,6 @@ CMAKE_FLAGS = (
     "-DLLAMA_BUILD_EXAMPLES=OFF",
 )
 MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"
-
-
-def cache_dir() -> Path:
-    """``$LYRA_CACHE`` or ``~/.cache/lyra-simpy``."""
-    return Path(os.environ.get("LYRA_CACHE") or Path.home() / ".cache" / "lyra-simpy")
 
 
 def _run(cmd: list[str], log: IO[str]) -> None:

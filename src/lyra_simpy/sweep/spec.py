@@ -43,9 +43,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
-from lyra_simpy.errors import ScenarioError, from_validation_error
+from lyra_simpy.errors import LyraError, ScenarioError, from_validation_error
 from lyra_simpy.provenance import package_version
 from lyra_simpy.scenario import Scenario, deep_merge, load_scenario, scenario_from_dict
+from lyra_simpy.workload.catalog import resolve_path
 
 #: Fields that present results without changing them: left out of a point's key.
 PRESENTATION_FIELDS = ("name", "label", "description", "report", "figures")
@@ -149,12 +150,21 @@ def _digest(path: Path) -> str:
         return "unreadable"
 
 
+def _file(path: str, base_dir: Path) -> Path:
+    """The file a ``path:`` names (a known trace's name included); a name that is not
+    here stays a path that cannot be read ("unreadable")."""
+    try:
+        return resolve_path(path, base_dir)
+    except LyraError:
+        return base_dir / path
+
+
 def point_key(scenario: Scenario) -> str:
     """The key of *scenario*'s result (see the module docstring)."""
     resolved = scenario.resolved()
     for name in PRESENTATION_FIELDS:
         resolved.pop(name, None)
-    files = {p: _digest(scenario.base_dir / Path(p).expanduser()) for p in _read_paths(resolved)}
+    files = {p: _digest(_file(p, scenario.base_dir)) for p in _read_paths(resolved)}
     blob = json.dumps(
         {"scenario": resolved, "version": package_version(), "files": files},
         sort_keys=True,

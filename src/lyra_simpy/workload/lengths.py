@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from lyra_simpy.workload.catalog import resolve_path
 from lyra_simpy.workload.traces import Trace, TraceFormat, read_trace
 
 Ints = npt.NDArray[np.int64]
@@ -173,9 +174,9 @@ def sample_lengths(cfg: object, ctx: LengthContext, n: int) -> Ints:
 
 
 def resolve(path: str, base_dir: Path) -> Path:
-    """A trace path, relative to the scenario file unless absolute."""
-    p = Path(path).expanduser()
-    return p if p.is_absolute() else (base_dir / p)
+    """A trace path, relative to the scenario file unless absolute, or a known trace's
+    name (:mod:`~lyra_simpy.workload.catalog`)."""
+    return resolve_path(path, base_dir)
 
 
 def read(path: str, fmt: TraceFormat, base_dir: Path) -> Trace:

@@ -125,7 +125,7 @@ def read_trace(path: Path, fmt: TraceFormat) -> Trace:
     """Read the trace at *path* (cached per file and modification time)."""
     if not path.is_file():
         raise TraceError(
-            f"trace file not found: {path} (download it from {_SOURCES[fmt]}; "
-            "shared/traces/README.md lists the files this project uses)"
+            f"trace file not found: {path} (a {fmt} trace: {_SOURCES[fmt]}; "
+            "`lyra-simpy traces list` shows the traces known by name)"
         )
     return _load(str(path.resolve()), fmt, path.stat().st_mtime_ns)

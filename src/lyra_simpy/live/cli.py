@@ -79,6 +79,12 @@ def _replay(args: argparse.Namespace) -> int:
         f"median TTFT {summary['median_ttft_ms']:.1f} ms, median TPOT "
         f"{summary['median_tpot_ms']:.2f} ms, {summary['output_throughput']:.1f} tok/s"
     )
+    ways = json.loads((out / "manifest.json").read_text()).get("token_counting", {})
+    if ways.get("usage"):
+        print(
+            f"note: {ways['usage']} request(s) counted by usage.completion_tokens, which the "
+            "stream's chunks did not match (counted_by: usage in requests.jsonl; no ITLs)"
+        )
     print(f"results: {out}/" + ("" if complete else " (incomplete: stopped early)"))
     return 0 if complete else 1
 

@@ -41,6 +41,13 @@ from lyra_simpy.live.client import (
     new_client,
     send,
 )
+from lyra_simpy.live.limits import (
+    Limits,
+    check_lengths,
+    endpoint_limits,
+    token_range,
+    with_vocab,
+)
 from lyra_simpy.live.workload import Plan, TokenIds, planned_requests
 from lyra_simpy.metrics.io import atomic_dir, write_itl_csv, write_json, write_jsonl
 from lyra_simpy.metrics.summary import summarize
@@ -60,7 +67,10 @@ class ReplayConfig(BaseModel):
     time_limit_s: PositiveFloat = 1800.0
     """Whole run: requests in flight then end ``unfinished``."""
     max_in_flight: PositiveInt = 256
-    token_ids: TokenIds = TokenIds()
+    token_ids: TokenIds | None = None
+    """Prompt id range (None: the default, fitted to the vocabulary; :mod:`.limits`)."""
+    vocab_size: PositiveInt | None = None
+    """The model's vocabulary size, when the endpoint does not report it (vLLM)."""
     extra_body: dict[str, Any] = {}
     """Extra JSON fields for every request (e.g. ``{"cache_prompt": false}``)."""
 
@@ -68,6 +78,8 @@ class ReplayConfig(BaseModel):
 @dataclass
 class _Run:
     plan: Plan
+    limits: Limits = field(default_factory=Limits)
+    token_ids: TokenIds = field(default_factory=TokenIds)
     outcomes: dict[int, Outcome] = field(default_factory=dict)
     stopped: str | None = None
 
@@ -236,6 +248,13 @@ def write_run(
     info["stopped"] = run.stopped
     info["planned_requests"] = len(run.plan.prompts)
     info["token_counting"] = counting(run)
+    info["token_ids"] = {
+        "low": run.token_ids.low,
+        "high": run.token_ids.high,
+        "vocab_size": run.limits.vocab_size,
+        "vocab_source": run.limits.vocab_source,
+        "max_model_len": run.limits.max_model_len,
+    }
     with atomic_dir(out) as tmp:
         write_jsonl(tmp / "requests.jsonl", rows)
         write_json(tmp / "summary.json", summary)
@@ -250,10 +269,15 @@ def replay(
 ) -> tuple[dict[str, Any], bool]:
     """Replay *scenario* on the endpoint, write *out*; return (summary, complete).
 
-    An unreachable endpoint raises :class:`~lyra_simpy.errors.LyraError` before any
-    request is sent. Ctrl-C writes what was gathered, then raises KeyboardInterrupt."""
+    An unreachable endpoint, prompt ids outside the model's vocabulary or a request
+    longer than its context raise :class:`~lyra_simpy.errors.LyraError` before any
+    request is sent (:mod:`.limits`). Ctrl-C writes what was gathered, then raises
+    KeyboardInterrupt."""
     props = check_endpoint(cfg.endpoint.rstrip("/"))
-    run = _Run(planned_requests(scenario, cfg.token_ids))
+    limits = with_vocab(endpoint_limits(cfg.endpoint), cfg.vocab_size)
+    ids = token_range(cfg.token_ids, limits)
+    run = _Run(planned_requests(scenario, ids), limits, ids)
+    check_lengths(run.plan, limits)
     t0 = time.perf_counter()
     try:
         asyncio.run(_drive(run, cfg, t0))

@@ -7,7 +7,18 @@ per request in arrival order: ``faults[k]`` is the fault of the *k*-th request r
 Faults: ``slow_first`` (the first token comes ``slow_first_s`` late), ``drop`` (the
 connection closes after two tokens), ``http500``, ``malformed`` (a chunk that is not
 JSON), ``wrong_count`` (one token fewer than asked, reported as such), ``hang`` (no
-reply until the client gives up).
+reply until the client gives up), ``no_tokens`` (``[DONE]`` after no choice chunk,
+usage 0), ``no_usage`` (no usage chunk), ``usage_plus_2`` (usage reports two tokens
+more than streamed), ``trailing_empty`` (a last chunk with empty text and a
+``finish_reason``, as llama.cpp sends), ``bad_ids`` (``token_ids`` that is not a list).
+
+``style="vllm"`` streams as vLLM's ``/v1/completions`` does with
+``--skip-tokenizer-init``: every chunk ``text: ""`` and ``usage: null``, the last token's
+chunk with ``finish_reason: "length"``, ``token_ids`` only when the body asks
+(``return_token_ids``), the usage chunk only with ``stream_options.include_usage``;
+*tokens_per_chunk* > 1 streams several tokens per chunk (speculative decoding).
+``vocab_size`` / ``max_model_len`` set what ``/v1/models`` reports (vLLM:
+``max_model_len``; llama.cpp: ``meta.n_vocab``), ``props`` False hides ``/props``.
 """
 
 from __future__ import annotations
@@ -22,10 +33,25 @@ from typing import Any
 class StreamServer:
     """Start with ``with StreamServer() as srv: srv.url``."""
 
-    def __init__(self, ttft_s: float = 0.02, itl_s: float = 0.005, slow_first_s: float = 0.3):
+    def __init__(
+        self,
+        ttft_s: float = 0.02,
+        itl_s: float = 0.005,
+        slow_first_s: float = 0.3,
+        style: str = "text",
+        tokens_per_chunk: int = 1,
+        vocab_size: int | None = None,
+        max_model_len: int | None = None,
+        props: bool = True,
+    ):
         self.ttft_s = ttft_s
         self.itl_s = itl_s
         self.slow_first_s = slow_first_s
+        self.style = style
+        self.tokens_per_chunk = tokens_per_chunk
+        self.vocab_size = vocab_size
+        self.max_model_len = max_model_len
+        self.props = props
         self.faults: dict[int, str] = {}
         self.received: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -38,10 +64,18 @@ class StreamServer:
                 pass
 
             def do_GET(self) -> None:
-                if self.path == "/props":
-                    body = json.dumps(
-                        {"build_info": "test-1", "model_path": "fake.gguf", "total_slots": 4}
-                    ).encode()
+                reply: dict[str, Any] | None = None
+                if self.path == "/props" and server.props:
+                    reply = {"build_info": "test-1", "model_path": "fake.gguf", "total_slots": 4}
+                elif self.path == "/v1/models":
+                    model: dict[str, Any] = {"id": "tiny", "object": "model"}
+                    if server.max_model_len is not None:
+                        model["max_model_len"] = server.max_model_len
+                    if server.vocab_size is not None:
+                        model["meta"] = {"n_vocab": server.vocab_size}
+                    reply = {"object": "list", "data": [model]}
+                if reply is not None:
+                    body = json.dumps(reply).encode()
                     self.send_response(200)
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
@@ -100,25 +134,81 @@ class StreamServer:
             h.wfile.flush()
 
         time.sleep(self.ttft_s + (self.slow_first_s if fault == "slow_first" else 0.0))
+        try:
+            if sglang:
+                self._sglang_events(event, fault, len(prompt), n, h)
+            else:
+                self._openai_events(event, fault, body, len(prompt), n, h)
+        except _DroppedError:
+            return
+        h.wfile.write(b"0\r\n\r\n")
+        h.wfile.flush()
+
+    def _sglang_events(
+        self, event: Any, fault: str | None, n_in: int, n: int, h: BaseHTTPRequestHandler
+    ) -> None:
         for i in range(n):
             if i:
                 time.sleep(self.itl_s)
-            if fault == "drop" and i == 2:
-                h.wfile.flush()
-                h.connection.shutdown(2)
-                h.close_connection = True
-                return
-            if fault == "malformed" and i == 1:
-                event("{not json")
+            if self._skip(fault, i, event, h):
                 continue
-            if sglang:
-                meta = {"prompt_tokens": len(prompt), "completion_tokens": i + 1}
-                event(json.dumps({"text": "x" * (i + 1), "meta_info": meta}))
-            else:
-                event(json.dumps({"choices": [{"text": "x", "index": 0}]}))
-        if not sglang:
-            usage = {"prompt_tokens": len(prompt), "completion_tokens": n}
+            meta = {"prompt_tokens": n_in, "completion_tokens": i + 1}
+            event(json.dumps({"text": "x" * (i + 1), "meta_info": meta}))
+        event("[DONE]")
+
+    def _skip(self, fault: str | None, i: int, event: Any, h: BaseHTTPRequestHandler) -> bool:
+        """Apply a mid-stream fault at chunk *i*: True when a bad chunk replaces it;
+        a dropped connection raises."""
+        if fault == "drop" and i == 2:
+            h.wfile.flush()
+            h.connection.shutdown(2)
+            h.close_connection = True
+            raise _DroppedError
+        if fault == "malformed" and i == 1:
+            event("{not json")
+            return True
+        return False
+
+    def _openai_events(
+        self,
+        event: Any,
+        fault: str | None,
+        body: dict[str, Any],
+        n_in: int,
+        n: int,
+        h: BaseHTTPRequestHandler,
+    ) -> None:
+        vllm = self.style == "vllm"
+        with_ids = bool(body.get("return_token_ids")) and vllm
+        with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if fault == "no_tokens":
+            n = 0
+        step = self.tokens_per_chunk
+        sent = 0
+        for i in range(0, n, step):
+            if i:
+                time.sleep(self.itl_s)
+            if self._skip(fault, i // step, event, h):
+                continue
+            k = min(step, n - i)
+            choice: dict[str, Any] = {"index": 0, "text": "" if vllm else "x" * k}
+            if vllm:
+                choice["finish_reason"] = "length" if i + k >= n else None
+            if with_ids:
+                choice["token_ids"] = "7" if fault == "bad_ids" else [7] * k
+            chunk: dict[str, Any] = {"choices": [choice]}
+            if vllm:
+                chunk["usage"] = None
+            event(json.dumps(chunk))
+            sent += k
+        if fault == "trailing_empty":
+            event(json.dumps({"choices": [{"index": 0, "text": "", "finish_reason": "length"}]}))
+        if with_usage and fault != "no_usage":
+            done = sent + (2 if fault == "usage_plus_2" else 0)
+            usage = {"prompt_tokens": n_in, "completion_tokens": done}
             event(json.dumps({"choices": [], "usage": usage}))
         event("[DONE]")
-        h.wfile.write(b"0\r\n\r\n")
-        h.wfile.flush()
+
+
+class _DroppedError(Exception):
+    pass

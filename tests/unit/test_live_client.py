@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 
@@ -11,11 +12,19 @@ from live_server import StreamServer
 from lyra_simpy.live.client import Api, Outcome, new_client, send
 
 
-def _send(url: str, api: Api, n: int = 5, timeout_s: float = 5.0) -> Outcome:
+def _send(
+    url: str,
+    api: Api,
+    n: int = 5,
+    timeout_s: float = 5.0,
+    extra: dict[str, Any] | None = None,
+) -> Outcome:
     async def go() -> Outcome:
         client = new_client()
         try:
-            return await send(client, url, api, [11, 12, 13], n, timeout_s, time.perf_counter())
+            return await send(
+                client, url, api, [11, 12, 13], n, timeout_s, time.perf_counter(), extra
+            )
         finally:
             await client.aclose()
 
@@ -38,6 +47,9 @@ def test_clean_stream_counts_every_token_and_times_the_first(api: Api) -> None:
         assert body["prompt"] == [11, 12, 13]
         assert body["max_tokens"] == body["min_tokens"] == 5
         assert body["ignore_eos"] is True
+        assert body["return_token_ids"] is True
+        assert body["stream_options"] == {"include_usage": True}
+        assert out.counted_by == "text"
     else:
         assert body["input_ids"] == [11, 12, 13]
         assert body["sampling_params"]["max_new_tokens"] == 5
@@ -75,3 +87,72 @@ def test_faults_end_in_an_error_not_an_exception(
 def test_unreachable_endpoint_is_a_connection_failure() -> None:
     out = _send("http://127.0.0.1:9", "openai")
     assert out.error == "connection failed"
+
+
+@pytest.mark.parametrize(
+    ("per_chunk", "extra", "counted_by", "chunks"),
+    [
+        (1, None, "token_ids", 5),  # ids asked for and streamed
+        (2, None, "token_ids", 3),  # several ids per chunk (speculative decoding)
+        (1, {"return_token_ids": False}, "chunks", 5),  # text "" only: usage confirms
+    ],
+)
+def test_vllm_empty_text_streams_are_counted(
+    per_chunk: int, extra: dict[str, Any] | None, counted_by: str, chunks: int
+) -> None:
+    with StreamServer(style="vllm", tokens_per_chunk=per_chunk) as srv:
+        out = _send(srv.url, "openai", extra=extra)
+    assert out.error is None
+    assert (out.tokens, out.counted_by, len(out.chunk_s)) == (5, counted_by, chunks)
+    assert out.itl_known
+    assert out.chunk_s == sorted(out.chunk_s)
+
+
+def test_usage_wins_when_no_reading_of_the_stream_matches_it() -> None:
+    # Two tokens per chunk, no ids, empty text: 3 chunks, usage says 5.
+    with StreamServer(style="vllm", tokens_per_chunk=2) as srv:
+        out = _send(srv.url, "openai", extra={"return_token_ids": False})
+    assert out.error is None
+    assert (out.tokens, out.counted_by, out.stream_tokens) == (5, "usage", 3)
+    assert len(out.chunk_s) == 3  # still bound TTFT and E2E
+    assert not out.itl_known
+
+
+def test_usage_that_disagrees_with_the_text_count_is_used_and_said() -> None:
+    with StreamServer() as srv:
+        srv.faults = {0: "usage_plus_2"}
+        out = _send(srv.url, "openai")
+    assert (out.tokens, out.counted_by, out.stream_tokens) == (7, "usage", 5)
+
+
+def test_llamacpp_trailing_empty_chunk_is_not_a_token() -> None:
+    with StreamServer() as srv:
+        srv.faults = {0: "trailing_empty"}
+        out = _send(srv.url, "openai")
+    assert (out.error, out.tokens, out.counted_by, len(out.chunk_s)) == (None, 5, "text", 5)
+
+
+@pytest.mark.parametrize(
+    ("style", "fault", "extra"),
+    [
+        ("text", "no_tokens", None),  # [DONE] with nothing before it
+        ("vllm", "no_tokens", None),
+        ("vllm", "no_usage", {"return_token_ids": False}),  # "" chunks, nothing to check
+    ],
+)
+def test_a_stream_without_a_countable_token_is_an_error(
+    style: str, fault: str, extra: dict[str, Any] | None
+) -> None:
+    with StreamServer(style=style) as srv:
+        srv.faults = {0: fault}
+        out = _send(srv.url, "openai", extra=extra)
+    assert out.error is not None
+    assert out.error.startswith("no tokens (")
+    assert (out.tokens, out.chunk_s) == (0, [])
+
+
+def test_token_ids_that_are_not_a_list_are_a_malformed_chunk() -> None:
+    with StreamServer(style="vllm") as srv:
+        srv.faults = {0: "bad_ids"}
+        out = _send(srv.url, "openai")
+    assert out.error == "malformed chunk"

@@ -164,3 +164,45 @@ def test_cli_bad_replay_options_exit_2(
         main(["replay", "x.yaml", "--endpoint", "http://h:1", *argv])
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_vllm_streams_without_text_are_replayed_and_uncountable_ones_recorded(
+    tmp_path: Path, tiny_raw: dict[str, Any]
+) -> None:
+    # vLLM --skip-tokenizer-init: text "" in every chunk. This used to crash records().
+    sc = scenario_from_dict(_closed(tiny_raw, 5))
+    with StreamServer(ttft_s=0.01, itl_s=0.002, style="vllm") as srv:
+        srv.faults = {1: "no_tokens", 2: "no_usage", 3: "usage_plus_2"}
+        cfg = ReplayConfig(endpoint=srv.url, extra_body={"return_token_ids": False})
+        summary, complete = replay(sc, cfg, tmp_path / "r")
+    assert complete
+    rows = read_jsonl(tmp_path / "r" / "requests.jsonl")
+    assert [r["status"] for r in rows] == ["ok", "unfinished", "unfinished", "ok", "ok"]
+    assert rows[1]["error"].startswith("no tokens (0 choice chunks")
+    assert rows[2]["error"].startswith("no tokens (4 choice chunks")
+    assert rows[1]["finish_s"] is None
+    assert rows[1]["tpot_ms"] is None
+    row = rows[3]
+    assert (row["output_tokens"], row["counted_by"], row["stream_tokens"]) == (6, "usage", 4)
+    assert rows[3]["tpot_ms"] == pytest.approx((rows[3]["e2el_ms"] - rows[3]["ttft_ms"]) / 5)
+    assert "counted_by" not in rows[0]
+    # ITLs: 3 per request counted chunk by chunk (rows 0 and 4), none from row 3
+    _, counts = read_itl_csv(tmp_path / "r" / "itl.csv")
+    assert counts.sum() == 6
+    assert summary["completed"] == 3
+    man = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    assert man["token_counting"] == {"chunks": 2, "usage": 1, "text": 2}
+
+
+def test_vllm_token_ids_are_asked_for_and_counted(tmp_path: Path, tiny_raw: dict[str, Any]) -> None:
+    sc = scenario_from_dict(_closed(tiny_raw, 3))
+    with StreamServer(ttft_s=0.01, itl_s=0.002, style="vllm", tokens_per_chunk=2) as srv:
+        replay(sc, ReplayConfig(endpoint=srv.url), tmp_path / "r")
+        bodies = srv.received
+    assert all(b["return_token_ids"] is True for b in bodies)
+    rows = read_jsonl(tmp_path / "r" / "requests.jsonl")
+    assert [(r["status"], r["output_tokens"]) for r in rows] == [("ok", 4)] * 3
+    _, counts = read_itl_csv(tmp_path / "r" / "itl.csv")
+    assert counts.sum() == 3  # one gap per request: two chunks of two tokens
+    man = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    assert man["token_counting"] == {"token_ids": 3}

@@ -26,6 +26,10 @@ def add_live_parsers(sub: Any) -> None:
     rep.add_argument("--time-limit-s", type=seconds, default=1800.0, help="whole run (1800)")
     rep.add_argument("--max-in-flight", type=count, default=256, help="requests at once")
     rep.add_argument("--extra-body", type=_json_object, default={}, help="JSON merged into bodies")
+    rep.add_argument(
+        "--token-ids", type=_id_range, help="prompt ids LOW:HIGH (default 1000:30000, fitted)"
+    )
+    rep.add_argument("--vocab-size", type=count, help="the model's vocabulary (vLLM: config.json)")
 
     prof = sub.add_parser("profile", help="measure a live engine's step costs: profile CSV")
     prof.add_argument("--endpoint", required=True, help="e.g. http://127.0.0.1:8080")
@@ -34,6 +38,7 @@ def add_live_parsers(sub: Any) -> None:
     prof.add_argument("--grid", type=Path, help="YAML of a ProfileGrid (default: built in)")
     prof.add_argument("--hardware", default=None, help="hardware name for the metadata")
     prof.add_argument("--flags", default="", help="the engine's command line, for the metadata")
+    prof.add_argument("--vocab-size", type=count, help="the model's vocabulary (vLLM: config.json)")
 
     cmp_ = sub.add_parser("compare", help="relative error of a simulation against real runs")
     cmp_.add_argument("sim_dir", type=Path, help="simulated run folder (summary.json ...)")
@@ -52,6 +57,15 @@ def _json_object(text: str) -> dict[str, object]:
     return value
 
 
+def _id_range(text: str) -> Any:
+    from lyra_simpy.live.workload import TokenIds
+
+    low, colon, high = text.partition(":")
+    if colon and low.isdigit() and high.isdigit() and 0 < int(low) < int(high):
+        return TokenIds(low=int(low), high=int(high))
+    raise argparse.ArgumentTypeError(f"got {text!r}, must be LOW:HIGH with 0 < LOW < HIGH")
+
+
 def _replay(args: argparse.Namespace) -> int:
     from lyra_simpy.live.replay import ReplayConfig, replay
     from lyra_simpy.scenario import load_scenario
@@ -67,6 +81,8 @@ def _replay(args: argparse.Namespace) -> int:
         time_limit_s=args.time_limit_s,
         max_in_flight=args.max_in_flight,
         extra_body=args.extra_body,
+        token_ids=args.token_ids,
+        vocab_size=args.vocab_size,
     )
     out = args.out or Path("results") / "live" / scenario.name
     try:
@@ -79,6 +95,12 @@ def _replay(args: argparse.Namespace) -> int:
         f"median TTFT {summary['median_ttft_ms']:.1f} ms, median TPOT "
         f"{summary['median_tpot_ms']:.2f} ms, {summary['output_throughput']:.1f} tok/s"
     )
+    ways = json.loads((out / "manifest.json").read_text()).get("token_counting", {})
+    if ways.get("usage"):
+        print(
+            f"note: {ways['usage']} request(s) counted by usage.completion_tokens, which the "
+            "stream's chunks did not match (counted_by: usage in requests.jsonl; no ITLs)"
+        )
     print(f"results: {out}/" + ("" if complete else " (incomplete: stopped early)"))
     return 0 if complete else 1
 
@@ -87,7 +109,9 @@ def _profile(args: argparse.Namespace) -> int:
     from lyra_simpy.live.profile import ProfileGrid, load_grid, profile
 
     grid = load_grid(args.grid) if args.grid else ProfileGrid()
-    rows, source = profile(args.endpoint, args.api, grid, args.out, args.hardware, args.flags)
+    rows, source = profile(
+        args.endpoint, args.api, grid, args.out, args.hardware, args.flags, args.vocab_size
+    )
     print(f"wrote {args.out} ({rows} rows, timings: {source}) and {args.out.with_suffix('.yaml')}")
     return 0
 

@@ -4,20 +4,39 @@ Two wire formats (``api``):
 
 * ``openai``: ``POST /v1/completions`` with the prompt as an array of token ids (SGLang,
   vLLM and llama.cpp's server accept it), ``max_tokens`` = ``min_tokens`` = the output
-  length and ``ignore_eos``, ``stream`` with usage; the reply is server-sent events
-  ``data: {...}`` ending in ``data: [DONE]``. A chunk whose ``choices[0].text`` is not
-  empty carries a token (vLLM ``benchmarks/backend_request_func.py``).
+  length and ``ignore_eos``, ``stream`` with usage (``stream_options.include_usage``)
+  and ``return_token_ids`` (vLLM ≥ 0.10.2 then puts the chunk's new ids in
+  ``choices[0].token_ids``, ``serving_completion.py``; other servers ignore the field;
+  ``extra_body`` ``{"return_token_ids": false}`` drops it). The reply is server-sent
+  events ``data: {...}`` ending in ``data: [DONE]``.
 * ``sglang``: SGLang's native ``POST /generate`` with ``input_ids`` and
   ``sampling_params`` (``max_new_tokens``, ``min_new_tokens``, ``ignore_eos``); each
   event's ``meta_info.completion_tokens`` counts the tokens so far, so a chunk carries
   as many tokens as that count grew by.
+
+Counting (``openai``, decided when the stream ends, :attr:`Outcome.counted_by`):
+
+1. ``token_ids``: some chunk has a ``token_ids`` list; a chunk carries as many tokens as
+   it lists (several under speculative decoding; an empty list carries none).
+2. ``text``: no ids; a chunk whose ``choices[0].text`` is not empty carries one token
+   (vLLM ``benchmarks/backend_request_func.py``; llama.cpp's last chunk has empty text
+   and no token).
+3. ``chunks``: the text count disagrees with ``usage.completion_tokens`` but the number
+   of choice chunks equals it: empty texts carried tokens too (vLLM with
+   ``--skip-tokenizer-init`` streams ``text: ""``; a token can decode to nothing yet).
+4. ``usage``: usage disagrees with every reading of the stream. The count is usage's
+   (:attr:`Outcome.stream_tokens` keeps the stream's); the request's chunk times still
+   bound TTFT and E2E, but which chunks carried which tokens is unknown, so its gaps
+   are left out of the pooled ITLs (:attr:`Outcome.itl_known` is false).
+
+A stream that carries no countable token ends with ``error`` ``no tokens (...)``.
 
 Timing (``time.perf_counter``, seconds from the caller's origin): the send time is taken
 just before the request is written; TTFT ends at the first token-carrying chunk; the
 ITLs are the gaps between token-carrying chunks. Every failure ends in an
 :class:`Outcome` with ``error`` set, never an exception: ``HTTP <code>``, ``timeout
 after <s> s``, ``malformed chunk``, ``connection dropped``, ``connection failed``,
-``stream ended early``. One connection per request (keep-alive off): reusing
+``stream ended early``, ``no tokens (...)``. One connection per request (keep-alive off): reusing
 connections raced with the server closing them under load (VALIDATION-NOTES).
 """
 
@@ -52,6 +71,20 @@ class Outcome:
     """The engine's own timings when it reports them (llama.cpp ``timings``)."""
     done_s: float | None = None
     """When the stream ended cleanly."""
+    counted_by: str | None = None
+    """How ``tokens`` was counted: ``token_ids``, ``text``, ``chunks``, ``usage`` (module
+    docstring) or ``meta_info`` (``sglang``)."""
+    stream_tokens: int | None = None
+    """With ``counted_by == "usage"``: the count the stream itself showed (its choice
+    chunks when none had text or ids)."""
+    seen: list[tuple[float, int | None, bool]] = field(default_factory=list)
+    """Every choice chunk (``openai``): arrival time, ``len(token_ids)`` (None without
+    ids), and whether its text was non-empty."""
+
+    @property
+    def itl_known(self) -> bool:
+        """Whether the gaps between ``chunk_s`` are gaps between token-carrying chunks."""
+        return self.counted_by != "usage"
 
 
 def request_body(
@@ -78,6 +111,7 @@ def request_body(
             "ignore_eos": True,
             "stream": True,
             "stream_options": {"include_usage": True},
+            "return_token_ids": True,
         }
         path = "/v1/completions"
     body.update(extra or {})
@@ -88,8 +122,8 @@ class _MalformedError(Exception):
     pass
 
 
-def _on_event(api: Api, event: dict[str, Any], out: Outcome, now_s: float) -> None:
-    """Account one decoded event into *out*."""
+def _on_event(api: Api, event: dict[str, Any], out: Outcome, now_s: float) -> bool:
+    """Account one decoded event into *out*; True when it may carry a token."""
     if not isinstance(event, dict):
         raise _MalformedError
     if isinstance(event.get("timings"), dict):
@@ -98,21 +132,32 @@ def _on_event(api: Api, event: dict[str, Any], out: Outcome, now_s: float) -> No
         meta = event.get("meta_info")
         if not isinstance(meta, dict) or not isinstance(meta.get("completion_tokens"), int):
             raise _MalformedError
-        grew = meta["completion_tokens"] - out.tokens
+        grew: int = meta["completion_tokens"] - out.tokens
         if grew > 0:
             out.chunk_s.append(now_s)
             out.tokens += grew
+        out.counted_by = "meta_info"
         out.reported_output_tokens = meta["completion_tokens"]
         if isinstance(meta.get("prompt_tokens"), int):
             out.reported_input_tokens = meta["prompt_tokens"]
         out.cached_tokens = int(meta.get("cached_tokens") or 0)
-        return
+        return grew > 0
     choices = event.get("choices")
     if not isinstance(choices, list):
         raise _MalformedError
-    if choices and isinstance(choices[0], dict) and choices[0].get("text"):
-        out.chunk_s.append(now_s)
-        out.tokens += 1
+    carries = False
+    if choices:
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            raise _MalformedError
+        ids, text = choice.get("token_ids"), choice.get("text")
+        if (ids is not None and not isinstance(ids, list)) or (
+            text is not None and not isinstance(text, str)
+        ):
+            raise _MalformedError
+        n_ids = None if ids is None else len(ids)
+        out.seen.append((now_s, n_ids, bool(text)))
+        carries = n_ids is None or n_ids > 0
     usage = event.get("usage")
     if isinstance(usage, dict):
         if isinstance(usage.get("completion_tokens"), int):
@@ -122,6 +167,37 @@ def _on_event(api: Api, event: dict[str, Any], out: Outcome, now_s: float) -> No
         details = usage.get("prompt_tokens_details")
         if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
             out.cached_tokens = details["cached_tokens"]
+    return carries
+
+
+def settle(out: Outcome) -> None:
+    """Decide, once the stream has ended, which ``openai`` chunks carried how many
+    tokens (module docstring: counting); set ``error`` when none did."""
+    if out.counted_by == "meta_info":
+        return
+    seen, usage = out.seen, out.reported_output_tokens
+    kept: list[tuple[float, int]]
+    if any(n is not None for _, n, _ in seen):
+        kept, how = [(t, n) for t, n, _ in seen if n], "token_ids"
+    else:
+        kept, how = [(t, 1) for t, _, has_text in seen if has_text], "text"
+        if usage is not None and len(kept) != usage and len(seen) == usage:
+            kept, how = [(t, 1) for t, _, _ in seen], "chunks"
+    out.chunk_s = [t for t, _ in kept]
+    out.tokens = sum(n for _, n in kept)
+    out.counted_by = how
+    if out.error is not None:
+        return
+    if usage is not None and usage != out.tokens and usage > 0:
+        if not out.chunk_s:  # no chunk read as a token: read every choice chunk as one
+            out.chunk_s, out.tokens = [t for t, _, _ in seen], len(seen)
+        out.stream_tokens, out.tokens, out.counted_by = out.tokens, usage, "usage"
+    if out.tokens == 0 or not out.chunk_s:
+        out.chunk_s, out.tokens = [], 0
+        out.error = (
+            f"no tokens ({len(seen)} choice chunks, none with text or token_ids; "
+            f"usage.completion_tokens: {usage})"
+        )
 
 
 async def _stream(
@@ -146,11 +222,11 @@ async def _stream(
                 out.done_s = now_s
                 return
             try:
-                _on_event(api, json.loads(data), out, now_s)
+                carries = _on_event(api, json.loads(data), out, now_s)
             except (ValueError, _MalformedError):
                 out.error = "malformed chunk"
                 return
-            if first is not None and out.chunk_s:
+            if first is not None and carries:
                 first.set()
     if out.done_s is None:
         out.error = "stream ended early"
@@ -183,6 +259,7 @@ async def send(
         out.error = "connection dropped"
     except httpx.HTTPError as exc:
         out.error = f"{type(exc).__name__}"
+    settle(out)
     return out
 
 

@@ -133,6 +133,11 @@ class Server:
     Waits until ``/health`` answers 200 (or fails with the log's last line), and stops
     the process it started on exit (SIGTERM, then SIGKILL after 10 s)."""
 
+    name = "llama-server"
+    """What messages call the process."""
+    startup_s = 180.0
+    """How long it may take to answer ``/health``."""
+
     def __init__(
         self, binary: Path, model: Path, flags: list[str], log: Path, port: int | None = None
     ) -> None:
@@ -155,11 +160,12 @@ class Server:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("wb") as fh:
             self._proc = subprocess.Popen(self.cmd, stdout=fh, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 180.0
+        deadline = time.monotonic() + self.startup_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 tail = self.log.read_text(errors="replace").strip().splitlines()[-1:]
-                raise LyraError(f"llama-server exited ({self._proc.returncode}): {' '.join(tail)}")
+                code = self._proc.returncode
+                raise LyraError(f"{self.name} exited ({code}): {' '.join(tail)}")
             try:
                 if httpx.get(self.url + "/health", timeout=2.0).status_code == 200:
                     return self
@@ -167,7 +173,9 @@ class Server:
                 pass
             time.sleep(0.5)
         self.stop()
-        raise LyraError(f"llama-server did not become healthy in 180 s; see {self.log}")
+        raise LyraError(
+            f"{self.name} did not become healthy in {self.startup_s:g} s; see {self.log}"
+        )
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, Validati
 
 from lyra_simpy.errors import LyraError, TraceError, from_validation_error
 from lyra_simpy.live.client import Api, Outcome, check_endpoint, engine_info, new_client, send
+from lyra_simpy.live.limits import endpoint_limits, token_range, with_vocab
 from lyra_simpy.live.workload import TokenIds
 from lyra_simpy.metrics.io import atomic_write
 
@@ -60,7 +61,8 @@ class ProfileGrid(BaseModel):
     mixed_context: PositiveInt = 128
     repeats: PositiveInt = 3
     timeout_s: PositiveFloat = 120.0
-    token_ids: TokenIds = TokenIds()
+    token_ids: TokenIds | None = None
+    """Prompt id range (None: the default, fitted to the vocabulary)."""
     extra_body: dict[str, Any] = {}
 
 
@@ -78,13 +80,13 @@ def load_grid(path: Path) -> ProfileGrid:
 
 
 class _Prober:
-    def __init__(self, url: str, api: Api, grid: ProfileGrid) -> None:
-        self.url, self.api, self.grid = url, api, grid
+    def __init__(self, url: str, api: Api, grid: ProfileGrid, ids: TokenIds) -> None:
+        self.url, self.api, self.grid, self.ids = url, api, grid, ids
         self.rng = np.random.Generator(np.random.PCG64(20260101))
         self.engine_timed: set[str] = set()
 
     def _prompt(self, n: int) -> list[int]:
-        ids = self.grid.token_ids
+        ids = self.ids
         return [int(x) for x in self.rng.integers(ids.low, ids.high, size=n)]
 
     async def _send(
@@ -181,19 +183,28 @@ def _metadata(
 
 
 def profile(
-    url: str, api: Api, grid: ProfileGrid, out: Path, hardware: str | None = None, flags: str = ""
+    url: str,
+    api: Api,
+    grid: ProfileGrid,
+    out: Path,
+    hardware: str | None = None,
+    flags: str = "",
+    vocab_size: int | None = None,
 ) -> tuple[int, str]:
     """Measure *grid* on the engine at *url*; write *out* (CSV) and its ``.yaml``.
-    Returns (rows, a word on the timing source)."""
+    Returns (rows, a word on the timing source). The prompt ids fit the model's
+    vocabulary (*vocab_size*, else what the endpoint reports; :mod:`.limits`)."""
     url = url.rstrip("/")
     props = check_endpoint(url)
+    limits = with_vocab(endpoint_limits(url), vocab_size)
+    ids = token_range(grid.token_ids, limits, "grid.token_ids")
     slots = props.get("total_slots")
     if isinstance(slots, int) and grid.mixed_batch and max(grid.mixed_batch) >= slots:
         raise LyraError(
             f"grid.mixed_batch: got {max(grid.mixed_batch)}, must be < the server's "
             f"{slots} slots (the probe needs a slot of its own beside the decoders)"
         )
-    prober = _Prober(url, api, grid)
+    prober = _Prober(url, api, grid, ids)
     rows: list[tuple[str, int, int, int, float, float]] = []
 
     def med(values: list[float]) -> float:

@@ -9,7 +9,11 @@ closed loop with the scenario's concurrency — streams every reply
 Bounds: *timeout_s* per request, *time_limit_s* for the whole run, at most
 *max_in_flight* requests at once (an open-loop request waiting for a free place is sent
 late, and its ``arrival_s`` is when it was sent). A failed request ends ``unfinished``
-with an extra ``error`` key; a token count that differs from the one asked for is kept
+with an extra ``error`` key (a stream with no countable token too: ``no tokens ...``);
+a request whose count came from ``usage.completion_tokens`` because the stream's chunks
+disagreed has ``counted_by: usage`` and ``stream_tokens`` (and no ITLs: see
+:mod:`~lyra_simpy.live.client`); the manifest's ``token_counting`` says how many
+requests were counted each way. A token count that differs from the one asked for is kept
 (``output_tokens`` is what the server produced) with the asked count as the extra key
 ``requested_output_tokens`` (``requested_input_tokens`` likewise). Open loop: the extra
 key ``send_late_ms`` says how late the client sent a request (a loaded client CPU).
@@ -37,6 +41,13 @@ from lyra_simpy.live.client import (
     new_client,
     send,
 )
+from lyra_simpy.live.limits import (
+    Limits,
+    check_lengths,
+    endpoint_limits,
+    token_range,
+    with_vocab,
+)
 from lyra_simpy.live.workload import Plan, TokenIds, planned_requests
 from lyra_simpy.metrics.io import atomic_dir, write_itl_csv, write_json, write_jsonl
 from lyra_simpy.metrics.summary import summarize
@@ -56,7 +67,10 @@ class ReplayConfig(BaseModel):
     time_limit_s: PositiveFloat = 1800.0
     """Whole run: requests in flight then end ``unfinished``."""
     max_in_flight: PositiveInt = 256
-    token_ids: TokenIds = TokenIds()
+    token_ids: TokenIds | None = None
+    """Prompt id range (None: the default, fitted to the vocabulary; :mod:`.limits`)."""
+    vocab_size: PositiveInt | None = None
+    """The model's vocabulary size, when the endpoint does not report it (vLLM)."""
     extra_body: dict[str, Any] = {}
     """Extra JSON fields for every request (e.g. ``{"cache_prompt": false}``)."""
 
@@ -64,6 +78,8 @@ class ReplayConfig(BaseModel):
 @dataclass
 class _Run:
     plan: Plan
+    limits: Limits = field(default_factory=Limits)
+    token_ids: TokenIds = field(default_factory=TokenIds)
     outcomes: dict[int, Outcome] = field(default_factory=dict)
     stopped: str | None = None
 
@@ -138,14 +154,13 @@ def records(run: _Run) -> tuple[list[dict[str, Any]], list[float]]:
     for i in sorted(run.outcomes):
         o = run.outcomes[i]
         asked_in, asked_out = len(plan.prompts[i]), plan.output_tokens[i]
+        if o.error is None and not o.chunk_s:  # the client settles this; never trust it
+            o.error = "no tokens"
         ok = o.error is None
         first = o.chunk_s[0] if o.chunk_s else None
         # The last token's arrival ends the request, as the simulator's finish_s does.
-        finish = o.chunk_s[-1] if ok and o.chunk_s else None
-        out_tok = o.reported_output_tokens if o.reported_output_tokens is not None else o.tokens
-        if ok and out_tok == 0:
-            ok, o.error = False, "no tokens"
-            finish = None
+        finish = o.chunk_s[-1] if ok else None
+        out_tok = o.tokens
         row: dict[str, Any] = {
             "request_id": i,
             "arrival_s": o.sent_s,
@@ -161,11 +176,14 @@ def records(run: _Run) -> tuple[list[dict[str, Any]], list[float]]:
             "replica": 0,
             "preemptions": 0,
         }
-        if ok and out_tok > 1:
-            row["tpot_ms"] = (row["e2el_ms"] - row["ttft_ms"]) / (out_tok - 1)
-        if ok:
+        if ok and out_tok > 1 and first is not None and finish is not None:
+            row["tpot_ms"] = (finish - first) * 1000.0 / (out_tok - 1)
+        if ok and o.itl_known:
             gaps.extend(np.diff(o.chunk_s).tolist())
-        else:
+        if ok and o.counted_by == "usage":  # the stream disagreed with usage (client.py)
+            row["counted_by"] = "usage"
+            row["stream_tokens"] = o.stream_tokens
+        if not ok:
             row["error"] = o.error
             row["received_tokens"] = o.tokens
         if ok and out_tok != asked_out:
@@ -178,6 +196,15 @@ def records(run: _Run) -> tuple[list[dict[str, Any]], list[float]]:
             row["engine_timings"] = o.timings
         rows.append(row)
     return rows, gaps
+
+
+def counting(run: _Run) -> dict[str, int]:
+    """How many requests were counted each way (``Outcome.counted_by``)."""
+    ways: dict[str, int] = {}
+    for o in run.outcomes.values():
+        key = o.counted_by or "none"
+        ways[key] = ways.get(key, 0) + 1
+    return dict(sorted(ways.items()))
 
 
 def _columns(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
@@ -220,6 +247,14 @@ def write_run(
     info["complete"] = run.stopped is None
     info["stopped"] = run.stopped
     info["planned_requests"] = len(run.plan.prompts)
+    info["token_counting"] = counting(run)
+    info["token_ids"] = {
+        "low": run.token_ids.low,
+        "high": run.token_ids.high,
+        "vocab_size": run.limits.vocab_size,
+        "vocab_source": run.limits.vocab_source,
+        "max_model_len": run.limits.max_model_len,
+    }
     with atomic_dir(out) as tmp:
         write_jsonl(tmp / "requests.jsonl", rows)
         write_json(tmp / "summary.json", summary)
@@ -234,10 +269,15 @@ def replay(
 ) -> tuple[dict[str, Any], bool]:
     """Replay *scenario* on the endpoint, write *out*; return (summary, complete).
 
-    An unreachable endpoint raises :class:`~lyra_simpy.errors.LyraError` before any
-    request is sent. Ctrl-C writes what was gathered, then raises KeyboardInterrupt."""
+    An unreachable endpoint, prompt ids outside the model's vocabulary or a request
+    longer than its context raise :class:`~lyra_simpy.errors.LyraError` before any
+    request is sent (:mod:`.limits`). Ctrl-C writes what was gathered, then raises
+    KeyboardInterrupt."""
     props = check_endpoint(cfg.endpoint.rstrip("/"))
-    run = _Run(planned_requests(scenario, cfg.token_ids))
+    limits = with_vocab(endpoint_limits(cfg.endpoint), cfg.vocab_size)
+    ids = token_range(cfg.token_ids, limits)
+    run = _Run(planned_requests(scenario, ids), limits, ids)
+    check_lengths(run.plan, limits)
     t0 = time.perf_counter()
     try:
         asyncio.run(_drive(run, cfg, t0))

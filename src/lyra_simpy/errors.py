@@ -8,9 +8,10 @@ pydantic ``ValidationError`` into that shape.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
+if TYPE_CHECKING:  # (pydantic is imported by what raises one: --help need not load it)
+    from pydantic import ValidationError
 
 
 class LyraError(Exception):

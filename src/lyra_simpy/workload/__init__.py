@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
+from lyra_simpy.config import Closed
 from lyra_simpy.errors import ScenarioError, TraceError
 from lyra_simpy.rng import Streams
 from lyra_simpy.workload.arrivals import (
@@ -71,7 +72,7 @@ LENGTHS: dict[str, type[BaseModel]] = {
 }
 
 
-class WorkloadConfig(BaseModel):
+class WorkloadConfig(Closed):
     """Arrivals, lengths, and how many requests (or for how long)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

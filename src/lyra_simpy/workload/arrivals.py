@@ -14,14 +14,15 @@ from typing import Annotated, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
+from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
+from lyra_simpy.config import Closed
 from lyra_simpy.workload.traces import TraceFormat
 
 Floats = npt.NDArray[np.float64]
 
 
-class _Arrival(BaseModel):
+class _Arrival(Closed):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 

@@ -5,7 +5,9 @@ apply ``--set path=value`` overrides → fill in the knobs of an ``engine:`` pre
 (:mod:`lyra_simpy.presets`) → validate. ``variants:`` (a list of labelled
 ``set:`` blocks, a ``grid:`` of one dotted path over values, or a ``whatif:`` of
 candidates × workloads) expand into one resolved
-scenario each, validated before anything runs. Any problem is one line naming the field
+scenario each, validated before anything runs (each once). Without ``quick``, the
+``quick:`` run (and its variants) is validated as well, so a typo inside the block
+fails whichever way the file is loaded. Any problem is one line naming the field
 path, the value and what is allowed (:class:`~lyra_simpy.errors.ScenarioError`).
 """
 
@@ -204,6 +206,9 @@ class Scenario(Closed):
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     _raw: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _expanded: list[Scenario] | None = PrivateAttr(default=None)
+    """The variants once validated: :meth:`expand` validates each one only once, however
+    often loading, ``validate`` and the runner ask for them."""
 
     @model_validator(mode="after")
     def _one_expansion(self) -> Scenario:
@@ -307,6 +312,11 @@ class Scenario(Closed):
 
     def expand(self) -> list[Scenario]:
         """The resolved scenario of every variant (just ``[self]`` without variants)."""
+        if self._expanded is None:
+            self._expanded = self._expand()
+        return list(self._expanded)
+
+    def _expand(self) -> list[Scenario]:
         variants = list(self.variants)
         if self.grid is not None:
             variants.extend(self.grid.variants())
@@ -414,17 +424,35 @@ def scenario_from_dict(
     if not isinstance(raw, dict):
         raise ScenarioError(f"<root>: got {type(raw).__name__}, must be a mapping of fields")
     data = copy.deepcopy(raw)
+    changes = [parse_override(text) for text in overrides]
+    base = base_dir or Path.cwd()
+
+    def resolve(tree: dict[str, Any]) -> Scenario:
+        for path, value in changes:
+            set_path(tree, path, copy.deepcopy(value))
+        scenario = _validate(tree, base)
+        scenario.expand()  # every variant is validated before anything runs
+        return scenario
+
     if quick:
-        block = data.get("quick") or {}
-        if not isinstance(block, dict):
-            raise ScenarioError(f"quick: got {block!r}, must be a mapping of overrides")
-        data = deep_merge(data, block)
-    for text in overrides:
-        path, value = parse_override(text)
-        set_path(data, path, value)
-    scenario = _validate(data, base_dir or Path.cwd())
-    scenario.expand()  # every variant is validated before anything runs
+        return resolve(_with_quick(data))
+    scenario = resolve(data)
+    if raw.get("quick"):
+        # The quick run is validated too (with its variants), so a typo inside
+        # ``quick:`` fails now rather than only under ``--quick``.
+        try:
+            resolve(_with_quick(copy.deepcopy(raw)))
+        except ScenarioError as exc:
+            raise ScenarioError(f"quick: {exc}") from None
     return scenario
+
+
+def _with_quick(data: dict[str, Any]) -> dict[str, Any]:
+    """*data* with its ``quick:`` block merged in."""
+    block = data.get("quick") or {}
+    if not isinstance(block, dict):
+        raise ScenarioError(f"quick: got {block!r}, must be a mapping of overrides")
+    return deep_merge(data, block)
 
 
 def load_scenario(

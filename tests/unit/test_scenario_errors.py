@@ -474,3 +474,38 @@ def test_every_config_model_refuses_non_finite_numbers():
     open_models = sorted(m.__name__ for m in found if not issubclass(m, Closed))
     assert open_models == []
     assert all(m.model_config.get("allow_inf_nan") is False for m in found)
+
+
+def test_typo_inside_quick_caught_without_quick(tiny_raw):
+    tiny_raw["quick"] = {"workload": {"num_requsts": 3}}
+    with pytest.raises(ScenarioError) as info:
+        scenario_from_dict(tiny_raw)
+    assert str(info.value).startswith("quick: workload.num_requsts: unknown field")
+
+
+def test_bad_variant_under_quick_caught_without_quick(tiny_raw):
+    tiny_raw["variants"] = [{"label": "a", "set": {}}]
+    tiny_raw["quick"] = {"variants": [{"label": "a", "set": {"scheduler.max_num_seqs": 0}}]}
+    with pytest.raises(ScenarioError) as info:
+        scenario_from_dict(tiny_raw)
+    assert str(info.value).startswith(
+        "quick: variants['a'].scheduler.continuous.max_num_seqs: got 0"
+    )
+
+
+def test_each_variant_validated_once(tiny_raw, monkeypatch):
+    from lyra_simpy import scenario as scenario_module
+
+    tiny_raw["variants"] = [{"label": str(n), "set": {"seed": n}} for n in range(3)]
+    calls = []
+    real = scenario_module._validate
+
+    def counting(raw, base_dir, prefix=""):
+        calls.append(raw.get("label", "base"))
+        return real(raw, base_dir, prefix)
+
+    monkeypatch.setattr(scenario_module, "_validate", counting)
+    sc = scenario_from_dict(tiny_raw)
+    assert [v.seed for v in sc.expand()] == [0, 1, 2]
+    sc.expand()
+    assert sorted(calls) == ["0", "1", "2", "base"]

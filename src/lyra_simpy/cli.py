@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from lyra_simpy.argtypes import count, milliseconds
-from lyra_simpy.errors import LyraError
+from lyra_simpy.errors import LyraError, ScenarioError
 from lyra_simpy.live.cli import LIVE_COMMANDS, add_live_parsers
 
 
@@ -189,10 +189,17 @@ def _figures(args: argparse.Namespace) -> int:
 
 
 def _expand(paths: list[Path]) -> list[Path]:
-    """Scenario files named, with each folder standing for its ``*.yaml`` files."""
+    """Scenario files named, with each folder standing for its ``*.yaml`` files (a
+    folder without any is an error: running nothing and exiting 0 looks like success)."""
     out: list[Path] = []
     for path in paths:
-        out.extend(sorted(path.glob("*.yaml")) if path.is_dir() else [path])
+        if path.is_dir():
+            found = sorted(path.glob("*.yaml"))
+            if not found:
+                raise ScenarioError(f"{path}: folder has no scenario files (*.yaml)")
+            out.extend(found)
+        else:
+            out.append(path)
     return out
 
 

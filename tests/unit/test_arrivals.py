@@ -261,3 +261,105 @@ def test_exact_rate_needs_num_requests(make_scenario):
         make_scenario(
             {"workload.arrival": arrival, "workload.num_requests": None, "workload.duration_s": 5}
         )
+
+
+# Bounded memory (issue 13): times drawn in chunks, and only up to the run's stop.
+
+
+def _one_draw(cfg, rng, n, duration_s):
+    """The reference: every gap drawn at once (how the times were first drawn)."""
+    if n is not None:
+        gaps = rng.exponential(1 / cfg.rate_per_s, n - 1) if cfg.name == "poisson" else None
+        if gaps is None:
+            shape = 1.0 / cfg.cv**2
+            gaps = rng.gamma(shape, 1.0 / (cfg.rate_per_s * shape), n - 1)
+        times = np.concatenate(([0.0], np.cumsum(gaps)))
+        if cfg.exact_rate and n > 1:
+            times = times * ((n - 1) / times[-1] / cfg.rate_per_s)
+    else:
+        block = max(64, int(duration_s * cfg.rate_per_s * 1.2))
+        chunks, last = [np.zeros(1)], 0.0
+        while last < duration_s:
+            steps = last + np.cumsum(rng.exponential(1 / cfg.rate_per_s, block))
+            chunks.append(steps)
+            last = float(steps[-1])
+        times = np.concatenate(chunks)
+    return times if duration_s is None else times[times < duration_s]
+
+
+@pytest.mark.parametrize(
+    ("arrival", "n", "duration_s"),
+    [
+        ({"name": "poisson", "rate_per_s": 3.0}, 1000, None),
+        ({"name": "poisson", "rate_per_s": 3.0}, None, 40.0),
+        ({"name": "poisson", "rate_per_s": 3.0}, 1000, 40.0),
+        ({"name": "gamma", "rate_per_s": 2.0, "cv": 4.0}, 1000, None),
+        ({"name": "gamma", "rate_per_s": 2.0, "cv": 0.5, "exact_rate": True}, 1000, None),
+        ({"name": "poisson", "rate_per_s": 3.0, "exact_rate": True}, 2, None),
+    ],
+)
+def test_chunked_times_equal_one_draw(monkeypatch, arrival, n, duration_s):
+    from lyra_simpy.workload import arrivals
+
+    cfg = ARRIVALS[arrival["name"]](**arrival)
+    want = _one_draw(cfg, np.random.default_rng(7), n, duration_s)
+    for chunk in (1, 7, 1 << 20):
+        monkeypatch.setattr(arrivals, "CHUNK", chunk)
+        got = open_loop_times(cfg, np.random.default_rng(7), n, duration_s)
+        np.testing.assert_array_equal(got, want)  # value for value, not approximately
+
+
+@pytest.mark.parametrize("spare", [1, 5])
+def test_horizon_keeps_the_times_up_to_it_and_spare_after(monkeypatch, spare):
+    from lyra_simpy.workload import arrivals
+
+    monkeypatch.setattr(arrivals, "CHUNK", 16)
+    cfg = ARRIVALS["gamma"](rate_per_s=5.0, cv=2.0)
+    full = open_loop_times(cfg, np.random.default_rng(3), 5000, None)
+    got = open_loop_times(cfg, np.random.default_rng(3), 5000, None, 10.0, spare)
+    assert np.count_nonzero(got > 10.0) == spare
+    np.testing.assert_array_equal(got, full[: len(got)])
+    assert np.count_nonzero(full <= 10.0) == len(got) - spare
+
+
+def test_huge_num_requests_cut_by_until_draws_only_what_arrives(make_scenario):
+    """num_requests: 300000000 with until_s: 0.01 drew every arrival up front and died
+    of memory; now only the requests before the stop (and the next one) are drawn."""
+    from lyra_simpy import simulate
+    from lyra_simpy.rng import Streams
+    from lyra_simpy.workload import build_source
+
+    sc = make_scenario({"workload.num_requests": 300_000_000, "simulation.until_s": 0.01})
+    src = build_source(sc.workload, Streams(sc.seed), sc.base_dir, 16, 0.01)
+    assert len(src.input_tokens) < 10
+    res = simulate(sc)
+    assert len(res.records["request_id"]) >= 1
+
+
+def test_horizon_draws_are_the_full_draws_first_requests(make_scenario):
+    """Cutting at the stop changes no number the run reports."""
+    from lyra_simpy.rng import Streams
+    from lyra_simpy.workload import build_source
+
+    dist = {"name": "lognormal", "mean": 50, "sigma": 1, "max": 400}
+    sc = make_scenario({"workload.num_requests": 3000, "workload.input_tokens": dist})
+    full = build_source(sc.workload, Streams(1), sc.base_dir, 16)
+    cut = build_source(sc.workload, Streams(1), sc.base_dir, 16, 5.0)
+    k = len(cut.arrival_s)
+    assert 0 < k < 3000
+    np.testing.assert_array_equal(cut.arrival_s, full.arrival_s[:k])
+    np.testing.assert_array_equal(cut.input_tokens, full.input_tokens[:k])
+    np.testing.assert_array_equal(cut.output_tokens, full.output_tokens[:k])
+
+
+def test_mixture_lengths_are_drawn_whole(make_scenario):
+    """A mixture's components draw after every pick, so the first k lengths depend on
+    how many are drawn: with a mixture, the horizon does not cut the draw."""
+    from lyra_simpy.rng import Streams
+    from lyra_simpy.workload import build_source
+
+    comps = [{"weight": 1, "dist": {"name": "uniform", "low": 1, "high": 9}}] * 2
+    mix = {"name": "mixture", "components": comps}
+    sc = make_scenario({"workload.num_requests": 300, "workload.input_tokens": mix})
+    cut = build_source(sc.workload, Streams(1), sc.base_dir, 16, 1.0)
+    assert len(cut.input_tokens) == 300

@@ -16,6 +16,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from lyra_simpy.argtypes import count, milliseconds
 from lyra_simpy.errors import LyraError, ScenarioError
@@ -203,6 +204,21 @@ def _expand(paths: list[Path]) -> list[Path]:
     return out
 
 
+def _warnings(variants: list[Any]) -> list[str]:
+    """The variants' never-served warnings, each once, naming the runs it concerns
+    unless it concerns them all."""
+    from lyra_simpy.servable import never_served
+
+    found: dict[str, list[str]] = {}
+    for v in variants:
+        for line in never_served(v):
+            found.setdefault(line, []).append(v.label)
+    return [
+        line if len(labels) == len(variants) else f"{line} (runs: {', '.join(labels)})"
+        for line, labels in found.items()
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -230,7 +246,10 @@ def main(argv: list[str] | None = None) -> int:
         scenarios = [(path, load_scenario(path, args.overrides, args.quick)) for path in paths]
         if args.command == "validate":
             for path, sc in scenarios:
-                print(f"{path}: ok ({len(sc.expand())} run(s))")
+                variants = sc.expand()
+                print(f"{path}: ok ({len(variants)} run(s))")
+                for line in _warnings(variants):
+                    print(f"lyra-simpy: warning: {path}: {line}", file=sys.stderr)
             return 0
         from lyra_simpy.runner import run_scenario
 

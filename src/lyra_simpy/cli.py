@@ -16,9 +16,10 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from lyra_simpy.argtypes import count, milliseconds
-from lyra_simpy.errors import LyraError
+from lyra_simpy.errors import LyraError, ScenarioError
 from lyra_simpy.live.cli import LIVE_COMMANDS, add_live_parsers
 
 
@@ -209,11 +210,33 @@ def _figures(args: argparse.Namespace) -> int:
 
 
 def _expand(paths: list[Path]) -> list[Path]:
-    """Scenario files named, with each folder standing for its ``*.yaml`` files."""
+    """Scenario files named, with each folder standing for its ``*.yaml`` files (a
+    folder without any is an error: running nothing and exiting 0 looks like success)."""
     out: list[Path] = []
     for path in paths:
-        out.extend(sorted(path.glob("*.yaml")) if path.is_dir() else [path])
+        if path.is_dir():
+            found = sorted(path.glob("*.yaml"))
+            if not found:
+                raise ScenarioError(f"{path}: folder has no scenario files (*.yaml)")
+            out.extend(found)
+        else:
+            out.append(path)
     return out
+
+
+def _warnings(variants: list[Any]) -> list[str]:
+    """The variants' never-served warnings, each once, naming the runs it concerns
+    unless it concerns them all."""
+    from lyra_simpy.servable import never_served
+
+    found: dict[str, list[str]] = {}
+    for v in variants:
+        for line in never_served(v):
+            found.setdefault(line, []).append(v.label)
+    return [
+        line if len(labels) == len(variants) else f"{line} (runs: {', '.join(labels)})"
+        for line, labels in found.items()
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -245,7 +268,10 @@ def main(argv: list[str] | None = None) -> int:
         scenarios = [(path, load_scenario(path, args.overrides, args.quick)) for path in paths]
         if args.command == "validate":
             for path, sc in scenarios:
-                print(f"{path}: ok ({len(sc.expand())} run(s))")
+                variants = sc.expand()
+                print(f"{path}: ok ({len(variants)} run(s))")
+                for line in _warnings(variants):
+                    print(f"lyra-simpy: warning: {path}: {line}", file=sys.stderr)
             return 0
         from lyra_simpy.runner import run_scenario
 

@@ -13,6 +13,8 @@ import math
 
 import simpy
 
+from lyra_simpy.errors import SimulationError
+
 ROUTE_PRIORITY = simpy.events.EventPriority(2)
 """A cluster routes the arrivals of an instant after every replica committed the
 iterations ending then (SimPy processes ``NORMAL`` = 1 events first)..."""
@@ -47,16 +49,25 @@ def exact_delay(now: float, target: float) -> float | None:
     return None
 
 
+def finite_time(now: float, target: float) -> float:
+    """*target*, checked: a NaN or infinite time would never be reached — SimPy would
+    schedule it and the run would spin or stall forever — so it is an error here,
+    where it first meets the clock (inputs are refused earlier; this is the backstop)."""
+    if not math.isfinite(target):
+        raise SimulationError(f"time {target!r} at t = {now!r} s is not finite (engine bug)")
+    return target
+
+
 def delay_until(now: float, target: float) -> float:
     """Delay to sleep until *target* (idle waits: the nearest float is fine there)."""
-    d = exact_delay(now, target)
+    d = exact_delay(now, finite_time(now, target))
     return target - now if d is None else d
 
 
 def delay_at_least(now: float, target: float) -> float:
     """A delay landing exactly on *target* if a float does, else just past it (a
     cluster routes an arrival no earlier than its time)."""
-    d = exact_delay(now, target)
+    d = exact_delay(now, finite_time(now, target))
     if d is not None:
         return d
     d = max(target - now, 0.0)

@@ -30,13 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import simpy
-from pydantic import BaseModel, ConfigDict, NonNegativeFloat, PositiveFloat, PositiveInt
+from pydantic import ConfigDict, NonNegativeFloat, PositiveFloat, PositiveInt
 
+from lyra_simpy.config import Closed
 from lyra_simpy.kv import blocks_for
 from lyra_simpy.request import Request
 
 
-class LinkConfig(BaseModel):
+class LinkConfig(Closed):
     """The KV-transfer link between the pools."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

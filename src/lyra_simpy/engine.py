@@ -33,7 +33,7 @@ from typing import Any
 
 import simpy
 
-from lyra_simpy.clock import PLAN_PRIORITY, PhaseEvent, delay_until
+from lyra_simpy.clock import PLAN_PRIORITY, PhaseEvent, delay_until, finite_time
 from lyra_simpy.cost.base import BatchShape, CostModel
 from lyra_simpy.decoding import DecodeSet
 from lyra_simpy.errors import SimulationError
@@ -318,7 +318,7 @@ class Replica:
             duration = self.cost.iteration_s(shape)
         else:
             duration = self.cost.decode_span_s(rows, context, n_dec, 1)[0]
-        end = start + duration
+        end = finite_time(start, start + duration)
         nxt = self.source.next_s()
         if (
             self.fuse

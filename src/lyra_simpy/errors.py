@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # (pydantic is imported by what raises one: --help need not load it)
     from pydantic import ValidationError
 
+from lyra_simpy.config import BOOL_AS_NUMBER
+
 
 class LyraError(Exception):
     """Base class of every error this package raises on purpose."""
@@ -70,6 +72,10 @@ def from_validation_error(exc: ValidationError, prefix: str = "") -> ScenarioErr
         return ScenarioError(
             f"{path}: got {ctx.get('tag')!r}, must be one of {ctx.get('expected_tags')}"
         )
+    if kind == BOOL_AS_NUMBER:  # raised by the model, so the field joins the path here
+        ctx = err.get("ctx", {})
+        field = f"{path}.{ctx['field']}" if path != "<root>" else ctx["field"]
+        return ScenarioError(f"{field}: got {ctx['value']}, must be a number, not true/false")
     if kind == "union_tag_not_found":
         return ScenarioError(f"{path}: needs a 'name' field choosing the kind")
     msg = msg.removeprefix("Value error, ")

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt, model_validator
+from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveInt, model_validator
 
+from lyra_simpy.config import Closed
 from lyra_simpy.errors import SimulationError
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ ACTIVATION_RESERVE_GIB = 3.5
 """aiconfigurator's ``other_mem`` (3.5 GiB, raised from 551 MB "for safer deployment")."""
 
 
-class KVCacheConfig(BaseModel):
+class KVCacheConfig(Closed):
     """KV-cache geometry of one replica."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

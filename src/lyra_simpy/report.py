@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from lyra_simpy.config import Closed
 
 
-class ReportConfig(BaseModel):
+class ReportConfig(Closed):
     """The table printed after a scenario's runs."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -34,7 +36,7 @@ class ReportConfig(BaseModel):
     """Metric to maximise across variants; the best variant is named under the table."""
 
 
-class FigureSpec(BaseModel):
+class FigureSpec(Closed):
     """One figure of the scenario, drawn by ``FIGURES[name]`` from its results."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Protocol
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt
+from pydantic import ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt
 
+from lyra_simpy.config import Closed
 from lyra_simpy.request import Request
 
 
@@ -48,7 +49,7 @@ class ReplicaLoad:
     num_blocks: int
 
 
-class _RouterConfig(BaseModel):
+class _RouterConfig(Closed):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 

@@ -5,7 +5,9 @@ apply ``--set path=value`` overrides → fill in the knobs of an ``engine:`` pre
 (:mod:`lyra_simpy.presets`) → validate. ``variants:`` (a list of labelled
 ``set:`` blocks, a ``grid:`` of one dotted path over values, or a ``whatif:`` of
 candidates × workloads) expand into one resolved
-scenario each, validated before anything runs. Any problem is one line naming the field
+scenario each, validated before anything runs (each once). Without ``quick``, the
+``quick:`` run (and its variants) is validated as well, so a typo inside the block
+fails whichever way the file is loaded. Any problem is one line naming the field
 path, the value and what is allowed (:class:`~lyra_simpy.errors.ScenarioError`).
 """
 
@@ -19,7 +21,6 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     PositiveFloat,
@@ -31,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from lyra_simpy.config import Closed
 from lyra_simpy.cost import LinearCostConfig, ProfileCostConfig, RooflineCostConfig
 from lyra_simpy.cost.catalog import CatalogError
 from lyra_simpy.disagg import LinkConfig
@@ -64,7 +66,7 @@ CostConfig = Annotated[
 AdmissionConfig = Annotated[AlwaysConfig | SLOAdmissionConfig, Field(discriminator="name")]
 
 
-class SLOConfig(BaseModel):
+class SLOConfig(Closed):
     """Service-level objectives; a request meets them when every set one holds."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -74,7 +76,7 @@ class SLOConfig(BaseModel):
     e2el_ms: PositiveFloat | None = None
 
 
-class SimulationConfig(BaseModel):
+class SimulationConfig(Closed):
     """How the run itself is carried out (not what is modelled)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -87,7 +89,7 @@ class SimulationConfig(BaseModel):
     """Keep the per-iteration time series (one compact row per iteration)."""
 
 
-class ReplicaGroup(BaseModel):
+class ReplicaGroup(Closed):
     """*count* identical replicas; a part left out is the scenario's own."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -99,7 +101,7 @@ class ReplicaGroup(BaseModel):
     prefix_cache: PrefixCacheConfig | None = None
 
 
-class DisaggregationConfig(BaseModel):
+class DisaggregationConfig(Closed):
     """Separate prefill and decode pools joined by a KV link (see :mod:`lyra_simpy.disagg`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -111,7 +113,7 @@ class DisaggregationConfig(BaseModel):
     """How a decode replica is picked among those with room."""
 
 
-class ClusterConfig(BaseModel):
+class ClusterConfig(Closed):
     """Several replicas behind a router (see :mod:`lyra_simpy.cluster`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -163,7 +165,7 @@ def _check_replica(spec: ReplicaSpec, workload: WorkloadConfig, where: str) -> N
         )
 
 
-class Scenario(BaseModel):
+class Scenario(Closed):
     """A complete, validated simulation scenario."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -172,7 +174,8 @@ class Scenario(BaseModel):
     description: str = ""
     label: str = "base"
     """Which variant this is (``base`` when the file has none)."""
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)
+    """Root of the run's random streams (:mod:`lyra_simpy.rng`); numpy seeds are >= 0."""
     engine: EngineConfig | None = None
     """A real engine's launch flags (``sglang``, ``vllm``); the knobs they set are
     filled in before validation (:mod:`lyra_simpy.presets`)."""
@@ -203,6 +206,9 @@ class Scenario(BaseModel):
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     _raw: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _expanded: list[Scenario] | None = PrivateAttr(default=None)
+    """The variants once validated: :meth:`expand` validates each one only once, however
+    often loading, ``validate`` and the runner ask for them."""
 
     @model_validator(mode="after")
     def _one_expansion(self) -> Scenario:
@@ -306,6 +312,11 @@ class Scenario(BaseModel):
 
     def expand(self) -> list[Scenario]:
         """The resolved scenario of every variant (just ``[self]`` without variants)."""
+        if self._expanded is None:
+            self._expanded = self._expand()
+        return list(self._expanded)
+
+    def _expand(self) -> list[Scenario]:
         variants = list(self.variants)
         if self.grid is not None:
             variants.extend(self.grid.variants())
@@ -413,17 +424,35 @@ def scenario_from_dict(
     if not isinstance(raw, dict):
         raise ScenarioError(f"<root>: got {type(raw).__name__}, must be a mapping of fields")
     data = copy.deepcopy(raw)
+    changes = [parse_override(text) for text in overrides]
+    base = base_dir or Path.cwd()
+
+    def resolve(tree: dict[str, Any]) -> Scenario:
+        for path, value in changes:
+            set_path(tree, path, copy.deepcopy(value))
+        scenario = _validate(tree, base)
+        scenario.expand()  # every variant is validated before anything runs
+        return scenario
+
     if quick:
-        block = data.get("quick") or {}
-        if not isinstance(block, dict):
-            raise ScenarioError(f"quick: got {block!r}, must be a mapping of overrides")
-        data = deep_merge(data, block)
-    for text in overrides:
-        path, value = parse_override(text)
-        set_path(data, path, value)
-    scenario = _validate(data, base_dir or Path.cwd())
-    scenario.expand()  # every variant is validated before anything runs
+        return resolve(_with_quick(data))
+    scenario = resolve(data)
+    if raw.get("quick"):
+        # The quick run is validated too (with its variants), so a typo inside
+        # ``quick:`` fails now rather than only under ``--quick``.
+        try:
+            resolve(_with_quick(copy.deepcopy(raw)))
+        except ScenarioError as exc:
+            raise ScenarioError(f"quick: {exc}") from None
     return scenario
+
+
+def _with_quick(data: dict[str, Any]) -> dict[str, Any]:
+    """*data* with its ``quick:`` block merged in."""
+    block = data.get("quick") or {}
+    if not isinstance(block, dict):
+        raise ScenarioError(f"quick: got {block!r}, must be a mapping of overrides")
+    return deep_merge(data, block)
 
 
 def load_scenario(

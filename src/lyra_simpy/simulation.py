@@ -155,8 +155,16 @@ def simulate(scenario: Scenario) -> Results:
     """Run *scenario* (one variant: see :meth:`Scenario.expand`) and return its results."""
     streams = Streams(scenario.seed)
     specs = scenario.replica_specs()
+    # Past the stop, a replica sees its next arrival and a router routes at most
+    # AHEAD_PER_REPLICA per replica ahead: that many are drawn beyond it, no more.
+    spare = 1 + (Dispatcher.AHEAD_PER_REPLICA * len(specs) if scenario.cluster else 0)
     source = build_source(
-        scenario.workload, streams, scenario.base_dir, specs[0].kv_cache.block_size
+        scenario.workload,
+        streams,
+        scenario.base_dir,
+        specs[0].kv_cache.block_size,
+        scenario.simulation.until_s,
+        spare,
     )
     collector = Collector(len(source.input_tokens), scenario.simulation.timeseries)
     env = simpy.Environment()

@@ -29,10 +29,12 @@ from typing import Annotated
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt, model_validator
+from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveInt, model_validator
+
+from lyra_simpy.config import Closed
 
 
-class SpeculativeConfig(BaseModel):
+class SpeculativeConfig(Closed):
     """Draft length, acceptance and draft cost (SGLang ``--speculative-*`` names)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from lyra_simpy.config import Closed
 
 
-class Variant(BaseModel):
+class Variant(Closed):
     """A labelled change of the base scenario: dotted path → value."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -19,7 +21,7 @@ class Variant(BaseModel):
     set: dict[str, Any] = Field(default_factory=dict)
 
 
-class Grid(BaseModel):
+class Grid(Closed):
     """One variant per value of *path*, labelled ``<label_prefix><value>``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, model_validator
+from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveFloat, model_validator
 
+from lyra_simpy.config import Closed
 from lyra_simpy.variants import Variant
 
 Metric = Literal[
@@ -45,7 +46,7 @@ Metric = Literal[
 HIGHER_IS_BETTER = ("output_throughput", "request_throughput", "total_token_throughput")
 
 
-class WhatIfWorkload(BaseModel):
+class WhatIfWorkload(Closed):
     """One benchmark workload: a labelled change of the scenario, in a scoring group."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -57,7 +58,7 @@ class WhatIfWorkload(BaseModel):
     set: dict[str, Any] = Field(default_factory=dict)
 
 
-class ScoreRule(BaseModel):
+class ScoreRule(Closed):
     """Credit per group and the total (defaults: the SGLang-on-B200 benchmark's)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -86,7 +87,7 @@ class ScoreRule(BaseModel):
         return min(1.0, max(0.0, share))
 
 
-class WhatIf(BaseModel):
+class WhatIf(Closed):
     """Candidates × workloads, scored against a baseline candidate."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -120,6 +120,42 @@ def test_missing_scenario_file_exits_2(tmp_path, capsys):
     assert "cannot read scenario" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_folder_without_scenarios_exits_2(command, tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("no scenarios here")
+    extra = ["--out", str(tmp_path / "results")] if command == "run" else []
+    assert main([command, str(empty), *extra]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"lyra-simpy: {empty}: folder has no scenario files (*.yaml)\n"
+    assert captured.out == ""
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("workload.arrival.rate_per_s=1e400", "workload.arrival.poisson.rate_per_s: got inf, "),
+        ("seed=-1", "seed: got -1, must be greater than or equal to 0"),
+        ("scheduler.max_num_seqs=true", "scheduler.continuous.max_num_seqs: got True, "),
+    ],
+)
+def test_refused_at_the_edge_exits_2_with_one_line(tiny_file, override, expected, capsys):
+    assert main(["validate", str(tiny_file), "--set", override]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"lyra-simpy: {expected}")
+    assert err.count("\n") == 1
+
+
+def test_typo_in_quick_block_caught_by_validate(tiny_file, capsys):
+    raw = yaml.safe_load(tiny_file.read_text())
+    raw["quick"] = {"workload": {"num_requsts": 4}}
+    tiny_file.write_text(yaml.safe_dump(raw))
+    assert main(["validate", str(tiny_file)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lyra-simpy: quick: workload.num_requsts: unknown field")
+
+
 def test_schema_prints_json(capsys):
     assert main(["schema"]) == 0
     schema = json.loads(capsys.readouterr().out)

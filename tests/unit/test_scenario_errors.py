@@ -399,3 +399,113 @@ def test_lab_scenarios_validate():
             sc = load_scenario(path, quick=quick)
             assert sc.name == path.stem
             assert len(sc.expand()) >= 2
+
+
+# Refuse at the edge (issue 13): every number finite and in range, no booleans as numbers.
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        (
+            {"scheduler.max_num_seqs": True},
+            "scheduler.continuous.max_num_seqs: got True, must be a number, not true/false",
+        ),
+        (
+            {"kv_cache.num_blocks": False},
+            "kv_cache.num_blocks: got False, must be a number, not true/false",
+        ),
+        (
+            {"cost.padding": [1, True]},
+            "cost.linear.padding[1]: got [1, True], must be a number, not true/false",
+        ),
+        (
+            {"workload.arrival.rate_per_s": float("inf")},
+            "workload.arrival.poisson.rate_per_s: got inf, must be a finite number",
+        ),
+        (
+            {"workload.arrival.rate_per_s": "inf"},
+            "workload.arrival.poisson.rate_per_s: got 'inf', must be a finite number",
+        ),
+        ({"slo.ttft_ms": float("nan")}, "slo.ttft_ms: got nan, must be a finite number"),
+        (
+            {"workload.num_requests": float("inf")},
+            "workload.num_requests: got inf, must be a finite number",
+        ),
+        ({"seed": -1}, "seed: got -1, must be greater than or equal to 0"),
+    ],
+)
+def test_non_finite_negative_seed_and_boolean_numbers_refused(error_of, changes, expected):
+    assert error_of(changes) == expected
+
+
+def test_booleans_still_accepted_where_the_field_is_a_boolean(make_scenario):
+    sc = make_scenario({"simulation.fuse_iterations": False})
+    assert sc.simulation.fuse_iterations is False
+
+
+def test_override_overflowing_to_inf_refused(tiny_raw):
+    with pytest.raises(ScenarioError) as info:
+        scenario_from_dict(tiny_raw, overrides=["workload.arrival.rate_per_s=1e400"])
+    msg = str(info.value)
+    assert msg == "workload.arrival.poisson.rate_per_s: got inf, must be a finite number"
+
+
+def test_every_config_model_refuses_non_finite_numbers():
+    """The rule holds for every model of the schema, not only the ones tested above:
+    each derives from the one closed, finite base."""
+    from pydantic import BaseModel
+
+    from lyra_simpy.config import Closed
+
+    def models(tp: Any, seen: set[type]) -> None:
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            if tp in seen:
+                return
+            seen.add(tp)
+            for f in tp.model_fields.values():
+                models(f.annotation, seen)
+        for arg in getattr(tp, "__args__", ()) or ():
+            models(arg, seen)
+
+    found: set[type] = set()
+    models(Scenario, found)
+    assert len(found) > 20
+    open_models = sorted(m.__name__ for m in found if not issubclass(m, Closed))
+    assert open_models == []
+    assert all(m.model_config.get("allow_inf_nan") is False for m in found)
+
+
+def test_typo_inside_quick_caught_without_quick(tiny_raw):
+    tiny_raw["quick"] = {"workload": {"num_requsts": 3}}
+    with pytest.raises(ScenarioError) as info:
+        scenario_from_dict(tiny_raw)
+    assert str(info.value).startswith("quick: workload.num_requsts: unknown field")
+
+
+def test_bad_variant_under_quick_caught_without_quick(tiny_raw):
+    tiny_raw["variants"] = [{"label": "a", "set": {}}]
+    tiny_raw["quick"] = {"variants": [{"label": "a", "set": {"scheduler.max_num_seqs": 0}}]}
+    with pytest.raises(ScenarioError) as info:
+        scenario_from_dict(tiny_raw)
+    assert str(info.value).startswith(
+        "quick: variants['a'].scheduler.continuous.max_num_seqs: got 0"
+    )
+
+
+def test_each_variant_validated_once(tiny_raw, monkeypatch):
+    from lyra_simpy import scenario as scenario_module
+
+    tiny_raw["variants"] = [{"label": str(n), "set": {"seed": n}} for n in range(3)]
+    calls = []
+    real = scenario_module._validate
+
+    def counting(raw, base_dir, prefix=""):
+        calls.append(raw.get("label", "base"))
+        return real(raw, base_dir, prefix)
+
+    monkeypatch.setattr(scenario_module, "_validate", counting)
+    sc = scenario_from_dict(tiny_raw)
+    assert [v.seed for v in sc.expand()] == [0, 1, 2]
+    sc.expand()
+    assert sorted(calls) == ["0", "1", "2", "base"]

@@ -40,9 +40,10 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat
+from pydantic import ConfigDict, Field, NonNegativeFloat
 
 from lyra_simpy.calibration.profiles import PHASES, Profile
+from lyra_simpy.config import Closed
 
 TERMS = (
     "fixed_ms",
@@ -63,7 +64,7 @@ WORST_ROWS = 5
 Floats = npt.NDArray[np.float64]
 
 
-class _Closed(BaseModel):
+class _Closed(Closed):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 

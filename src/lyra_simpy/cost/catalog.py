@@ -31,6 +31,7 @@ from pydantic import (
     model_validator,
 )
 
+from lyra_simpy.config import Closed
 from lyra_simpy.errors import LyraError, from_validation_error
 
 Dtype = Literal["bf16", "fp8"]
@@ -43,7 +44,7 @@ class CatalogError(LyraError):
     """A catalog entry that is missing or malformed (one line, naming the entry)."""
 
 
-class Hardware(BaseModel):
+class Hardware(Closed):
     """One device: published peak figures (see ``data/hardware.yaml``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -60,7 +61,7 @@ class Hardware(BaseModel):
     """Tensor-parallel link bandwidth per device, one direction, 1e9 B/s."""
 
 
-class Model(BaseModel):
+class Model(Closed):
     """One model's shape (see ``data/models.yaml``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeFloat
+from pydantic import BeforeValidator, ConfigDict, Field, NonNegativeFloat
 
+from lyra_simpy.config import Closed
 from lyra_simpy.cost.base import BatchShape, affine_span_s, verify_rows_tokens
 from lyra_simpy.cost.padding import Padder, Padding, check_padding
 
 
-class LinearCostConfig(BaseModel):
+class LinearCostConfig(Closed):
     """Coefficients of the linear cost model, in milliseconds."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 from pydantic import (
-    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -34,6 +33,7 @@ from pydantic import (
     model_validator,
 )
 
+from lyra_simpy.config import Closed
 from lyra_simpy.cost.base import BatchShape, affine_span_s, verify_rows_tokens
 from lyra_simpy.cost.padding import Padder, Padding, check_padding
 from lyra_simpy.errors import LyraError
@@ -64,7 +64,7 @@ def _load_version(path: Path, version: tuple[int, int]) -> ProfileFit:
     return load_fit(path)
 
 
-class ProfileCostConfig(BaseModel):
+class ProfileCostConfig(Closed):
     """A cost model fitted to a profile; *path* is a fit YAML or a profile CSV."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -37,7 +37,6 @@ from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import (
-    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -47,6 +46,7 @@ from pydantic import (
     model_validator,
 )
 
+from lyra_simpy.config import Closed
 from lyra_simpy.cost.base import SHORT_SPAN, BatchShape, verify_rows_tokens
 from lyra_simpy.cost.catalog import (
     DTYPE_BYTES,
@@ -63,7 +63,7 @@ _ACTIVATION_BYTES = 2
 """All-reduce messages carry bf16 activations (vLLM, SGLang)."""
 
 
-class RooflineCostConfig(BaseModel):
+class RooflineCostConfig(Closed):
     """Roofline of a catalog model on a catalog device."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -47,8 +47,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat
+from pydantic import ConfigDict, Field, PositiveFloat
 
+from lyra_simpy.config import Closed
 from lyra_simpy.cost.base import BatchShape, CostModel
 from lyra_simpy.policies.base import EngineView
 from lyra_simpy.request import Request
@@ -56,7 +57,7 @@ from lyra_simpy.request import Request
 Decision = Literal["admit", "reject", "defer"]
 
 
-class AlwaysConfig(BaseModel):
+class AlwaysConfig(Closed):
     """Admit every request (no admission control, as vLLM and SGLang by default)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -64,7 +65,7 @@ class AlwaysConfig(BaseModel):
     name: Literal["always"] = "always"
 
 
-class SLOAdmissionConfig(BaseModel):
+class SLOAdmissionConfig(Closed):
     """Admit what is predicted to meet the SLO (see the module docstring)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -24,15 +24,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, PositiveInt, model_validator
+from pydantic import ConfigDict, PositiveInt, model_validator
 
+from lyra_simpy.config import Closed
 from lyra_simpy.kv import blocks_for
 from lyra_simpy.policies.base import BatchPlan, EngineView, preempt_gain, prefix_hit
 from lyra_simpy.policies.queue import QueuePolicy, ordered
 from lyra_simpy.request import Request
 
 
-class TokenBudgetConfig(BaseModel):
+class TokenBudgetConfig(Closed):
     """Knobs shared by the iteration-level schedulers (vLLM names)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

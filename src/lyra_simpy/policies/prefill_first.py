@@ -37,14 +37,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import ConfigDict, Field, PositiveInt
 
+from lyra_simpy.config import Closed
 from lyra_simpy.kv import blocks_for
 from lyra_simpy.policies.base import BatchPlan, EngineView, preempt_gain, prefix_hit
 from lyra_simpy.request import Request
 
 
-class PrefillFirstConfig(BaseModel):
+class PrefillFirstConfig(Closed):
     """Knobs of SGLang's scheduler (SGLang server-argument names)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -35,13 +35,14 @@ import heapq
 from collections import OrderedDict
 from typing import Annotated, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from lyra_simpy.config import Closed
 from lyra_simpy.errors import SimulationError
 from lyra_simpy.request import Request
 
 
-class _CacheConfig(BaseModel):
+class _CacheConfig(Closed):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 

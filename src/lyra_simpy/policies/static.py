@@ -19,15 +19,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, NonNegativeFloat, PositiveInt
+from pydantic import ConfigDict, NonNegativeFloat, PositiveInt
 
+from lyra_simpy.config import Closed
 from lyra_simpy.kv import blocks_for
 from lyra_simpy.policies.base import BatchPlan, EngineView
 from lyra_simpy.policies.queue import QueuePolicy, ordered
 from lyra_simpy.request import Request
 
 
-class StaticConfig(BaseModel):
+class StaticConfig(Closed):
     """Knobs of static batching."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

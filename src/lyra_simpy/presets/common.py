@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from lyra_simpy.config import Closed
 from lyra_simpy.cost.catalog import hardware_catalog
 from lyra_simpy.errors import ScenarioError
 
@@ -25,7 +26,7 @@ Knobs = dict[str, Knob]
 """Dotted scenario path (``scheduler.max_num_seqs``) → knob."""
 
 
-class EngineBlock(BaseModel):
+class EngineBlock(Closed):
     """Base of the ``engine`` blocks as the resolved scenario keeps them: ``name``, the
     normalised ``flags`` (underscores; what ``command`` held merged in) and the
     ``command`` line as given."""
@@ -33,7 +34,7 @@ class EngineBlock(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Flags(BaseModel):
+class Flags(Closed):
     """Base of the flag models: every flag optional (None: the engine's default)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

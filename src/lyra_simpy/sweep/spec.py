@@ -41,8 +41,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
+from pydantic import ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
+from lyra_simpy.config import Closed
 from lyra_simpy.errors import LyraError, ScenarioError, from_validation_error
 from lyra_simpy.provenance import package_version
 from lyra_simpy.scenario import Scenario, deep_merge, load_scenario, scenario_from_dict
@@ -52,7 +53,7 @@ from lyra_simpy.workload.catalog import resolve_path
 PRESENTATION_FIELDS = ("name", "label", "description", "report", "figures")
 
 
-class SweepSpec(BaseModel):
+class SweepSpec(Closed):
     """What a sweep file holds (see the module docstring)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
+from lyra_simpy.config import Closed
 from lyra_simpy.errors import ScenarioError, TraceError
 from lyra_simpy.rng import Streams
 from lyra_simpy.workload.arrivals import (
@@ -71,7 +72,7 @@ LENGTHS: dict[str, type[BaseModel]] = {
 }
 
 
-class WorkloadConfig(BaseModel):
+class WorkloadConfig(Closed):
     """Arrivals, lengths, and how many requests (or for how long)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -168,11 +169,40 @@ def _cap(inp: np.ndarray, out: np.ndarray, cap: int | None) -> tuple[np.ndarray,
     return inp, out
 
 
+def _drawn_in_order(cfg: WorkloadConfig) -> bool:
+    """Whether the first k requests' lengths (and prefixes) are the same however many
+    requests are drawn: true of fixed, uniform, normal, lognormal and empirical lengths
+    (numpy draws them one after another from their stream), not of a mixture (each
+    component draws after every pick is made) nor of shared prefixes (the
+    unlimited-cache hit-rate bound is taken over every drawn request)."""
+
+    def ordered(dist: Any) -> bool:
+        return not isinstance(dist, (MixtureLength, TraceLength))
+
+    return (
+        isinstance(cfg.prefix, NoPrefix)
+        and ordered(cfg.input_tokens)
+        and ordered(cfg.output_tokens)
+    )
+
+
 def build_source(
-    cfg: WorkloadConfig, streams: Streams, base_dir: Path, block_size: int = 16
+    cfg: WorkloadConfig,
+    streams: Streams,
+    base_dir: Path,
+    block_size: int = 16,
+    horizon_s: float | None = None,
+    spare: int = 1,
 ) -> Source:
     """Draw the workload and return the source that feeds it to a replica
-    (*block_size*: the KV block, the unit of synthetic shared prefixes)."""
+    (*block_size*: the KV block, the unit of synthetic shared prefixes).
+
+    *horizon_s* is when the run stops (``simulation.until_s``): an open-loop workload
+    then draws only the requests arriving by it and *spare* after it (what the replicas
+    and the router may look at before the stop), so ``num_requests: 300000000`` with
+    ``until_s: 0.01`` holds a handful of requests, not every one. The requests drawn are
+    the first ones of the full draw, value for value; where that would not hold (see
+    :func:`_drawn_in_order`) everything is drawn as without a horizon."""
     row_cache: dict[tuple[str, str], np.ndarray] = {}
 
     def rows(path: str, fmt: TraceFormat, n: int) -> tuple[Trace, np.ndarray]:
@@ -206,7 +236,8 @@ def build_source(
 
         n = len(times)
     elif not isinstance(arrival, ClosedLoopArrivals):
-        times = open_loop_times(arrival, streams.get("arrivals"), n, cfg.duration_s)
+        horizon = horizon_s if _drawn_in_order(cfg) else None
+        times = open_loop_times(arrival, streams.get("arrivals"), n, cfg.duration_s, horizon, spare)
         n = len(times)
     assert n is not None
     count = int(n)

@@ -10,18 +10,20 @@ flight.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Annotated, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
+from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
+from lyra_simpy.config import Closed
 from lyra_simpy.workload.traces import TraceFormat
 
 Floats = npt.NDArray[np.float64]
 
 
-class _Arrival(BaseModel):
+class _Arrival(Closed):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -93,33 +95,98 @@ def _gaps(cfg: _Arrival, rng: np.random.Generator, n: int) -> Floats:
     raise TypeError(f"{cfg!r} has no gap distribution")
 
 
+CHUNK = 1 << 20
+"""Gaps drawn per call (8 MiB of float64): arrival times are produced in chunks of at
+most this many, so a run that ``until_s`` or ``duration_s`` ends early never holds
+every arrival of ``num_requests`` in memory. Chunking changes no value: the
+exponential and gamma samplers draw element by element from the stream, and the
+cumulative sum is carried from chunk to chunk as one ``np.cumsum`` adds, one gap after
+another (``tests/unit/test_arrivals.py`` checks both against a single draw)."""
+
+
+def _gap_sums(cfg: _Arrival, rng: np.random.Generator, size: int) -> Iterator[Floats]:
+    """Cumulative sums of *size* gaps, in chunks (equal to ``np.cumsum`` of one draw)."""
+    carry = 0.0
+    done = 0
+    while done < size:
+        m = min(CHUNK, size - done)
+        sums = np.cumsum(np.concatenate(([carry], _gaps(cfg, rng, m))))[1:]
+        carry = float(sums[-1])
+        done += m
+        yield sums
+
+
+def _time_chunks(
+    cfg: PoissonArrivals | GammaArrivals | ConstantArrivals,
+    rng: np.random.Generator,
+    n: int | None,
+    duration_s: float | None,
+) -> Iterator[Floats]:
+    """Every arrival time, from 0, in chunks — the values one draw of every gap gives:
+    with *n*, the n − 1 gaps of one block; without, blocks of 1.2 × the expected
+    count in *duration_s* (at least 64), each added to the last time of the one before,
+    until that time reaches *duration_s*."""
+    if isinstance(cfg, ConstantArrivals):
+        count = n if n is not None else int(np.ceil(duration_s * cfg.rate_per_s))  # type: ignore[operator]
+        for a in range(0, count, CHUNK):
+            yield np.arange(a, min(a + CHUNK, count), dtype=np.float64) / cfg.rate_per_s
+        return
+    yield np.zeros(1)
+    if n is not None:
+        yield from _gap_sums(cfg, rng, n - 1)
+        return
+    assert duration_s is not None
+    block = max(64, int(duration_s * cfg.rate_per_s * 1.2))
+    last = 0.0
+    while last < duration_s:
+        for sums in _gap_sums(cfg, rng, block):
+            steps = last + sums
+            yield steps
+        last = float(steps[-1])
+
+
 def open_loop_times(
     cfg: PoissonArrivals | GammaArrivals | ConstantArrivals,
     rng: np.random.Generator,
     n: int | None,
     duration_s: float | None,
+    horizon_s: float | None = None,
+    spare: int = 1,
 ) -> Floats:
-    """Arrival times from 0: *n* of them, or all before *duration_s* (or the fewer)."""
-    if isinstance(cfg, ConstantArrivals):
-        count = n if n is not None else int(np.ceil(duration_s * cfg.rate_per_s))  # type: ignore[operator]
-        times = np.arange(count, dtype=np.float64) / cfg.rate_per_s
-    elif n is not None:
-        times = np.concatenate(([0.0], np.cumsum(_gaps(cfg, rng, n - 1))))
-        if cfg.exact_rate and n > 1 and times[-1] > 0:
-            times = times * ((n - 1) / times[-1] / cfg.rate_per_s)
-    else:
-        assert duration_s is not None
-        chunks = [np.zeros(1)]
+    """Arrival times from 0: *n* of them, or all before *duration_s* (or the fewer).
+
+    With *horizon_s* (the time the run stops), only the times up to it are drawn, and
+    *spare* more after it: what a replica (or a router routing ahead) may look at
+    before the stop; the times kept are those the whole draw would give. Times never
+    decrease, so drawing stops at the first past *duration_s* as well.
+    """
+    scale = 1.0
+    if not isinstance(cfg, ConstantArrivals) and cfg.exact_rate and n is not None and n > 1:
+        # The rate is the whole draw's: sum every gap first (in chunks, nothing kept),
+        # then draw the same stream again from the same state.
+        state = rng.bit_generator.state
         last = 0.0
-        block = max(64, int(duration_s * cfg.rate_per_s * 1.2))
-        while last < duration_s:
-            steps = last + np.cumsum(_gaps(cfg, rng, block))
-            chunks.append(steps)
-            last = float(steps[-1])
-        times = np.concatenate(chunks)
-    if duration_s is not None:
-        times = times[times < duration_s]
-    return np.asarray(times, dtype=np.float64)
+        for chunk in _time_chunks(cfg, rng, n, None):
+            last = float(chunk[-1])
+        rng.bit_generator.state = state
+        if last > 0:
+            scale = (n - 1) / np.float64(last) / cfg.rate_per_s
+    kept: list[Floats] = []
+    beyond = 0
+    for chunk in _time_chunks(cfg, rng, n, duration_s):
+        times = chunk * scale if scale != 1.0 else chunk
+        if duration_s is not None:
+            times = times[times < duration_s]
+        if horizon_s is not None:
+            past = int(np.count_nonzero(times > horizon_s))
+            if beyond + past >= spare:
+                kept.append(times[: len(times) - past + spare - beyond])
+                break
+            beyond += past
+        kept.append(times)
+        if duration_s is not None and len(times) < len(chunk):
+            break
+    return np.asarray(np.concatenate(kept) if kept else np.zeros(0), dtype=np.float64)
 
 
 def trace_times(cfg: TraceArrivals, trace_arrival_s: Floats, n: int | None = None) -> Floats:

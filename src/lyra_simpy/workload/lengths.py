@@ -19,7 +19,6 @@ from typing import Annotated, Literal
 import numpy as np
 import numpy.typing as npt
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     NonNegativeFloat,
@@ -28,13 +27,14 @@ from pydantic import (
     model_validator,
 )
 
+from lyra_simpy.config import Closed
 from lyra_simpy.workload.catalog import resolve_path
 from lyra_simpy.workload.traces import Trace, TraceFormat, read_trace
 
 Ints = npt.NDArray[np.int64]
 
 
-class _Dist(BaseModel):
+class _Dist(Closed):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 

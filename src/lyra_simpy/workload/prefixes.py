@@ -28,13 +28,15 @@ from typing import Annotated, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import ConfigDict, Field, PositiveInt
+
+from lyra_simpy.config import Closed
 
 Ints = npt.NDArray[np.int64]
 Keys = list[tuple[int, ...]]
 
 
-class _Prefix(BaseModel):
+class _Prefix(Closed):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 

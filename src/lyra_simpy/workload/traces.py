@@ -11,8 +11,13 @@ Formats (DESIGN §5):
   (github.com/HPMLL/BurstGPT).
 * ``csv``: plain ``arrival_s,input_tokens,output_tokens`` (what a replay records).
 
-Rows with zero input or output tokens are dropped (they cannot be served as requests);
-times are made relative to the first row.
+Every row is checked as it is read: its time must be finite, not negative and not
+before the previous row's, and its token counts whole numbers ≥ 1. A row that breaks
+this is refused with the file and its line (a NaN time once made ``run`` spin forever;
+a negative count was dropped silently) — never dropped or reordered. One exception,
+the dataset's own convention: BurstGPT logs failed requests with ``Response tokens``
+0 (its README, "Log Type"); those rows are not requests that were served and are
+skipped. Times are made relative to the first row.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import csv
 import functools
 import json
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -61,22 +67,71 @@ def _parse_azure_time(text: str) -> float:
     return base + (float("0." + frac) if frac else 0.0)
 
 
-def _read_rows(
-    path: Path, fmt: TraceFormat, hashes: list[tuple[int, ...]]
-) -> tuple[list[float], list[int], list[int]]:
-    times: list[float] = []
-    ins: list[int] = []
-    outs: list[int] = []
+class _Rows:
+    """The rows read so far, each checked (see the module docstring)."""
+
+    def __init__(self, path: Path, fmt: TraceFormat) -> None:
+        self.path, self.fmt = path, fmt
+        self.times: list[float] = []
+        self.ins: list[int] = []
+        self.outs: list[int] = []
+        self._last: float | None = None
+
+    def _refuse(self, line: int, what: str) -> TraceError:
+        return TraceError(f"{self.path}: line {line}: {what}")
+
+    def _tokens(self, line: int, column: str, value: object) -> int:
+        try:
+            if isinstance(value, bool):
+                raise TypeError
+            x = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise self._refuse(line, f"{column} {value!r}, must be a whole number >= 1") from None
+        if not (math.isfinite(x) and x >= 1 and x == int(x)):
+            raise self._refuse(line, f"{column} {value!r}, must be a whole number >= 1")
+        return int(x)
+
+    def add(
+        self,
+        line: int,
+        t: float,
+        columns: tuple[str, str, str],
+        i: object,
+        o: object,
+        per_s: float = 1.0,
+    ) -> None:
+        """Check and keep one row: time *t* in the file's unit (*per_s* of them make a
+        second), input *i* and output *o* tokens as written."""
+        t_col, i_col, o_col = columns
+        if self.fmt == "burstgpt" and str(o).strip() in ("0", "0.0"):
+            return  # a failed request in the BurstGPT log (see the module docstring)
+        if not math.isfinite(t) or t < 0:
+            raise self._refuse(line, f"{t_col} {t!r}, must be a finite time >= 0")
+        if self._last is not None and t < self._last:
+            raise self._refuse(
+                line,
+                f"{t_col} {t!r} is before the previous row's {self._last!r}; "
+                "rows must be in arrival order",
+            )
+        self.ins.append(self._tokens(line, i_col, i))
+        self.outs.append(self._tokens(line, o_col, o))
+        self.times.append(t / per_s)
+        self._last = t
+
+
+def _read_rows(path: Path, fmt: TraceFormat, hashes: list[tuple[int, ...]]) -> _Rows:
+    rows = _Rows(path, fmt)
     with path.open(newline="") as fh:
         if fmt == "mooncake":
-            for line in fh:
-                if line.strip():
-                    row = json.loads(line)
-                    times.append(float(row["timestamp"]) / 1000.0)
-                    ins.append(int(row["input_length"]))
-                    outs.append(int(row["output_length"]))
+            cols = ("timestamp", "input_length", "output_length")
+            for line, text in enumerate(fh, start=1):
+                if text.strip():
+                    row = json.loads(text)
+                    t_ms = float(row["timestamp"])
+                    i, o = row["input_length"], row["output_length"]
+                    rows.add(line, t_ms, cols, i, o, per_s=1000.0)
                     hashes.append(tuple(int(h) for h in row.get("hash_ids", ())))
-            return times, ins, outs
+            return rows
         columns = {
             "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
             "burstgpt": ("Timestamp", "Request tokens", "Response tokens"),
@@ -88,37 +143,31 @@ def _read_rows(
             raise TraceError(f"{path}: not a {fmt} trace, missing columns {missing}")
         t_col, i_col, o_col = columns
         for row in reader:
-            t = row[t_col]
-            times.append(_parse_azure_time(t) if fmt == "azure" else float(t))
-            ins.append(int(float(row[i_col])))
-            outs.append(int(float(row[o_col])))
-    return times, ins, outs
+            text = row[t_col]
+            try:
+                t = _parse_azure_time(text) if fmt == "azure" else float(text)
+            except (TypeError, ValueError):
+                raise rows._refuse(reader.line_num, f"{t_col} {text!r}, must be a time") from None
+            rows.add(reader.line_num, t, columns, row[i_col], row[o_col])
+    return rows
 
 
 @functools.lru_cache(maxsize=16)
 def _load(path: str, fmt: TraceFormat, mtime_ns: int) -> Trace:
     hashes: list[tuple[int, ...]] = []
     try:
-        times, ins, outs = _read_rows(Path(path), fmt, hashes)
+        rows = _read_rows(Path(path), fmt, hashes)
     except (KeyError, ValueError, json.JSONDecodeError) as exc:
         raise TraceError(f"{path}: malformed {fmt} trace ({exc})") from exc
-    t = np.asarray(times, dtype=np.float64)
-    i = np.asarray(ins, dtype=np.int64)
-    o = np.asarray(outs, dtype=np.int64)
-    keep = (i > 0) & (o > 0)
-    t, i, o = t[keep], i[keep], o[keep]
-    order = np.argsort(t, kind="stable")
-    t, i, o = t[order], i[order], o[order]
+    t = np.asarray(rows.times, dtype=np.float64)
+    i = np.asarray(rows.ins, dtype=np.int64)
+    o = np.asarray(rows.outs, dtype=np.int64)
     if len(t) == 0:
         raise TraceError(f"{path}: no usable rows in {fmt} trace")
     t = t - t[0]
     for arr in (t, i, o):
         arr.flags.writeable = False
-    ids = None
-    if hashes:
-        kept = np.flatnonzero(keep)[order]
-        ids = tuple(hashes[int(r)] for r in kept)
-    return Trace(t, i, o, ids)
+    return Trace(t, i, o, tuple(hashes) if hashes else None)
 
 
 def read_trace(path: Path, fmt: TraceFormat) -> Trace:

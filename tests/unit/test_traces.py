@@ -1,0 +1,103 @@
+"""Trace rows are refused, not dropped (issue 13): a NaN, infinite, negative or
+decreasing time and a token count below 1 fail with the file and the line; the engine
+never spins on a time it cannot reach."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from builders import trace_workload
+from lyra_simpy import simulate
+from lyra_simpy.clock import delay_at_least, delay_until
+from lyra_simpy.cost.linear import LinearCost
+from lyra_simpy.errors import ScenarioError, SimulationError, TraceError
+from lyra_simpy.workload.traces import read_trace
+
+HEADER = "arrival_s,input_tokens,output_tokens\n"
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        ("nan,10,2", "line 3: arrival_s nan, must be a finite time >= 0"),
+        ("inf,10,2", "line 3: arrival_s inf, must be a finite time >= 0"),
+        ("-1,10,2", "line 3: arrival_s -1.0, must be a finite time >= 0"),
+        ("0.5,10,2", "line 3: arrival_s 0.5 is before the previous row's 1.0"),
+        ("2,0,2", "line 3: input_tokens '0', must be a whole number >= 1"),
+        ("2,10,-3", "line 3: output_tokens '-3', must be a whole number >= 1"),
+        ("2,10.5,2", "line 3: input_tokens '10.5', must be a whole number >= 1"),
+        ("2,nan,2", "line 3: input_tokens 'nan', must be a whole number >= 1"),
+        ("2,ten,2", "line 3: input_tokens 'ten', must be a whole number >= 1"),
+        ("soon,10,2", "line 3: arrival_s 'soon', must be a time"),
+    ],
+)
+def test_bad_csv_row_refused_with_file_and_line(tmp_path, row, expected):
+    p = tmp_path / "t.csv"
+    p.write_text(HEADER + "1,10,2\n" + row + "\n3,10,2\n")
+    with pytest.raises(TraceError) as info:
+        read_trace(p, "csv")
+    msg = str(info.value)
+    assert msg.startswith(f"{p.resolve()}: {expected}")
+    assert "\n" not in msg
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        ({"timestamp": 500}, "line 2: timestamp 500.0 is before the previous row's 1000.0"),
+        ({"input_length": 0}, "line 2: input_length 0, must be a whole number >= 1"),
+        ({"output_length": True}, "line 2: output_length True, must be a whole number >= 1"),
+        ({"timestamp": float("nan")}, "line 2: timestamp nan, must be a finite time >= 0"),
+    ],
+)
+def test_bad_mooncake_row_refused_with_file_and_line(tmp_path, row, expected):
+    good = {"timestamp": 1000, "input_length": 10, "output_length": 2, "hash_ids": [1]}
+    p = tmp_path / "t.jsonl"
+    p.write_text(json.dumps(good) + "\n" + json.dumps({**good, **row}) + "\n")
+    with pytest.raises(TraceError) as info:
+        read_trace(p, "mooncake")
+    assert str(info.value).startswith(f"{p.resolve()}: {expected}")
+
+
+def test_equal_times_are_in_order(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text(HEADER + "1,10,2\n1,20,3\n")
+    assert read_trace(p, "csv").arrival_s.tolist() == [0.0, 0.0]
+
+
+def test_burstgpt_failed_requests_are_the_only_rows_skipped(tmp_path):
+    """BurstGPT logs a failed request with 0 response tokens (the dataset's convention);
+    a 0-token prompt there is still refused."""
+    head = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+    p = tmp_path / "b.csv"
+    p.write_text(head + "5,ChatGPT,472,18,490,x\n6,ChatGPT,100,0,100,x\n7,ChatGPT,0,5,5,x\n")
+    with pytest.raises(TraceError, match="line 4: Request tokens '0'"):
+        read_trace(p, "burstgpt")
+
+
+def test_nan_arrival_fails_validation_naming_field_file_and_line(make_scenario, tmp_path):
+    """The hang of issue 13: a NaN arrival passed validate and `run` spun forever."""
+    changes = trace_workload(tmp_path, [(0.0, 10, 2), (float("nan"), 10, 2)])
+    with pytest.raises(ScenarioError) as info:
+        make_scenario(changes, base_dir=tmp_path)
+    msg = str(info.value)
+    assert msg.startswith("workload.arrival.path: ")
+    assert "t.csv: line 3: arrival_s nan, must be a finite time >= 0" in msg
+
+
+@pytest.mark.parametrize("target", [float("nan"), float("inf")])
+def test_clock_refuses_a_time_it_can_never_reach(target):
+    for delay in (delay_until, delay_at_least):
+        with pytest.raises(SimulationError, match="not finite"):
+            delay(1.0, target)
+
+
+def test_engine_refuses_a_non_finite_iteration(make_scenario, monkeypatch):
+    """An iteration that would end at NaN raises instead of being scheduled."""
+    nan = float("nan")
+    monkeypatch.setattr(LinearCost, "iteration_s", lambda self, shape: nan)
+    monkeypatch.setattr(LinearCost, "decode_span_s", lambda self, *args: [nan] * args[-1])
+    with pytest.raises(SimulationError, match="not finite"):
+        simulate(make_scenario())

@@ -25,6 +25,8 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
 
+from lyra_simpy.errors import BOOL_AS_NUMBER
+
 
 def _admits_bool(tp: Any) -> bool:
     """Whether a value of annotation *tp* may be a boolean."""
@@ -70,11 +72,6 @@ def _misplaced_bool(tp: Any, value: Any) -> str | None:
             if isinstance(item, bool):
                 return f"[{key!r}]" if isinstance(value, dict) else f"[{key}]"
     return None
-
-
-BOOL_AS_NUMBER = "bool_as_number"
-"""Error type of a boolean given for a number (:func:`lyra_simpy.errors.from_validation_error`
-puts the field into the path)."""
 
 
 class Closed(BaseModel):

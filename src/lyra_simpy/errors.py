@@ -13,7 +13,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # (pydantic is imported by what raises one: --help need not load it)
     from pydantic import ValidationError
 
-from lyra_simpy.config import BOOL_AS_NUMBER
+
+BOOL_AS_NUMBER = "bool_as_number"
+"""Error type of a boolean given for a number (raised by :class:`lyra_simpy.config.Closed`;
+:func:`from_validation_error` puts the field into the path)."""
 
 
 class LyraError(Exception):

@@ -19,12 +19,28 @@ ROOT = Path(__file__).resolve().parents[2]
 THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
+BASE = {
+    "name": "classroom",
+    "seed": 2024,
+    "workload": {
+        "num_requests": 400,
+        "arrival": {"name": "poisson", "rate_per_s": 2.5},
+        "input_tokens": {"name": "uniform", "low": 64, "high": 512},
+        "output_tokens": {"name": "lognormal", "mean": 128, "sigma": 0.8, "min": 8, "max": 1024},
+    },
+    "scheduler": {"name": "continuous", "max_num_seqs": 16, "max_num_batched_tokens": 8192},
+    "kv_cache": {"block_size": 16, "num_blocks": 8192},
+    "cost": {"name": "linear", "base_ms": 15, "per_seq_ms": 1, "padding": "max_batch"},
+    "slo": {"ttft_ms": 300, "tpot_ms": 40},
+}
+"""The classroom engine (15 ms + 1 ms per sequence) under 400 requests of ~128 tokens:
+ITL pairs long enough for a blocked BLAS sum to differ from a serial one. Before the fix
+these four points wrote other last digits of ``mean_itl_ms`` under 1 and 2 threads."""
+
+
 def _sweep_file(tmp_path: Path) -> Path:
-    """The lab's depth × rate sweep cut to four points: 400 requests of ~128 tokens, so
-    the ITL pairs are long enough for a blocked BLAS sum to differ from a serial one.
-    The profile cost model is fitted on load from a CSV, so the fit is covered too."""
     sweep = {
-        "base": str(ROOT / "scenarios" / "lab02_goodput_vs_batch.yaml"),
+        "base": BASE,
         "grid": {"scheduler.max_num_seqs": [4, 8], "workload.arrival.rate_per_s": [1.0, 2.0]},
         "seeds": 1,
     }

@@ -94,14 +94,16 @@ def test_continuous_beats_static():
     runs = variants("lab02_static_vs_continuous")
     static, cont = runs["static"], runs["continuous"]
     assert static["completed"] == cont["completed"] == 150
-    assert cont["output_throughput"] > 1.5 * static["output_throughput"]
+    # static batches last as long as their longest member: the queue grows
+    assert cont["output_throughput"] > 1.2 * static["output_throughput"]
     assert static["p99_ttft_ms"] >= 10 * cont["p99_ttft_ms"]
-    assert static["median_ttft_ms"] >= 10 * cont["median_ttft_ms"]
-    # the padded classroom engine: every decode iteration costs 15 + 16 = 31 ms in both
+    assert static["median_ttft_ms"] >= 100 * cont["median_ttft_ms"]
+    # the padded classroom engine: every iteration, prefills included, costs 15 + 16 ms
     assert static["median_tpot_ms"] == pytest.approx(31.0, abs=1e-6)
     assert cont["median_itl_ms"] == pytest.approx(31.0, abs=1e-6)
-    # continuous meets the SLO for (nearly) everyone; static for almost nobody
-    assert cont["slo_attainment"] >= 0.95
+    assert cont["median_tpot_ms"] == pytest.approx(31.0, abs=1e-6)
+    # continuous meets the SLO for most; static for almost nobody
+    assert cont["slo_attainment"] >= 0.85
     assert static["slo_attainment"] <= 0.1
 
 
@@ -110,7 +112,7 @@ def test_goodput_peaks_at_depth_16():
     assert list(runs) == ["4", "8", "16", "32", "64"]
     goodput = {int(k): v["goodput_token_throughput"] for k, v in runs.items()}
     assert max(goodput, key=goodput.__getitem__) == 16
-    assert runs["16"]["slo_attainment"] >= 0.95
+    assert runs["16"]["slo_attainment"] >= 0.85
     # 15 + 32 = 47 ms per decode iteration > the 40 ms TPOT SLO: nobody is good
     assert goodput[32] == 0.0
     assert runs["32"]["median_tpot_ms"] > 40.0
@@ -119,8 +121,11 @@ def test_goodput_peaks_at_depth_16():
     # shallow depths saturate: their queues grow and TTFT breaks the SLO
     assert runs["4"]["p99_ttft_ms"] > 300.0
     assert runs["4"]["slo_attainment"] < 0.5
-    # raw throughput does not tell the story: depth 32 serves tokens, but none good
-    assert runs["32"]["output_throughput"] > 0.5 * runs["16"]["output_throughput"]
+    # raw throughput does not tell the story: depth 32 serves tokens, but none good;
+    # raw throughput too peaks at 16 (the lab's table), not at 32 (the lab's prose)
+    thru = {int(k): v["output_throughput"] for k, v in runs.items()}
+    assert runs["32"]["output_throughput"] > 0.9 * runs["16"]["output_throughput"]
+    assert max(thru, key=thru.__getitem__) == 16
 
 
 def test_chunked_prefill_protects_decode_latency():

@@ -51,6 +51,22 @@ def test_mixed_iteration_is_not_padded():
     )
 
 
+def test_pad_prefill_charges_prefill_iterations_the_padded_width():
+    # the lab's rule read as "a prefill costs a decode at that width": 15 + 16 ms
+    c = cost(base_ms=15, per_seq_ms=1, padding="max_batch", pad_prefill=True)
+    assert c.iteration_s(shape(prefill_seqs=1, prefill_tokens=300)) == pytest.approx(0.031)
+    assert c.iteration_s(shape(prefill_seqs=2, prefill_tokens=9, decode_seqs=3)) == (
+        pytest.approx(0.031)
+    )
+    # above the padded width an iteration runs eagerly: 15 + 20 ms
+    assert c.iteration_s(shape(prefill_seqs=4, prefill_tokens=9, decode_seqs=16)) == (
+        pytest.approx(0.035)
+    )
+    # without padding the switch changes nothing: 15 + 1 ms
+    plain = cost(base_ms=15, per_seq_ms=1, pad_prefill=True)
+    assert plain.iteration_s(shape(prefill_seqs=1, prefill_tokens=300)) == pytest.approx(0.016)
+
+
 def test_unpadded_decode():
     c = cost(base_ms=15, per_seq_ms=1)
     assert c.iteration_s(shape(decode_seqs=5)) == pytest.approx(0.020, abs=1e-15)

@@ -4,7 +4,8 @@
 + per_context_token_ms × decode context tokens``, where *seqs* counts the prefill
 sequences plus the decode rows, the latter padded (see :mod:`~lyra_simpy.cost.padding`)
 in decode-only iterations. With ``base_ms: 15, per_seq_ms: 1`` and padding to the batch
-width it is the lab's "15 ms + 1 ms per sequence" engine; with the per-token terms it
+width it is the lab's "15 ms + 1 ms per sequence" engine (add ``pad_prefill: true`` for
+its rule that a prefill takes an iteration of the same cost); with the per-token terms it
 approximates a real model (Llama-2-7B on an A100: ≈ 7 ms per iteration to read the
 weights, ≈ 0.09 ms per prefill token, ≈ 0.00026 ms per context token read).
 """
@@ -36,6 +37,13 @@ class LinearCostConfig(Closed):
     """Time per context token read by decode attention."""
     padding: Annotated[Padding, BeforeValidator(check_padding)] = Field(default="none")
     """CUDA-graph padding of decode-only batches (none, max_batch, or captured sizes)."""
+    pad_prefill: bool = False
+    """Pad iterations that carry prefill too (default off: real engines run prefill and
+    mixed iterations eagerly, see :mod:`~lyra_simpy.cost.padding`). On, every iteration
+    charges ``per_seq_ms`` × the padded count of all its sequences, prefilling or
+    decoding, so a prefill iteration costs what a decode of that width does: the
+    classroom engine of Lab 02 ("each iteration advances every sequence one decode
+    step, or processes a prefill, and costs 15 ms + 1 ms × batch width")."""
 
 
 class LinearCost:
@@ -50,11 +58,18 @@ class LinearCost:
 
     def iteration_s(self, shape: BatchShape) -> float:
         c = self.config
-        rows = shape.decode_rows if shape.prefill_seqs else self._pad(shape.decode_rows)
+        if not shape.prefill_seqs:
+            rows = self._pad(shape.decode_rows)
+            seqs = rows
+        else:
+            rows = shape.decode_rows
+            seqs = shape.prefill_seqs + rows
+            if c.pad_prefill:
+                seqs = self._pad(seqs)
         verify = verify_rows_tokens(shape, rows)
         ms = (
             c.base_ms
-            + c.per_seq_ms * (shape.prefill_seqs + rows)
+            + c.per_seq_ms * seqs
             + c.per_prefill_token_ms * (shape.prefill_tokens + verify)
             + c.per_context_token_ms * shape.decode_context_tokens
         )

@@ -97,7 +97,7 @@ def sim_vs_real(inputs: FigureInputs) -> Figure:
 PAPER_FIGURES: dict[str, PaperFigure] = {
     "lab02_static_vs_continuous_ttft_cdf": declared("lab02_static_vs_continuous",
         "TTFT CDF (log x) of static vs continuous batching on the classroom engine "
-        "(15 ms + 1 ms/seq, padded to 16) at 2.5 req/s."),
+        "(15 ms + 1 ms/seq, padded to 16) at 2.75 req/s."),
     "lab02_static_vs_continuous_timeline_static": declared("lab02_static_vs_continuous",
         "Per-iteration timeline of one run (static batching): batch size, tokens per "
         "iteration, KV blocks in use, queue length."),

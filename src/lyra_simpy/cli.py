@@ -41,6 +41,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, default=Path("results"), help="results folder")
     run.add_argument("--figures", type=Path, default=Path("figures"), help="figures folder")
     run.add_argument("--no-figures", action="store_true", help="do not draw figures")
+    run.add_argument(
+        "--trace-events",
+        action="store_true",
+        help="also write each variant's trace_events.json (Perfetto, chrome://tracing)",
+    )
 
     val = sub.add_parser("validate", help="check scenario files without simulating")
     val.add_argument("scenarios", nargs="+", type=Path)
@@ -276,7 +281,13 @@ def main(argv: list[str] | None = None) -> int:
         from lyra_simpy.runner import run_scenario
 
         for path, sc in scenarios:
-            run_scenario(sc, args.out, None if args.no_figures else args.figures, str(path))
+            run_scenario(
+                sc,
+                args.out,
+                None if args.no_figures else args.figures,
+                str(path),
+                trace_events=args.trace_events,
+            )
             print()
         return 0
     except LyraError as exc:

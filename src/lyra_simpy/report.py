@@ -36,6 +36,16 @@ class ReportConfig(Closed):
     """Metric to maximise across variants; the best variant is named under the table."""
 
 
+class OutputConfig(Closed):
+    """Extra files a run writes beside each variant's results."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    trace_events: bool = False
+    """``trace_events.json``: the run as a Perfetto / chrome://tracing timeline
+    (:mod:`lyra_simpy.trace_events`); also ``lyra-simpy run --trace-events``."""
+
+
 class FigureSpec(Closed):
     """One figure of the scenario, drawn by ``FIGURES[name]`` from its results."""
 

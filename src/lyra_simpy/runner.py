@@ -3,7 +3,8 @@
 Layout of ``OUT/<scenario>/``: one folder per variant with ``requests.jsonl``,
 ``summary.json``, ``timeseries.csv``, ``itl.csv`` (inter-token latencies as
 ``itl_ms,count`` pairs), ``transfers.csv`` (disaggregated clusters: each request's KV
-hand-off) and ``manifest.json``, plus ``table.csv`` (the
+hand-off), ``manifest.json`` and, with ``output.trace_events`` or ``--trace-events``,
+``trace_events.json`` (:mod:`lyra_simpy.trace_events`), plus ``table.csv`` (the
 printed table). The whole folder is written atomically (see
 :func:`~lyra_simpy.metrics.io.atomic_dir`).
 """
@@ -72,8 +73,11 @@ def best_variant(scenario: Scenario, results: list[Results]) -> Results | None:
     return max(results, key=lambda r: float(r.summary.get(metric, float("-inf"))))
 
 
-def write_variant(res: Results, folder: Path, source_file: str | None, index: int = 0) -> None:
-    """Write one run's files (DESIGN §4) into *folder*."""
+def write_variant(
+    res: Results, folder: Path, source_file: str | None, index: int = 0, trace: bool = False
+) -> None:
+    """Write one run's files (DESIGN §4) into *folder* (and its Perfetto trace if
+    *trace* or the scenario's ``output.trace_events``)."""
     folder.mkdir(parents=True, exist_ok=True)
     write_jsonl(folder / "requests.jsonl", res.requests())
     write_json(folder / "summary.json", res.summary)
@@ -84,6 +88,10 @@ def write_variant(res: Results, folder: Path, source_file: str | None, index: in
     info = manifest(res.scenario, res.engine, source_file)
     info["variant_index"] = index
     write_json(folder / "manifest.json", info)
+    if trace or res.scenario.output.trace_events:
+        from lyra_simpy.trace_events import write_trace_events
+
+        write_trace_events(res, folder / "trace_events.json")
 
 
 def run_scenario(
@@ -92,9 +100,11 @@ def run_scenario(
     figures_dir: Path | None = Path("figures"),
     source_file: str | None = None,
     echo: Callable[[str], None] = print,
+    trace_events: bool = False,
 ) -> list[Results]:
     """Simulate every variant of *scenario*; write results and figures unless the
-    folders are None; print the report table through *echo*."""
+    folders are None (with *trace_events*, each variant's Perfetto trace too); print the
+    report table through *echo*."""
     variants = scenario.expand()
     results = []
     for variant in variants:
@@ -120,7 +130,7 @@ def run_scenario(
             if card is not None:
                 write_scorecard(card, tmp)
             for i, res in enumerate(results):
-                write_variant(res, tmp / res.scenario.label, source_file, i)
+                write_variant(res, tmp / res.scenario.label, source_file, i, trace_events)
             with (tmp / "table.csv").open("w", newline="") as fh:
                 writer = csv.writer(fh)
                 writer.writerow(headers)

@@ -48,7 +48,7 @@ from lyra_simpy.policies import (
 )
 from lyra_simpy.policies.prefix_cache import PrefixCacheConfig
 from lyra_simpy.presets import EngineConfig, apply_engine
-from lyra_simpy.report import FigureSpec, ReportConfig
+from lyra_simpy.report import FigureSpec, OutputConfig, ReportConfig
 from lyra_simpy.routing import RoundRobinConfig, RouterConfig
 from lyra_simpy.speculative import SpeculativeConfig
 from lyra_simpy.variants import Grid, Variant
@@ -201,6 +201,7 @@ class Scenario(Closed):
     (:mod:`lyra_simpy.whatif`)."""
     report: ReportConfig = Field(default_factory=ReportConfig)
     figures: list[FigureSpec] = Field(default_factory=list)
+    output: OutputConfig = Field(default_factory=OutputConfig)
     quick: dict[str, Any] = Field(default_factory=dict)
     """Overrides for a short run (tests, CI, ``--quick``), merged into the file."""
 

@@ -50,7 +50,7 @@ from lyra_simpy.scenario import Scenario, deep_merge, load_scenario, scenario_fr
 from lyra_simpy.workload.catalog import resolve_path
 
 #: Fields that present results without changing them: left out of a point's key.
-PRESENTATION_FIELDS = ("name", "label", "description", "report", "figures")
+PRESENTATION_FIELDS = ("name", "label", "description", "report", "figures", "output")
 
 
 class SweepSpec(Closed):

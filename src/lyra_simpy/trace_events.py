@@ -138,20 +138,9 @@ def _request_events(res: Results, pid: int, link_pid: int) -> Iterator[str]:
     cols = [rec[k].tolist() for k in (
         "request_id", "arrival_s", "first_token_s", "finish_s", "status", "replica",
         "input_tokens", "output_tokens", "cached_tokens", "preemptions")]  # fmt: skip
-    for (
-        rid,
-        arrival,
-        first,
-        finish,
-        status,
-        replica,
-        n_in,
-        n_out,
-        cached,
-        preempt,
-    ), pstart, why in zip(  # noqa: E501
-        zip(*cols, strict=True), prefill_start, reason, strict=True
-    ):
+    for row in zip(*cols, prefill_start, reason, strict=True):
+        rid, arrival, first, finish, status, replica, n_in, n_out, cached, preempt = row[:10]
+        pstart, why = row[10:]
         yield _meta(pid, rid, "thread_name", f"request {rid}")
         if status == "rejected":
             yield (
@@ -177,9 +166,8 @@ def _request_events(res: Results, pid: int, link_pid: int) -> Iterator[str]:
             sent = first + wait_s
             arrived = sent + xfer_s
             yield _slice("handoff_wait", pid, rid, first, sent)
-            yield _slice(
-                "kv_transfer", pid, rid, sent, arrived, f'"decode_replica":{decode_replica}'
-            )  # noqa: E501
+            to = f'"decode_replica":{decode_replica}'
+            yield _slice("kv_transfer", pid, rid, sent, arrived, to)
             yield (
                 f'{{"ph":"b","cat":"kv_transfer","name":"request {rid}","id":{rid},'
                 f'"pid":{link_pid},"tid":0,"ts":{_us(sent)}}}'
@@ -192,7 +180,9 @@ def _request_events(res: Results, pid: int, link_pid: int) -> Iterator[str]:
         done = finish == finish
         yield _slice("decode", pid, rid, decode_from, finish if done else end_s)
         if done:
-            yield f'{{"ph":"i","name":"finished","s":"t","pid":{pid},"tid":{rid},"ts":{_us(finish)}}}'  # noqa: E501
+            yield (
+                f'{{"ph":"i","name":"finished","s":"t","pid":{pid},"tid":{rid},"ts":{_us(finish)}}}'
+            )
 
 
 def trace_events(res: Results) -> Iterator[str]:

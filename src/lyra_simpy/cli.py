@@ -278,15 +278,21 @@ def main(argv: list[str] | None = None) -> int:
                 for line in _warnings(variants):
                     print(f"lyra-simpy: warning: {path}: {line}", file=sys.stderr)
             return 0
+        from lyra_simpy.progress import wanted
         from lyra_simpy.runner import run_scenario
 
-        for path, sc in scenarios:
+        for i, (path, sc) in enumerate(scenarios, start=1):
+            if len(scenarios) > 1:  # `tox -e scenarios`: which one is running
+                n = len(sc.expand())
+                print(f"[{i}/{len(scenarios)}] {path} ({n} run{'s' if n > 1 else ''})",
+                      file=sys.stderr, flush=True)  # fmt: skip
             run_scenario(
                 sc,
                 args.out,
                 None if args.no_figures else args.figures,
                 str(path),
                 trace_events=args.trace_events,
+                progress=wanted(),
             )
             print()
         return 0

@@ -101,17 +101,23 @@ def run_scenario(
     source_file: str | None = None,
     echo: Callable[[str], None] = print,
     trace_events: bool = False,
+    progress: bool = False,
 ) -> list[Results]:
     """Simulate every variant of *scenario*; write results and figures unless the
     folders are None (with *trace_events*, each variant's Perfetto trace too); print the
-    report table through *echo*."""
+    report table through *echo*; with *progress*, bars on stderr (see
+    :mod:`lyra_simpy.progress`)."""
+    from lyra_simpy.progress import RunProgress
+
     variants = scenario.expand()
     results = []
-    for variant in variants:
-        t0 = time.perf_counter()
-        res = simulate(variant)
-        res.engine["wall_s"] = round(time.perf_counter() - t0, 3)
-        results.append(res)
+    with RunProgress(scenario.name, len(variants), progress) as bars:
+        for variant in variants:
+            t0 = time.perf_counter()
+            res = simulate(variant, bars.watch(variant.label, variant.simulation.until_s))
+            res.engine["wall_s"] = round(time.perf_counter() - t0, 3)
+            results.append(res)
+            bars.done()
     headers, rows = table_rows(scenario, results)
     echo(f"== {scenario.name}" + (f": {scenario.description}" if scenario.description else ""))
     echo(format_table(headers, rows))

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import functools
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
@@ -151,8 +152,14 @@ def _build_replica(
     )  # fmt: skip
 
 
-def simulate(scenario: Scenario) -> Results:
-    """Run *scenario* (one variant: see :meth:`Scenario.expand`) and return its results."""
+def simulate(
+    scenario: Scenario,
+    watch: Callable[[simpy.Environment], AbstractContextManager[None]] | None = None,
+) -> Results:
+    """Run *scenario* (one variant: see :meth:`Scenario.expand`) and return its results.
+
+    *watch*, given the environment, returns a context held while the clock runs (an
+    observer such as :mod:`lyra_simpy.progress`; it must not schedule events)."""
     streams = Streams(scenario.seed)
     specs = scenario.replica_specs()
     # Past the stop, a replica sees its next arrival and a router routes at most
@@ -193,7 +200,8 @@ def simulate(scenario: Scenario) -> Results:
         dispatcher.start()
     for replica in replicas:
         env.process(replica.run())
-    env.run(until=until)
+    with nullcontext() if watch is None else watch(env):
+        env.run(until=until)
     for replica in replicas:
         for req in chain(replica.waiting, replica.running, replica.deferred):
             collector.leave_unfinished(req)

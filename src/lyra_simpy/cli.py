@@ -41,6 +41,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, default=Path("results"), help="results folder")
     run.add_argument("--figures", type=Path, default=Path("figures"), help="figures folder")
     run.add_argument("--no-figures", action="store_true", help="do not draw figures")
+    run.add_argument(
+        "--timeseries-csv",
+        action="store_true",
+        help="write each run's per-iteration series as timeseries.csv too (beside the .npz)",
+    )
 
     val = sub.add_parser("validate", help="check scenario files without simulating")
     val.add_argument("scenarios", nargs="+", type=Path)
@@ -276,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         from lyra_simpy.runner import run_scenario
 
         for path, sc in scenarios:
-            run_scenario(sc, args.out, None if args.no_figures else args.figures, str(path))
+            figures = None if args.no_figures else args.figures
+            run_scenario(sc, args.out, figures, str(path), timeseries_csv=args.timeseries_csv)
             print()
         return 0
     except LyraError as exc:

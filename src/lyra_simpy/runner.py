@@ -1,7 +1,9 @@
 """Run a scenario file end to end: every variant, its files, its table, its figures.
 
 Layout of ``OUT/<scenario>/``: one folder per variant with ``requests.jsonl``,
-``summary.json``, ``timeseries.csv``, ``itl.csv`` (inter-token latencies as
+``summary.json``, ``timeseries.npz`` (the per-iteration series, one column per field;
+``lyra_simpy.read_series(folder)`` reads it; ``timeseries.csv`` beside it with
+``--timeseries-csv``), ``itl.csv`` (inter-token latencies as
 ``itl_ms,count`` pairs), ``transfers.csv`` (disaggregated clusters: each request's KV
 hand-off) and ``manifest.json``, plus ``table.csv`` (the
 printed table). The whole folder is written atomically (see
@@ -23,6 +25,7 @@ from lyra_simpy.metrics.io import (
     write_json,
     write_jsonl,
     write_series_csv,
+    write_series_npz,
 )
 from lyra_simpy.provenance import manifest
 from lyra_simpy.report import lookup
@@ -72,12 +75,21 @@ def best_variant(scenario: Scenario, results: list[Results]) -> Results | None:
     return max(results, key=lambda r: float(r.summary.get(metric, float("-inf"))))
 
 
-def write_variant(res: Results, folder: Path, source_file: str | None, index: int = 0) -> None:
-    """Write one run's files (DESIGN §4) into *folder*."""
+def write_variant(
+    res: Results,
+    folder: Path,
+    source_file: str | None,
+    index: int = 0,
+    timeseries_csv: bool = False,
+) -> None:
+    """Write one run's files (DESIGN §4) into *folder* (*timeseries_csv*: the series as
+    CSV too, beside the ``.npz``)."""
     folder.mkdir(parents=True, exist_ok=True)
     write_jsonl(folder / "requests.jsonl", res.requests())
     write_json(folder / "summary.json", res.summary)
-    write_series_csv(folder / "timeseries.csv", res.timeseries)
+    write_series_npz(folder / "timeseries.npz", res.timeseries)
+    if timeseries_csv:
+        write_series_csv(folder / "timeseries.csv", res.timeseries)
     write_itl_csv(folder / "itl.csv", *res.itl_s)
     if res.transfers:
         write_series_csv(folder / "transfers.csv", res.transfers)
@@ -92,9 +104,11 @@ def run_scenario(
     figures_dir: Path | None = Path("figures"),
     source_file: str | None = None,
     echo: Callable[[str], None] = print,
+    timeseries_csv: bool = False,
 ) -> list[Results]:
     """Simulate every variant of *scenario*; write results and figures unless the
-    folders are None; print the report table through *echo*."""
+    folders are None; print the report table through *echo* (*timeseries_csv*: each
+    variant's series as CSV too)."""
     variants = scenario.expand()
     results = []
     for variant in variants:
@@ -120,7 +134,7 @@ def run_scenario(
             if card is not None:
                 write_scorecard(card, tmp)
             for i, res in enumerate(results):
-                write_variant(res, tmp / res.scenario.label, source_file, i)
+                write_variant(res, tmp / res.scenario.label, source_file, i, timeseries_csv)
             with (tmp / "table.csv").open("w", newline="") as fh:
                 writer = csv.writer(fh)
                 writer.writerow(headers)

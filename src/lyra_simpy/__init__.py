@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from lyra_simpy.capacity import find_capacity
     from lyra_simpy.cost import COST_MODELS, BatchShape, CostModel
     from lyra_simpy.errors import LyraError, ScenarioError
+    from lyra_simpy.metrics.io import read_series
     from lyra_simpy.policies import (
         ADMISSIONS,
         SCHEDULERS,
@@ -53,6 +54,7 @@ _WHERE = {
     "load_sweep": "lyra_simpy.sweep",
     "load_table": "lyra_simpy.sweep",
     "run_sweep": "lyra_simpy.sweep",
+    "read_series": "lyra_simpy.metrics.io",
 }
 """Public name → the module that defines it."""
 
@@ -74,6 +76,7 @@ __all__ = [
     "load_scenario",
     "load_sweep",
     "load_table",
+    "read_series",
     "run_scenario",
     "run_sweep",
     "scenario_from_dict",

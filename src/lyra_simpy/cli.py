@@ -42,6 +42,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--figures", type=Path, default=Path("figures"), help="figures folder")
     run.add_argument("--no-figures", action="store_true", help="do not draw figures")
     run.add_argument(
+        "--timeseries-csv",
+        action="store_true",
+        help="write each run's per-iteration series as timeseries.csv too (beside the .npz)",
+    )
+    run.add_argument(
         "--trace-events",
         action="store_true",
         help="also write each variant's trace_events.json (Perfetto, chrome://tracing)",
@@ -291,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.out,
                 None if args.no_figures else args.figures,
                 str(path),
+                timeseries_csv=args.timeseries_csv,
                 trace_events=args.trace_events,
                 progress=wanted(),
             )

@@ -19,7 +19,7 @@ import numpy.typing as npt
 from matplotlib.figure import Figure
 
 from lyra_simpy import plots
-from lyra_simpy.metrics.io import read_itl_csv, read_jsonl, read_series_csv
+from lyra_simpy.metrics.io import read_itl_csv, read_jsonl, read_series
 from lyra_simpy.report import FigureSpec, lookup
 from lyra_simpy.scenario import Scenario
 from lyra_simpy.style import STYLE, WIDTH_IN
@@ -145,7 +145,7 @@ def _series_vs_param_figure(results_dir: Path, spec: FigureSpec, param: str, ser
 def timeline_figure(results_dir: Path, spec: FigureSpec) -> Figure:
     folders = _variants(results_dir)
     folder = next((f for f in folders if f.name == spec.variant), folders[0])
-    series = read_series_csv(folder / "timeseries.csv")
+    series = read_series(folder)
     return plots.timeline(series, spec.title)
 
 
@@ -153,7 +153,7 @@ def iteration_times_figure(results_dir: Path, spec: FigureSpec) -> Figure:
     """Each variant's iteration durations against time (stalls show as spikes)."""
     lines = {}
     for folder in _variants(results_dir):
-        series = read_series_csv(folder / "timeseries.csv")
+        series = read_series(folder)
         start, end = series["start_s"], series["end_s"]
         keep = np.ones(len(start), dtype=bool)
         if spec.window_s is not None:

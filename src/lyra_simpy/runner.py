@@ -1,7 +1,9 @@
 """Run a scenario file end to end: every variant, its files, its table, its figures.
 
 Layout of ``OUT/<scenario>/``: one folder per variant with ``requests.jsonl``,
-``summary.json``, ``timeseries.csv``, ``itl.csv`` (inter-token latencies as
+``summary.json``, ``timeseries.npz`` (the per-iteration series, one column per field;
+``lyra_simpy.read_series(folder)`` reads it; ``timeseries.csv`` beside it with
+``--timeseries-csv``), ``itl.csv`` (inter-token latencies as
 ``itl_ms,count`` pairs), ``transfers.csv`` (disaggregated clusters: each request's KV
 hand-off), ``manifest.json`` and, with ``output.trace_events`` or ``--trace-events``,
 ``trace_events.json`` (:mod:`lyra_simpy.trace_events`), plus ``table.csv`` (the
@@ -24,6 +26,7 @@ from lyra_simpy.metrics.io import (
     write_json,
     write_jsonl,
     write_series_csv,
+    write_series_npz,
 )
 from lyra_simpy.provenance import manifest
 from lyra_simpy.report import lookup
@@ -74,14 +77,22 @@ def best_variant(scenario: Scenario, results: list[Results]) -> Results | None:
 
 
 def write_variant(
-    res: Results, folder: Path, source_file: str | None, index: int = 0, trace: bool = False
+    res: Results,
+    folder: Path,
+    source_file: str | None,
+    index: int = 0,
+    timeseries_csv: bool = False,
+    trace: bool = False,
 ) -> None:
-    """Write one run's files (DESIGN §4) into *folder* (and its Perfetto trace if
-    *trace* or the scenario's ``output.trace_events``)."""
+    """Write one run's files (DESIGN §4) into *folder* (*timeseries_csv*: the series as
+    CSV too, beside the ``.npz``; *trace* or the scenario's ``output.trace_events``: its
+    Perfetto trace)."""
     folder.mkdir(parents=True, exist_ok=True)
     write_jsonl(folder / "requests.jsonl", res.requests())
     write_json(folder / "summary.json", res.summary)
-    write_series_csv(folder / "timeseries.csv", res.timeseries)
+    write_series_npz(folder / "timeseries.npz", res.timeseries)
+    if timeseries_csv:
+        write_series_csv(folder / "timeseries.csv", res.timeseries)
     write_itl_csv(folder / "itl.csv", *res.itl_s)
     if res.transfers:
         write_series_csv(folder / "transfers.csv", res.transfers)
@@ -100,13 +111,14 @@ def run_scenario(
     figures_dir: Path | None = Path("figures"),
     source_file: str | None = None,
     echo: Callable[[str], None] = print,
+    timeseries_csv: bool = False,
     trace_events: bool = False,
     progress: bool = False,
 ) -> list[Results]:
     """Simulate every variant of *scenario*; write results and figures unless the
-    folders are None (with *trace_events*, each variant's Perfetto trace too); print the
-    report table through *echo*; with *progress*, bars on stderr (see
-    :mod:`lyra_simpy.progress`)."""
+    folders are None (*timeseries_csv*: each variant's series as CSV too;
+    *trace_events*: each variant's Perfetto trace); print the report table through
+    *echo*; with *progress*, bars on stderr (see :mod:`lyra_simpy.progress`)."""
     from lyra_simpy.progress import RunProgress
 
     variants = scenario.expand()
@@ -136,7 +148,9 @@ def run_scenario(
             if card is not None:
                 write_scorecard(card, tmp)
             for i, res in enumerate(results):
-                write_variant(res, tmp / res.scenario.label, source_file, i, trace_events)
+                write_variant(
+                    res, tmp / res.scenario.label, source_file, i, timeseries_csv, trace_events
+                )
             with (tmp / "table.csv").open("w", newline="") as fh:
                 writer = csv.writer(fh)
                 writer.writerow(headers)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lyra_simpy import load_scenario
+from lyra_simpy import load_scenario, read_series
 from lyra_simpy.cli import main
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
@@ -184,7 +184,7 @@ def check_variant(folder: Path, label: str, index: int, n_requests: int | None =
         "manifest.json",
         "requests.jsonl",
         "summary.json",
-        "timeseries.csv",
+        "timeseries.npz",
     ]
     rows = [json.loads(line) for line in (folder / "requests.jsonl").read_text().splitlines()]
     if n_requests is not None:
@@ -196,9 +196,9 @@ def check_variant(folder: Path, label: str, index: int, n_requests: int | None =
     # every vLLM name is there, in vLLM's order (extra counters may sit between them)
     assert [k for k in summary if k in SUMMARY_FIELDS] == SUMMARY_FIELDS
     assert summary["completed"] == sum(r["status"] == "ok" for r in rows)
-    with (folder / "timeseries.csv").open() as fh:
-        header = next(csv.reader(fh))
-    assert header == SERIES_FIELDS
+    series = read_series(folder)
+    assert list(series) == SERIES_FIELDS
+    assert len({len(column) for column in series.values()}) == 1
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["scenario"]["label"] == label
     assert manifest["variant_index"] == index

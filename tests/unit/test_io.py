@@ -12,11 +12,13 @@ from lyra_simpy.metrics.io import (
     atomic_dir,
     read_itl_csv,
     read_jsonl,
+    read_series,
     read_series_csv,
     write_itl_csv,
     write_json,
     write_jsonl,
     write_series_csv,
+    write_series_npz,
 )
 
 
@@ -92,3 +94,40 @@ def test_itl_csv_merges_equal_gaps_and_keeps_counts(tiny_scenario, tmp_path):
     assert int(n.sum()) == int(counts.sum())  # every gap kept
     assert (np.diff(ms) > 0).all()  # sorted, equal gaps merged
     assert float((ms * n).sum()) == pytest.approx(float((values * counts).sum()) * 1000.0)
+
+
+def test_series_npz_round_trip_is_exact_and_the_same_bytes_twice(tiny_scenario, tmp_path):
+    res = simulate(tiny_scenario)
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        write_series_npz(tmp_path / name / "timeseries.npz", res.timeseries)
+    first = (tmp_path / "a" / "timeseries.npz").read_bytes()
+    assert (tmp_path / "b" / "timeseries.npz").read_bytes() == first  # no time stamps
+    back = read_series(tmp_path / "a")
+    assert list(back) == list(res.timeseries)
+    for name, col in res.timeseries.items():
+        assert back[name].dtype == col.dtype
+        assert back[name].tobytes() == col.tobytes()
+    # np.load reads it as any .npz
+    with np.load(tmp_path / "a" / "timeseries.npz") as data:
+        assert sorted(data.files) == sorted(res.timeseries)
+
+
+def test_read_series_falls_back_to_the_csv(tiny_scenario, tmp_path):
+    res = simulate(tiny_scenario)
+    write_series_csv(tmp_path / "timeseries.csv", res.timeseries)
+    back = read_series(tmp_path)
+    for name, col in res.timeseries.items():
+        np.testing.assert_array_equal(back[name], col)
+
+
+def test_run_writes_the_csv_too_when_asked(tmp_path):
+    from lyra_simpy.cli import main
+
+    scenario = Path(__file__).resolve().parents[2] / "scenarios" / "lab02_static_vs_continuous.yaml"
+    args = ["run", str(scenario), "--quick", "--no-figures", "--out", str(tmp_path)]
+    assert main([*args, "--timeseries-csv"]) == 0
+    folder = tmp_path / "lab02_static_vs_continuous" / "continuous"
+    from_csv = read_series_csv(folder / "timeseries.csv")
+    for name, col in read_series(folder).items():
+        np.testing.assert_array_equal(from_csv[name], col)

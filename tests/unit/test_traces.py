@@ -101,3 +101,33 @@ def test_engine_refuses_a_non_finite_iteration(make_scenario, monkeypatch):
     monkeypatch.setattr(LinearCost, "decode_span_s", lambda self, *args: [nan] * args[-1])
     with pytest.raises(SimulationError, match="not finite"):
         simulate(make_scenario())
+
+
+def test_the_column_reader_and_the_row_reader_agree_on_every_shipped_csv_trace():
+    """The array path (read first) gives exactly what the row-by-row checker gives."""
+    import numpy as np
+
+    from lyra_simpy.workload import traces
+    from lyra_simpy.workload.catalog import PACKAGE_TRACES, known_traces
+
+    for entry in known_traces().values():
+        if not entry.vendored or entry.format == "mooncake":
+            continue
+        path = PACKAGE_TRACES / entry.file
+        fast = traces._fast_csv(path, entry.format)  # type: ignore[arg-type]
+        assert fast is not None, entry.name
+        rows = traces._read_rows(path, entry.format, [])  # type: ignore[arg-type]
+        t = np.asarray(rows.times)
+        assert fast.arrival_s.tobytes() == (t - t[0]).tobytes()
+        assert fast.input_tokens.tolist() == rows.ins
+        assert fast.output_tokens.tolist() == rows.outs
+
+
+def test_a_bad_row_makes_the_column_reader_hand_over_to_the_row_reader(tmp_path):
+    from lyra_simpy.workload import traces
+
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,input_tokens,output_tokens\n0,10,5\n1,2.5,6\n")
+    assert traces._fast_csv(path, "csv") is None
+    with pytest.raises(TraceError, match=r"t\.csv: line 3: input_tokens '2\.5', must be"):
+        traces.read_trace(path, "csv")

@@ -1,4 +1,5 @@
-"""Reading and writing results: per-request JSONL, summary JSON, time-series and ITL CSV.
+"""Reading and writing results: per-request JSONL, summary JSON, the per-iteration time
+series (a columnar ``.npz``, optionally CSV too) and ITL CSV.
 
 Writes go to a temporary sibling folder that is renamed into place only when every file
 is complete, so an interrupted run never leaves a result folder that looks finished.
@@ -11,6 +12,7 @@ import json
 import os
 import shutil
 import tempfile
+import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,6 +44,33 @@ def write_series_csv(path: Path, series: dict[str, np.ndarray]) -> None:
         writer.writerow(names)
         if names:
             writer.writerows(zip(*(series[n].tolist() for n in names), strict=True))
+
+
+_FIXED_DATE = (1980, 1, 1, 0, 0, 0)
+"""The zip members' time stamp: fixed, so the same run writes the same bytes."""
+
+
+def write_series_npz(path: Path, series: dict[str, np.ndarray]) -> None:
+    """The series as NumPy's ``.npz`` (one ``.npy`` column per name, uncompressed): exact
+    values, written at memory speed (the 10 000-request benchmark's 118 925 iterations
+    in ~10 ms, against ~0.35 s as CSV). ``np.load(path)`` reads it; so does
+    :func:`read_series`. Unlike ``np.savez`` the members carry a fixed date."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, column in series.items():
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=_FIXED_DATE)
+            with zf.open(info, "w", force_zip64=True) as fh:
+                np.lib.format.write_array(fh, np.ascontiguousarray(column), allow_pickle=False)
+
+
+def read_series(folder: Path, name: str = "timeseries") -> dict[str, np.ndarray]:
+    """A result folder's series *name*: ``NAME.npz`` (what ``lyra-simpy run`` writes) or,
+    failing that, ``NAME.csv`` (``--timeseries-csv``, or folders written before the
+    ``.npz``); columns in their order."""
+    npz = folder / f"{name}.npz"
+    if npz.is_file():
+        with np.load(npz, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    return read_series_csv(folder / f"{name}.csv")
 
 
 def read_series_csv(path: Path) -> dict[str, np.ndarray]:

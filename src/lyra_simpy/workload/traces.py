@@ -18,6 +18,11 @@ a negative count was dropped silently) — never dropped or reordered. One excep
 the dataset's own convention: BurstGPT logs failed requests with ``Response tokens``
 0 (its README, "Log Type"); those rows are not requests that were served and are
 skipped. Times are made relative to the first row.
+
+CSV traces are read column-wise: only the three columns used, converted and checked
+with array operations (the Azure conversation trace's 19 366 rows in a few ms, where
+parsing each timestamp with ``datetime`` took 0.3 s). Only when a check fails is the
+file read again row by row, to name the line that broke it.
 """
 
 from __future__ import annotations
@@ -119,6 +124,65 @@ class _Rows:
         self._last = t
 
 
+_CSV_COLUMNS: dict[str, tuple[str, str, str]] = {
+    "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
+    "burstgpt": ("Timestamp", "Request tokens", "Response tokens"),
+    "csv": ("arrival_s", "input_tokens", "output_tokens"),
+}
+
+
+def _azure_times(texts: list[str]) -> npt.NDArray[np.float64]:
+    """Azure wall-clock strings → seconds, vectorised: the date and time to the second
+    as UTC (only differences are used), plus the fraction (7 digits, more than
+    ``datetime`` takes), exactly as :func:`_parse_azure_time` computes them on a UTC
+    machine. Raises ValueError on any string that is not of that form."""
+    stripped = [t.strip() for t in texts]
+    whole = np.array([t[:19] for t in stripped], dtype="datetime64[s]").astype(np.int64)
+    frac = np.array(["0" + t[19:] if len(t) > 19 else "0" for t in stripped], dtype=np.float64)
+    if any(len(t) > 19 and t[19] != "." for t in stripped):
+        raise ValueError("not a wall-clock time")
+    out: npt.NDArray[np.float64] = whole.astype(np.float64) + frac
+    return out
+
+
+def _fast_csv(path: Path, fmt: TraceFormat) -> Trace | None:
+    """The trace read column-wise (only the three columns used) and checked with
+    array operations; None when any row breaks a rule, so that the row-by-row reader
+    finds it and names its line (the two readers agree on every valid file)."""
+    columns = _CSV_COLUMNS[fmt]
+    with path.open(newline="") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None) or []
+        missing = [c for c in columns if c not in header]
+        if missing:
+            raise TraceError(f"{path}: not a {fmt} trace, missing columns {missing}")
+        k_t, k_i, k_o = (header.index(c) for c in columns)
+        try:
+            rows = [(r[k_t], r[k_i], r[k_o]) for r in reader]
+        except IndexError:
+            return None
+    if not rows:
+        return None
+    t_text, i_text, o_text = (list(col) for col in zip(*rows, strict=True))
+    try:
+        t = _azure_times(t_text) if fmt == "azure" else np.asarray(t_text, dtype=np.float64)
+        i = np.asarray(i_text, dtype=np.float64)
+        o = np.asarray(o_text, dtype=np.float64)
+    except ValueError:
+        return None
+    if fmt == "burstgpt":  # failed requests (see the module docstring)
+        keep = o != 0
+        t, i, o = t[keep], i[keep], o[keep]
+    if len(t) == 0:
+        return None
+    good = bool(np.all(np.isfinite(t)) and t[0] >= 0 and np.all(t[1:] >= t[:-1]))
+    for x in (i, o):
+        good = good and bool(np.all(np.isfinite(x)) and np.all(x >= 1) and np.all(x == np.floor(x)))
+    if not good:
+        return None
+    return Trace(t - t[0], i.astype(np.int64), o.astype(np.int64))
+
+
 def _read_rows(path: Path, fmt: TraceFormat, hashes: list[tuple[int, ...]]) -> _Rows:
     rows = _Rows(path, fmt)
     with path.open(newline="") as fh:
@@ -132,11 +196,7 @@ def _read_rows(path: Path, fmt: TraceFormat, hashes: list[tuple[int, ...]]) -> _
                     rows.add(line, t_ms, cols, i, o, per_s=1000.0)
                     hashes.append(tuple(int(h) for h in row.get("hash_ids", ())))
             return rows
-        columns = {
-            "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
-            "burstgpt": ("Timestamp", "Request tokens", "Response tokens"),
-            "csv": ("arrival_s", "input_tokens", "output_tokens"),
-        }[fmt]
+        columns = _CSV_COLUMNS[fmt]
         reader = csv.DictReader(fh)
         missing = [c for c in columns if c not in (reader.fieldnames or [])]
         if missing:
@@ -154,6 +214,12 @@ def _read_rows(path: Path, fmt: TraceFormat, hashes: list[tuple[int, ...]]) -> _
 
 @functools.lru_cache(maxsize=16)
 def _load(path: str, fmt: TraceFormat, mtime_ns: int) -> Trace:
+    if fmt != "mooncake":
+        trace = _fast_csv(Path(path), fmt)
+        if trace is not None:
+            for arr in (trace.arrival_s, trace.input_tokens, trace.output_tokens):
+                arr.flags.writeable = False
+            return trace
     hashes: list[tuple[int, ...]] = []
     try:
         rows = _read_rows(Path(path), fmt, hashes)

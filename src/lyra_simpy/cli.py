@@ -1,5 +1,5 @@
 """Command line: ``lyra-simpy run|validate|schema|calibrate|vidur-profile|figures|sweep|
-capacity|traces|replay|profile|compare``.
+capacity|traces|explore|replay|profile|compare``.
 
 Parses and delegates; nothing else.
 
@@ -89,6 +89,12 @@ def _parser() -> argparse.ArgumentParser:
         default=0.0,
         help="assumed prefill attention time per new x (cached + new) pair (default 0)",
     )
+    exp = sub.add_parser("explore", help="local app over results/ (Streamlit, 127.0.0.1)")
+    exp.add_argument(
+        "results", nargs="?", type=Path, default=Path("results"), help="results folder"
+    )
+    exp.add_argument("--figures", type=Path, default=Path("figures"), help="figures folder")
+    exp.add_argument("--port", type=int, default=8501, help="port on 127.0.0.1 (default 8501)")
     _sweep_parsers(sub)
     add_live_parsers(sub)
     return p
@@ -269,6 +275,10 @@ def main(argv: list[str] | None = None) -> int:
             return _capacity(args)
         if args.command == "traces":
             return _traces(args)
+        if args.command == "explore":
+            from lyra_simpy.explore.launch import explore
+
+            return explore(args.results, args.figures, args.port)
         if args.command in LIVE_COMMANDS:
             return LIVE_COMMANDS[args.command](args)
         from lyra_simpy.scenario import load_scenario

@@ -1,0 +1,1 @@
+"""The local explorer app (``lyra-simpy explore``): data, the Streamlit page, the launcher."""

@@ -133,6 +133,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--screenshot", type=Path, help="PNG to write")
     p.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for charts")
+    p.add_argument(
+        "--query",
+        default="",
+        help="address query, e.g. 'scenario=lab02_goodput_vs_batch&variants=16,32'",
+    )
+    p.add_argument(
+        "--results", type=Path, help="explore this results folder (default: a quick run)"
+    )
     args = p.parse_args(argv)
     browser = next((b for b in map(shutil.which, BROWSERS) if b), None)
     if browser is None:
@@ -143,11 +151,14 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="lyra-app-browser-"))
     shot = args.screenshot or tmp / "explore.png"
     results, figures = tmp / "results", tmp / "figures"
-    subprocess.run(
-        [sys.executable, "-m", "lyra_simpy", "run", str(SCENARIO), "--quick", "--out",
-         str(results), "--figures", str(figures), "--trace-events"],
-        check=True, stdout=subprocess.DEVNULL, cwd=ROOT,
-    )  # fmt: skip
+    if args.results is not None:
+        results, figures = args.results, args.results.parent / "figures"
+    else:
+        subprocess.run(
+            [sys.executable, "-m", "lyra_simpy", "run", str(SCENARIO), "--quick", "--out",
+             str(results), "--figures", str(figures), "--trace-events"],
+            check=True, stdout=subprocess.DEVNULL, cwd=ROOT,
+        )  # fmt: skip
     port = _free_port()
     server = subprocess.Popen(
         launch.command(results, figures, port), env=launch.environ(results, figures), cwd=ROOT,
@@ -176,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
 
         with connect(page["webSocketDebuggerUrl"], max_size=None) as ws:
             tools = DevTools(ws)
-            charts, errors_shown, png = _visit(tools, f"http://127.0.0.1:{port}/", args.timeout)
+            charts, errors_shown, png = _visit(
+                tools, f"http://127.0.0.1:{port}/?{args.query}", args.timeout
+            )
             console = tools.console_errors()
         shot.parent.mkdir(parents=True, exist_ok=True)
         shot.write_bytes(png)

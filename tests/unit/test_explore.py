@@ -215,3 +215,15 @@ def test_missing_extra_is_one_line(monkeypatch, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == f"lyra-simpy: explore needs Streamlit, the [app] extra: {launch.INSTALL}\n"
     assert launch.INSTALL == "pip install 'lyra-simpy[app]'"
+
+
+def test_address_query_picks_the_first_view(results, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("LYRA_EXPLORE_RESULTS", str(results))
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.query_params["scenario"] = "depths"
+    at.query_params["variants"] = "16,nope"
+    at.run()
+    assert not at.exception
+    assert at.multiselect[0].value == ["16"]

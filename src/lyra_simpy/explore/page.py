@@ -29,14 +29,18 @@ LABELS = {"ttft_ms": "TTFT (ms)", "tpot_ms": "TPOT (ms)", "itl_ms": "ITL (ms)",
           "e2el_ms": "E2E latency (ms)"}  # fmt: skip
 
 
-@st.cache_data(show_spinner=False)
-def _load(folder: str, label: str, stamp: float) -> data.Run:
+def _load_folder(folder: str, label: str, stamp: float) -> data.Run:
+    """*stamp* (the summary's mtime) is only part of the cache key: a rerun re-reads."""
     return data.load_run(Path(folder), label)
+
+
+_load = st.cache_data(show_spinner=False)(_load_folder)
 
 
 def _run(folder: Path, label: str) -> data.Run:
     summary = folder / "summary.json"
-    return _load(str(folder), label, summary.stat().st_mtime if summary.is_file() else 0.0)
+    run: data.Run = _load(str(folder), label, summary.stat().st_mtime if summary.is_file() else 0.0)
+    return run
 
 
 def _provenance(runs: list[data.Run]) -> None:
@@ -245,9 +249,13 @@ def main() -> None:
     if not names:
         st.info(f"No results in {results}/: run `tox -e scenarios` or `lyra-simpy run FILE` first.")
         return
-    scenario = str(st.sidebar.selectbox("scenario", names))
+    # ?scenario=NAME&variants=A,B in the address picks the first view (a shareable link)
+    asked = st.query_params.get("scenario")
+    first = names.index(asked) if asked in names else 0
+    scenario = str(st.sidebar.selectbox("scenario", names, index=first))
     labels = data.variants(results / scenario)
-    chosen = st.sidebar.multiselect("variants (overlay)", labels, default=labels[:2])
+    wanted = [v for v in str(st.query_params.get("variants", "")).split(",") if v in labels]
+    chosen = st.sidebar.multiselect("variants (overlay)", labels, default=wanted or labels[:2])
     real = st.sidebar.text_input("real runs to overlay (folders, comma separated)", "")
     runs = [_run(results / scenario / label, label) for label in chosen]
     for folder in filter(None, (p.strip() for p in real.split(","))):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TextIO
@@ -66,6 +67,7 @@ class RunProgress:
                 bar_format=None if until_s else "{desc}: {n:.1f} sim s [{elapsed}, {rate_fmt}]",
             )  # fmt: skip
             stop = threading.Event()
+            started = time.monotonic()
 
             def poll() -> None:
                 while not stop.wait(POLL_S):
@@ -78,8 +80,9 @@ class RunProgress:
             finally:
                 stop.set()
                 thread.join()
-                bar.update(float(env.now) - bar.n)
-                bar.refresh()
+                if time.monotonic() - started >= DELAY_S:  # shown: end on the final clock
+                    bar.update(float(env.now) - bar.n)
+                    bar.refresh()
                 bar.close()
 
         return hook

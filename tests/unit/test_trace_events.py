@@ -168,3 +168,22 @@ def test_cli_flag_and_scenario_field_write_the_trace(tmp_path, capsys):
     assert main(["run", str(path), "--out", str(tmp_path / "q"), "--no-figures"]) == 0
     assert (tmp_path / "q" / "s" / "b" / "trace_events.json").is_file()
     capsys.readouterr()
+
+
+def test_rejected_request_is_an_instant_with_its_reason(make_scenario, tmp_path):
+    # A 200-token prompt never fits 4 blocks of 8 tokens: refused at arrival.
+    sc = make_scenario({"kv_cache.num_blocks": 4, "workload.num_requests": 3,
+                        "workload.input_tokens": {"name": "fixed", "tokens": 200}})  # fmt: skip
+    res = simulate(sc)
+    assert res.summary["rejected"] == 3
+    events = _load(res, tmp_path)
+    _check_structure(events)
+    rejected = [e for e in events if e["ph"] == "i" and e["name"] == "rejected"]
+    assert [e["tid"] for e in rejected] == [0, 1, 2]
+    for e in rejected:
+        assert e["ts"] == round(res.records["arrival_s"][e["tid"]] * 1e6, 3)
+        # The records' reject_reason when they carry one (DESIGN §4), else null.
+        reasons = res.records.get("reject_reason")
+        want = None if reasons is None else reasons[e["tid"]]
+        assert e["args"] == {"reject_reason": want}
+    assert not any(e["ph"] == "X" and e["pid"] == 2 for e in events)

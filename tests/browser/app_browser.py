@@ -120,6 +120,8 @@ def _visit(tools: DevTools, url: str, timeout_s: float) -> tuple[int, int, bytes
     while time.monotonic() < end and not tools.evaluate(TAB_JS % "Timeline"):
         time.sleep(0.5)
     timeline = _wait_charts(tools, 4, end)  # the timeline's four panels
+    tools.evaluate(TAB_JS % "Sim vs real")  # docs/validation's runs, drawn if present
+    _wait_charts(tools, 4, min(end, time.monotonic() + 15))
     tools.evaluate(TAB_JS % "Latency")
     cdfs = _wait_charts(tools, 4, end)  # the four CDFs
     charts = timeline + cdfs

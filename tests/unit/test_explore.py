@@ -227,3 +227,25 @@ def test_address_query_picks_the_first_view(results, monkeypatch):
     at.run()
     assert not at.exception
     assert at.multiselect[0].value == ["16"]
+
+
+def test_sim_vs_real_tab_shows_the_validation_error(results, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from lyra_simpy.live.compare import compare
+
+    repo = Path(__file__).resolve().parents[2]  # docs/validation ships with the project
+    monkeypatch.setenv("LYRA_EXPLORE_RESULTS", str(results))
+    monkeypatch.setenv("LYRA_EXPLORE_REPO", str(repo))
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.run()
+    assert not at.exception
+    box = next(s for s in at.selectbox if s.label == "validation workload")
+    assert "closed_loop_4" in box.options
+    box.set_value("closed_loop_4").run()
+    assert not at.exception
+    table = at.dataframe[-1].value
+    sim = repo / "docs" / "validation" / "sim" / "closed_loop_4"
+    real = sorted((repo / "docs" / "validation" / "real" / "closed_loop_4").glob("run*"))
+    want = {r["metric"]: round(r["error"] * 100, 1) for r in compare(sim, real)}
+    assert dict(zip(table["metric"], table["error %"], strict=True)) == want

@@ -241,6 +241,33 @@ def _rerun(runs: list[data.Run]) -> None:
         st.rerun()  # the new run joins the tables and charts
 
 
+def _sim_vs_real() -> None:
+    """A validation workload (docs/validation): the simulation over the real runs, and
+    the error of each metric against the real runs' own spread."""
+    from lyra_simpy.live.compare import compare
+    from lyra_simpy.paper.validation import find_validation_runs
+
+    found = find_validation_runs(_where("REPO", ".") / "docs" / "validation")
+    if not found:
+        st.caption("no docs/validation/ runs here (tox -e validate-cpu writes them); overlay "
+                   "your own real runs from the sidebar")  # fmt: skip
+        return
+    pick = str(st.selectbox("validation workload", list(found), key="validation"))
+    sim_dir, real_dirs = found[pick]
+    runs = [_run(sim_dir, "simulated")]
+    runs += [_run(d, f"real {d.name}") for d in real_dirs]
+    table = pd.DataFrame(compare(sim_dir, real_dirs)).drop(columns=["runs"])
+    table["error %"] = (table.pop("error") * 100).round(1)
+    table["real spread ±%"] = (table.pop("spread") * 100).round(1)
+    st.caption(f"error: simulation vs the median of {len(real_dirs)} real runs; spread: the "
+               "largest distance of one real run from that median (the floor under which an "
+               "error says nothing)")  # fmt: skip
+    st.dataframe(table, hide_index=True, width="stretch")
+    _cdfs(runs)
+    p = data.provenance(runs[0].manifest, _where("REPO", "."))
+    st.caption(f"simulated with cost model `{p['cost']}`: {p['calibration']}")
+
+
 def main() -> None:
     st.set_page_config(page_title="lyra-simpy explorer", layout="wide")
     results = _where("RESULTS", "results")
@@ -274,7 +301,7 @@ def main() -> None:
         st.caption("pick variants in the sidebar")
         return
     _provenance(runs)
-    tabs = st.tabs(["Summary", "Latency CDFs", "Timeline", "Figures", "Rerun"])
+    tabs = st.tabs(["Summary", "Latency CDFs", "Timeline", "Figures", "Rerun", "Sim vs real"])
     with tabs[0]:
         st.dataframe(pd.DataFrame(data.summary_table(runs)), hide_index=True, width="stretch")
     with tabs[1]:
@@ -285,3 +312,5 @@ def main() -> None:
         _figures(scenario)
     with tabs[4]:
         _rerun(runs)
+    with tabs[5]:
+        _sim_vs_real()

@@ -40,15 +40,17 @@ class RunProgress:
     """Bars for one scenario of *total* variants named *name* (disabled: no output)."""
 
     def __init__(self, name: str, total: int, enabled: bool, stream: TextIO | None = None):
-        from tqdm import tqdm
-
         self.enabled = enabled
         self.stream = sys.stderr if stream is None else stream
-        self._tqdm = tqdm
-        self.variants = tqdm(
-            total=total, desc=name, unit="run", file=self.stream, disable=not enabled,
-            delay=DELAY_S, position=0, leave=False,
-        )  # fmt: skip
+        self.variants: Any = None
+        if enabled:  # disabled, tqdm is not even imported (start-up of `lyra-simpy run`)
+            from tqdm import tqdm
+
+            self._tqdm = tqdm
+            self.variants = tqdm(
+                total=total, desc=name, unit="run", file=self.stream, delay=DELAY_S,
+                position=0, leave=False,
+            )  # fmt: skip
 
     def watch(self, label: str, until_s: float | None) -> Callable[
         [simpy.Environment], AbstractContextManager[None]
@@ -89,10 +91,12 @@ class RunProgress:
 
     def done(self) -> None:
         """One variant finished."""
-        self.variants.update(1)
+        if self.variants is not None:
+            self.variants.update(1)
 
     def close(self) -> None:
-        self.variants.close()
+        if self.variants is not None:
+            self.variants.close()
 
     def __enter__(self) -> RunProgress:
         return self

@@ -90,3 +90,15 @@ def test_single_file_run_prints_nothing_on_stderr(tmp_path, capsys, n):
     path.write_text(json.dumps(raw))
     assert main(["run", str(path), "--out", str(tmp_path / "r"), "--no-figures"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_disabled_progress_does_not_import_tqdm():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from lyra_simpy.progress import RunProgress; "
+        "RunProgress('x', 2, False).close(); print('tqdm' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -249,3 +249,17 @@ def test_sim_vs_real_tab_shows_the_validation_error(results, monkeypatch):
     real = sorted((repo / "docs" / "validation" / "real" / "closed_loop_4").glob("run*"))
     want = {r["metric"]: round(r["error"] * 100, 1) for r in compare(sim, real)}
     assert dict(zip(table["metric"], table["error %"], strict=True)) == want
+
+
+def test_explore_command_becomes_the_server(monkeypatch, tmp_path, capsys):
+    seen = {}
+
+    def fake_execve(path, argv, env):
+        seen.update(path=path, argv=argv, env=env)
+
+    monkeypatch.setattr(launch.os, "execve", fake_execve)
+    assert main(["explore", str(tmp_path), "--port", "8600"]) == 0
+    assert seen["argv"] == launch.command(tmp_path, tmp_path, 8600)
+    assert seen["env"]["LYRA_EXPLORE_RESULTS"] == str(tmp_path.resolve())
+    assert "http://127.0.0.1:8600" in capsys.readouterr().out
+    assert main(["explore", str(tmp_path / "missing")]) == 2

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -43,14 +42,15 @@ def environ(results_dir: Path, figures_dir: Path) -> dict[str, str]:
 
 
 def explore(results_dir: Path, figures_dir: Path, port: int) -> int:
-    """Serve the app until interrupted; the exit status of Streamlit."""
+    """Replace this process with the Streamlit server (it serves until interrupted)."""
     if importlib.util.find_spec("streamlit") is None:
         raise LyraError(f"explore needs Streamlit, the [app] extra: {INSTALL}")
     if not results_dir.is_dir():
         raise LyraError(f"explore: {results_dir}: no such folder (run `tox -e scenarios` first)")
     print(f"lyra-simpy explore: http://127.0.0.1:{port} ({results_dir}); Ctrl-C stops it")
-    try:
-        return subprocess.call(command(results_dir, figures_dir, port),
-                               env=environ(results_dir, figures_dir))  # fmt: skip
-    except KeyboardInterrupt:
-        return 0
+    sys.stdout.flush()
+    # This process becomes the server: Ctrl-C and kill reach Streamlit itself, and no
+    # orphaned server outlives a killed launcher.
+    cmd = command(results_dir, figures_dir, port)
+    os.execve(cmd[0], cmd, environ(results_dir, figures_dir))
+    return 0  # not reached

@@ -126,7 +126,8 @@ def _timeline(runs: list[data.Run], scenario: str) -> None:
             alt.Chart(df, title=title)
             .mark_line(interpolate="step-after")
             .encode(
-                x=alt.X("start_s:Q", title="simulated time (s)"), y=alt.Y(f"{col}:Q", title=None)
+                x=alt.X("start_s:Q", title="simulated time (s)"),
+                y=alt.Y(f"{col}:Q", title=None, axis=alt.Axis(format="~s")),
             )
             .properties(height=200)
         )

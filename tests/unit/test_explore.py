@@ -263,3 +263,20 @@ def test_explore_command_becomes_the_server(monkeypatch, tmp_path, capsys):
     assert seen["env"]["LYRA_EXPLORE_RESULTS"] == str(tmp_path.resolve())
     assert "http://127.0.0.1:8600" in capsys.readouterr().out
     assert main(["explore", str(tmp_path / "missing")]) == 2
+
+
+def test_browser_job_without_chromium_says_so_and_skips(monkeypatch, capsys):
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "browser" / "app_browser.py"
+    spec = importlib.util.spec_from_file_location("app_browser", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module.shutil, "which", lambda _name: None)
+    assert module.main([]) == 0
+    out = capsys.readouterr().out
+    assert (
+        out == "app-browser: skipped, no Chromium found (Debian/Ubuntu: apt-get install chromium)\n"
+    )

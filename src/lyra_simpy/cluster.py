@@ -129,6 +129,10 @@ class Dispatcher:
         """Requests sent to each replica."""
         self.replicas: list[Any] = []
         """The replicas routed over (set by whoever builds the cluster)."""
+        self.mixed = False
+        """The replicas differ in what they can serve (KV pools, schedulers): each
+        arrival is checked against every replica and routed among those that can serve
+        it (set by whoever builds the cluster)."""
 
     def add_replica(self) -> RoutedSource:
         source = RoutedSource(self)
@@ -167,7 +171,14 @@ class Dispatcher:
     def _assign(self, req: Request) -> RoutedSource:
         """The replica's source *req* goes to, counted; the replicas' loads are read
         only for a router that reads them."""
-        i = self.router.route(req, self._loads() if self.router.reads_state else ())
+        allowed = None
+        if self.mixed:
+            can = [r.refusal(req) is None for r in self.replicas]
+            if any(can) and not all(can):
+                allowed = can
+        loads = self._loads() if self.router.reads_state else ()
+        router = self.router
+        i = router.route(req, loads) if allowed is None else router.route(req, loads, allowed)
         self.routed[i] += 1
         return self.sources[i]
 

@@ -43,7 +43,7 @@ from lyra_simpy.metrics.collector import Collector
 from lyra_simpy.policies.admission import Admission
 from lyra_simpy.policies.base import BatchPlan, EngineView, Scheduler
 from lyra_simpy.policies.prefix_cache import PrefixCache
-from lyra_simpy.request import Request
+from lyra_simpy.request import RejectReason, Request
 from lyra_simpy.speculative import Speculator
 from lyra_simpy.workload.source import Source
 
@@ -206,7 +206,7 @@ class Replica:
             yield from self._step(plan, now)
 
     def _pull(self, now: float) -> None:
-        fits = self.scheduler.accepts
+        refusal = self.refusal
         admission = self.admission
         if self.deferred:
             self._redecide(now)
@@ -219,13 +219,24 @@ class Replica:
                     self.running.append(req)
                     continue
                 self.collector.assign(req, self.replica_id)
-                if not fits(req, self.kv.num_blocks, self.kv.block_size):
-                    self.collector.reject(req)
+                reason = refusal(req)
+                if reason is not None:
+                    self.collector.reject(req, reason)
                     self.source.on_finish(now)
                 elif admission is None:
                     self.waiting.append(req)
                 else:
                     self._admit(req, now)
+
+    def refusal(self, req: Request) -> RejectReason | None:
+        """Why *req* can never be served here (None: it can). A prefill replica holds
+        only the prompt, and asks the hand-off whether some decode replica can take it."""
+        kv = self.kv
+        prefill_only = self.handoff is not None
+        reason = self.scheduler.refusal(req, kv.num_blocks, kv.block_size, prefill_only)
+        if reason is None and prefill_only:
+            reason = self.handoff.refusal(req)
+        return reason
 
     def _admit(self, req: Request, now: float) -> None:
         """Ask the admission about *req*: queue, reject or defer it."""
@@ -237,8 +248,8 @@ class Replica:
         decision = self.admission.decide(req, view)
         if decision == "admit":
             self.waiting.append(req)
-        elif decision == "reject":
-            self.collector.reject(req)
+        elif decision == "reject" or decision == "timeout":
+            self.collector.reject(req, "slo" if decision == "reject" else "slo_defer_timeout")
             self.source.on_finish(now)
         elif decision == "defer":
             self.deferred.append(req)

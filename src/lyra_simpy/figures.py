@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 
 from lyra_simpy import plots
 from lyra_simpy.metrics.io import read_itl_csv, read_jsonl, read_series_csv
+from lyra_simpy.metrics.summary import number
 from lyra_simpy.report import FigureSpec, lookup
 from lyra_simpy.scenario import Scenario
 from lyra_simpy.style import STYLE, WIDTH_IN
@@ -110,8 +111,8 @@ def pareto_figure(results_dir: Path, spec: FigureSpec) -> Figure:
         summary = json.loads((folder / "summary.json").read_text())
         key = _series_key(spec.series, _manifest(folder)["scenario"]) if spec.series else "runs"
         xs, ys = points.setdefault(key, ([], []))
-        xs.append(float(summary[x]))
-        ys.append(float(summary[y]))
+        xs.append(number(summary[x]))
+        ys.append(number(summary[y]))
     all_x = [v for xs, _ in points.values() for v in xs]
     all_y = [v for _, ys in points.values() for v in ys]
     front = pareto_front(all_x, all_y)
@@ -129,7 +130,7 @@ def _series_vs_param_figure(results_dir: Path, spec: FigureSpec, param: str, ser
         summary = json.loads((folder / "summary.json").read_text())
         key = _series_key(series, scenario)
         if spec.reference is not None and reference is None:
-            reference = (spec.reference, float(summary[spec.reference]))
+            reference = (spec.reference, number(summary[spec.reference]))
         lines.setdefault(key, []).append((lookup(param, scenario), summary))
     for pts in lines.values():
         pts.sort(key=lambda p: p[0])

@@ -15,6 +15,23 @@ if TYPE_CHECKING:
 
 Status = Literal["ok", "rejected", "unfinished"]
 
+#: Why a request was refused: the ``reject_reason`` of its record (DESIGN §4), one
+#: name per cause. The summary counts each as ``rejected_<name>`` (always present, 0
+#: when none), so the summary stays flat JSON with the same keys in every run.
+REJECT_REASONS: dict[str, str] = {
+    "never_fits_kv": (
+        "its prompt plus output (its prompt alone on a prefill replica) can never be held "
+        "by the KV pool of the replica or pool that would serve it"
+    ),
+    "exceeds_token_budget": (
+        "without chunked prefill, its longest prefill (prompt plus all but one output "
+        "token, after a recompute) exceeds max_num_batched_tokens"
+    ),
+    "slo": "SLO admission predicted it would miss the TTFT or TPOT SLO",
+    "slo_defer_timeout": "SLO admission deferred it for max_defer_ms without admitting it",
+}
+RejectReason = Literal["never_fits_kv", "exceeds_token_budget", "slo", "slo_defer_timeout"]
+
 #: Field order of one JSONL record, exactly as DESIGN §4 names them.
 RECORD_FIELDS = (
     "request_id",
@@ -28,6 +45,7 @@ RECORD_FIELDS = (
     "tpot_ms",
     "e2el_ms",
     "status",
+    "reject_reason",
     "replica",
     "preemptions",
 )

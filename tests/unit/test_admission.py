@@ -134,7 +134,7 @@ def test_defer_holds_back_until_the_bound():
     v = view([ahead], running)
     policy = slo(ttft_ms=65.0, mode="defer", max_defer_ms=20.0)
     assert policy.decide(new(2, 50, waited_ms=3.0), v) == "defer"
-    assert policy.decide(new(2, 50, waited_ms=21.0), v) == "reject"  # waited past the bound
+    assert policy.decide(new(2, 50, waited_ms=21.0), v) == "timeout"  # waited past the bound
     # nothing in flight: waiting cannot change the prediction
     too_big = slo(ttft_ms=15.0, mode="defer")  # 16 ms alone > 13.5 ms
     assert too_big.decide(new(0, 50), view()) == "reject"

@@ -99,8 +99,10 @@ def test_deferral_is_bounded_and_counts_in_ttft(make_scenario, monkeypatch):
         # deferred, deferred, ..., then one final decision; asked at every iteration
         assert all(out == "defer" for _, _, out in d[:-1])
         final = d[-1][2]
-        assert final in ("admit", "reject")
+        assert final in ("admit", "reject", "timeout")
         assert rec["status"][i] == ("ok" if final == "admit" else "rejected")
+        reason = {"admit": None, "reject": "slo", "timeout": "slo_defer_timeout"}[final]
+        assert rec["reject_reason"][i] == reason
         arrival, last = d[0][0], d[-1][1]
         assert last - arrival <= bound_ms / 1000.0 + longest_iteration_s
         gaps = np.diff([now for _, now, _ in d])

@@ -53,7 +53,9 @@ from lyra_simpy.cost.base import BatchShape, CostModel
 from lyra_simpy.policies.base import EngineView
 from lyra_simpy.request import Request
 
-Decision = Literal["admit", "reject", "defer"]
+Decision = Literal["admit", "reject", "defer", "timeout"]
+"""``reject``: predicted to miss the SLO (``reject_reason`` ``slo``); ``timeout``: a
+deferred request that waited ``max_defer_ms`` (``slo_defer_timeout``)."""
 
 
 class AlwaysConfig(BaseModel):
@@ -104,7 +106,8 @@ class Admission(Protocol):
     """True when :meth:`decide` always admits: the engine then does not ask."""
 
     def decide(self, request: Request, view: EngineView) -> Decision:
-        """``admit``, ``reject`` or ``defer`` *request* on the replica seen in *view*."""
+        """``admit``, ``reject``, ``defer`` or ``timeout`` (reject after a deferral
+        that lasted too long) *request* on the replica seen in *view*."""
         ...
 
 
@@ -160,7 +163,7 @@ class SLOAdmission:
         if self.config.mode == "reject" or not (view.running or view.waiting):
             return "reject"
         if waited_s * 1000.0 >= self.config.max_defer_ms:
-            return "reject"
+            return "timeout"
         if waited_s + self._alone_s(request) > self._ttft_s:
             return "reject"  # even an empty engine could not meet the TTFT any more
         return "defer"

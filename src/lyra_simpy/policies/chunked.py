@@ -26,9 +26,7 @@ from typing import Literal
 
 from pydantic import NonNegativeInt, PositiveInt
 
-from lyra_simpy.kv import blocks_for
 from lyra_simpy.policies.continuous import ContinuousBatching, TokenBudgetConfig
-from lyra_simpy.request import Request
 
 
 class ChunkedPrefillConfig(TokenBudgetConfig):
@@ -57,7 +55,3 @@ class ChunkedPrefill(ContinuousBatching):
         super().__init__(config)
         if config.long_prefill_token_threshold:
             self._cap = min(self._cap, config.long_prefill_token_threshold)
-
-    def accepts(self, request: Request, num_blocks: int, block_size: int) -> bool:
-        longest = request.input_tokens + request.output_tokens - 1
-        return blocks_for(longest, block_size) <= num_blocks

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, NonNegativeFloat, PositiveInt
 from lyra_simpy.kv import blocks_for
 from lyra_simpy.policies.base import BatchPlan, EngineView
 from lyra_simpy.policies.queue import QueuePolicy, ordered
-from lyra_simpy.request import Request
+from lyra_simpy.request import RejectReason, Request
 
 
 class StaticConfig(BaseModel):
@@ -52,8 +52,12 @@ class StaticBatching:
         self.config = config
         self._rows = 0
 
-    def accepts(self, request: Request, num_blocks: int, block_size: int) -> bool:
-        return blocks_for(request.input_tokens + request.output_tokens, block_size) <= num_blocks
+    def refusal(
+        self, request: Request, num_blocks: int, block_size: int, prompt_only: bool = False
+    ) -> RejectReason | None:
+        # A batch reserves each member's full length at formation, on any replica.
+        full = blocks_for(request.input_tokens + request.output_tokens, block_size)
+        return "never_fits_kv" if full > num_blocks else None
 
     def plan(self, view: EngineView) -> BatchPlan:
         if view.running:

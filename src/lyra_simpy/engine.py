@@ -383,6 +383,7 @@ class Replica:
         cache = self.cache
         handoff = self.handoff
         leaving: list[Request] = []
+        emitted: list[Request] = []
         for req, tokens in prefill:
             prefill_tokens += tokens
             req.computed_tokens += tokens
@@ -390,6 +391,7 @@ class Replica:
                 self.kv.release(-cache.insert(req, req.computed_tokens // cache.unit_tokens))
             if req.computed_tokens == req.input_tokens + req.generated_tokens:
                 common += self._emit(req, start, end, done)
+                emitted.append(req)
         if common:
             collector.itl(end - start, common)
         collector.iteration(
@@ -400,10 +402,11 @@ class Replica:
         for req in () if as_set or self.spec is not None else decode:
             if req.generated_tokens < req.output_tokens:
                 dset.join(req)
-        for req, _ in prefill:
+        for req in emitted:
             # Only a request that emitted now: one whose chunk ended a recompute one
             # token short of emitting decodes next, but last emitted before (its ITL).
-            if req.last_token_s == end and req.generated_tokens < req.output_tokens:
+            # (Told by the emission itself, not by its time: an iteration may cost 0.)
+            if req.generated_tokens < req.output_tokens:
                 if handoff is not None:
                     leaving.append(req)  # its first token: on to a decode replica
                 elif self.spec is None:

@@ -7,6 +7,7 @@ and the object is dropped, so memory does not grow with finished requests.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -100,7 +101,7 @@ class Request:
         blocks: int = 0,
         cached_tokens: int = 0,
         first_token_s: float | None = None,
-        last_token_s: float = 0.0,
+        last_token_s: float = math.nan,
         preemptions: int = 0,
         running: bool = False,
         keys: Sequence[int] = (),
@@ -175,7 +176,8 @@ class Request:
 
     @property
     def last_token_s(self) -> float:
-        """When the latest token-carrying chunk was emitted (for ITL)."""
+        """When the latest token-carrying chunk was emitted (for ITL; NaN before the
+        first token, so no time compares equal to it)."""
         s = self.member_of
         return self._last_token_s if s is None else s.last_emit_s
 

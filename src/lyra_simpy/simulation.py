@@ -107,6 +107,7 @@ def _admission(scenario: Scenario, spec: ReplicaSpec, cost: CostModel) -> Admiss
         sched.max_batch,
         getattr(sched, "max_num_batched_tokens", None),
         spec.kv_cache.capacity_blocks * spec.kv_cache.block_size,
+        alone_chunk_tokens(sched) if sched.name == "chunked_prefill" else None,
     )
     admission: Admission = ADMISSIONS[scenario.admission.name](scenario.admission, cost, limits)
     return admission

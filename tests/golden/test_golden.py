@@ -83,10 +83,11 @@ def test_quick_run_matches_golden(path):
 
 
 def test_regen_check_reports_changes(tmp_path, monkeypatch, capsys):
+    name = SCENARIOS[0].stem
+    record = quick_run(name)  # before patching: quick_run itself calls regen.golden_of
     monkeypatch.setattr(regen, "GOLDEN", tmp_path)
     monkeypatch.setattr(regen, "ROOT", tmp_path.parent)
-    monkeypatch.setattr(regen, "golden_of", lambda p: quick_run(p.stem))
-    name = SCENARIOS[0].stem
+    monkeypatch.setattr(regen, "golden_of", lambda p: record)
     assert regen.main(["--check", name]) == 1  # missing file: would change
     assert not (tmp_path / f"{name}.json").exists()
     assert regen.main([name]) == 0

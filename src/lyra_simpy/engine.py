@@ -163,7 +163,7 @@ class Replica:
                 continue
             view = EngineView(
                 now, self.waiting, self.running, self.kv.free, self.kv.block_size,
-                source.next_s() is not None,
+                self._arrivals_pending(),
                 self.decoding.blocks_needed() if steady else None, self.cache,
                 self._lookahead,
             )  # fmt: skip
@@ -228,6 +228,11 @@ class Replica:
                 else:
                     self._admit(req, now)
 
+    def _arrivals_pending(self) -> bool:
+        """Whether a further arrival may reach this replica (``EngineView``)."""
+        pending = getattr(self.source, "arrivals_pending", None)
+        return pending() if pending is not None else self.source.next_s() is not None
+
     def refusal(self, req: Request) -> RejectReason | None:
         """Why *req* can never be served here (None: it can). A prefill replica holds
         only the prompt, and asks the hand-off whether some decode replica can take it."""
@@ -243,7 +248,7 @@ class Replica:
         assert self.admission is not None
         view = EngineView(
             now, self.waiting, self.running, self.kv.free, self.kv.block_size,
-            self.source.next_s() is not None,
+            self._arrivals_pending(),
         )  # fmt: skip
         decision = self.admission.decide(req, view)
         if decision == "admit":

@@ -4,7 +4,8 @@ The classic request-level batching of early serving stacks (and of HF ``generate
 
 * A batch starts when ``max_batch`` requests are waiting, or when the oldest waiting
   request has waited ``max_wait_ms`` (if set), or when no further arrival is known (so
-  a finite workload always drains).
+  a finite workload always drains; in a cluster, no further arrival of the cluster's,
+  which the router might send here — whether or not it routes ahead).
 * All members are prefilled in one iteration, then decode together. A member that has
   produced all its tokens stops emitting but its row stays in the batch until the
   *longest* member finishes (head-of-line blocking): the cost model charges the rows

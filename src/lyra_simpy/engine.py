@@ -111,7 +111,7 @@ class Replica:
         """The scheduler keeps waiting requests out until a request finishes or is
         preempted once a plan decoded everyone and admitted nothing (so the decodes
         that follow can be fused though requests wait)."""
-        kv.cache = cache
+        kv.attach(cache)
         self._absorb = not source.feedback and cache is None
         """Fused runs go on through completions (they cannot make a request arrive;
         with a prefix cache a completion changes what is cached, so a run ends there)."""

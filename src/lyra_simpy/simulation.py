@@ -137,7 +137,9 @@ def _build_replica(
     cache: PrefixCache | None = None
     if spec.prefix_cache is not None:
         cache = PREFIX_CACHES[spec.prefix_cache.name](
-            unit_tokens(scenario.workload.prefix, kv_cfg.block_size), kv_cfg.block_size
+            unit_tokens(scenario.workload.prefix, kv_cfg.block_size),
+            kv_cfg.block_size,
+            spec.prefix_cache,
         )
     # A closed loop's next request may reach any replica of a cluster when another one
     # finishes: no replica can know its next arrival, so none fuses iterations.

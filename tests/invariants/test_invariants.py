@@ -203,6 +203,8 @@ def scenarios(draw: st.DrawFn, until: bool = False) -> dict[str, Any]:
         raw["workload"]["prefix"] = draw(prefixes)
         cache = draw(st.sampled_from([None, "block_hash", "radix"]))
         raw["prefix_cache"] = None if cache is None else {"name": cache}
+        if cache == "block_hash":
+            raw["prefix_cache"]["eviction"] = draw(st.sampled_from(["free_queue", "when_full"]))
         if sched["name"] == "prefill_first":
             sched["schedule_policy"] = draw(st.sampled_from(["fcfs", "lpm"]))
     if sched["name"] != "static" and draw(st.integers(0, 3)) == 0:  # speculative decoding

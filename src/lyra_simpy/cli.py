@@ -222,8 +222,12 @@ def main(argv: list[str] | None = None) -> int:
         paths = _expand(args.scenarios)
         scenarios = [(path, load_scenario(path, args.overrides, args.quick)) for path in paths]
         if args.command == "validate":
+            from lyra_simpy.refusals import possible_refusals
+
             for path, sc in scenarios:
                 print(f"{path}: ok ({len(sc.expand())} run(s))")
+                for line in possible_refusals(sc):
+                    print(f"lyra-simpy: warning: {line}", file=sys.stderr)
             return 0
         from lyra_simpy.runner import run_scenario
 

@@ -213,3 +213,53 @@ def test_transfer_statistics_over_no_hand_off_are_null(make_scenario):
     assert s["completed"] == 12
     assert s["mean_kv_transfer_ms"] is None
     assert np.isfinite(s["mean_ttft_ms"])
+
+
+def test_validate_warns_when_the_workload_can_draw_requests_never_served(make_scenario):
+    from lyra_simpy.refusals import possible_refusals
+
+    sc = make_scenario(
+        {
+            "workload.input_tokens": {"name": "uniform", "low": 100, "high": 900},
+            "scheduler.max_num_batched_tokens": 512,
+            "kv_cache.num_blocks": 4096,
+        }
+    )
+    (line,) = possible_refusals(sc)
+    assert line == (
+        "tiny/base: workload can draw 900 prompt + 24 output tokens, which replica can "
+        "never serve (exceeds_token_budget): such requests will be rejected"
+    )
+    assert possible_refusals(make_scenario()) == []
+    # a prefill pool holds only the prompt; the decode pool needs the whole request
+    sc = _disagg(
+        make_scenario,
+        {"kv_cache": {"block_size": 8, "num_blocks": 8}},
+        {},
+        **{
+            "workload.input_tokens": {"name": "fixed", "tokens": 40},
+            "workload.output_tokens": {"name": "mixture", "components": [
+                {"weight": 1, "dist": {"name": "fixed", "tokens": 60}},
+                {"weight": 1, "dist": {"name": "lognormal", "mean": 9, "sigma": 1, "max": 600}},
+            ]},
+        },
+    )  # fmt: skip
+    (line,) = possible_refusals(sc)
+    assert "cluster.disaggregation.decode can never serve (never_fits_kv)" in line
+
+
+def test_validate_cli_prints_the_warning_on_stderr(tmp_path, capsys):
+    import yaml
+
+    from conftest import TINY
+    from lyra_simpy.cli import main
+
+    raw = json.loads(json.dumps(TINY))
+    raw["workload"]["output_tokens"] = {"name": "fixed", "tokens": 600}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["validate", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert "ok (1 run(s))" in captured.out
+    assert captured.err.startswith("lyra-simpy: warning: tiny/base: workload can draw 40")
+    assert "(never_fits_kv)" in captured.err

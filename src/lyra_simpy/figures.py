@@ -61,9 +61,9 @@ def metrics_vs_param_figure(results_dir: Path, spec: FigureSpec) -> Figure:
         points.append((x, summary))
     points.sort(key=lambda p: p[0])
     xs = [p[0] for p in points]
-    ys = {m: [p[1][m] for p in points] for m in spec.metrics}
+    ys = {m: [number(p[1][m]) for p in points] for m in spec.metrics}  # None: NaN
     first = spec.metrics[-1]
-    i_best = int(np.argmax(ys[first]))
+    i_best = int(np.nanargmax(ys[first])) if not np.isnan(ys[first]).all() else 0
     return plots.metrics_vs_param(
         xs, ys, spec.param.split(".")[-1], (xs[i_best], ys[first][i_best]), spec.title, spec.log_x
     )
@@ -135,7 +135,10 @@ def _series_vs_param_figure(results_dir: Path, spec: FigureSpec, param: str, ser
     for pts in lines.values():
         pts.sort(key=lambda p: p[0])
     panels = {
-        m: {key: ([x for x, _ in pts], [s[m] for _, s in pts]) for key, pts in lines.items()}
+        m: {
+            key: ([x for x, _ in pts], [number(summary[m]) for _, summary in pts])
+            for key, pts in lines.items()
+        }
         for m in spec.metrics
     }
     return plots.panels_vs_param(
@@ -179,7 +182,7 @@ def grouped_bars_figure(results_dir: Path, spec: FigureSpec) -> Figure:
         summary = json.loads((folder / "summary.json").read_text())
         groups.setdefault(group or series, {})[series if group else ""] = summary
     values = {
-        m: {g: {s: float(v[m]) for s, v in by.items()} for g, by in groups.items()}
+        m: {g: {s: number(v[m]) for s, v in by.items()} for g, by in groups.items()}
         for m in spec.metrics
     }
     return plots.grouped_bars(values, bool(spec.log_y), spec.title)

@@ -263,3 +263,30 @@ def test_validate_cli_prints_the_warning_on_stderr(tmp_path, capsys):
     assert "ok (1 run(s))" in captured.out
     assert captured.err.startswith("lyra-simpy: warning: tiny/base: workload can draw 40")
     assert "(never_fits_kv)" in captured.err
+
+
+def test_figures_draw_runs_that_served_nothing(make_scenario, tmp_path):
+    # a variant whose statistics are all null draws as gaps, not a crash
+    sc = make_scenario(
+        {
+            "variants": [
+                {"label": "a.ok", "set": {}},
+                {"label": "a.none", "set": {"kv_cache.num_blocks": 1}},
+            ],
+            "figures": [
+                {"name": "grouped_bars", "metrics": ["p99_ttft_ms"]},
+                {"name": "metrics_vs_param", "param": "kv_cache.num_blocks",
+                 "metrics": ["p99_ttft_ms", "request_goodput"]},
+                {"name": "pareto", "metrics": ["output_throughput", "p99_tpot_ms"]},
+            ],
+        }
+    )  # fmt: skip
+    err: list[str] = []
+    results = run_scenario(
+        sc, tmp_path / "out", tmp_path / "figs", echo=lambda _s: None, warn=err.append
+    )
+    assert results[1].summary["p99_ttft_ms"] is None
+    assert err == ["tiny/a.none: refused 12 of 12 requests: never_fits_kv 12"]
+    assert len(list((tmp_path / "figs").iterdir())) == 3
+    summary = json.loads((tmp_path / "out" / "tiny" / "a.none" / "summary.json").read_text())
+    assert summary["median_ttft_ms"] is None

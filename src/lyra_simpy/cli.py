@@ -16,7 +16,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from lyra_simpy.argtypes import count, milliseconds
 from lyra_simpy.errors import LyraError, ScenarioError
@@ -229,21 +228,6 @@ def _expand(paths: list[Path]) -> list[Path]:
     return out
 
 
-def _warnings(variants: list[Any]) -> list[str]:
-    """The variants' never-served warnings, each once, naming the runs it concerns
-    unless it concerns them all."""
-    from lyra_simpy.servable import never_served
-
-    found: dict[str, list[str]] = {}
-    for v in variants:
-        for line in never_served(v):
-            found.setdefault(line, []).append(v.label)
-    return [
-        line if len(labels) == len(variants) else f"{line} (runs: {', '.join(labels)})"
-        for line, labels in found.items()
-    ]
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -272,11 +256,12 @@ def main(argv: list[str] | None = None) -> int:
         paths = _expand(args.scenarios)
         scenarios = [(path, load_scenario(path, args.overrides, args.quick)) for path in paths]
         if args.command == "validate":
+            from lyra_simpy.refusals import possible_refusals
+
             for path, sc in scenarios:
-                variants = sc.expand()
-                print(f"{path}: ok ({len(variants)} run(s))")
-                for line in _warnings(variants):
-                    print(f"lyra-simpy: warning: {path}: {line}", file=sys.stderr)
+                print(f"{path}: ok ({len(sc.expand())} run(s))")
+                for line in possible_refusals(sc):
+                    print(f"lyra-simpy: warning: {line}", file=sys.stderr)
             return 0
         from lyra_simpy.runner import run_scenario
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import math
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,21 +28,35 @@ from lyra_simpy.metrics.io import (
     write_series_csv,
     write_series_npz,
 )
+from lyra_simpy.metrics.summary import refusals_line
 from lyra_simpy.provenance import manifest
 from lyra_simpy.report import lookup
 from lyra_simpy.scenario import Scenario
 from lyra_simpy.simulation import Results, simulate
 from lyra_simpy.whatif import format_scorecard, scorecard, write_scorecard
 
+#: Columns added to every table whenever a run has such requests (and the table does not
+#: show them already): a reader can always tell served from refused and cut off.
+ACCOUNTING_COLUMNS = {"rejected": "rejected", "unfinished": "unfinished"}
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
 
 def table_rows(scenario: Scenario, results: list[Results]) -> tuple[list[str], list[list[Any]]]:
     """Header and rows of the scenario's report table."""
-    headers = list(scenario.report.columns)
+    columns = dict(scenario.report.columns)
+    for header, key in ACCOUNTING_COLUMNS.items():
+        shown = key in columns.values()
+        if not shown and any(res.summary.get(key) for res in results):
+            columns[header if header not in columns else key + "_requests"] = key
+    headers = list(columns)
     rows = []
     for res in results:
         resolved = res.scenario.resolved()
         row = []
-        for key in scenario.report.columns.values():
+        for key in columns.values():
             if key == "label":
                 row.append(res.scenario.label)
             elif key in res.summary:
@@ -53,9 +68,11 @@ def table_rows(scenario: Scenario, results: list[Results]) -> tuple[list[str], l
 
 
 def _fmt(value: Any) -> str:
+    if value is None:
+        return "—"  # a statistic over nothing (DESIGN §4)
     if isinstance(value, float):
         if math.isnan(value):
-            return "-"
+            return "—"
         return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
     return str(value)
 
@@ -72,7 +89,12 @@ def best_variant(scenario: Scenario, results: list[Results]) -> Results | None:
     metric = scenario.report.best
     if metric is None:
         return None
-    return max(results, key=lambda r: float(r.summary.get(metric, float("-inf"))))
+
+    def score(res: Results) -> float:
+        value = res.summary.get(metric)
+        return float("-inf") if value is None else float(value)
+
+    return max(results, key=score)
 
 
 def write_variant(
@@ -104,11 +126,15 @@ def run_scenario(
     figures_dir: Path | None = Path("figures"),
     source_file: str | None = None,
     echo: Callable[[str], None] = print,
+    warn: Callable[[str], None] | None = None,
     timeseries_csv: bool = False,
 ) -> list[Results]:
     """Simulate every variant of *scenario*; write results and figures unless the
-    folders are None; print the report table through *echo* (*timeseries_csv*: each
-    variant's series as CSV too)."""
+    folders are None; print the report table through *echo*, and through *warn*
+    (default: stderr) one line per variant that refused or cut off requests
+    (*timeseries_csv*: each variant's series as CSV too)."""
+    if warn is None:
+        warn = _stderr
     variants = scenario.expand()
     results = []
     for variant in variants:
@@ -116,6 +142,9 @@ def run_scenario(
         res = simulate(variant)
         res.engine["wall_s"] = round(time.perf_counter() - t0, 3)
         results.append(res)
+        line = refusals_line(f"{scenario.name}/{variant.label}", res.summary)
+        if line is not None:
+            warn(line)
     headers, rows = table_rows(scenario, results)
     echo(f"== {scenario.name}" + (f": {scenario.description}" if scenario.description else ""))
     echo(format_table(headers, rows))

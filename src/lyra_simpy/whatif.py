@@ -32,6 +32,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveFloat, model_validator
 
 from lyra_simpy.config import Closed
+from lyra_simpy.metrics.summary import number
 from lyra_simpy.variants import Variant
 
 Metric = Literal[
@@ -166,7 +167,7 @@ def scorecard(whatif: WhatIf, summaries: Sequence[Mapping[str, Any]]) -> Scoreca
     values: dict[str, dict[str, float]] = {}
     runs = iter(summaries)
     for c in whatif.candidates:
-        values[c.label] = {w.label: float(next(runs)[metric]) for w in workloads}
+        values[c.label] = {w.label: number(next(runs)[metric]) for w in workloads}
     ref = values[whatif.reference]
     speedups: dict[str, dict[str, float]] = {}
     for cand, vals in values.items():

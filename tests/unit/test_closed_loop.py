@@ -123,11 +123,11 @@ def test_think0_workload_preconditions():
 
     big, small = Request(0, 0, 0.0, 1, 3), Request(1, 1, 0.0, 1, 2)
     static = StaticBatching(scenario_from_dict(think0_raw(STATIC2)).scheduler)
-    assert not static.accepts(big, 3, 1)
-    assert static.accepts(small, 3, 1)
+    assert static.refusal(big, 3, 1) == "never_fits_kv"
+    assert static.refusal(small, 3, 1) is None
     cont = ContinuousBatching(ContinuousConfig(**CONT_BUDGET2))
-    assert not cont.accepts(big, 3, 1)
-    assert cont.accepts(small, 3, 1)
+    assert cont.refusal(big, 3, 1) == "exceeds_token_budget"
+    assert cont.refusal(small, 3, 1) is None
 
 
 def test_closed_loop_think0_rejection_with_static_batching():

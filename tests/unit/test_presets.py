@@ -338,7 +338,7 @@ def test_vllm_launch_line_sets_the_knobs():
     }
     kv = got["kv_cache"]
     assert (kv["block_size"], kv["mem_fraction"], kv["activation_reserve_gib"]) == (16, 0.9, 3.5)
-    assert got["prefix_cache"] == {"name": "block_hash"}
+    assert got["prefix_cache"] == {"name": "block_hash", "eviction": "free_queue"}
     assert got["cost"]["padding"] == [s for s in VLLM_SIZES_512 if s <= 256]
 
 
@@ -353,7 +353,7 @@ def test_vllm_defaults_follow_the_device(hardware, seqs, budget):
     assert got["scheduler"]["max_num_batched_tokens"] == budget
     assert got["kv_cache"]["block_size"] == 16
     assert got["kv_cache"]["mem_fraction"] == 0.9
-    assert got["prefix_cache"] == {"name": "block_hash"}
+    assert got["prefix_cache"] == {"name": "block_hash", "eviction": "free_queue"}
     assert got["cost"]["padding"] == [s for s in VLLM_SIZES_512 if s <= min(2 * seqs, 512)]
 
 

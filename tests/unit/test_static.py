@@ -1,4 +1,4 @@
-"""StaticBatching.plan / accepts on hand-built views (no SimPy)."""
+"""StaticBatching.plan / refusal on hand-built views (no SimPy)."""
 
 from __future__ import annotations
 
@@ -87,5 +87,8 @@ def test_empty_queue_gives_empty_plan():
 
 
 @pytest.mark.parametrize(("inp", "out", "ok"), [(16, 16, True), (16, 17, False), (1, 31, True)])
-def test_accepts_full_length_in_kv(inp, out, ok):
-    assert static().accepts(Request(0, 0, 0.0, inp, out), 2, BS) is ok
+def test_refuses_what_does_not_fit_full_length_in_kv(inp, out, ok):
+    want = None if ok else "never_fits_kv"
+    assert static().refusal(Request(0, 0, 0.0, inp, out), 2, BS) == want
+    # a batch reserves the full length on a prefill replica too
+    assert static().refusal(Request(0, 0, 0.0, inp, out), 2, BS, prompt_only=True) == want

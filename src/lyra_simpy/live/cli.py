@@ -11,6 +11,7 @@ from typing import Any
 
 from lyra_simpy.argtypes import count, seconds
 from lyra_simpy.errors import LyraError
+from lyra_simpy.metrics.summary import number
 
 
 def add_live_parsers(sub: Any) -> None:
@@ -90,10 +91,12 @@ def _replay(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"interrupted: partial results in {out}/ (manifest: complete false)")
         return 130
+    ttft, tpot, thru = (
+        number(summary[k]) for k in ("median_ttft_ms", "median_tpot_ms", "output_throughput")
+    )
     print(
         f"{summary['completed']} ok, {summary['unfinished']} unfinished; "
-        f"median TTFT {summary['median_ttft_ms']:.1f} ms, median TPOT "
-        f"{summary['median_tpot_ms']:.2f} ms, {summary['output_throughput']:.1f} tok/s"
+        f"median TTFT {ttft:.1f} ms, median TPOT {tpot:.2f} ms, {thru:.1f} tok/s"
     )
     ways = json.loads((out / "manifest.json").read_text()).get("token_counting", {})
     if ways.get("usage"):

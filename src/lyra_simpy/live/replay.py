@@ -173,6 +173,7 @@ def records(run: _Run) -> tuple[list[dict[str, Any]], list[float]]:
             "tpot_ms": None,
             "e2el_ms": (finish - o.sent_s) * 1000.0 if finish is not None else None,
             "status": "ok" if ok else "unfinished",
+            "reject_reason": None,
             "replica": 0,
             "preemptions": 0,
         }
@@ -211,7 +212,7 @@ def _columns(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
     cols: dict[str, np.ndarray] = {}
     for name in RECORD_FIELDS:
         values = [r[name] for r in rows]
-        if name == "status":
+        if name in ("status", "reject_reason"):
             cols[name] = np.array(values, dtype=object)
         elif name in ("request_id", "input_tokens", "output_tokens", "cached_tokens"):
             cols[name] = np.array(values, dtype=np.int64)

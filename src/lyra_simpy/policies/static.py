@@ -4,7 +4,8 @@ The classic request-level batching of early serving stacks (and of HF ``generate
 
 * A batch starts when ``max_batch`` requests are waiting, or when the oldest waiting
   request has waited ``max_wait_ms`` (if set), or when no further arrival is known (so
-  a finite workload always drains).
+  a finite workload always drains; in a cluster, no further arrival of the cluster's,
+  which the router might send here — whether or not it routes ahead).
 * All members are prefilled in one iteration, then decode together. A member that has
   produced all its tokens stops emitting but its row stays in the batch until the
   *longest* member finishes (head-of-line blocking): the cost model charges the rows
@@ -25,7 +26,7 @@ from lyra_simpy.config import Closed
 from lyra_simpy.kv import blocks_for
 from lyra_simpy.policies.base import BatchPlan, EngineView
 from lyra_simpy.policies.queue import QueuePolicy, ordered
-from lyra_simpy.request import Request
+from lyra_simpy.request import RejectReason, Request
 
 
 class StaticConfig(Closed):
@@ -53,8 +54,12 @@ class StaticBatching:
         self.config = config
         self._rows = 0
 
-    def accepts(self, request: Request, num_blocks: int, block_size: int) -> bool:
-        return blocks_for(request.input_tokens + request.output_tokens, block_size) <= num_blocks
+    def refusal(
+        self, request: Request, num_blocks: int, block_size: int, prompt_only: bool = False
+    ) -> RejectReason | None:
+        # A batch reserves each member's full length at formation, on any replica.
+        full = blocks_for(request.input_tokens + request.output_tokens, block_size)
+        return "never_fits_kv" if full > num_blocks else None
 
     def plan(self, view: EngineView) -> BatchPlan:
         if view.running:

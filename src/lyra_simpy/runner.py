@@ -24,13 +24,14 @@ from lyra_simpy.metrics.io import (
     atomic_dir,
     write_itl_csv,
     write_json,
-    write_jsonl,
+    write_records_jsonl,
     write_series_csv,
     write_series_npz,
 )
 from lyra_simpy.metrics.summary import refusals_line
 from lyra_simpy.provenance import manifest
 from lyra_simpy.report import lookup
+from lyra_simpy.request import RECORD_FIELDS
 from lyra_simpy.scenario import Scenario
 from lyra_simpy.simulation import Results, simulate
 from lyra_simpy.whatif import format_scorecard, scorecard, write_scorecard
@@ -107,7 +108,7 @@ def write_variant(
     """Write one run's files (DESIGN §4) into *folder* (*timeseries_csv*: the series as
     CSV too, beside the ``.npz``)."""
     folder.mkdir(parents=True, exist_ok=True)
-    write_jsonl(folder / "requests.jsonl", res.requests())
+    write_records_jsonl(folder / "requests.jsonl", res.records, RECORD_FIELDS)
     write_json(folder / "summary.json", res.summary)
     write_series_npz(folder / "timeseries.npz", res.timeseries)
     if timeseries_csv:

@@ -66,7 +66,7 @@ def test_device_cpu_applies_vllms_cpu_defaults() -> None:
     half = 0.5 * hardware_catalog()["cpu_generic"].memory_gib
     assert kv["num_blocks"] == int(half * GIB // (128 * _kv_bytes()))
     assert got["cost"]["padding"] == "none"
-    assert got["prefix_cache"] == {"name": "block_hash"}
+    assert got["prefix_cache"] == {"name": "block_hash", "eviction": "free_queue"}
 
 
 def test_the_launch_line_with_the_kv_space_selects_the_cpu() -> None:

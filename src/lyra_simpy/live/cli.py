@@ -11,7 +11,6 @@ from typing import Any
 
 from lyra_simpy.argtypes import count, seconds
 from lyra_simpy.errors import LyraError
-from lyra_simpy.metrics.summary import number
 
 
 def add_live_parsers(sub: Any) -> None:
@@ -69,6 +68,7 @@ def _id_range(text: str) -> Any:
 
 def _replay(args: argparse.Namespace) -> int:
     from lyra_simpy.live.replay import ReplayConfig, replay
+    from lyra_simpy.metrics.summary import number
     from lyra_simpy.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, args.overrides, args.quick)

@@ -10,13 +10,15 @@ Runs, alternating, N times each (default 3):
   replica on an A100, vLLM scheduler with 128 sequences and a 4096-token budget, plots and
   chrome trace off.
 
-Each process is timed from spawn to exit (wall) and its peak RSS read from ``os.wait4``'s
-rusage. The script prints the medians, the ratio Vidur / lyra-simpy, the machine (CPU
-model, cores) and the load average before and after, and checks that both simulated
-10 000 requests (lyra-simpy's ``summary.json`` ``completed``; the rows of Vidur's
-``request_metrics.csv``). Running both in one call, alternating, keeps the ratio fair when
-the machine is shared: both sides see the same load. Absolute times are not comparable
-across machines or calls.
+Each process is timed from spawn to exit (wall); its peak RSS and CPU time (user + system)
+are read from ``os.wait4``'s rusage. The script prints the medians, the ratio Vidur /
+lyra-simpy (and each pair's), the machine (CPU model, cores) and the load average before,
+during and after, and checks that both simulated 10 000 requests (lyra-simpy's
+``summary.json`` ``completed``; the rows of Vidur's ``request_metrics.csv``). Running both
+in one call, alternating, spreads a shared machine's load over both sides, so the ratio
+stays meaningful where absolute times do not; the CPU-time ratio, which other processes
+disturb less than wall time, is a cross-check. Absolute times are not comparable across
+machines or calls.
 
 Vidur is not a dependency. Lay out a checkout as ``../shared/bench-vidur/README.md`` says
 (the source tree at 7d47513, a stand-in ``attention.csv`` when the snapshot lacks it, an
@@ -77,17 +79,19 @@ VIDUR_ARGS = [
 ]  # fmt: skip
 
 
-def timed(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[float, float, int]:
-    """Run *cmd* as a fresh process: wall seconds, peak RSS (MiB), exit code.
-
-    stdout and stderr go to *log*."""
+def timed(
+    cmd: list[str], cwd: Path, env: dict[str, str], log: Path
+) -> tuple[float, float, float, int]:
+    """Run *cmd* as a fresh process: wall seconds, CPU seconds (user + system, the process
+    and the children it waited for), peak RSS (MiB), exit code. stdout and stderr go to *log*."""
     with log.open("wb") as fh:
         t = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return wall, usage.ru_maxrss / 1024.0, proc.returncode
+    cpu = usage.ru_utime + usage.ru_stime
+    return wall, cpu, usage.ru_maxrss / 1024.0, proc.returncode
 
 
 def lyra_requests(out: Path) -> int | None:
@@ -171,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"machine: {machine()}; Python {sys.version.split()[0]}")
     print(f"load average before: {load()}")
-    rows: dict[str, list[tuple[float, float]]] = {"lyra-simpy": [], "Vidur": []}
+    rows: dict[str, list[tuple[float, float, float]]] = {"lyra-simpy": [], "Vidur": []}
     bad: list[str] = []
     with tempfile.TemporaryDirectory(prefix="vs_vidur_") as tmp:
         root = Path(tmp)
@@ -179,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             out = root / "vidur-train"
             print("Vidur: training its execution-time predictor (untimed, about a minute) ...")
             cmd = [*vidur_cmd, "--metrics_config_output_dir", str(out)]
-            wall, _, rc = timed(cmd, src, vidur_env, root / "vidur-train.log")
+            wall, _, _, rc = timed(cmd, src, vidur_env, root / "vidur-train.log")
             if rc != 0:
                 print(f"Vidur exited {rc}:\n{tail(root / 'vidur-train.log')}")
                 return 1
@@ -193,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     cmd = [*vidur_cmd, "--metrics_config_output_dir", str(out)]
                     cwd, env = src, vidur_env
-                wall, rss, rc = timed(cmd, cwd, env, log)
+                wall, cpu, rss, rc = timed(cmd, cwd, env, log)
                 if rc != 0:
                     print(f"{name} run {i + 1} exited {rc}:\n{tail(log)}")
                     return 1
@@ -201,24 +205,26 @@ def main(argv: list[str] | None = None) -> int:
                 ok = n == REQUESTS
                 if not ok:
                     bad.append(f"{name} run {i + 1}: {n} requests, not {REQUESTS}")
-                rows[name].append((wall, rss))
+                rows[name].append((wall, cpu, rss))
                 print(
-                    f"  run {i + 1} {name:<10} {wall:7.2f} s  {rss:6.0f} MiB  "
+                    f"  run {i + 1} {name:<10} {wall:7.2f} s wall {cpu:7.2f} s CPU {rss:5.0f} MiB  "
                     f"{n} requests{'' if ok else '  <-- WRONG'}  (load {load()})"
                 )
     print(f"load average after: {load()}")
 
-    med = {
-        k: (statistics.median(w for w, _ in v), statistics.median(r for _, r in v))
-        for k, v in rows.items()
-    }
+    med = {k: [statistics.median(col) for col in zip(*v, strict=True)] for k, v in rows.items()}
     print(f"\nwhole process, median of {args.runs} alternating runs each:")
-    print(f"| {'':<12} | {'wall':>8} | {'peak RSS':>9} |")
-    for name, (wall, rss) in med.items():
-        print(f"| {name:<12} | {wall:6.2f} s | {rss:5.0f} MiB |")
-    ratio = med["Vidur"][0] / med["lyra-simpy"][0]
-    rss_ratio = med["Vidur"][1] / med["lyra-simpy"][1]
-    print(f"ratio Vidur / lyra-simpy: {ratio:.1f}x wall, {rss_ratio:.1f}x peak RSS")
+    print(f"| {'':<12} | {'wall':>8} | {'CPU':>8} | {'peak RSS':>9} |")
+    for name, (wall, cpu, rss) in med.items():
+        print(f"| {name:<12} | {wall:6.2f} s | {cpu:6.2f} s | {rss:5.0f} MiB |")
+    (v_wall, v_cpu, v_rss), (l_wall, l_cpu, l_rss) = med["Vidur"], med["lyra-simpy"]
+    pairs = " ".join(
+        f"{v[0] / ly[0]:.1f}x" for ly, v in zip(rows["lyra-simpy"], rows["Vidur"], strict=True)
+    )
+    print(
+        f"ratio Vidur / lyra-simpy: {v_wall / l_wall:.1f}x wall (medians; pair by pair: {pairs}), "
+        f"{v_cpu / l_cpu:.1f}x CPU, {v_rss / l_rss:.1f}x peak RSS"
+    )
     print(f"requests simulated: {'both 10 000, every run' if not bad else '; '.join(bad)}")
     return 1 if bad else 0
 

@@ -24,7 +24,7 @@ Vidur is not a dependency. Lay out a checkout as ``../shared/bench-vidur/README.
 (the source tree at 7d47513, a stand-in ``attention.csv`` when the snapshot lacks it, an
 empty ``vidur/__init__.py``, a virtual environment with ``pip install vidur==0.0.26``), then::
 
-    python benchmarks/vs_vidur.py --vidur-src DIR --vidur-python DIR/../venv/bin/python
+    python benchmarks/vs_vidur.py --vidur-src DIR --vidur-python VENV/bin/python
     VIDUR_SRC=DIR VIDUR_PY=PY tox -e bench-vidur
 
 When Vidur's execution-time predictor is not cached yet (no ``*.pkl`` under

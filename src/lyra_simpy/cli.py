@@ -53,6 +53,12 @@ def _parser() -> argparse.ArgumentParser:
     cal.add_argument("profile", type=Path, help="profile CSV (DESIGN §4) with metadata YAML")
     cal.add_argument("--out", type=Path, help="write the fit here (YAML, for cost.path)")
     cal.add_argument("--figure", type=Path, help="write the residual figure here (.png/.pdf)")
+    cal.add_argument(
+        "--loss",
+        choices=["nnls", "soft_l1"],
+        default="nnls",
+        help="nnls: least squares (default); soft_l1: robust to a few outlying rows",
+    )
 
     fig = sub.add_parser("figures", help="regenerate the paper figures (PNG, PDF, README)")
     fig.add_argument("--only", nargs="+", default=[], metavar="NAME", help="just these figures")
@@ -179,7 +185,7 @@ def _traces(args: argparse.Namespace) -> int:
 def _calibrate(args: argparse.Namespace) -> int:
     from lyra_simpy.calibration.fitfile import calibrate, format_report
 
-    fit = calibrate(args.profile, args.out, args.figure)
+    fit = calibrate(args.profile, args.out, args.figure, args.loss)
     print(format_report(fit, str(args.profile)))
     for path in (args.out, args.figure):
         if path is not None:

@@ -21,8 +21,17 @@ scaled to unit maximum before solving (the terms differ by ten orders of magnitu
 A term no row exercises (e.g. no decode rows) is fitted as 0 and listed in the report's
 ``unmeasured_terms``: the model then knows nothing about it.
 
-Beside the terms the fit records, per measured decode batch size, the mean residual of
-its decode rows (``decode_batch_residual_ms``); a ``profile`` cost model with
+``loss: soft_l1`` (``calibrate --loss soft_l1``) fits the same relative errors with a
+robust loss instead (``scipy.optimize.least_squares``, ``loss="soft_l1"``, coefficients
+bounded at 0, started from the NNLS solution): an error *e* costs
+``2 × ((1 + (e/s)²)^½ − 1)`` with *s* = :data:`ROBUST_SCALE`, quadratic below *s* and
+linear above, so a few rows slowed by the host (VALIDATION-NOTES: a whole run now and
+then 1.3–2× slower) pull the coefficients less than under squares. NNLS stays the
+default: on the committed profiles the robust fit is not better (docs/calibration.md §2).
+
+Beside the terms the fit records, per measured decode batch size, the *median* residual
+of its decode rows (``decode_batch_residual_ms``; a median, so one slow episode while
+profiling does not move it as it moves a mean); a ``profile`` cost model with
 ``decode_table: true`` adds it to decode-only steps, interpolated linearly between the
 measured sizes and held at the nearest measured size outside them (so a batch never
 costs less than the linear terms say beyond the grid, nor jumps there).
@@ -36,7 +45,7 @@ in the fit file so that a reader sees how far a scenario extrapolates.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -60,6 +69,13 @@ UNITS = {
     "per_prefill_attention_ms": "ms per (new x (cached + new)) prompt token pair",
 }
 FORMAT = "lyra-simpy/profile-fit/1"
+Loss = Literal["nnls", "soft_l1"]
+METHODS: dict[str, str] = {"nnls": "nnls_relative", "soft_l1": "soft_l1_relative"}
+"""``ProfileFit.method`` for each ``loss``."""
+ROBUST_SCALE = 0.05
+"""Relative error at which ``soft_l1`` turns from quadratic to linear (5 %: about the
+real engine's own run-to-run band on p50 latencies, VALIDATION-NOTES "Noise floor";
+an error inside it counts as noise, one far outside as an outlier)."""
 WORST_ROWS = 5
 Floats = npt.NDArray[np.float64]
 
@@ -132,7 +148,7 @@ class ProfileFit(_Closed):
     """Per phase, min and max of batch_size, input_tokens and context_len measured."""
     fit: FitReport
     decode_batch_residual_ms: dict[int, float] = Field(default_factory=dict)
-    """Per measured decode batch size, the mean of measured − fitted over its decode
+    """Per measured decode batch size, the median of measured − fitted over its decode
     rows: what the linear terms miss at that size (e.g. a CPU engine's single-sequence
     matrix-vector fast path). A ``profile`` cost with ``decode_table: true`` adds it."""
 
@@ -169,17 +185,30 @@ def r_squared(
 
 
 def fit_coefficients(
-    x: npt.NDArray[np.float64], latency_ms: npt.NDArray[np.float64]
+    x: npt.NDArray[np.float64], latency_ms: npt.NDArray[np.float64], loss: Loss = "nnls"
 ) -> tuple[npt.NDArray[np.float64], list[str]]:
-    """Non-negative coefficients minimising the squared relative error, and the terms
-    no row exercises (fitted as 0)."""
-    from scipy.optimize import nnls  # here: importing scipy.optimize costs ~0.4 s
+    """Non-negative coefficients minimising the squared relative error (``nnls``) or
+    its robust ``soft_l1`` loss, and the terms no row exercises (fitted as 0)."""
+    from scipy.optimize import least_squares, nnls  # here: importing costs ~0.4 s
 
     weighted = x / latency_ms[:, None]
     scale = np.abs(weighted).max(axis=0)
     used = scale > 0
     coef = np.zeros(x.shape[1])
-    solution, _ = nnls(weighted[:, used] / scale[used], np.ones(len(latency_ms)), maxiter=5000)
+    a = weighted[:, used] / scale[used]
+    ones = np.ones(len(latency_ms))
+    solution, _ = nnls(a, ones, maxiter=5000)
+    if loss == "soft_l1":
+        robust = least_squares(
+            lambda b: np.sum(a * b, axis=1) - ones,
+            solution,
+            jac=lambda b: a,
+            bounds=(0.0, np.inf),
+            loss="soft_l1",
+            f_scale=ROBUST_SCALE,
+            method="trf",
+        )
+        solution = np.maximum(robust.x, 0.0)
     coef[used] = solution / scale[used]
     return coef, [t for t, u in zip(TERMS, used, strict=True) if not u]
 
@@ -234,12 +263,13 @@ def _grid(profile: Profile) -> dict[str, dict[str, int]]:
     return out
 
 
-def fit_profile(profile: Profile) -> ProfileFit:
-    """Fit the ``profile`` cost model to *profile*."""
+def fit_profile(profile: Profile, loss: Loss = "nnls") -> ProfileFit:
+    """Fit the ``profile`` cost model to *profile* (*loss*: see the module docstring)."""
     x = design_matrix(profile)
-    coef, unmeasured = fit_coefficients(x, profile.latency_ms)
+    coef, unmeasured = fit_coefficients(x, profile.latency_ms, loss)
     predicted = rowwise_dot(x, coef)
     return ProfileFit(
+        method=METHODS[loss],
         coefficients=Coefficients(**dict(zip(TERMS, coef.tolist(), strict=True))),
         profile=ProfileSource(
             path=str(profile.path),
@@ -255,12 +285,12 @@ def fit_profile(profile: Profile) -> ProfileFit:
 
 
 def decode_residuals(profile: Profile, predicted: Floats) -> dict[int, float]:
-    """Mean measured − predicted latency of the decode rows of each batch size."""
+    """Median measured − predicted latency of the decode rows of each batch size."""
     decode = profile.phase == "decode"
     out = {}
     for size in sorted(set(profile.batch_size[decode].tolist())):
         rows = decode & (profile.batch_size == size)
-        out[int(size)] = float(np.mean(profile.latency_ms[rows] - predicted[rows]))
+        out[int(size)] = float(np.median(profile.latency_ms[rows] - predicted[rows]))
     return out
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import yaml
 from pydantic import ValidationError
 
-from lyra_simpy.calibration.fit import FORMAT, TERMS, UNITS, ProfileFit, fit_profile
+from lyra_simpy.calibration.fit import FORMAT, TERMS, UNITS, Loss, ProfileFit, fit_profile
 from lyra_simpy.calibration.profiles import read_profile
 from lyra_simpy.errors import TraceError, from_validation_error
 from lyra_simpy.metrics.io import atomic_write
@@ -63,9 +63,10 @@ FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 
 
 def calibrate(
-    profile_path: Path, out: Path | None = None, figure: Path | None = None
+    profile_path: Path, out: Path | None = None, figure: Path | None = None, loss: Loss = "nnls"
 ) -> ProfileFit:
-    """Fit the profile CSV at *profile_path*. With *out*, write the fit file there (the
+    """Fit the profile CSV at *profile_path* (*loss*: ``nnls`` or the robust
+    ``soft_l1``, :mod:`~lyra_simpy.calibration.fit`). With *out*, write the fit file there (the
     profile and its metadata are then named relative to it); with *figure*, the residual
     figure (:func:`save_residuals`). Nothing is written unless the fit and the figure
     both succeed."""
@@ -75,7 +76,7 @@ def calibrate(
     meta = profile.metadata_path
     if out is not None and meta is not None and out.resolve() == meta.resolve():
         raise TraceError(f"--out: got {out}, which is the profile's metadata file; choose another")
-    fit = fit_profile(profile)
+    fit = fit_profile(profile, loss)
     if out is not None:
         here = out.resolve().parent
         source = fit.profile.model_copy(
@@ -92,6 +93,12 @@ def calibrate(
     return fit
 
 
+LOSS_WORDS = {
+    "nnls_relative": "non-negative least squares",
+    "soft_l1_relative": "non-negative robust (soft L1) least squares",
+}
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
@@ -104,7 +111,7 @@ def format_report(fit: ProfileFit, profile_label: str | None = None) -> str:
         f"profile: {profile_label or fit.profile.path} ({fit.profile.rows} rows)",
         "metadata: "
         + ", ".join(f"{k}={meta.get(k, 'unknown')}" for k in ("hardware", "model", "engine", "tp")),
-        "coefficients (non-negative least squares on relative error):",
+        f"coefficients ({LOSS_WORDS.get(fit.method, fit.method)} on relative error):",
     ]
     for term in TERMS:
         lines.append(f"  {term:<26} {getattr(fit.coefficients, term):>12.6g}  {UNITS[term]}")

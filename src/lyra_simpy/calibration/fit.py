@@ -106,10 +106,11 @@ class PhaseFit(_Closed):
 
 
 class RowError(_Closed):
-    """One row of the profile with its prediction."""
+    """One row of the profile (or one step rebuilt from runs) with its prediction."""
 
     row: int
-    """Line in the CSV (the header is line 1)."""
+    """Line in the CSV (the header is line 1); for a ``runs:`` phase, the step's index
+    among the rebuilt steps (from 0)."""
     phase: str
     batch_size: int
     input_tokens: int
@@ -135,13 +136,27 @@ class ProfileSource(_Closed):
     metadata_path: str | None = None
 
 
+class RunsSource(_Closed):
+    """The replayed runs a fit's rebuilt steps came from (``calibrate --from-runs``)."""
+
+    folders: list[str]
+    """Run folders, relative to the fit file when written by ``calibrate``."""
+    rebuild: dict[str, Any]
+    """The :class:`~lyra_simpy.calibration.runs.StepRebuild` settings."""
+    steps: int
+    """Rebuilt steps fitted."""
+
+
 class ProfileFit(_Closed):
     """What ``lyra-simpy calibrate`` writes and a ``profile`` cost model reads."""
 
     format: str = FORMAT
     method: str = "nnls_relative"
     coefficients: Coefficients
-    profile: ProfileSource
+    profile: ProfileSource | None
+    """The profile CSV fitted (None: fitted on runs alone)."""
+    runs: RunsSource | None = None
+    """Replayed runs whose rebuilt steps were fitted too (None: a profile alone)."""
     metadata: dict[str, Any]
     """The profile's metadata YAML (hardware, model, engine, version, tp, date, ...)."""
     grid: dict[str, dict[str, int]]
@@ -213,14 +228,25 @@ def fit_coefficients(
     return coef, [t for t, u in zip(TERMS, used, strict=True) if not u]
 
 
+RUN_PHASES = tuple(f"runs:{p}" for p in PHASES)
+"""Phases of steps rebuilt from runs, reported apart from the profile's rows."""
+
+
 def report(
-    profile: Profile, predicted: npt.NDArray[np.float64], unmeasured: list[str]
+    profile: Any,
+    predicted: npt.NDArray[np.float64],
+    unmeasured: list[str],
+    lines: npt.NDArray[np.int64] | None = None,
 ) -> FitReport:
-    """R², median and max relative error per phase, and the worst rows."""
+    """R², median and max relative error per phase, and the worst rows. *profile* is a
+    :class:`Profile` or anything with its columns (rebuilt steps); *lines* numbers the
+    rows (default: their CSV lines)."""
     measured = profile.latency_ms
     rel = (predicted - measured) / measured
+    if lines is None:
+        lines = np.arange(len(measured), dtype=np.int64) + 2
     phases = {}
-    for phase in PHASES:
+    for phase in PHASES + RUN_PHASES:
         sel = profile.phase == phase
         if sel.any():
             phases[phase] = PhaseFit(
@@ -235,7 +261,7 @@ def report(
         phases=phases,
         worst_rows=[
             RowError(
-                row=int(k) + 2,
+                row=int(lines[k]),
                 phase=str(profile.phase[k]),
                 batch_size=int(profile.batch_size[k]),
                 input_tokens=int(profile.input_tokens[k]),
@@ -250,9 +276,9 @@ def report(
     )
 
 
-def _grid(profile: Profile) -> dict[str, dict[str, int]]:
+def _grid(profile: Any) -> dict[str, dict[str, int]]:
     out = {}
-    for phase in PHASES:
+    for phase in PHASES + RUN_PHASES:
         sel = profile.phase == phase
         if sel.any():
             out[phase] = {
@@ -284,9 +310,10 @@ def fit_profile(profile: Profile, loss: Loss = "nnls") -> ProfileFit:
     )
 
 
-def decode_residuals(profile: Profile, predicted: Floats) -> dict[int, float]:
-    """Median measured − predicted latency of the decode rows of each batch size."""
-    decode = profile.phase == "decode"
+def decode_residuals(profile: Any, predicted: Floats) -> dict[int, float]:
+    """Median measured − predicted latency of the decode rows (and decode steps rebuilt
+    from runs) of each batch size."""
+    decode = (profile.phase == "decode") | (profile.phase == "runs:decode")
     out = {}
     for size in sorted(set(profile.batch_size[decode].tolist())):
         rows = decode & (profile.batch_size == size)

@@ -77,7 +77,7 @@ def calibrate(
     if out is not None and meta is not None and out.resolve() == meta.resolve():
         raise TraceError(f"--out: got {out}, which is the profile's metadata file; choose another")
     fit = fit_profile(profile, loss)
-    if out is not None:
+    if out is not None and fit.profile is not None:
         here = out.resolve().parent
         source = fit.profile.model_copy(
             update={
@@ -107,8 +107,16 @@ def format_report(fit: ProfileFit, profile_label: str | None = None) -> str:
     """The fit report as text: coefficients with units, R² and relative errors per
     phase, the worst rows; *profile_label* names the profile (default: as the fit does)."""
     meta = fit.metadata
-    lines = [
-        f"profile: {profile_label or fit.profile.path} ({fit.profile.rows} rows)",
+    lines = []
+    if fit.profile is not None:
+        lines.append(f"profile: {profile_label or fit.profile.path} ({fit.profile.rows} rows)")
+    if fit.runs is not None:
+        lines.append(
+            f"runs: {', '.join(fit.runs.folders)} ({fit.runs.steps} rebuilt steps; "
+            + ", ".join(f"{k}={v}" for k, v in fit.runs.rebuild.items())
+            + ")"
+        )
+    lines += [
         "metadata: "
         + ", ".join(f"{k}={meta.get(k, 'unknown')}" for k in ("hardware", "model", "engine", "tp")),
         f"coefficients ({LOSS_WORDS.get(fit.method, fit.method)} on relative error):",
@@ -117,17 +125,19 @@ def format_report(fit: ProfileFit, profile_label: str | None = None) -> str:
         lines.append(f"  {term:<26} {getattr(fit.coefficients, term):>12.6g}  {UNITS[term]}")
     r2 = fit.fit.r2
     lines.append(f"R² (all rows): {'n/a' if r2 is None else f'{r2:.4f}'}")
-    lines.append(f"  {'phase':<8} {'rows':>5} {'R²':>8} {'median |rel err|':>17} {'max':>8}")
+    width = max([8, *map(len, fit.fit.phases)])
+    lines.append(f"  {'phase':<{width}} {'rows':>5} {'R²':>8} {'median |rel err|':>17} {'max':>8}")
     for phase, pf in fit.fit.phases.items():
         pr2 = "n/a" if pf.r2 is None else f"{pf.r2:.4f}"
         lines.append(
-            f"  {phase:<8} {pf.rows:>5} {pr2:>8} {_pct(pf.median_rel_error):>17} "
+            f"  {phase:<{width}} {pf.rows:>5} {pr2:>8} {_pct(pf.median_rel_error):>17} "
             f"{_pct(pf.max_rel_error):>8}"
         )
-    lines.append("worst rows (line in the CSV):")
+    lines.append("worst rows (line in the CSV; step: index of a step rebuilt from runs):")
     for w in fit.fit.worst_rows:
+        where = f"step {w.row}" if w.phase.startswith("runs:") else f"line {w.row}"
         lines.append(
-            f"  line {w.row}: {w.phase} batch={w.batch_size} input={w.input_tokens} "
+            f"  {where}: {w.phase} batch={w.batch_size} input={w.input_tokens} "
             f"context={w.context_len}: measured {w.measured_ms:.3f} ms, "
             f"predicted {w.predicted_ms:.3f} ms ({w.rel_error:+.1%})"
         )

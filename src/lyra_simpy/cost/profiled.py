@@ -115,7 +115,8 @@ class ProfileCostConfig(Closed):
         fit = self.fit
         return {
             "fit_file": str(self._resolved),
-            "profile": fit.profile.model_dump(mode="json"),
+            "profile": fit.profile.model_dump(mode="json") if fit.profile else None,
+            **({"runs": fit.runs.model_dump(mode="json")} if fit.runs else {}),
             "profile_metadata": fit.model_dump(mode="json")["metadata"],  # dates as text
             "method": fit.method,
             "coefficients": fit.coefficients.model_dump(mode="json"),

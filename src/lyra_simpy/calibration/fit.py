@@ -147,6 +147,16 @@ class RunsSource(_Closed):
     """Rebuilt steps fitted."""
 
 
+class NoiseFit(_Closed):
+    """The spread of the fit's residuals, for ``cost.noise: fitted``
+    (:mod:`lyra_simpy.cost.noise`)."""
+
+    sigma: float
+    """1.4826 × the median absolute deviation of ln(measured / fitted) over the rows."""
+    rows: int
+    """Rows (profile rows and rebuilt steps) it was taken over."""
+
+
 class ProfileFit(_Closed):
     """What ``lyra-simpy calibrate`` writes and a ``profile`` cost model reads."""
 
@@ -162,6 +172,8 @@ class ProfileFit(_Closed):
     grid: dict[str, dict[str, int]]
     """Per phase, min and max of batch_size, input_tokens and context_len measured."""
     fit: FitReport
+    noise: NoiseFit | None = None
+    """Step-time noise fitted from the residuals (None in fits made before it existed)."""
     decode_batch_residual_ms: dict[int, float] = Field(default_factory=dict)
     """Per measured decode batch size, the median of measured − fitted over its decode
     rows: what the linear terms miss at that size (e.g. a CPU engine's single-sequence
@@ -306,8 +318,18 @@ def fit_profile(profile: Profile, loss: Loss = "nnls") -> ProfileFit:
         metadata=profile.metadata,
         grid=_grid(profile),
         fit=report(profile, predicted, unmeasured),
+        noise=noise_fit(profile.latency_ms, predicted),
         decode_batch_residual_ms=decode_residuals(profile, predicted),
     )
+
+
+def noise_fit(measured_ms: Floats, predicted_ms: Floats) -> NoiseFit | None:
+    """:class:`NoiseFit` of the rows (None where a prediction is 0: no ratio)."""
+    from lyra_simpy.cost.noise import fitted_sigma
+
+    if not len(measured_ms) or not (predicted_ms > 0).all():
+        return None
+    return NoiseFit(sigma=fitted_sigma(measured_ms, predicted_ms), rows=len(measured_ms))
 
 
 def decode_residuals(profile: Any, predicted: Floats) -> dict[int, float]:

@@ -31,7 +31,9 @@ HEADER = (
 
 def write_fit(fit: ProfileFit, path: Path) -> None:
     """Write *fit* as YAML to *path*, atomically."""
-    text = HEADER + yaml.safe_dump(fit.model_dump(mode="json"), sort_keys=False)
+    # A profile-only fit has no runs: leave the key out, as fits made before runs existed.
+    data = fit.model_dump(mode="json", exclude={"runs"} if fit.runs is None else None)
+    text = HEADER + yaml.safe_dump(data, sort_keys=False)
     atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
@@ -133,13 +135,19 @@ def format_report(fit: ProfileFit, profile_label: str | None = None) -> str:
             f"  {phase:<{width}} {pf.rows:>5} {pr2:>8} {_pct(pf.median_rel_error):>17} "
             f"{_pct(pf.max_rel_error):>8}"
         )
-    lines.append("worst rows (line in the CSV; step: index of a step rebuilt from runs):")
+    note = "; step: index of a step rebuilt from runs" if fit.runs is not None else ""
+    lines.append(f"worst rows (line in the CSV{note}):")
     for w in fit.fit.worst_rows:
         where = f"step {w.row}" if w.phase.startswith("runs:") else f"line {w.row}"
         lines.append(
             f"  {where}: {w.phase} batch={w.batch_size} input={w.input_tokens} "
             f"context={w.context_len}: measured {w.measured_ms:.3f} ms, "
             f"predicted {w.predicted_ms:.3f} ms ({w.rel_error:+.1%})"
+        )
+    if fit.noise is not None:
+        lines.append(
+            f"step-time noise (cost.noise: fitted): sigma {fit.noise.sigma:.4g} "
+            f"(robust spread of ln(measured / fitted) over {fit.noise.rows} rows)"
         )
     if fit.fit.unmeasured_terms:
         lines.append(

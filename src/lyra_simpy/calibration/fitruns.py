@@ -32,6 +32,7 @@ from lyra_simpy.calibration.fit import (
     decode_residuals,
     design_matrix,
     fit_coefficients,
+    noise_fit,
     report,
     rowwise_dot,
 )
@@ -112,5 +113,6 @@ def fit_runs(
         metadata=profile.metadata if profile is not None else {},
         grid=_grid(rows),
         fit=report(rows, predicted, unmeasured, lines),
+        noise=noise_fit(rows.latency_ms, predicted),
         decode_batch_residual_ms=decode_residuals(rows, predicted),
     )

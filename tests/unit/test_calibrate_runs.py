@@ -152,10 +152,10 @@ def test_idle_start_drop_leaves_out_steps_begun_on_an_arrival(runs):
 
 
 def test_a_request_never_gets_two_tokens_in_one_step():
-    from lyra_simpy.calibration.runs import _Request
+    from lyra_simpy.calibration.runs import StreamedRequest
 
     # two tokens of one request 0.1 ms apart: two steps, whatever the gap threshold
-    req = _Request(0.0, 10, 0, [0.010, 0.0101], [1, 1])
+    req = StreamedRequest(0.0, 10, 0, [0.010, 0.0101], [1, 1])
     steps = rebuild_steps([req], StepRebuild(gap_ms=5.0))
     assert len(steps) == 2
     assert steps.prefill_tokens.tolist() == [10, 0]

@@ -119,7 +119,10 @@ class Steps:
 
 
 @dataclass(frozen=True)
-class _Request:
+class StreamedRequest:
+    """What a replay recorded of one request: when it was sent, its prompt, and when
+    each token-carrying chunk arrived with how many tokens."""
+
     arrival_s: float
     input_tokens: int
     cached_tokens: int
@@ -146,7 +149,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def read_run(folder: Path) -> list[_Request]:
+def read_run(folder: Path) -> list[StreamedRequest]:
     """The requests of the replayed run in *folder* that got tokens, with their chunk
     times. A request whose chunks cannot be placed (counted by ``usage``) fails the run:
     its tokens would be missing from the steps they belong to."""
@@ -176,7 +179,7 @@ def read_run(folder: Path) -> list[_Request]:
                 "of one length"
             )
         out.append(
-            _Request(
+            StreamedRequest(
                 float(rec["arrival_s"]),
                 int(rec["input_tokens"]),
                 int(rec.get("cached_tokens") or 0),
@@ -187,7 +190,7 @@ def read_run(folder: Path) -> list[_Request]:
     return out
 
 
-def rebuild_steps(requests: list[_Request], cfg: StepRebuild, run: str = "") -> Steps:
+def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = "") -> Steps:
     """The engine steps of one run (module docstring)."""
     events = sorted((t, r, j) for r, req in enumerate(requests) for j, t in enumerate(req.chunk_s))
     clusters: list[list[tuple[float, int, int]]] = []

@@ -205,3 +205,49 @@ def test_bad_runs_fail_in_one_line(tmp_path, capsys):
     )
     with pytest.raises(TraceError, match="chunk_tokens is null"):
         read_run(folder)
+
+
+def test_a_real_replay_folder_feeds_the_rebuild(tmp_path, tiny_raw):
+    from live_server import StreamServer
+    from lyra_simpy.live.replay import ReplayConfig, replay
+
+    tiny_raw["workload"] = {
+        "num_requests": 4,
+        "arrival": {"name": "closed_loop", "concurrency": 1},
+        "input_tokens": {"name": "fixed", "tokens": 8},
+        "output_tokens": {"name": "fixed", "tokens": 5},
+    }
+    with StreamServer(ttft_s=0.02, itl_s=0.01) as srv:
+        replay(scenario_from_dict(tiny_raw), ReplayConfig(endpoint=srv.url), tmp_path / "r")
+    requests = read_run(tmp_path / "r")
+    assert [sum(r.chunk_tokens) for r in requests] == [5] * 4
+    # one request at a time, 10 ms between tokens: one step per token
+    steps = rebuild_steps(requests, StepRebuild())
+    assert len(steps) == 4 * 5
+    assert steps.prefill_seqs.sum() == 4
+    assert np.median(steps.latency_ms[steps.decode_seqs == 1]) == pytest.approx(10.0, abs=3.0)
+
+
+def test_chunked_prefill_steps_without_a_token_are_merged(tmp_path):
+    # prompts of 600 tokens in chunks of 256, alone in the engine: the first two chunks
+    # emit nothing, so three engine steps are rebuilt as one (docs/calibration.md §7)
+    raw = json.loads(scenario(5, 0.5, 6).model_dump_json())
+    raw["workload"]["input_tokens"] = {"name": "fixed", "tokens": 600}
+    raw["workload"]["output_tokens"] = {"name": "fixed", "tokens": 3}
+    raw["scheduler"] = {"name": "chunked_prefill", "max_num_seqs": 4, "max_num_batched_tokens": 256}
+    res = simulate(scenario_from_dict(raw))
+    steps = rebuild_steps(read_run(write_run(res, tmp_path / "c")), StepRebuild())
+    assert len(res.timeseries["end_s"]) == 6 * (3 + 2)
+    assert len(steps) == 6 * 3
+    prefill = steps.latency_ms[steps.prefill_seqs == 1]
+    c = TRUE
+    # measured: three steps (three fixed costs, the chunks' own attention pairs) ...
+    pairs = 256 * 256 + 256 * 512 + 88 * 600
+    three = (
+        3 * c["fixed_ms"] + c["per_prefill_token_ms"] * 600 + c["per_prefill_attention_ms"] * pairs
+    )
+    np.testing.assert_allclose(prefill, three, rtol=1e-9)
+    # ... read as one step of a 600-token prompt, which the true model prices otherwise
+    assert steps.prefill_tokens[steps.prefill_seqs == 1].tolist() == [600] * 6
+    one = c["fixed_ms"] + c["per_prefill_token_ms"] * 600 + c["per_prefill_attention_ms"] * 600**2
+    assert abs(one - three) > 1.0

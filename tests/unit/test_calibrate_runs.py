@@ -148,6 +148,8 @@ def test_idle_start_drop_leaves_out_steps_begun_on_an_arrival(runs):
     kept = rebuild_steps(requests, StepRebuild())
     dropped = rebuild_steps(requests, StepRebuild(idle_start="drop"))
     assert 0 < len(dropped) < len(kept)
+    assert dropped.dropped == len(kept) - len(dropped)
+    assert kept.dropped == 0
     assert (dropped.prefill_seqs + dropped.decode_seqs > 0).all()
 
 

@@ -145,6 +145,8 @@ class RunsSource(_Closed):
     """The :class:`~lyra_simpy.calibration.runs.StepRebuild` settings."""
     steps: int
     """Rebuilt steps fitted."""
+    dropped_steps: int = 0
+    """Rebuilt steps left out (``idle_start: drop``, or no known start)."""
 
 
 class NoiseFit(_Closed):

@@ -114,7 +114,8 @@ def format_report(fit: ProfileFit, profile_label: str | None = None) -> str:
         lines.append(f"profile: {profile_label or fit.profile.path} ({fit.profile.rows} rows)")
     if fit.runs is not None:
         lines.append(
-            f"runs: {', '.join(fit.runs.folders)} ({fit.runs.steps} rebuilt steps; "
+            f"runs: {', '.join(fit.runs.folders)} ({fit.runs.steps} rebuilt steps, "
+            f"{fit.runs.dropped_steps} left out; "
             + ", ".join(f"{k}={v}" for k, v in fit.runs.rebuild.items())
             + ")"
         )

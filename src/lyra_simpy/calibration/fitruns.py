@@ -109,6 +109,7 @@ def fit_runs(
             folders=[rel(f) for f in folders],
             rebuild=rebuild.model_dump(mode="json"),
             steps=len(steps),
+            dropped_steps=steps.dropped,
         ),
         metadata=profile.metadata if profile is not None else {},
         grid=_grid(rows),

@@ -77,6 +77,9 @@ class Steps:
     prefill_attention_tokens: Ints
     run: npt.NDArray[np.str_]
     """The run folder each step came from."""
+    dropped: int = 0
+    """Steps found but left out: begun idle under ``idle_start: drop``, or the first of
+    a run without a prompt in it (no known start)."""
 
     def __len__(self) -> int:
         return len(self.latency_ms)
@@ -116,6 +119,9 @@ class Steps:
                 self.prefill_attention_tokens.astype(np.float64),
             ]
         )
+
+
+_COLUMNS = tuple(k for k in Steps.__dataclass_fields__ if k != "dropped")
 
 
 @dataclass(frozen=True)
@@ -204,8 +210,9 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
         clusters[-1].append((t, r, j))
         members.add(r)
         last = t
-    cols: dict[str, list[Any]] = {k: [] for k in Steps.__dataclass_fields__}
+    cols: dict[str, list[Any]] = {k: [] for k in _COLUMNS}
     prev_end: float | None = None
+    dropped = 0
     for cluster in clusters:
         end = float(np.median([t for t, _, _ in cluster]))
         dec = ctx = pre = new = att = 0
@@ -225,7 +232,8 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
         start = sent if idle or prev_end is None else prev_end
         prev_end = end
         if (idle and cfg.idle_start == "drop") or not np.isfinite(start) or not end > start:
-            continue  # (a first step without a prompt in it has no known start)
+            dropped += 1  # (a first step without a prompt in it has no known start)
+            continue
         cols["latency_ms"].append((end - start) * 1000.0)
         cols["decode_seqs"].append(dec)
         cols["decode_context_tokens"].append(ctx)
@@ -241,6 +249,7 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
         prefill_tokens=np.asarray(cols["prefill_tokens"], dtype=np.int64),
         prefill_attention_tokens=np.asarray(cols["prefill_attention_tokens"], dtype=np.int64),
         run=np.asarray(cols["run"], dtype=np.str_),
+        dropped=dropped,
     )
 
 
@@ -248,8 +257,6 @@ def steps_of_runs(folders: list[Path], cfg: StepRebuild) -> Steps:
     """The rebuilt steps of every run in *folders*, run after run."""
     parts = [rebuild_steps(read_run(f), cfg, str(f)) for f in folders]
     return Steps(
-        **{
-            name: np.concatenate([getattr(p, name) for p in parts])
-            for name in Steps.__dataclass_fields__
-        }
+        **{name: np.concatenate([getattr(p, name) for p in parts]) for name in _COLUMNS},
+        dropped=sum(p.dropped for p in parts),
     )

@@ -245,3 +245,17 @@ def test_closed_loop_trace_bad_input(make_scenario, arrival, lengths, message):
                 "workload.output_tokens": lengths,
             }
         )
+
+
+def test_closed_loop_trace_skip_rows_past_the_end(make_scenario, tmp_path):
+    from lyra_simpy.errors import ScenarioError
+
+    write_trace(tmp_path / "sent.csv", [(0.0, 7, 2), (1.0, 9, 4)])
+    loop = {"name": "closed_loop", "concurrency": 2, "path": str(tmp_path / "sent.csv")}
+    with pytest.raises(ScenarioError, match=r"skip_rows: got 2, must be < the trace's 2 rows"):
+        make_scenario(
+            {
+                "workload.arrival": {**loop, "format": "csv", "skip_rows": 2},
+                "workload.input_tokens": {"name": "trace"},
+            }
+        )

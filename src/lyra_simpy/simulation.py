@@ -19,6 +19,7 @@ import simpy
 
 from lyra_simpy.cluster import Dispatcher, HandedSource, replica_loads
 from lyra_simpy.cost import COST_MODELS, CostModel
+from lyra_simpy.cost.noise import NoisyCost
 from lyra_simpy.disagg import HandOff
 from lyra_simpy.engine import Replica
 from lyra_simpy.kv import BlockPool
@@ -132,6 +133,12 @@ def _build_replica(
 ) -> Replica:  # fmt: skip
     scheduler = SCHEDULERS[spec.scheduler.name](spec.scheduler)
     cost = COST_MODELS[spec.cost.name](spec.cost, spec.scheduler.max_batch)
+    steps: CostModel = cost  # what the replica's steps take: the model, or with noise
+    sigma = getattr(spec.cost, "noise_sigma", None)
+    if sigma is not None:
+        draw = spec.cost.noise.draw
+        steps = NoisyCost(cost, sigma, streams.get(f"step_noise{draw}_{i}"))
+        fuse = False  # noisy spans are not the same numbers however split (cost/noise.py)
     kv_cfg = spec.kv_cache
     kv = BlockPool(kv_cfg.capacity_blocks, kv_cfg.block_size)
     cache: PrefixCache | None = None
@@ -149,7 +156,7 @@ def _build_replica(
     if scenario.speculative is not None:
         speculator = Speculator(scenario.speculative, streams.get(f"speculative{i}"))
     return Replica(
-        env, i, scheduler, cost, kv, source, collector, fuse,
+        env, i, scheduler, steps, kv, source, collector, fuse,
         scenario.simulation.until_s, cache, _admission(scenario, spec, cost), strict_horizon,
         handoff, speculator,
     )  # fmt: skip

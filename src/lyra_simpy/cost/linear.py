@@ -18,6 +18,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, NonNegativeFloat
 
 from lyra_simpy.config import Closed
 from lyra_simpy.cost.base import BatchShape, affine_span_s, verify_rows_tokens
+from lyra_simpy.cost.jitter import JitterConfig
 from lyra_simpy.cost.padding import Padder, Padding, check_padding
 
 
@@ -44,6 +45,9 @@ class LinearCostConfig(Closed):
     decoding, so a prefill iteration costs what a decode of that width does: the
     classroom engine of Lab 02 ("each iteration advances every sequence one decode
     step, or processes a prefill, and costs 15 ms + 1 ms × batch width")."""
+    jitter: JitterConfig | None = None
+    """Seeded step-time noise on every iteration (default none: exact times); see
+    :mod:`~lyra_simpy.cost.jitter`."""
 
 
 class LinearCost:

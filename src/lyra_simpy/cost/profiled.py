@@ -35,6 +35,7 @@ from pydantic import (
 
 from lyra_simpy.config import Closed
 from lyra_simpy.cost.base import BatchShape, affine_span_s, verify_rows_tokens
+from lyra_simpy.cost.jitter import JitterConfig
 from lyra_simpy.cost.padding import Padder, Padding, check_padding
 from lyra_simpy.errors import LyraError
 
@@ -80,6 +81,9 @@ class ProfileCostConfig(Closed):
     decode grid, interpolated in batch size between measured sizes and held at the
     nearest one outside them, over the linear terms (for an engine whose decode step
     is not linear in the batch, e.g. llama.cpp on a CPU: 1 → 2 sequences jumps)."""
+    jitter: JitterConfig | None = None
+    """Seeded step-time noise on every iteration (default none: exact times); see
+    :mod:`~lyra_simpy.cost.jitter`."""
 
     _fit: ProfileFit | None = PrivateAttr(default=None)
     _resolved: Path | None = PrivateAttr(default=None)

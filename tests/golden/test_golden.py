@@ -98,8 +98,11 @@ def test_continuous_beats_static():
     assert cont["output_throughput"] > 1.2 * static["output_throughput"]
     assert static["p99_ttft_ms"] >= 10 * cont["p99_ttft_ms"]
     assert static["median_ttft_ms"] >= 100 * cont["median_ttft_ms"]
-    # the padded classroom engine: every iteration, prefills included, costs 15 + 16 ms
-    assert static["median_tpot_ms"] == pytest.approx(31.0, abs=1e-6)
+    # the padded classroom engine: every iteration, prefills included, costs 15 + 16 ms;
+    # a static member prefilled j-th of n waits the n - j prefills after its first token
+    # (one per iteration, as the lab's rule has it): its TPOT is 31 ms x (1 + (n - j) /
+    # (output - 1)), a few per cent above 31 for the median request
+    assert 31.0 < static["median_tpot_ms"] < 31.0 * 1.1
     assert cont["median_itl_ms"] == pytest.approx(31.0, abs=1e-6)
     assert cont["median_tpot_ms"] == pytest.approx(31.0, abs=1e-6)
     # continuous meets the SLO for most; static for almost nobody

@@ -5,8 +5,8 @@ Each consumer's stream is derived from its *name*, not from the order of creatio
 adding a consumer (a new policy that draws numbers) never shifts another's draws.
 Streams in use: ``arrivals``, ``input_tokens``, ``output_tokens``, ``trace_rows``,
 ``prefixes`` (shared system prompts), ``router`` (random routers), ``speculative<i>``
-(draft acceptance on replica *i*) and ``step_noise<draw>_<i>`` (step-time noise on
-replica *i*, :mod:`lyra_simpy.cost.noise`).
+(draft acceptance on replica *i*) and ``jitter<i>.<session>`` (step-time noise on
+replica *i* in replay session *session*, :mod:`lyra_simpy.cost.jitter`).
 """
 
 from __future__ import annotations

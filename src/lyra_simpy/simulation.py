@@ -19,7 +19,7 @@ import simpy
 
 from lyra_simpy.cluster import Dispatcher, HandedSource, replica_loads
 from lyra_simpy.cost import COST_MODELS, CostModel
-from lyra_simpy.cost.noise import NoisyCost
+from lyra_simpy.cost.jitter import expected, with_jitter
 from lyra_simpy.disagg import HandOff
 from lyra_simpy.engine import Replica
 from lyra_simpy.kv import BlockPool
@@ -132,13 +132,8 @@ def _build_replica(
     fuse: bool = True, *, streams: Streams,
 ) -> Replica:  # fmt: skip
     scheduler = SCHEDULERS[spec.scheduler.name](spec.scheduler)
-    cost = COST_MODELS[spec.cost.name](spec.cost, spec.scheduler.max_batch)
-    steps: CostModel = cost  # what the replica's steps take: the model, or with noise
-    sigma = getattr(spec.cost, "noise_sigma", None)
-    if sigma is not None:
-        draw = spec.cost.noise.draw
-        steps = NoisyCost(cost, sigma, streams.get(f"step_noise{draw}_{i}"))
-        fuse = False  # noisy spans are not the same numbers however split (cost/noise.py)
+    exact = COST_MODELS[spec.cost.name](spec.cost, spec.scheduler.max_batch)
+    cost = with_jitter(exact, spec.cost, streams, i)
     kv_cfg = spec.kv_cache
     kv = BlockPool(kv_cfg.capacity_blocks, kv_cfg.block_size)
     cache: PrefixCache | None = None
@@ -152,12 +147,13 @@ def _build_replica(
     # finishes: no replica can know its next arrival, so none fuses iterations.
     fuse = fuse and scenario.simulation.fuse_iterations
     fuse = fuse and not (strict_horizon and source.feedback)
+    fuse = fuse and cost is exact  # jitter draws per iteration (cost/jitter.py)
     speculator = None
     if scenario.speculative is not None:
         speculator = Speculator(scenario.speculative, streams.get(f"speculative{i}"))
     return Replica(
-        env, i, scheduler, steps, kv, source, collector, fuse,
-        scenario.simulation.until_s, cache, _admission(scenario, spec, cost), strict_horizon,
+        env, i, scheduler, cost, kv, source, collector, fuse,
+        scenario.simulation.until_s, cache, _admission(scenario, spec, exact), strict_horizon,
         handoff, speculator,
     )  # fmt: skip
 
@@ -357,7 +353,8 @@ def _unloaded(
             mine |= where < 0  # never assigned (not arrived in time): any replica's cost
         if mine.any():
             out[mine] = unloaded_service_s(
-                replica.cost, records["input_tokens"][mine], records["output_tokens"][mine],
+                expected(replica.cost), records["input_tokens"][mine],
+                records["output_tokens"][mine],
                 alone_chunk_tokens(spec.scheduler),
                 records["cached_tokens"][mine],
             )  # fmt: skip

@@ -1,4 +1,5 @@
-"""Step-time noise (cost.noise) and the band of a scenario over noise draws."""
+"""Step-time noise (cost.jitter with sigma, fitted or given) and the band of a scenario
+over noise draws (sessions)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from lyra_simpy import ScenarioError, scenario_from_dict, simulate
 from lyra_simpy.calibration.fit import fit_profile
 from lyra_simpy.calibration.profiles import read_profile, write_profile
 from lyra_simpy.cli import main
-from lyra_simpy.cost.noise import fitted_sigma
+from lyra_simpy.cost.jitter import fit_sigma, fitted_sigma
 from lyra_simpy.errors import LyraError
 from lyra_simpy.live.band import band, inside
 from lyra_simpy.live.compare import METRICS, compare, format_comparison
@@ -25,7 +26,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 def raw(noise: Any = None, fit: Path = DATA / "synthetic_fit.yaml", n: int = 30) -> dict:
     cost: dict[str, Any] = {"name": "profile", "path": str(fit)}
     if noise is not None:
-        cost["noise"] = noise
+        cost["jitter"] = noise
     return {
         "name": "noisy",
         "seed": 3,
@@ -57,8 +58,8 @@ def test_noise_multiplies_each_step_by_a_lognormal_factor():
 
 def test_noise_is_deterministic_per_draw_and_off_by_default():
     a = simulate(scenario_from_dict(raw({"sigma": 0.1})))
-    b = simulate(scenario_from_dict(raw({"sigma": 0.1, "draw": 0})))
-    c = simulate(scenario_from_dict(raw({"sigma": 0.1, "draw": 1})))
+    b = simulate(scenario_from_dict(raw({"sigma": 0.1, "session": 0})))
+    c = simulate(scenario_from_dict(raw({"sigma": 0.1, "session": 1})))
     np.testing.assert_array_equal(durations(a), durations(b))
     assert not np.array_equal(durations(a), durations(c))
     assert a.records["input_tokens"].tolist() == c.records["input_tokens"].tolist()
@@ -101,12 +102,22 @@ def test_noise_fitted_reads_the_fit_file(tmp_path):
     out = tmp_path / "fit.yaml"
     assert main(["calibrate", str(profile_with_noise(tmp_path, 0.06)), "--out", str(out)]) == 0
     sc = scenario_from_dict(raw("fitted", out))
-    fitted = sc.cost.noise_sigma
+    assert sc.cost.jitter.sigma == "fitted"
+    fitted = fit_sigma(sc.cost)
     assert fitted == pytest.approx(0.06, rel=0.15)
-    with pytest.raises(ScenarioError, match=r"cost\.profile: noise: got 'fitted', but the fit"):
+    # the run draws exp(fitted z): the same steps as giving that sigma by hand
+    by_hand = scenario_from_dict(raw({"sigma": fitted}, out))
+    np.testing.assert_array_equal(durations(simulate(sc)), durations(simulate(by_hand)))
+    with pytest.raises(ScenarioError, match=r"jitter.sigma: got 'fitted', but the fit"):
         scenario_from_dict(raw("fitted"))  # the old synthetic fit has no noise
-    with pytest.raises(ScenarioError, match=r"noise\.sigma"):
+    with pytest.raises(ScenarioError, match=r"jitter\.sigma"):
         scenario_from_dict(raw({"sigma": -1}))
+    with pytest.raises(ScenarioError, match=r"give one of them"):
+        scenario_from_dict(raw({"sigma": 0.1, "cv": 0.1}))
+    linear = raw()
+    linear["cost"] = {"name": "linear", "base_ms": 5.0, "jitter": "fitted"}
+    with pytest.raises(ScenarioError, match=r"the linear cost model has no fit file"):
+        scenario_from_dict(linear)
 
 
 def test_band_widens_with_sigma_and_compare_says_inside(tmp_path, capsys):
@@ -118,7 +129,7 @@ def test_band_widens_with_sigma_and_compare_says_inside(tmp_path, capsys):
         assert wide[m]["high"] - wide[m]["low"] > 3 * (narrow[m]["high"] - narrow[m]["low"])
     assert inside(1.0, {"low": 0.5, "high": 1.5}) is True
     assert inside(2.0, {"low": 0.5, "high": 1.5}) is False
-    with pytest.raises(LyraError, match=r"cost\.noise is off"):
+    with pytest.raises(LyraError, match=r"cost\.jitter is off"):
         band(scenario_from_dict(raw(n=4)), 3, metrics)
 
     # compare: a "real" run (another noise draw) against the band
@@ -130,7 +141,7 @@ def test_band_widens_with_sigma_and_compare_says_inside(tmp_path, capsys):
         return folder
 
     sim = run_dir("sim", raw(n=12))
-    real = run_dir("real", raw({"sigma": 0.05, "draw": 7}, n=12))
+    real = run_dir("real", raw({"sigma": 0.05, "session": 7}, n=12))
     scen = tmp_path / "s.yaml"
     scen.write_text(json.dumps(raw({"sigma": 0.05}, n=12)))
     assert main(["compare", str(sim), str(real), "--band", str(scen), "--seeds", "5"]) == 0

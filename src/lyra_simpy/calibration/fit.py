@@ -150,8 +150,8 @@ class RunsSource(_Closed):
 
 
 class NoiseFit(_Closed):
-    """The spread of the fit's residuals, for ``cost.noise: fitted``
-    (:mod:`lyra_simpy.cost.noise`)."""
+    """The spread of the fit's residuals, for ``cost.jitter: fitted``
+    (:mod:`lyra_simpy.cost.jitter`)."""
 
     sigma: float
     """1.4826 × the median absolute deviation of ln(measured / fitted) over the rows."""
@@ -327,7 +327,7 @@ def fit_profile(profile: Profile, loss: Loss = "nnls") -> ProfileFit:
 
 def noise_fit(measured_ms: Floats, predicted_ms: Floats) -> NoiseFit | None:
     """:class:`NoiseFit` of the rows (None where a prediction is 0: no ratio)."""
-    from lyra_simpy.cost.noise import fitted_sigma
+    from lyra_simpy.cost.jitter import fitted_sigma
 
     if not len(measured_ms) or not (predicted_ms > 0).all():
         return None

@@ -147,7 +147,7 @@ def format_report(fit: ProfileFit, profile_label: str | None = None) -> str:
         )
     if fit.noise is not None:
         lines.append(
-            f"step-time noise (cost.noise: fitted): sigma {fit.noise.sigma:.4g} "
+            f"step-time noise (cost.jitter: fitted): sigma {fit.noise.sigma:.4g} "
             f"(robust spread of ln(measured / fitted) over {fit.noise.rows} rows)"
         )
     if fit.fit.unmeasured_terms:

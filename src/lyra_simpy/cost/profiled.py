@@ -35,7 +35,7 @@ from pydantic import (
 
 from lyra_simpy.config import Closed
 from lyra_simpy.cost.base import BatchShape, affine_span_s, verify_rows_tokens
-from lyra_simpy.cost.noise import StepNoise
+from lyra_simpy.cost.jitter import Jitter
 from lyra_simpy.cost.padding import Padder, Padding, check_padding
 from lyra_simpy.errors import LyraError
 
@@ -81,10 +81,9 @@ class ProfileCostConfig(Closed):
     decode grid, interpolated in batch size between measured sizes and held at the
     nearest one outside them, over the linear terms (for an engine whose decode step
     is not linear in the batch, e.g. llama.cpp on a CPU: 1 → 2 sequences jumps)."""
-
-    noise: StepNoise | None = None
-    """Step-time noise (:mod:`lyra_simpy.cost.noise`): ``fitted`` (σ from the fit file)
-    or ``{sigma: x}``; None (default): every step takes exactly the model's time."""
+    jitter: Jitter | None = None
+    """Seeded step-time noise on every iteration (default none: exact times); see
+    :mod:`~lyra_simpy.cost.jitter`."""
 
     _fit: ProfileFit | None = PrivateAttr(default=None)
     _resolved: Path | None = PrivateAttr(default=None)
@@ -107,23 +106,13 @@ class ProfileCostConfig(Closed):
                 f"decode_table: got true, but the fit {self.path!r} has no decode rows' "
                 "residuals (profile decode steps and run lyra-simpy calibrate again)"
             )
-        if self.noise is not None and self.noise.sigma == "fitted" and self._fit.noise is None:
+        fitted = self.jitter is not None and self.jitter.sigma == "fitted"
+        if fitted and self._fit.noise is None:
             raise ValueError(
-                f"noise: got 'fitted', but the fit {self.path!r} has no noise (fit it again "
-                "with lyra-simpy calibrate, or give {sigma: x})"
+                f"jitter.sigma: got 'fitted', but the fit {self.path!r} has no noise (fit "
+                "it again with lyra-simpy calibrate, or give sigma: x)"
             )
         return self
-
-    @property
-    def noise_sigma(self) -> float | None:
-        """σ of the step-time noise (None: off)."""
-        if self.noise is None:
-            return None
-        if self.noise.sigma == "fitted":
-            assert self._fit is not None
-            assert self._fit.noise is not None
-            return self._fit.noise.sigma
-        return self.noise.sigma
 
     @property
     def fit(self) -> ProfileFit:

@@ -3,7 +3,7 @@
 The real runs a simulation is compared with replay one workload again and again; what
 differs between them is how long the engine's steps take. So the band keeps the
 scenario's workload (its ``seed``) and varies only the step-time noise
-(``cost.noise.draw`` = 0 … N−1, :mod:`lyra_simpy.cost.noise`): each metric's band is
+(``cost.jitter.session`` = 0 … N−1, :mod:`lyra_simpy.cost.jitter`): each metric's band is
 the range [min, max] of its N simulated values. N draws cover a further draw's value
 with probability (N − 1) / (N + 1) (order statistics): 9 draws, 80 %; 19 draws, 90 %.
 
@@ -23,20 +23,20 @@ from lyra_simpy.scenario import Scenario
 
 def band(scenario: Scenario, draws: int, metrics: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     """Per metric: ``low``, ``high`` (min and max over *draws* noise draws),
-    ``median`` and every draw's ``values``. The scenario's cost must have ``noise``."""
+    ``median`` and every draw's ``values``. The scenario's cost must have ``jitter``."""
     from lyra_simpy.simulation import simulate
 
     if draws < 2:
         raise LyraError(f"--seeds: got {draws}, must be >= 2 (a band needs two draws)")
-    noise = getattr(scenario.cost, "noise", None)
-    if noise is None:
+    jitter = getattr(scenario.cost, "jitter", None)
+    if jitter is None or not jitter.active:
         raise LyraError(
-            f"{scenario.name}: cost.noise is off; a band needs it "
-            "(cost: {name: profile, ..., noise: fitted} or noise: {sigma: 0.05})"
+            f"{scenario.name}: cost.jitter is off; a band needs it "
+            "(cost: {name: profile, ..., jitter: fitted} or jitter: {sigma: 0.05})"
         )
-    given = noise.model_dump(mode="json")
+    given = jitter.model_dump(mode="json")
     summaries = [
-        simulate(scenario.with_values({"cost.noise": {**given, "draw": k}})).summary
+        simulate(scenario.with_values({"cost.jitter": {**given, "session": k}})).summary
         for k in range(draws)
     ]
     out: dict[str, dict[str, Any]] = {}

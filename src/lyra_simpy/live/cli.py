@@ -49,7 +49,7 @@ def add_live_parsers(sub: Any) -> None:
         "--band",
         type=Path,
         metavar="SCENARIO",
-        help="simulate SCENARIO (its cost.noise on) --seeds times: a band per metric",
+        help="simulate SCENARIO (its cost.jitter on) --seeds times: a band per metric",
     )
     cmp_.add_argument("--seeds", type=count, default=10, help="noise draws for --band (10)")
     cmp_.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE")

@@ -123,10 +123,11 @@ def write_itl_csv(path: Path, values_s: np.ndarray, counts: np.ndarray) -> None:
     """Inter-token latencies as ``itl_ms,count`` rows (equal gaps merged, sorted)."""
     ms, inverse = np.unique(np.round(values_s * 1000.0, 9), return_inverse=True)
     totals = np.bincount(inverse, weights=counts, minlength=len(ms)).astype(np.int64)
+    # the text csv.writer makes (repr of each float, CRLF rows), built in one join: faster
+    rows = [f"{m},{c}\r\n" for m, c in zip(ms.tolist(), totals.tolist(), strict=True)]
     with path.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["itl_ms", "count"])
-        writer.writerows(zip(ms.tolist(), totals.tolist(), strict=True))
+        fh.write("itl_ms,count\r\n")
+        fh.write("".join(rows))
 
 
 def read_itl_csv(path: Path) -> tuple[np.ndarray, np.ndarray]:

@@ -19,7 +19,12 @@ Targets (issue 7): 1 000 000 requests in ≤ 3 minutes and ≤ 1 GB peak RSS on 
 (the simulator is single-threaded; ``taskset -c 0`` pins it where available).
 ``--check`` exits 1 when one is missed.
 
-Usage: ``python benchmarks/scale.py [--requests N] [--replicas R] [--router NAME]
+``--router all`` runs the full size once per router (every name in the routers'
+registry) and prints one row each: routers that read the replicas' state
+(``least_outstanding``, ``least_kv``, ``power_of_two``, ``cache_aware``) are the slow
+ones to simulate, since a fused run ends wherever the router must see the state.
+
+Usage: ``python benchmarks/scale.py [--requests N] [--replicas R] [--router NAME|all]
 [--check]`` (``tox -e bench-scale``).
 """
 
@@ -104,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     base = spawn(0, args)
     print(f"import-only child: {base['wall_s']:.2f} s, peak RSS {base['peak_rss_mb']:.0f} MB")
+    if args.router == "all":
+        return every_router(args, base)
     rows = [spawn(n, args) for n in (args.requests // 4, args.requests)]
     print(
         f"{'requests':>10} {'wall (s)':>9} {'simulate':>9} {'req/s':>8} {'iter/s':>8} "
@@ -131,6 +138,34 @@ def main(argv: list[str] | None = None) -> int:
         f"{TARGET_RSS_MB:.0f} MB: {big['peak_rss_mb']:.0f} MB -> {'met' if met else 'MISSED'}"
     )
     return 1 if args.check and not met else 0
+
+
+def every_router(args: argparse.Namespace, base: dict[str, Any]) -> int:
+    """The full size once per router: one row each, and whether every one met the targets."""
+    from lyra_simpy.routing import ROUTERS
+
+    print(
+        f"{'router':>18} {'wall (s)':>9} {'simulate':>9} {'req/s':>8} {'iter/s':>8} "
+        f"{'p50 TTFT':>8} {'peak RSS':>9}"
+    )
+    all_met = True
+    for router in ROUTERS:
+        r = spawn(args.requests, argparse.Namespace(**{**vars(args), "router": router}))
+        met = r["wall_s"] <= TARGET_S and r["peak_rss_mb"] <= TARGET_RSS_MB
+        all_met = all_met and met
+        print(
+            f"{router:>18} {r['wall_s']:>9.1f} {r['simulate_s']:>9.1f} "
+            f"{r['requests'] / r['simulate_s']:>8,.0f} {r['iterations'] / r['simulate_s']:>8,.0f} "
+            f"{r['median_ttft_ms']:>6.0f}ms {r['peak_rss_mb']:>7.0f}MB  "
+            f"{'met' if met else 'MISSED'}",
+            flush=True,
+        )
+    print(
+        f"{args.requests:,} requests, {args.replicas} replicas; targets: wall <= "
+        f"{TARGET_S:.0f} s, peak RSS <= {TARGET_RSS_MB:.0f} MB per router -> "
+        f"{'met' if all_met else 'MISSED'}; import-only child {base['peak_rss_mb']:.0f} MB"
+    )
+    return 1 if args.check and not all_met else 0
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ path through its conftest)."""
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -54,3 +55,36 @@ def trace_workload(tmp_path: Path, rows: Iterable[tuple[float, int, int]]) -> di
         "workload.input_tokens": {"name": "trace"},
         "workload.output_tokens": {"name": "trace"},
     }
+
+
+STAND_IN_SERVER = """#!{python}
+import sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+if "--fail" in sys.argv:
+    print({fail_message!r})
+    sys.exit(1)
+{check}
+host = sys.argv[sys.argv.index("--host") + 1] if "--host" in sys.argv else "127.0.0.1"
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+    def log_message(self, *a):
+        pass
+HTTPServer((host, port), H).serve_forever()
+"""
+
+
+def stand_in_server(path: Path, fail_message: str, check: str = "") -> Path:
+    """An executable at *path* that serves ``ok`` on ``--host``/``--port`` (127.0.0.1 by
+    default) until killed, or prints *fail_message* and exits 1 when given ``--fail``;
+    *check*: a Python line run first on ``sys.argv`` (an ``assert``). A stand-in for a
+    server binary (llama-server, vLLM's ``python -m``) in the live helpers' tests."""
+    path.write_text(
+        STAND_IN_SERVER.format(python=sys.executable, fail_message=fail_message, check=check)
+    )
+    path.chmod(0o755)
+    return path

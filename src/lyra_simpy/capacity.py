@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lyra_simpy.errors import ScenarioError
+from lyra_simpy.metrics.summary import number
 from lyra_simpy.scenario import Scenario
 from lyra_simpy.sweep.executors import Executor, open_executor, simulate_summary
 
@@ -153,8 +154,8 @@ class _Search:
         for i, result in self.executor.run(simulate_summary, runs):
             summary = result["summary"]
             cap.runs[todo[i]] = (
-                float(summary["slo_attainment"]),
-                float(summary["request_goodput"]),
+                number(summary["slo_attainment"]),
+                number(summary["request_goodput"]),
             )
 
     def meets(self, x: float) -> bool:

@@ -16,7 +16,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from lyra_simpy.argtypes import count, milliseconds
 from lyra_simpy.errors import LyraError, ScenarioError
@@ -59,10 +58,42 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("schema", help="print the JSON Schema of the scenario format")
 
-    cal = sub.add_parser("calibrate", help="fit the profile cost model to a profile CSV")
-    cal.add_argument("profile", type=Path, help="profile CSV (DESIGN §4) with metadata YAML")
+    cal = sub.add_parser(
+        "calibrate", help="fit the profile cost model to a profile CSV and/or replayed runs"
+    )
+    cal.add_argument(
+        "profile", type=Path, nargs="?", help="profile CSV (DESIGN §4) with metadata YAML"
+    )
+    cal.add_argument("--profile", dest="profile_opt", type=Path, help="the same, as an option")
+    cal.add_argument(
+        "--from-runs",
+        type=Path,
+        nargs="+",
+        default=[],
+        metavar="DIR",
+        help="replayed run folders: fit on engine steps rebuilt from their token times",
+    )
+    cal.add_argument(
+        "--step-gap-ms",
+        type=milliseconds,
+        default=None,
+        help="with --from-runs: token chunks further apart start a new step (default 1)",
+    )
+    cal.add_argument(
+        "--idle-start",
+        choices=["arrival", "drop"],
+        default=None,
+        help="with --from-runs: a step begun idle starts at its request's send (default) "
+        "or is dropped",
+    )
     cal.add_argument("--out", type=Path, help="write the fit here (YAML, for cost.path)")
     cal.add_argument("--figure", type=Path, help="write the residual figure here (.png/.pdf)")
+    cal.add_argument(
+        "--loss",
+        choices=["nnls", "soft_l1"],
+        default="nnls",
+        help="nnls: least squares (default); soft_l1: robust to a few outlying rows",
+    )
 
     fig = sub.add_parser("figures", help="regenerate the paper figures (PNG, PDF, README)")
     fig.add_argument("--only", nargs="+", default=[], metavar="NAME", help="just these figures")
@@ -195,11 +226,39 @@ def _traces(args: argparse.Namespace) -> int:
 def _calibrate(args: argparse.Namespace) -> int:
     from lyra_simpy.calibration.fitfile import calibrate, format_report
 
-    fit = calibrate(args.profile, args.out, args.figure)
-    print(format_report(fit, str(args.profile)))
+    if args.profile is not None and args.profile_opt is not None:
+        raise LyraError("calibrate: give the profile CSV once (positional or --profile)")
+    profile = args.profile or args.profile_opt
+    if args.from_runs:
+        return _calibrate_runs(args, profile)
+    if profile is None:
+        raise LyraError("calibrate: give a profile CSV, --from-runs DIR..., or both")
+    if args.step_gap_ms is not None or args.idle_start is not None:
+        raise LyraError("calibrate: --step-gap-ms and --idle-start need --from-runs")
+    fit = calibrate(profile, args.out, args.figure, args.loss)
+    print(format_report(fit, str(profile)))
     for path in (args.out, args.figure):
         if path is not None:
             print(f"wrote {path}")
+    return 0
+
+
+def _calibrate_runs(args: argparse.Namespace, profile: Path | None) -> int:
+    from lyra_simpy.calibration.fitfile import format_report, write_fit
+    from lyra_simpy.calibration.fitruns import fit_runs
+    from lyra_simpy.calibration.runs import StepRebuild
+
+    if args.figure is not None:
+        raise LyraError("calibrate: --figure draws a profile's residuals; not with --from-runs")
+    if args.step_gap_ms is not None and args.step_gap_ms <= 0:
+        raise LyraError(f"--step-gap-ms: got {args.step_gap_ms:g}, must be > 0 (ms)")
+    given = {"gap_ms": args.step_gap_ms, "idle_start": args.idle_start}
+    rebuild = StepRebuild(**{k: v for k, v in given.items() if v is not None})
+    fit = fit_runs(args.from_runs, profile, rebuild, args.loss, args.out)
+    print(format_report(fit))
+    if args.out is not None:
+        write_fit(fit, args.out)
+        print(f"wrote {args.out}")
     return 0
 
 
@@ -240,21 +299,6 @@ def _expand(paths: list[Path]) -> list[Path]:
     return out
 
 
-def _warnings(variants: list[Any]) -> list[str]:
-    """The variants' never-served warnings, each once, naming the runs it concerns
-    unless it concerns them all."""
-    from lyra_simpy.servable import never_served
-
-    found: dict[str, list[str]] = {}
-    for v in variants:
-        for line in never_served(v):
-            found.setdefault(line, []).append(v.label)
-    return [
-        line if len(labels) == len(variants) else f"{line} (runs: {', '.join(labels)})"
-        for line, labels in found.items()
-    ]
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -287,11 +331,12 @@ def main(argv: list[str] | None = None) -> int:
         paths = _expand(args.scenarios)
         scenarios = [(path, load_scenario(path, args.overrides, args.quick)) for path in paths]
         if args.command == "validate":
+            from lyra_simpy.refusals import possible_refusals
+
             for path, sc in scenarios:
-                variants = sc.expand()
-                print(f"{path}: ok ({len(variants)} run(s))")
-                for line in _warnings(variants):
-                    print(f"lyra-simpy: warning: {path}: {line}", file=sys.stderr)
+                print(f"{path}: ok ({len(sc.expand())} run(s))")
+                for line in possible_refusals(sc):
+                    print(f"lyra-simpy: warning: {line}", file=sys.stderr)
             return 0
         from lyra_simpy.progress import wanted
         from lyra_simpy.runner import run_scenario

@@ -62,6 +62,15 @@ class RoutedSource:
     def on_finish(self, now_s: float) -> None:
         self._dispatcher.on_finish(now_s)
 
+    def arrivals_pending(self) -> bool:
+        """Whether a request may still reach this replica later: one routed here and not
+        yet arrived, or any arrival of the cluster not yet due (a router reading the
+        replicas' state may send it here). Routed ahead, the answer is the same although
+        the dispatcher knows where each request goes, so routing ahead changes nothing
+        (a static batch waits for further arrivals while any is known, DESIGN §3)."""
+        d = self._dispatcher
+        return bool(self.queue) or bool(d.ahead) or d.upstream.next_s() is not None
+
     def arrival_event(self) -> simpy.Event | None:
         """An event triggered when a request is routed here, the workload ends, or
         :meth:`wake` is called (KV freed elsewhere); None: a request is already queued."""
@@ -119,7 +128,7 @@ class Dispatcher:
         self.router = router
         self._loads = loads
         self.lookahead = lookahead and not router.reads_state and not upstream.feedback
-        self._ahead: deque[tuple[float, RoutedSource]] = deque()
+        self.ahead: deque[tuple[float, RoutedSource]] = deque()
         """Requests routed ahead and not yet arrived: (arrival time, their source)."""
         self.sources: list[RoutedSource] = []
         self.exhausted = upstream.done
@@ -129,6 +138,10 @@ class Dispatcher:
         """Requests sent to each replica."""
         self.replicas: list[Any] = []
         """The replicas routed over (set by whoever builds the cluster)."""
+        self.mixed = False
+        """The replicas differ in what they can serve (KV pools, schedulers): each
+        arrival is checked against every replica and routed among those that can serve
+        it (set by whoever builds the cluster)."""
 
     def add_replica(self) -> RoutedSource:
         source = RoutedSource(self)
@@ -144,20 +157,20 @@ class Dispatcher:
         time of the cluster's next arrival not yet routed (None: all are)."""
         limit = self.AHEAD_PER_REPLICA * len(self.sources)
         upstream = self.upstream
-        while not source.queue and len(self._ahead) < limit:
+        while not source.queue and len(self.ahead) < limit:
             nxt = upstream.next_s()
             if nxt is None:
                 break
             for req in upstream.pop_until(nxt):
                 target = self._assign(req)
                 target.queue.append(req)
-                self._ahead.append((req.arrival_s, target))
+                self.ahead.append((req.arrival_s, target))
         return upstream.next_s()
 
     def route_due(self, now: float) -> None:
         """Route every arrival due by *now*, in arrival order (routed ahead: wake the
         replicas whose requests arrive now)."""
-        ahead = self._ahead
+        ahead = self.ahead
         while ahead and ahead[0][0] <= now:
             ahead.popleft()[1].wake()
         while due := self.upstream.pop_until(now):
@@ -167,7 +180,14 @@ class Dispatcher:
     def _assign(self, req: Request) -> RoutedSource:
         """The replica's source *req* goes to, counted; the replicas' loads are read
         only for a router that reads them."""
-        i = self.router.route(req, self._loads() if self.router.reads_state else ())
+        allowed = None
+        if self.mixed:
+            can = [r.refusal(req) is None for r in self.replicas]
+            if any(can) and not all(can):
+                allowed = can
+        loads = self._loads() if self.router.reads_state else ()
+        router = self.router
+        i = router.route(req, loads) if allowed is None else router.route(req, loads, allowed)
         self.routed[i] += 1
         return self.sources[i]
 
@@ -179,8 +199,8 @@ class Dispatcher:
 
     def _schedule(self) -> None:
         nxt = self.upstream.next_s()
-        if self._ahead and (nxt is None or self._ahead[0][0] < nxt):
-            nxt = self._ahead[0][0]
+        if self.ahead and (nxt is None or self.ahead[0][0] < nxt):
+            nxt = self.ahead[0][0]
         if nxt is None:
             if self.upstream.done and not self.exhausted:
                 self.exhausted = True

@@ -16,6 +16,8 @@ O(requests joining or finishing) rather than O(requests decoding):
 
 from __future__ import annotations
 
+import math
+
 from lyra_simpy.request import Request
 
 
@@ -37,8 +39,8 @@ class DecodeSet:
         self.block_size = block_size
         self.epoch = 0
         """Decode iterations the set has advanced through."""
-        self.last_emit_s = 0.0
-        """When the members emitted their latest token."""
+        self.last_emit_s = math.nan
+        """When the members emitted their latest token (NaN before any)."""
         self.n = 0
         self._sum_q = 0
         """Sum over members of computed tokens minus the clock when they joined."""

@@ -19,7 +19,9 @@ over the prefill pool):
 
 Modelling choices: replicas in a disaggregated cluster step every iteration (no fused
 runs: a hand-off can land at any moment); a request preempted on a decode replica is
-recomputed there; a request no decode replica could ever hold is rejected at hand-off.
+recomputed there (the choice of decode replica asks its scheduler whether it can ever
+run the request, recompute included, so it always can); a request no decode replica can
+ever run is rejected at arrival on the prefill replica, before any work.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from pydantic import ConfigDict, NonNegativeFloat, PositiveFloat, PositiveInt
 
 from lyra_simpy.config import Closed
 from lyra_simpy.kv import blocks_for
-from lyra_simpy.request import Request
+from lyra_simpy.request import RejectReason, Request
 
 
 class LinkConfig(Closed):
@@ -101,12 +103,18 @@ class HandOff:
         """Requests wait for room or are on the link."""
         return bool(self.pending) or any(self._incoming)
 
+    def refusal(self, req: Request) -> RejectReason | None:
+        """Why no decode replica can ever serve *req* (None: one can): the first
+        replica's reason (the prefill replica asks at arrival, before any work)."""
+        reasons = [_decode_refusal(d, req) for d in self.decode]
+        return None if None in reasons else reasons[0]
+
     def hand_off(self, req: Request, prefill: Any, now: float) -> None:
         """*req* emitted its first token on *prefill* at *now*: send it on."""
-        longest = req.input_tokens + req.output_tokens - 1
-        if not any(blocks_for(longest, d.kv.block_size) <= d.kv.num_blocks for d in self.decode):
+        reason = self.refusal(req)
+        if reason is not None:  # (checked at arrival already: a safety net)
             prefill.release_handed_off(req)
-            self._reject(req)
+            self._reject(req, reason)
             return
         self.pending.append((req, prefill, now))
         self.dispatch()
@@ -130,9 +138,8 @@ class HandOff:
         best_key: tuple[float, int] | None = None
         for i, d in enumerate(self.decode):
             need = blocks_for(req.input_tokens, d.kv.block_size)
-            longest = blocks_for(req.input_tokens + req.output_tokens - 1, d.kv.block_size)
             busy = len(d.running) + len(d.waiting) + len(d.source.queue) + self._incoming[i]
-            if longest > d.kv.num_blocks or need > d.kv.free or busy >= d.scheduler_width:
+            if need > d.kv.free or busy >= d.scheduler_width or _decode_refusal(d, req):
                 continue
             key = (busy, i) if self._by == "least_outstanding" else (-d.kv.free, i)
             if best_key is None or key < best_key:
@@ -152,3 +159,11 @@ class HandOff:
         req.blocks = blocks_for(req.input_tokens, decode.kv.block_size)
         decode.receive(req)
         self.dispatch()
+
+
+def _decode_refusal(decode: Any, req: Request) -> RejectReason | None:
+    """Why the scheduler of *decode* can never run *req*, a recompute after a
+    preemption included (None: it can)."""
+    kv = decode.kv
+    reason: RejectReason | None = decode.scheduler.refusal(req, kv.num_blocks, kv.block_size)
+    return reason

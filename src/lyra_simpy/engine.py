@@ -43,7 +43,7 @@ from lyra_simpy.metrics.collector import Collector
 from lyra_simpy.policies.admission import Admission
 from lyra_simpy.policies.base import BatchPlan, EngineView, Scheduler
 from lyra_simpy.policies.prefix_cache import PrefixCache
-from lyra_simpy.request import Request
+from lyra_simpy.request import RejectReason, Request
 from lyra_simpy.speculative import Speculator
 from lyra_simpy.workload.source import Source
 
@@ -111,7 +111,7 @@ class Replica:
         """The scheduler keeps waiting requests out until a request finishes or is
         preempted once a plan decoded everyone and admitted nothing (so the decodes
         that follow can be fused though requests wait)."""
-        kv.cache = cache
+        kv.attach(cache)
         self._absorb = not source.feedback and cache is None
         """Fused runs go on through completions (they cannot make a request arrive;
         with a prefix cache a completion changes what is cached, so a run ends there)."""
@@ -163,7 +163,7 @@ class Replica:
                 continue
             view = EngineView(
                 now, self.waiting, self.running, self.kv.free, self.kv.block_size,
-                source.next_s() is not None,
+                self._arrivals_pending(),
                 self.decoding.blocks_needed() if steady else None, self.cache,
                 self._lookahead,
             )  # fmt: skip
@@ -206,7 +206,7 @@ class Replica:
             yield from self._step(plan, now)
 
     def _pull(self, now: float) -> None:
-        fits = self.scheduler.accepts
+        refusal = self.refusal
         admission = self.admission
         if self.deferred:
             self._redecide(now)
@@ -219,26 +219,42 @@ class Replica:
                     self.running.append(req)
                     continue
                 self.collector.assign(req, self.replica_id)
-                if not fits(req, self.kv.num_blocks, self.kv.block_size):
-                    self.collector.reject(req)
+                reason = refusal(req)
+                if reason is not None:
+                    self.collector.reject(req, reason)
                     self.source.on_finish(now)
                 elif admission is None:
                     self.waiting.append(req)
                 else:
                     self._admit(req, now)
 
+    def _arrivals_pending(self) -> bool:
+        """Whether a further arrival may reach this replica (``EngineView``)."""
+        pending = getattr(self.source, "arrivals_pending", None)
+        return pending() if pending is not None else self.source.next_s() is not None
+
+    def refusal(self, req: Request) -> RejectReason | None:
+        """Why *req* can never be served here (None: it can). A prefill replica holds
+        only the prompt, and asks the hand-off whether some decode replica can take it."""
+        kv = self.kv
+        prefill_only = self.handoff is not None
+        reason = self.scheduler.refusal(req, kv.num_blocks, kv.block_size, prefill_only)
+        if reason is None and prefill_only:
+            reason = self.handoff.refusal(req)
+        return reason
+
     def _admit(self, req: Request, now: float) -> None:
         """Ask the admission about *req*: queue, reject or defer it."""
         assert self.admission is not None
         view = EngineView(
             now, self.waiting, self.running, self.kv.free, self.kv.block_size,
-            self.source.next_s() is not None,
+            self._arrivals_pending(),
         )  # fmt: skip
         decision = self.admission.decide(req, view)
         if decision == "admit":
             self.waiting.append(req)
-        elif decision == "reject":
-            self.collector.reject(req)
+        elif decision == "reject" or decision == "timeout":
+            self.collector.reject(req, "slo" if decision == "reject" else "slo_defer_timeout")
             self.source.on_finish(now)
         elif decision == "defer":
             self.deferred.append(req)
@@ -372,6 +388,7 @@ class Replica:
         cache = self.cache
         handoff = self.handoff
         leaving: list[Request] = []
+        emitted: list[Request] = []
         for req, tokens in prefill:
             prefill_tokens += tokens
             req.computed_tokens += tokens
@@ -379,6 +396,7 @@ class Replica:
                 self.kv.release(-cache.insert(req, req.computed_tokens // cache.unit_tokens))
             if req.computed_tokens == req.input_tokens + req.generated_tokens:
                 common += self._emit(req, start, end, done)
+                emitted.append(req)
         if common:
             collector.itl(end - start, common)
         collector.iteration(
@@ -389,10 +407,11 @@ class Replica:
         for req in () if as_set or self.spec is not None else decode:
             if req.generated_tokens < req.output_tokens:
                 dset.join(req)
-        for req, _ in prefill:
+        for req in emitted:
             # Only a request that emitted now: one whose chunk ended a recompute one
             # token short of emitting decodes next, but last emitted before (its ITL).
-            if req.last_token_s == end and req.generated_tokens < req.output_tokens:
+            # (Told by the emission itself, not by its time: an iteration may cost 0.)
+            if req.generated_tokens < req.output_tokens:
                 if handoff is not None:
                     leaving.append(req)  # its first token: on to a decode replica
                 elif self.spec is None:

@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 
 from lyra_simpy import plots
 from lyra_simpy.metrics.io import read_itl_csv, read_jsonl, read_series
+from lyra_simpy.metrics.summary import number
 from lyra_simpy.report import FigureSpec, lookup
 from lyra_simpy.scenario import Scenario
 from lyra_simpy.style import STYLE, WIDTH_IN
@@ -60,9 +61,9 @@ def metrics_vs_param_figure(results_dir: Path, spec: FigureSpec) -> Figure:
         points.append((x, summary))
     points.sort(key=lambda p: p[0])
     xs = [p[0] for p in points]
-    ys = {m: [p[1][m] for p in points] for m in spec.metrics}
+    ys = {m: [number(p[1][m]) for p in points] for m in spec.metrics}  # None: NaN
     first = spec.metrics[-1]
-    i_best = int(np.argmax(ys[first]))
+    i_best = int(np.nanargmax(ys[first])) if not np.isnan(ys[first]).all() else 0
     return plots.metrics_vs_param(
         xs, ys, spec.param.split(".")[-1], (xs[i_best], ys[first][i_best]), spec.title, spec.log_x
     )
@@ -110,8 +111,8 @@ def pareto_figure(results_dir: Path, spec: FigureSpec) -> Figure:
         summary = json.loads((folder / "summary.json").read_text())
         key = _series_key(spec.series, _manifest(folder)["scenario"]) if spec.series else "runs"
         xs, ys = points.setdefault(key, ([], []))
-        xs.append(float(summary[x]))
-        ys.append(float(summary[y]))
+        xs.append(number(summary[x]))
+        ys.append(number(summary[y]))
     all_x = [v for xs, _ in points.values() for v in xs]
     all_y = [v for _, ys in points.values() for v in ys]
     front = pareto_front(all_x, all_y)
@@ -129,12 +130,15 @@ def _series_vs_param_figure(results_dir: Path, spec: FigureSpec, param: str, ser
         summary = json.loads((folder / "summary.json").read_text())
         key = _series_key(series, scenario)
         if spec.reference is not None and reference is None:
-            reference = (spec.reference, float(summary[spec.reference]))
+            reference = (spec.reference, number(summary[spec.reference]))
         lines.setdefault(key, []).append((lookup(param, scenario), summary))
     for pts in lines.values():
         pts.sort(key=lambda p: p[0])
     panels = {
-        m: {key: ([x for x, _ in pts], [s[m] for _, s in pts]) for key, pts in lines.items()}
+        m: {
+            key: ([x for x, _ in pts], [number(summary[m]) for _, summary in pts])
+            for key, pts in lines.items()
+        }
         for m in spec.metrics
     }
     return plots.panels_vs_param(
@@ -178,7 +182,7 @@ def grouped_bars_figure(results_dir: Path, spec: FigureSpec) -> Figure:
         summary = json.loads((folder / "summary.json").read_text())
         groups.setdefault(group or series, {})[series if group else ""] = summary
     values = {
-        m: {g: {s: float(v[m]) for s, v in by.items()} for g, by in groups.items()}
+        m: {g: {s: number(v[m]) for s, v in by.items()} for g, by in groups.items()}
         for m in spec.metrics
     }
     return plots.grouped_bars(values, bool(spec.log_y), spec.title)

@@ -66,14 +66,15 @@ def commit_run(self: Replica, run: DecodeRun) -> None:
     collector.itl(ends[0] - last, dset.n)  # everyone last emitted at *last*
     done = dset.advance(ends)
     # In use after the run: the last iteration's blocks less those of the requests
-    # that finished in it (earlier finishers were freed inside the run).
-    final = ends[-1]
+    # that finished in it (earlier finishers were freed inside the run). Told by the
+    # clock, not by the time: iterations of zero cost end at the same time.
+    final = dset.epoch
     used = run.kv_blocks[-1]
     if self.cache is not None:  # the run ended at its first finish: _finish frees
         self.kv.set_used(used)
     else:
         for req in done:
-            if req.last_token_s == final:
+            if req.finish_epoch == final:
                 used -= req.blocks
             req.blocks = 0
         self.kv.set_used(used)

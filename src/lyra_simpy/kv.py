@@ -1,7 +1,20 @@
 """KV-cache block pool (vLLM PagedAttention accounting).
 
 With a prefix cache, blocks of cached units that no running request references are
-free (they count toward ``free``) but hold content until an allocation needs them.
+free (they count toward ``free``) but hold content until an allocation takes them. Which
+allocation takes them is the cache's eviction rule:
+
+* ``free_queue`` (vLLM V1's ``FreeKVCacheBlockQueue``, the ``block_hash`` default): one
+  queue of every free block, cached or not, in the order they were freed (never-used
+  blocks first; a request frees its blocks tail first); an allocation takes the oldest
+  free blocks, evicting the cached units among them, even while younger uncached blocks
+  are free.
+* ``when_full`` (SGLang's radix cache, which evicts only when the pool cannot satisfy an
+  allocation; an option for ``block_hash``): cached units are evicted, by the cache's own
+  order, only when the blocks in use plus the cached ones would exceed the pool.
+
+Both keep the same counts of used and free blocks; only which cached units survive (the
+hit rate when memory is tight) differs.
 
 The cache holds ``num_blocks`` blocks of ``block_size`` tokens. A request with *t*
 tokens in the cache holds ``ceil(t / block_size)`` blocks; blocks are allocated as its
@@ -12,6 +25,8 @@ scheduler never triggers (an invariant the tests check).
 
 from __future__ import annotations
 
+from collections import deque
+from itertools import count
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveInt, model_validator
@@ -71,7 +86,9 @@ def blocks_for(tokens: int, block_size: int) -> int:
 class BlockPool:
     """Counts KV blocks in use on one replica; *num_blocks* is the capacity."""
 
-    __slots__ = ("block_size", "cache", "num_blocks", "peak_used", "used")
+    __slots__ = (
+        "_clock", "_queue", "_queued", "block_size", "cache", "num_blocks", "peak_used", "used",
+    )  # fmt: skip
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.num_blocks = num_blocks
@@ -80,11 +97,29 @@ class BlockPool:
         self.peak_used = 0
         self.cache: PrefixCache | None = None
         """A prefix cache whose unreferenced units hold free blocks: they are evicted
-        when an allocation needs their blocks."""
+        when an allocation needs their blocks (see :meth:`attach`)."""
+        self._queue: deque[list[int]] | None = None
+        """``free_queue`` eviction: the uncached free blocks as [stamp, count] runs, oldest
+        first (the cached free units are in the cache's own queue, stamped by the same
+        clock); None: ``when_full``."""
+        self._queued = 0
+        """Blocks in ``_queue``."""
+        self._clock = count(1)
+
+    def attach(self, cache: PrefixCache | None) -> None:
+        """Use *cache*'s unreferenced units as free blocks, evicted by its rule."""
+        self.cache = cache
+        if cache is not None and getattr(cache, "free_queue", False):
+            cache.free_clock = self._clock  # type: ignore[attr-defined]
+            free = self.num_blocks - self.used - cache.evictable_blocks
+            self._queue = deque([[0, free]] if free else [])
+            self._queued = free
 
     def _make_room(self) -> None:
         cache = self.cache
-        if cache is not None:
+        if self._queue is not None:
+            self._sync()
+        elif cache is not None:
             over = self.used + cache.evictable_blocks - self.num_blocks
             if over > 0:
                 cache.evict(over)
@@ -127,3 +162,40 @@ class BlockPool:
         self.used -= blocks
         if self.used < 0:
             raise SimulationError("KV blocks released twice (engine bug)")
+        if self._queue is not None:
+            self._sync()
+
+    def _sync(self) -> None:
+        """``free_queue``: uncached blocks freed since the last call join the queue's
+        tail; blocks newly in use are taken from its head (evicting cached units)."""
+        queue = self._queue
+        cache = self.cache
+        assert queue is not None
+        assert cache is not None
+        gap = self.num_blocks - self.used - cache.evictable_blocks - self._queued
+        if gap > 0:
+            queue.append([next(self._clock), gap])
+            self._queued += gap
+            return
+        need = -gap
+        while need > 0:
+            oldest_unit = cache.oldest_free_stamp()  # type: ignore[attr-defined]
+            if queue and (oldest_unit is None or queue[0][0] < oldest_unit):
+                run = queue[0]
+                take = min(need, run[1])
+                run[1] -= take
+                self._queued -= take
+                need -= take
+                if not run[1]:
+                    queue.popleft()
+            elif oldest_unit is not None:
+                blocks = cache.evict_oldest()  # type: ignore[attr-defined]
+                if blocks > need:  # the rest of its blocks stay at the head, uncached
+                    queue.appendleft([oldest_unit, blocks - need])
+                    self._queued += blocks - need
+                need -= blocks
+            else:
+                raise SimulationError(
+                    f"KV over capacity: {self.used} blocks in use + "
+                    f"{cache.evictable_blocks} cached > {self.num_blocks} (engine bug)"
+                )

@@ -7,6 +7,7 @@ and the object is dropped, so memory does not grow with finished requests.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -14,6 +15,23 @@ if TYPE_CHECKING:
     from lyra_simpy.decoding import DecodeSet
 
 Status = Literal["ok", "rejected", "unfinished"]
+
+#: Why a request was refused: the ``reject_reason`` of its record (DESIGN §4), one
+#: name per cause. The summary counts each as ``rejected_<name>`` (always present, 0
+#: when none), so the summary stays flat JSON with the same keys in every run.
+REJECT_REASONS: dict[str, str] = {
+    "never_fits_kv": (
+        "its prompt plus output (its prompt alone on a prefill replica) can never be held "
+        "by the KV pool of the replica or pool that would serve it"
+    ),
+    "exceeds_token_budget": (
+        "without chunked prefill, its longest prefill (prompt plus all but one output "
+        "token, after a recompute) exceeds max_num_batched_tokens"
+    ),
+    "slo": "SLO admission predicted it would miss the TTFT or TPOT SLO",
+    "slo_defer_timeout": "SLO admission deferred it for max_defer_ms without admitting it",
+}
+RejectReason = Literal["never_fits_kv", "exceeds_token_budget", "slo", "slo_defer_timeout"]
 
 #: Field order of one JSONL record, exactly as DESIGN §4 names them.
 RECORD_FIELDS = (
@@ -28,6 +46,7 @@ RECORD_FIELDS = (
     "tpot_ms",
     "e2el_ms",
     "status",
+    "reject_reason",
     "replica",
     "preemptions",
 )
@@ -82,7 +101,7 @@ class Request:
         blocks: int = 0,
         cached_tokens: int = 0,
         first_token_s: float | None = None,
-        last_token_s: float = 0.0,
+        last_token_s: float = math.nan,
         preemptions: int = 0,
         running: bool = False,
         keys: Sequence[int] = (),
@@ -157,7 +176,8 @@ class Request:
 
     @property
     def last_token_s(self) -> float:
-        """When the latest token-carrying chunk was emitted (for ITL)."""
+        """When the latest token-carrying chunk was emitted (for ITL; NaN before the
+        first token, so no time compares equal to it)."""
         s = self.member_of
         return self._last_token_s if s is None else s.last_emit_s
 

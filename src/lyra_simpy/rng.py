@@ -4,8 +4,9 @@
 Each consumer's stream is derived from its *name*, not from the order of creation, so
 adding a consumer (a new policy that draws numbers) never shifts another's draws.
 Streams in use: ``arrivals``, ``input_tokens``, ``output_tokens``, ``trace_rows``,
-``prefixes`` (shared system prompts), ``router`` (random routers) and ``speculative<i>``
-(draft acceptance on replica *i*).
+``prefixes`` (shared system prompts), ``router`` (random routers), ``speculative<i>``
+(draft acceptance on replica *i*) and ``jitter<i>.<session>`` (step-time noise on
+replica *i* in replay session *session*, :mod:`lyra_simpy.cost.jitter`).
 """
 
 from __future__ import annotations

@@ -21,7 +21,11 @@ that instant, so a state-reading router sees what a real one would.
   the request's prefix if that share exceeds ``cache_threshold``, else to the replica
   with the smallest record (the most room). Defaults are sgl-router's: 0.3, 64, 1.5.
 
-Ties go to the lowest index, so results are deterministic per seed.
+Ties go to the lowest index, so results are deterministic per seed. When some replicas
+can never serve a request (a smaller KV pool, another scheduler) and others can, the
+dispatcher passes *allowed* and every router chooses among the replicas allowed only,
+by its own rule (a round robin moves on to the next allowed replica); when none can,
+the request goes where the router sends it and is rejected there, with the reason.
 """
 
 from __future__ import annotations
@@ -103,13 +107,18 @@ class Router(Protocol):
     random) depends only on the order of arrivals, so the dispatcher may route ahead of
     time and let each replica run until its own next request."""
 
-    def route(self, req: Request, loads: Sequence[ReplicaLoad]) -> int:
-        """Index of the replica that serves *req*."""
+    def route(
+        self, req: Request, loads: Sequence[ReplicaLoad], allowed: Sequence[bool] | None = None
+    ) -> int:
+        """Index of the replica that serves *req*: one of those *allowed* (None: any)."""
         ...
 
 
-def _argmin(values: Sequence[int]) -> int:
-    return min(range(len(values)), key=values.__getitem__)
+def _argmin(values: Sequence[float], allowed: Sequence[bool] | None = None) -> int:
+    indices = range(len(values))
+    if allowed is not None:
+        indices = [i for i in indices if allowed[i]]  # type: ignore[assignment]
+    return min(indices, key=values.__getitem__)
 
 
 class RoundRobin:
@@ -119,8 +128,12 @@ class RoundRobin:
         self._next = 0
         self._n = n
 
-    def route(self, req: Request, loads: Sequence[ReplicaLoad]) -> int:
+    def route(
+        self, req: Request, loads: Sequence[ReplicaLoad], allowed: Sequence[bool] | None = None
+    ) -> int:
         i = self._next
+        while allowed is not None and not allowed[i]:
+            i = (i + 1) % self._n
         self._next = (i + 1) % self._n
         return i
 
@@ -132,8 +145,13 @@ class RandomRouter:
         self._n = n
         self._rng = rng
 
-    def route(self, req: Request, loads: Sequence[ReplicaLoad]) -> int:
-        return int(self._rng.integers(0, self._n))
+    def route(
+        self, req: Request, loads: Sequence[ReplicaLoad], allowed: Sequence[bool] | None = None
+    ) -> int:
+        if allowed is None:
+            return int(self._rng.integers(0, self._n))
+        indices = [i for i, ok in enumerate(allowed) if ok]
+        return indices[int(self._rng.integers(0, len(indices)))]
 
 
 class LeastOutstanding:
@@ -142,8 +160,10 @@ class LeastOutstanding:
     def __init__(self, config: LeastOutstandingConfig, n: int, rng: np.random.Generator) -> None:
         pass
 
-    def route(self, req: Request, loads: Sequence[ReplicaLoad]) -> int:
-        return _argmin([x.outstanding for x in loads])
+    def route(
+        self, req: Request, loads: Sequence[ReplicaLoad], allowed: Sequence[bool] | None = None
+    ) -> int:
+        return _argmin([x.outstanding for x in loads], allowed)
 
 
 class LeastKV:
@@ -152,8 +172,10 @@ class LeastKV:
     def __init__(self, config: LeastKVConfig, n: int, rng: np.random.Generator) -> None:
         pass
 
-    def route(self, req: Request, loads: Sequence[ReplicaLoad]) -> int:
-        return _argmin([-x.free_blocks for x in loads])
+    def route(
+        self, req: Request, loads: Sequence[ReplicaLoad], allowed: Sequence[bool] | None = None
+    ) -> int:
+        return _argmin([-x.free_blocks for x in loads], allowed)
 
 
 class PowerOfTwo:
@@ -163,10 +185,15 @@ class PowerOfTwo:
         self._n = n
         self._rng = rng
 
-    def route(self, req: Request, loads: Sequence[ReplicaLoad]) -> int:
-        if self._n == 1:
-            return 0
-        a, b = (int(i) for i in self._rng.choice(self._n, size=2, replace=False))
+    def route(
+        self, req: Request, loads: Sequence[ReplicaLoad], allowed: Sequence[bool] | None = None
+    ) -> int:
+        indices = list(range(self._n))
+        if allowed is not None:
+            indices = [i for i in indices if allowed[i]]
+        if len(indices) == 1:
+            return indices[0]
+        a, b = (indices[int(i)] for i in self._rng.choice(len(indices), size=2, replace=False))
         return a if (loads[a].outstanding, a) <= (loads[b].outstanding, b) else b
 
 
@@ -177,16 +204,20 @@ class CacheAware:
         self.config = config
         self._trees: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(n)]
 
-    def route(self, req: Request, loads: Sequence[ReplicaLoad]) -> int:
+    def route(
+        self, req: Request, loads: Sequence[ReplicaLoad], allowed: Sequence[bool] | None = None
+    ) -> int:
         c = self.config
         load = [x.outstanding for x in loads]
         hi, lo = max(load), min(load)
         if hi - lo > c.balance_abs_threshold and hi > c.balance_rel_threshold * lo:
-            target = _argmin(load)
+            target = _argmin(load, allowed)
         else:
             keys = req.keys
             best, best_match = 0, -1
             for i, tree in enumerate(self._trees):
+                if allowed is not None and not allowed[i]:
+                    continue
                 m = 0
                 while m < len(keys) and keys[m] in tree:
                     m += 1
@@ -195,7 +226,7 @@ class CacheAware:
             if keys and best_match / len(keys) > c.cache_threshold:
                 target = best
             else:
-                target = _argmin([len(t) for t in self._trees])
+                target = _argmin([len(t) for t in self._trees], allowed)
         self._remember(target, req)
         return target
 

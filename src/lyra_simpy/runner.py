@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import math
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,25 +25,40 @@ from lyra_simpy.metrics.io import (
     atomic_dir,
     write_itl_csv,
     write_json,
-    write_jsonl,
+    write_records_jsonl,
     write_series_csv,
     write_series_npz,
 )
+from lyra_simpy.metrics.summary import refusals_line
 from lyra_simpy.provenance import manifest
 from lyra_simpy.report import lookup
+from lyra_simpy.request import RECORD_FIELDS
 from lyra_simpy.scenario import Scenario
 from lyra_simpy.simulation import Results, simulate
 from lyra_simpy.whatif import format_scorecard, scorecard, write_scorecard
 
+#: Columns added to every table whenever a run has such requests (and the table does not
+#: show them already): a reader can always tell served from refused and cut off.
+ACCOUNTING_COLUMNS = {"rejected": "rejected", "unfinished": "unfinished"}
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
 
 def table_rows(scenario: Scenario, results: list[Results]) -> tuple[list[str], list[list[Any]]]:
     """Header and rows of the scenario's report table."""
-    headers = list(scenario.report.columns)
+    columns = dict(scenario.report.columns)
+    for header, key in ACCOUNTING_COLUMNS.items():
+        shown = key in columns.values()
+        if not shown and any(res.summary.get(key) for res in results):
+            columns[header if header not in columns else key + "_requests"] = key
+    headers = list(columns)
     rows = []
     for res in results:
         resolved = res.scenario.resolved()
         row = []
-        for key in scenario.report.columns.values():
+        for key in columns.values():
             if key == "label":
                 row.append(res.scenario.label)
             elif key in res.summary:
@@ -54,9 +70,11 @@ def table_rows(scenario: Scenario, results: list[Results]) -> tuple[list[str], l
 
 
 def _fmt(value: Any) -> str:
+    if value is None:
+        return "—"  # a statistic over nothing (DESIGN §4)
     if isinstance(value, float):
         if math.isnan(value):
-            return "-"
+            return "—"
         return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
     return str(value)
 
@@ -73,7 +91,12 @@ def best_variant(scenario: Scenario, results: list[Results]) -> Results | None:
     metric = scenario.report.best
     if metric is None:
         return None
-    return max(results, key=lambda r: float(r.summary.get(metric, float("-inf"))))
+
+    def score(res: Results) -> float:
+        value = res.summary.get(metric)
+        return float("-inf") if value is None else float(value)
+
+    return max(results, key=score)
 
 
 def write_variant(
@@ -88,7 +111,7 @@ def write_variant(
     CSV too, beside the ``.npz``; *trace* or the scenario's ``output.trace_events``: its
     Perfetto trace)."""
     folder.mkdir(parents=True, exist_ok=True)
-    write_jsonl(folder / "requests.jsonl", res.requests())
+    write_records_jsonl(folder / "requests.jsonl", res.records, RECORD_FIELDS)
     write_json(folder / "summary.json", res.summary)
     write_series_npz(folder / "timeseries.npz", res.timeseries)
     if timeseries_csv:
@@ -111,16 +134,20 @@ def run_scenario(
     figures_dir: Path | None = Path("figures"),
     source_file: str | None = None,
     echo: Callable[[str], None] = print,
+    warn: Callable[[str], None] | None = None,
     timeseries_csv: bool = False,
     trace_events: bool = False,
     progress: bool = False,
 ) -> list[Results]:
     """Simulate every variant of *scenario*; write results and figures unless the
-    folders are None (*timeseries_csv*: each variant's series as CSV too;
-    *trace_events*: each variant's Perfetto trace); print the report table through
-    *echo*; with *progress*, bars on stderr (see :mod:`lyra_simpy.progress`)."""
+    folders are None; print the report table through *echo*, and through *warn*
+    (default: stderr) one line per variant that refused or cut off requests
+    (*timeseries_csv*: each variant's series as CSV too; *trace_events*: each variant's
+    Perfetto trace; *progress*: bars on stderr, see :mod:`lyra_simpy.progress`)."""
     from lyra_simpy.progress import RunProgress
 
+    if warn is None:
+        warn = _stderr
     variants = scenario.expand()
     results = []
     with RunProgress(scenario.name, len(variants), progress) as bars:
@@ -130,6 +157,9 @@ def run_scenario(
             res.engine["wall_s"] = round(time.perf_counter() - t0, 3)
             results.append(res)
             bars.done()
+            line = refusals_line(f"{scenario.name}/{variant.label}", res.summary)
+            if line is not None:
+                warn(line)
     headers, rows = table_rows(scenario, results)
     echo(f"== {scenario.name}" + (f": {scenario.description}" if scenario.description else ""))
     echo(format_table(headers, rows))

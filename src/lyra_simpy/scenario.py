@@ -322,7 +322,7 @@ class Scenario(Closed):
         if self.grid is not None:
             variants.extend(self.grid.variants())
         if self.whatif is not None:
-            variants.extend(self.whatif.variants())
+            variants.extend(self.whatif.variants(getattr(self.cost, "jitter", None) is not None))
         if not variants:
             return [self]
         out = []

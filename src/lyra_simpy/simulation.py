@@ -20,15 +20,16 @@ import simpy
 
 from lyra_simpy.cluster import Dispatcher, HandedSource, replica_loads
 from lyra_simpy.cost import COST_MODELS, CostModel
+from lyra_simpy.cost.jitter import expected, with_jitter
 from lyra_simpy.disagg import HandOff
 from lyra_simpy.engine import Replica
 from lyra_simpy.kv import BlockPool
-from lyra_simpy.metrics.collector import STATUS_CODES, Collector
+from lyra_simpy.metrics.collector import REASON_CODES, STATUS_CODES, Collector
 from lyra_simpy.metrics.fairness import alone_chunk_tokens, fairness_summary, unloaded_service_s
 from lyra_simpy.metrics.summary import summarize
 from lyra_simpy.policies import ADMISSIONS, SCHEDULERS, Admission, Limits
 from lyra_simpy.policies.prefix_cache import PREFIX_CACHES, PrefixCache
-from lyra_simpy.request import RECORD_FIELDS, Request
+from lyra_simpy.request import RECORD_FIELDS, RejectReason, Request
 from lyra_simpy.rng import Streams
 from lyra_simpy.routing import ROUTERS
 from lyra_simpy.scenario import ReplicaSpec, Scenario
@@ -93,6 +94,7 @@ def _records(source: Any, collector: Collector, end_s: float) -> dict[str, npt.N
         "tpot_ms": tpot,
         "e2el_ms": e2el,
         "status": status,
+        "reject_reason": np.array(REASON_CODES, dtype=object)[collector.reason[:n]],
         "replica": collector.replica[:n],
         "preemptions": collector.preemptions[:n],
     }
@@ -107,6 +109,7 @@ def _admission(scenario: Scenario, spec: ReplicaSpec, cost: CostModel) -> Admiss
         sched.max_batch,
         getattr(sched, "max_num_batched_tokens", None),
         spec.kv_cache.capacity_blocks * spec.kv_cache.block_size,
+        alone_chunk_tokens(sched) if sched.name == "chunked_prefill" else None,
     )
     admission: Admission = ADMISSIONS[scenario.admission.name](scenario.admission, cost, limits)
     return admission
@@ -130,24 +133,28 @@ def _build_replica(
     fuse: bool = True, *, streams: Streams,
 ) -> Replica:  # fmt: skip
     scheduler = SCHEDULERS[spec.scheduler.name](spec.scheduler)
-    cost = COST_MODELS[spec.cost.name](spec.cost, spec.scheduler.max_batch)
+    exact = COST_MODELS[spec.cost.name](spec.cost, spec.scheduler.max_batch)
+    cost = with_jitter(exact, spec.cost, streams, i)
     kv_cfg = spec.kv_cache
     kv = BlockPool(kv_cfg.capacity_blocks, kv_cfg.block_size)
     cache: PrefixCache | None = None
     if spec.prefix_cache is not None:
         cache = PREFIX_CACHES[spec.prefix_cache.name](
-            unit_tokens(scenario.workload.prefix, kv_cfg.block_size), kv_cfg.block_size
+            unit_tokens(scenario.workload.prefix, kv_cfg.block_size),
+            kv_cfg.block_size,
+            spec.prefix_cache,
         )
     # A closed loop's next request may reach any replica of a cluster when another one
     # finishes: no replica can know its next arrival, so none fuses iterations.
     fuse = fuse and scenario.simulation.fuse_iterations
     fuse = fuse and not (strict_horizon and source.feedback)
+    fuse = fuse and cost is exact  # jitter draws per iteration (cost/jitter.py)
     speculator = None
     if scenario.speculative is not None:
         speculator = Speculator(scenario.speculative, streams.get(f"speculative{i}"))
     return Replica(
         env, i, scheduler, cost, kv, source, collector, fuse,
-        scenario.simulation.until_s, cache, _admission(scenario, spec, cost), strict_horizon,
+        scenario.simulation.until_s, cache, _admission(scenario, spec, exact), strict_horizon,
         handoff, speculator,
     )  # fmt: skip
 
@@ -196,6 +203,8 @@ def simulate(
             replicas.append(
                 _build_replica(i, spec, scenario, env, routed, collector, True, streams=streams)
             )
+        dispatcher.replicas = replicas
+        dispatcher.mixed = _mixed(specs)
     if dispatcher is not None:
         dispatcher.start()
     for replica in replicas:
@@ -261,8 +270,8 @@ def _disaggregated(
     router = ROUTERS[router_cfg.name](router_cfg, n_prefill, streams.get("router"))
     dispatcher = Dispatcher(env, source, router, lambda: replica_loads(prefill))
 
-    def reject(req: Request) -> None:
-        collector.reject(req)
+    def reject(req: Request, reason: RejectReason) -> None:
+        collector.reject(req, reason)
         dispatcher.on_finish(env.now)
 
     handoff = HandOff(env, d.link, 0, [], d.decode_router, reject)
@@ -300,7 +309,14 @@ def _disaggregated(
         r.on_free = handoff.dispatch
         handoff.add_decode(r)
     dispatcher.replicas = prefill
+    dispatcher.mixed = _mixed(specs[:n_prefill])
     return dispatcher, handoff
+
+
+def _mixed(specs: list[ReplicaSpec]) -> bool:
+    """Whether some replicas may be able to serve a request that others cannot."""
+    first = specs[0]
+    return any(s.scheduler != first.scheduler or s.kv_cache != first.kv_cache for s in specs[1:])
 
 
 def _transfer_table(handoff: HandOff) -> dict[str, npt.NDArray[Any]]:
@@ -314,16 +330,17 @@ def _transfer_table(handoff: HandOff) -> dict[str, npt.NDArray[Any]]:
     }
 
 
-def _transfer_summary(handoff: HandOff) -> dict[str, float]:
-    """Hand-off statistics: waiting for decode room, and time on the link."""
-    out = {}
+def _transfer_summary(handoff: HandOff) -> dict[str, float | None]:
+    """Hand-off statistics: waiting for decode room, and time on the link (None when
+    nothing was handed off)."""
+    out: dict[str, float | None] = {}
     for name, values in (
         ("handoff_wait", handoff.timings.queued_ms),
         ("kv_transfer", handoff.timings.transfer_ms),
     ):
         v = np.fromiter(values.values(), dtype=np.float64)
-        out[f"mean_{name}_ms"] = float(v.mean()) if len(v) else 0.0
-        out[f"p99_{name}_ms"] = float(np.percentile(v, 99)) if len(v) else 0.0
+        out[f"mean_{name}_ms"] = float(v.mean()) if len(v) else None
+        out[f"p99_{name}_ms"] = float(np.percentile(v, 99)) if len(v) else None
     return out
 
 
@@ -344,7 +361,8 @@ def _unloaded(
             mine |= where < 0  # never assigned (not arrived in time): any replica's cost
         if mine.any():
             out[mine] = unloaded_service_s(
-                replica.cost, records["input_tokens"][mine], records["output_tokens"][mine],
+                expected(replica.cost), records["input_tokens"][mine],
+                records["output_tokens"][mine],
                 alone_chunk_tokens(spec.scheduler),
                 records["cached_tokens"][mine],
             )  # fmt: skip
@@ -368,9 +386,9 @@ def _per_replica(
                 "completed": int(mine.sum()),
                 "output_tokens": int(records["output_tokens"][mine].sum()),
                 "prefix_cache_hit_rate": (
-                    int(records["cached_tokens"][mine].sum()) / prompt if prompt else 0.0
+                    int(records["cached_tokens"][mine].sum()) / prompt if prompt else None
                 ),
-                "median_ttft_ms": float(np.median(ttft)) if len(ttft) else 0.0,
+                "median_ttft_ms": float(np.median(ttft)) if len(ttft) else None,
                 "peak_kv_blocks": replica.kv.peak_used,
                 "kv_blocks": replica.kv.num_blocks,
             }

@@ -76,10 +76,11 @@ def test_quick_run_matches_golden(path):
 
 
 def test_regen_check_reports_changes(tmp_path, monkeypatch, capsys):
+    name = SCENARIOS[0].stem
+    record = quick_run(name)  # before patching: quick_run itself calls regen.golden_of
     monkeypatch.setattr(regen, "GOLDEN", tmp_path)
     monkeypatch.setattr(regen, "ROOT", tmp_path.parent)
-    monkeypatch.setattr(regen, "golden_of", lambda p: quick_run(p.stem))
-    name = SCENARIOS[0].stem
+    monkeypatch.setattr(regen, "golden_of", lambda p: record)
     assert regen.main(["--check", name]) == 1  # missing file: would change
     assert not (tmp_path / f"{name}.json").exists()
     assert regen.main([name]) == 0
@@ -98,8 +99,11 @@ def test_continuous_beats_static():
     assert cont["output_throughput"] > 1.2 * static["output_throughput"]
     assert static["p99_ttft_ms"] >= 10 * cont["p99_ttft_ms"]
     assert static["median_ttft_ms"] >= 100 * cont["median_ttft_ms"]
-    # the padded classroom engine: every iteration, prefills included, costs 15 + 16 ms
-    assert static["median_tpot_ms"] == pytest.approx(31.0, abs=1e-6)
+    # the padded classroom engine: every iteration, prefills included, costs 15 + 16 ms;
+    # a static member prefilled j-th of n waits the n - j prefills after its first token
+    # (one per iteration, as the lab's rule has it): its TPOT is 31 ms x (1 + (n - j) /
+    # (output - 1)), a few per cent above 31 for the median request
+    assert 31.0 < static["median_tpot_ms"] < 31.0 * 1.1
     assert cont["median_itl_ms"] == pytest.approx(31.0, abs=1e-6)
     assert cont["median_tpot_ms"] == pytest.approx(31.0, abs=1e-6)
     # continuous meets the SLO for most; static for almost nobody
@@ -177,13 +181,19 @@ def test_prefix_cache_cuts_ttft_and_needs_room():
         assert 0.82 < on["prefix_cache_hit_rate"] <= on["prefix_cache_hit_rate_bound"]
         assert off["prefix_cache_hit_rate"] == 0.0
         assert off["median_ttft_ms"] > 4 * on["median_ttft_ms"]
+    for blocks in (2400, 4000):  # room to spare: both caches keep every prompt
         assert runs[f"radix_{blocks}"]["prefix_cache_hit_rate"] == pytest.approx(
-            on["prefix_cache_hit_rate"], abs=0.02
+            runs[f"block_hash_{blocks}"]["prefix_cache_hit_rate"], abs=1e-12
         )
     # a cache too small to keep the prompts between uses loses hits, monotonically
     rates = [runs[f"block_hash_{b}"]["prefix_cache_hit_rate"] for b in (500, 800, 1200, 1600)]
     assert rates == sorted(rates)
     assert rates[0] < 0.5 * rates[-1]
+    # vLLM's single free queue hands out the oldest free block, cached or not: it evicts
+    # prompts sooner than SGLang's radix cache, which evicts only when the pool is full
+    for b in (500, 800, 1200, 1600):
+        radix = runs[f"radix_{b}"]["prefix_cache_hit_rate"]
+        assert runs[f"block_hash_{b}"]["prefix_cache_hit_rate"] < radix
 
 
 def test_prefix_cache_reaches_the_mooncake_bound_only_when_large():
@@ -385,31 +395,55 @@ def test_sglang_b200_whatif_finds_where_the_effort_pays():
     assert whatif is not None
     runs = variants("sglang_qwen35_4b_b200")
     card = scorecard(whatif, list(runs.values()))
-    sp, geo, score = card.speedups, card.geomeans, card.scores
+    sp, geo, score, gate = card.speedups, card.geomeans, card.scores, card.gates
     decode_heavy = ("short_short", "short_long", "long_long", "reasoning", "mixed_4way")
-    # the score is bound by the sequential class: only faster batch-1 steps lift it
-    above = {c for c, s in score.items() if s > 0.30 + 1e-9}
-    assert above == {"accept_high", "graphs_and_acceptance"}
+    # A/B/A: two baseline sessions per workload, distinct noise, pooled into their median
+    assert all(len(v) == 2 and v[0] != v[1] for v in card.sessions.values())
+    assert set(sp["baseline"].values()) == {1.0}
+    assert score["baseline"] == 0.0
+    # parity: the relaunched baseline sees only its session's noise and scores 0
+    assert all(0.99 < v < 1.01 for v in sp["noop"].values())
+    assert score["noop"] == 0.0
+    assert gate["noop"] is None
+    # only faster batch-1 steps or the 8-way graphs earn credit; the rest scores 0
+    assert {c for c, s in score.items() if s > 0} == {
+        "accept_high", "cuda_graph_32", "graphs_and_acceptance",
+    }  # fmt: skip
     assert max(score, key=score.get) == "graphs_and_acceptance"
-    assert score["graphs_and_acceptance"] == pytest.approx(0.40, abs=0.01)
+    assert score["graphs_and_acceptance"] == pytest.approx(0.29, abs=0.01)
+    # a regression is gated to 0 whatever the other class does
+    for c in ("mtp_off", "drafts_2", "drafts_5", "accept_low"):
+        assert score[c] == 0.0
+        assert (gate[c] or "").startswith("class sequential")
     # MTP off: about half the speed; the prefill-bound workload moves least
-    assert all(0.45 < v < 0.57 for v in sp["mtp_off"].values())
+    assert all(0.44 < v < 0.57 for v in sp["mtp_off"].values())
     assert max(sp["mtp_off"], key=sp["mtp_off"].get) == "long_short"
-    # 3 drafts is the best chain at these rates (8-way aside: see cuda graphs)
+    # 3 drafts is the best chain at these rates
     for c in ("drafts_2", "drafts_5"):
-        assert all(v < 0.99 for w, v in sp[c].items() if w != "mixed_8way")
-    # acceptance is the lever, on every workload
+        assert all(v < 0.99 for v in sp[c].values())
+    # acceptance is the lever, on every workload; the score is the mean of the credits
     assert all(1.12 < v < 1.18 for v in sp["accept_high"].values())
     assert all(0.79 < v < 0.87 for v in sp["accept_low"].values())
-    # bf16 KV costs at most ~2 %, nothing at 8-way (under the eager launch floor)
-    assert all(0.975 < v <= 1.0 for v in sp["kv_bf16"].values())
-    assert sp["kv_bf16"]["mixed_8way"] == pytest.approx(1.0, abs=1e-3)
-    # larger CUDA graphs pay on the 8-way mix alone (its batches of 5-8 ran eagerly)
+    credit = whatif.score.credit
+    mean = sum(credit(g) for g in geo["accept_high"].values()) / 2
+    assert score["accept_high"] == pytest.approx(mean)
+    # bf16 KV costs at most ~2 %: inside the noise band, no credit
+    assert all(0.975 < v < 1.01 for v in sp["kv_bf16"].values())
+    assert score["kv_bf16"] == 0.0
+    # larger CUDA graphs pay on the 8-way mix alone (its batches of 5-8 ran eagerly):
+    # credits 0 (sequential) and (geo - 1.02) / 0.98 (concurrent), their mean under the cap
     assert sp["cuda_graph_32"]["mixed_8way"] > 1.4
-    assert all(v == pytest.approx(1.0) for w, v in sp["cuda_graph_32"].items() if w != "mixed_8way")
-    assert geo["cuda_graph_32"]["sequential"] == pytest.approx(1.0)
+    assert all(
+        v == pytest.approx(1.0, abs=0.01)
+        for w, v in sp["cuda_graph_32"].items()
+        if w != "mixed_8way"
+    )
+    assert geo["cuda_graph_32"]["sequential"] == pytest.approx(1.0, abs=0.01)
+    conc = credit(geo["cuda_graph_32"]["concurrent"])
+    assert score["cuda_graph_32"] == pytest.approx(conc / 2)
     # the prefill chunk size and mixed chunks move nothing by more than 1 %
     for c in ("chunk_4096", "chunk_16384", "mixed_chunk"):
         assert all(v == pytest.approx(1.0, abs=0.01) for v in sp[c].values())
+        assert score[c] == 0.0
     assert all(sp["graphs_and_acceptance"][w] > 1.12 for w in decode_heavy)
     assert geo["graphs_and_acceptance"]["concurrent"] > 1.35

@@ -24,6 +24,7 @@ from lyra_simpy.cost import COST_MODELS
 from lyra_simpy.kv import blocks_for
 from lyra_simpy.metrics.fairness import alone_chunk_tokens, unloaded_service_s
 from lyra_simpy.metrics.io import write_jsonl
+from lyra_simpy.request import REJECT_REASONS
 from lyra_simpy.scenario import set_path
 
 # -- strategies ----------------------------------------------------------------------
@@ -154,7 +155,8 @@ def costs(draw: st.DrawFn, width: int) -> dict[str, Any]:
         }
     return {
         "name": "linear",
-        "base_ms": draw(st.floats(0.5, 20)),
+        # zero and tiny costs too: every coefficient may be 0 (issue 13)
+        "base_ms": draw(st.one_of(st.just(0.0), st.just(1e-9), st.floats(0.5, 20))),
         "per_seq_ms": draw(st.sampled_from([0.0, 0.5, 1.0, 1.7])),
         "per_prefill_token_ms": draw(st.sampled_from([0.0, 0.013, 0.1])),
         "per_context_token_ms": draw(st.sampled_from([0.0, 0.001, 0.0037])),
@@ -201,6 +203,8 @@ def scenarios(draw: st.DrawFn, until: bool = False) -> dict[str, Any]:
         raw["workload"]["prefix"] = draw(prefixes)
         cache = draw(st.sampled_from([None, "block_hash", "radix"]))
         raw["prefix_cache"] = None if cache is None else {"name": cache}
+        if cache == "block_hash":
+            raw["prefix_cache"]["eviction"] = draw(st.sampled_from(["free_queue", "when_full"]))
         if sched["name"] == "prefill_first":
             sched["schedule_policy"] = draw(st.sampled_from(["fcfs", "lpm"]))
     if sched["name"] != "static" and draw(st.integers(0, 3)) == 0:  # speculative decoding
@@ -213,14 +217,26 @@ def scenarios(draw: st.DrawFn, until: bool = False) -> dict[str, Any]:
             "draft_step_ms": draw(st.sampled_from([0.0, 0.3])),
         }
     kind = draw(st.integers(0, 5))
+    bs = raw["kv_cache"]["block_size"]
+
+    def pool() -> dict[str, Any]:
+        """A replica group's own KV pool (or the scenario's: {})."""
+        if draw(st.integers(0, 2)) == 0:
+            return {}
+        return {"kv_cache": {"block_size": bs, "num_blocks": draw(st.integers(3, 60))}}
+
     if kind == 0:  # a small cluster behind a router
-        raw["cluster"] = {"replicas": draw(st.integers(1, 3)), "router": {"name": draw(routers)}}
+        n = draw(st.integers(1, 3))
+        raw["cluster"] = {"replicas": n, "router": {"name": draw(routers)}}
+        if n > 1 and draw(st.booleans()):  # a replica with a KV pool of its own
+            del raw["cluster"]["replicas"]
+            raw["cluster"]["groups"] = [{"count": 1, **pool()}, {"count": n - 1}]
     elif kind == 1 and sched["name"] != "static":  # prefill and decode pools
         raw["cluster"] = {
             "router": {"name": draw(routers)},
             "disaggregation": {
-                "prefill": {"count": draw(st.integers(1, 2))},
-                "decode": {"count": draw(st.integers(1, 2))},
+                "prefill": {"count": draw(st.integers(1, 2)), **pool()},
+                "decode": {"count": draw(st.integers(1, 2)), **pool()},
                 "link": {
                     "bandwidth_gb_s": draw(st.sampled_from([0.001, 1.0, 100.0])),
                     "latency_ms": draw(st.sampled_from([0.0, 0.5])),
@@ -277,15 +293,16 @@ def jsonl(res: Results) -> bytes:
     return path.text.encode()
 
 
-def served(raw: dict[str, Any], inp: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """Which requests the scheduler can ever serve (the rest is rejected on arrival)."""
-    kv = raw["kv_cache"]
-    sched = raw["scheduler"]
+def _runs(
+    sched: dict[str, Any], kv: dict[str, Any], inp: np.ndarray, out: np.ndarray, prompt_only: bool
+) -> np.ndarray:
+    """Which requests *sched* can ever run on a pool *kv* (*prompt_only*: a prefill
+    replica, which holds the prompt only where the scheduler allows it)."""
     if sched["name"] == "continuous":
-        longest = inp + out - 1
+        longest = inp if prompt_only else inp + out - 1
         ok = longest <= sched["max_num_batched_tokens"]
     elif sched["name"] == "chunked_prefill":
-        longest = inp + out - 1
+        longest = inp if prompt_only else inp + out - 1
         ok = np.ones(len(inp), dtype=bool)
     elif sched["name"] == "prefill_first":
         longest = inp + out - 1
@@ -295,6 +312,39 @@ def served(raw: dict[str, Any], inp: np.ndarray, out: np.ndarray) -> np.ndarray:
         ok = np.ones(len(inp), dtype=bool)
     blocks = np.array([blocks_for(int(t), kv["block_size"]) for t in longest], dtype=np.int64)
     return ok & (blocks <= kv["num_blocks"])
+
+
+def _pools(raw: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(role, KV pool) of every replica, in order: role ``any``, ``prefill``, ``decode``."""
+    own = raw["kv_cache"]
+    cluster = raw.get("cluster") or {}
+    d = cluster.get("disaggregation")
+    if d is not None:
+        return [("prefill", d["prefill"].get("kv_cache", own))] * d["prefill"]["count"] + [
+            ("decode", d["decode"].get("kv_cache", own))
+        ] * d["decode"]["count"]
+    groups = cluster.get("groups")
+    if groups:
+        return [("any", g.get("kv_cache", own)) for g in groups for _ in range(g["count"])]
+    return [("any", own)] * int(cluster.get("replicas", 1))
+
+
+def served(raw: dict[str, Any], inp: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Which requests some replica can ever serve (the rest is rejected on arrival); in
+    a disaggregated cluster, a prefill replica and a decode replica."""
+    sched = raw["scheduler"]
+    pools = _pools(raw)
+    if pools[0][0] == "prefill":
+        pre = [_runs(sched, kv, inp, out, True) for role, kv in pools if role == "prefill"]
+        dec = [_runs(sched, kv, inp, out, False) for role, kv in pools if role == "decode"]
+        return np.any(pre, axis=0) & np.any(dec, axis=0)
+    return np.any([_runs(sched, kv, inp, out, False) for _, kv in pools], axis=0)
+
+
+def _free(raw: dict[str, Any]) -> bool:
+    """Whether an iteration may take no time (linear cost without a base: issue 13)."""
+    cost = raw["cost"]
+    return cost["name"] == "linear" and cost["base_ms"] < 1e-6
 
 
 def assert_same_results(a: Results, b: Results) -> None:
@@ -324,11 +374,7 @@ def assert_same_results(a: Results, b: Results) -> None:
 
 
 def _replicas(raw: dict[str, Any]) -> int:
-    cluster = raw.get("cluster") or {}
-    d = cluster.get("disaggregation")
-    if d is not None:
-        return int(d["prefill"]["count"] + d["decode"]["count"])
-    return int(cluster.get("replicas", 1))
+    return len(_pools(raw))
 
 
 def _unit_blocks(raw: dict[str, Any]) -> int:
@@ -346,7 +392,15 @@ def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
     assert (np.diff(arrival) >= 0).all()
     assert (arrival[ok] <= first[ok]).all()
     assert (first[ok] <= finish[ok]).all()
-    assert (rec["ttft_ms"][ok] > 0).all()  # every iteration takes time
+    if not _free(raw):
+        assert (rec["ttft_ms"][ok] > 0).all()  # every iteration takes time
+    # every rejection has a reason, nothing else has one (issue 13)
+    reason = rec["reject_reason"]
+    rejected = status == "rejected"
+    assert set(reason[rejected].tolist()) <= set(REJECT_REASONS)
+    assert all(r is None for r in reason[~rejected])
+    if raw.get("admission", {"name": "always"})["name"] == "always":
+        assert set(reason[rejected].tolist()) <= {"never_fits_kv", "exceeds_token_budget"}
     assert np.isnan(finish[~ok]).all()
     # rejected requests never run: no first token, no preemption (never held KV)
     assert np.isnan(first[status == "rejected"]).all()
@@ -362,12 +416,12 @@ def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
     # cached + used blocks stay within the pool (the pool raises otherwise)
     evictable = res.engine["prefix_cache_evictable_blocks"]  # None: stopped mid-iteration
     n_replicas = _replicas(raw)
-    assert evictable is None or evictable <= raw["kv_cache"]["num_blocks"] * n_replicas
-    # time series: KV within capacity, time monotone, iterations do not overlap
+    pools = np.array([kv["num_blocks"] for _, kv in _pools(raw)], dtype=np.int64)
+    assert evictable is None or evictable <= pools.sum()
+    # time series: KV within each replica's capacity, time monotone, no overlap
     ts = res.timeseries
-    kv = raw["kv_cache"]["num_blocks"]
-    assert ((ts["kv_blocks"] >= 0) & (ts["kv_blocks"] <= kv)).all()
-    assert res.engine["peak_kv_blocks"] <= kv * n_replicas
+    assert ((ts["kv_blocks"] >= 0) & (ts["kv_blocks"] <= pools[ts["replica"]])).all()
+    assert res.engine["peak_kv_blocks"] <= pools.sum()
     assert len(ts["start_s"]) == res.engine["iterations"]
     # every arrival served on exactly one replica (records hold one replica each)
     served_on = rec["replica"][status != "unfinished"]
@@ -375,7 +429,7 @@ def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
     for i in range(n_replicas):  # per replica: time runs forward, iterations don't overlap
         mine = ts["replica"] == i
         start, end = ts["start_s"][mine], ts["end_s"][mine]
-        assert (start < end).all()
+        assert (start <= end).all() if _free(raw) else (start < end).all()
         assert (np.diff(start) >= 0).all()
         assert (np.diff(end) >= 0).all()
         assert (start[1:] >= end[:-1]).all()
@@ -397,6 +451,8 @@ def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
     assert s["completed"] == int(ok.sum())
     assert s["rejected"] == int((status == "rejected").sum())
     assert s["unfinished"] == int((status == "unfinished").sum())
+    for name in REJECT_REASONS:
+        assert s[f"rejected_{name}"] == int((reason == name).sum())
     assert s["total_output_tokens"] == int(rec["output_tokens"][ok].sum())
     assert s["total_preemptions"] == int(rec["preemptions"].sum())
     assert 0.0 <= s["slo_attainment"] <= 1.0
@@ -408,12 +464,13 @@ def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
     unloaded = unloaded_service_s(
         cost, rec["input_tokens"], rec["output_tokens"], budget, rec["cached_tokens"]
     )
-    slowdown = rec["e2el_ms"][ok] / 1000.0 / unloaded[ok]
+    timed = ok & (unloaded > 0)
+    slowdown = rec["e2el_ms"][timed] / 1000.0 / unloaded[timed]
     if raw["cost"].get("padding", "none") == "none" and not raw.get("speculative"):
         assert (slowdown >= 1.0 - 1e-9).all()
-    if ok.any():
+    if timed.any():
         assert s["max_slowdown"] == pytest.approx(float(slowdown.max()), rel=1e-12)
-        assert 1.0 / ok.sum() - 1e-12 <= s["fairness_jain_slowdown"] <= 1.0 + 1e-12
+        assert 1.0 / timed.sum() - 1e-12 <= s["fairness_jain_slowdown"] <= 1.0 + 1e-12
 
 
 # -- invariants ------------------------------------------------------------------------
@@ -421,6 +478,16 @@ def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
 
 @given(scenarios())
 def test_invariants_determinism_and_fused_equals_unfused(raw):
+    check_full_run(raw)
+
+
+@given(scenarios(until=True))
+def test_until_s_leaves_unfinished_and_loses_nobody(raw):
+    check_until_run(raw)
+
+
+def check_full_run(raw: dict[str, Any]) -> None:
+    """The invariants of a run that is not cut short (also run by search.py)."""
     fused = run(raw)
     check_common(raw, fused)
     rec = fused.records
@@ -486,8 +553,8 @@ def test_invariants_determinism_and_fused_equals_unfused(raw):
             assert_same_results(run(raw), fused)
 
 
-@given(scenarios(until=True))
-def test_until_s_leaves_unfinished_and_loses_nobody(raw):
+def check_until_run(raw: dict[str, Any]) -> None:
+    """The invariants of a run cut short by ``until_s`` (also run by search.py)."""
     res = run(raw)
     check_common(raw, res)
     until = raw["simulation"]["until_s"]

@@ -134,7 +134,7 @@ def test_defer_holds_back_until_the_bound():
     v = view([ahead], running)
     policy = slo(ttft_ms=65.0, mode="defer", max_defer_ms=20.0)
     assert policy.decide(new(2, 50, waited_ms=3.0), v) == "defer"
-    assert policy.decide(new(2, 50, waited_ms=21.0), v) == "reject"  # waited past the bound
+    assert policy.decide(new(2, 50, waited_ms=21.0), v) == "timeout"  # waited past the bound
     # nothing in flight: waiting cannot change the prediction
     too_big = slo(ttft_ms=15.0, mode="defer")  # 16 ms alone > 13.5 ms
     assert too_big.decide(new(0, 50), view()) == "reject"
@@ -202,3 +202,32 @@ def test_a_tpot_no_batch_can_break_needs_no_replay(monkeypatch):
         monkeypatch.setattr(policy, "predict", no_replay)
         with pytest.raises(AssertionError, match="replayed"):
             policy.decide(new(0, 50), view())
+
+
+def chunked_slo(ttft_ms: float, max_num_seqs: int = 2, budget: int = 100, chunk: int = 100):
+    limits = Limits(ttft_ms, None, max_num_seqs, budget, None, chunk)
+    return SLOAdmission(SLOAdmissionConfig(ttft_slack=0.0), COST, limits)
+
+
+def test_chunked_prediction_spreads_a_long_prompt_over_iterations():
+    # 250 tokens, budget 100, alone: chunks 100, 100, 50 -> 21 + 21 + 16 ms = 58 ms
+    policy = chunked_slo(ttft_ms=1000.0)
+    me = new(0, 250)
+    assert policy.predict(me, [], [])[0] == pytest.approx(0.058)
+    assert policy.decide(me, view()) == "admit"
+    # an unchunked replay cannot fit it in a 100-token budget at all
+    assert slo(ttft_ms=1000.0).predict(me, [], [])[0] == math.inf
+    assert chunked_slo(ttft_ms=57.0).decide(me, view()) == "reject"
+
+
+def test_chunked_prediction_shares_the_budget_with_decodes_and_the_queue():
+    # one decode takes a token of the 100; the queued 150-token prompt A goes first:
+    # it. 1: 1 decode + 99 of A             10 + 2 + 9.9 = 21.9 ms
+    # it. 2: 1 decode + 51 of A + 48 of me  10 + 3 + 9.9 = 22.9 ms (A's first token)
+    # it. 3: 2 decodes + 98 of me           10 + 3 + 9.8 = 22.8 ms (me's first token)
+    d = decoding(1, 10, 1, 50)
+    a = new(2, 150)
+    me = new(3, 146)
+    policy = chunked_slo(ttft_ms=1000.0, max_num_seqs=3)
+    t, _ = policy.predict(me, [d], [a])
+    assert t == pytest.approx(0.0219 + 0.0229 + 0.0228)

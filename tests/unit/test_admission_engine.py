@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 from lyra_simpy import plots, simulate
+from lyra_simpy.cost import LinearCost
 from lyra_simpy.errors import SimulationError
-from lyra_simpy.policies import AlwaysAdmission, SLOAdmission
+from lyra_simpy.policies import AlwaysAdmission, Limits, SLOAdmission, SLOAdmissionConfig
+from lyra_simpy.request import Request
 
 #: A burst of 40 requests on a 4-slot engine: 10 ms + 2 ms per sequence.
 BURST: dict[str, Any] = {
@@ -99,8 +101,10 @@ def test_deferral_is_bounded_and_counts_in_ttft(make_scenario, monkeypatch):
         # deferred, deferred, ..., then one final decision; asked at every iteration
         assert all(out == "defer" for _, _, out in d[:-1])
         final = d[-1][2]
-        assert final in ("admit", "reject")
+        assert final in ("admit", "reject", "timeout")
         assert rec["status"][i] == ("ok" if final == "admit" else "rejected")
+        reason = {"admit": None, "reject": "slo", "timeout": "slo_defer_timeout"}[final]
+        assert rec["reject_reason"][i] == reason
         arrival, last = d[0][0], d[-1][1]
         assert last - arrival <= bound_ms / 1000.0 + longest_iteration_s
         gaps = np.diff([now for _, now, _ in d])
@@ -185,3 +189,43 @@ def test_panels_vs_param_draws_one_line_per_series():
     assert axes[0].get_xlabel() == "offered load (req/s)"
     assert axes[1].get_ylabel() == "rejected (fraction of arrivals)"
     plots.save(fig, io.BytesIO())
+
+
+def test_slo_admission_with_chunked_prefill_admits_prompts_longer_than_the_budget(
+    make_scenario,
+):
+    # issue 13: 1000-2000-token prompts, a 512-token budget, a 10 s TTFT SLO; the replay
+    # treated the budget as a whole-prompt limit and rejected all 20
+    changes = {
+        "workload.num_requests": 20,
+        "workload.input_tokens": {"name": "uniform", "low": 1000, "high": 2000},
+        "workload.arrival": {"name": "poisson", "rate_per_s": 2.0},
+        "scheduler": {"name": "chunked_prefill", "max_num_seqs": 8, "max_num_batched_tokens": 512},
+        "kv_cache.num_blocks": 4096,
+        "slo": {"ttft_ms": 10000.0},
+        "cost": {"name": "linear", "base_ms": 5.0, "per_seq_ms": 1.0, "per_prefill_token_ms": 0.02},
+    }
+    always = simulate(make_scenario(changes))
+    slo = simulate(make_scenario({**changes, "admission": {"name": "slo"}}))
+    assert always.summary["completed"] == 20
+    assert slo.summary["completed"] == 20
+    assert slo.records["ttft_ms"].tolist() == always.records["ttft_ms"].tolist()
+
+
+def test_chunked_prediction_is_exact_for_a_request_alone(make_scenario):
+    sc = make_scenario(
+        {
+            "workload.num_requests": 1,
+            "workload.input_tokens": {"name": "fixed", "tokens": 1300},
+            "scheduler": {"name": "chunked_prefill", "max_num_seqs": 4,
+                          "max_num_batched_tokens": 512, "long_prefill_token_threshold": 300},
+            "kv_cache.num_blocks": 4096,
+            "cost": {"name": "linear", "base_ms": 5.0, "per_seq_ms": 1.0,
+                     "per_prefill_token_ms": 0.02},
+        }
+    )  # fmt: skip
+    res = simulate(sc)
+    cost = LinearCost(sc.cost, 4)
+    policy = SLOAdmission(SLOAdmissionConfig(), cost, Limits(1000.0, None, 4, 512, None, 300))
+    ttft_s, _ = policy.predict(Request(0, 0, 0.0, 1300, 10), [], [])
+    assert ttft_s * 1000.0 == pytest.approx(res.records["ttft_ms"][0])

@@ -92,8 +92,10 @@ def test_chunk_needs_kv_blocks_or_admission_stops():
 
 def test_chunked_accepts_prompts_longer_than_the_budget():
     s = chunked(max_num_batched_tokens=32)
-    assert s.accepts(waiting_req(0, 1000, 10), num_blocks=64, block_size=BS)
-    assert not s.accepts(waiting_req(0, 1020, 10), num_blocks=64, block_size=BS)
+    assert s.refusal(waiting_req(0, 1000, 10), num_blocks=64, block_size=BS) is None
+    assert s.refusal(waiting_req(0, 1020, 10), num_blocks=64, block_size=BS) == "never_fits_kv"
+    # a prefill replica holds the prompt only
+    assert s.refusal(waiting_req(0, 1020, 10), 64, BS, prompt_only=True) is None
 
 
 def test_preemption_still_takes_the_newest_and_blocks_admission():
@@ -183,15 +185,15 @@ def test_retraction_keeps_at_least_one_request():
 def test_sglang_accepts_needs_prompt_and_output_in_the_pool():
     # its KV check counts the prompt, what was generated and the rest of the output
     s = sglang(clip_max_new_tokens=100)
-    assert s.accepts(waiting_req(0, 900, 124), num_blocks=64, block_size=BS)  # 1024
-    assert not s.accepts(waiting_req(0, 900, 125), num_blocks=64, block_size=BS)
+    assert s.refusal(waiting_req(0, 900, 124), num_blocks=64, block_size=BS) is None  # 1024
+    assert s.refusal(waiting_req(0, 900, 125), num_blocks=64, block_size=BS) == "never_fits_kv"
 
 
 def test_a_retracted_request_can_always_come_back_on_an_idle_replica():
     # retracted after 9 of 19 tokens: 3 + 9 to prefill again, 10 still to come
     r = Request(0, 0, 0.0, 3, 19, generated_tokens=9, preemptions=1)
     s = PrefillFirst(PrefillFirstConfig(clip_max_new_tokens=16, chunked_prefill_size=None))
-    assert s.accepts(r, num_blocks=22, block_size=1)
+    assert s.refusal(r, num_blocks=22, block_size=1) is None
     plan = s.plan(EngineView(0.0, [r], [], 22, 1, False))
     assert plan.prefill == [(r, 12)]
 

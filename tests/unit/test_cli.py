@@ -27,6 +27,7 @@ RECORD_FIELDS = [
     "tpot_ms",
     "e2el_ms",
     "status",
+    "reject_reason",
     "replica",
     "preemptions",
 ]

@@ -123,11 +123,11 @@ def test_think0_workload_preconditions():
 
     big, small = Request(0, 0, 0.0, 1, 3), Request(1, 1, 0.0, 1, 2)
     static = StaticBatching(scenario_from_dict(think0_raw(STATIC2)).scheduler)
-    assert not static.accepts(big, 3, 1)
-    assert static.accepts(small, 3, 1)
+    assert static.refusal(big, 3, 1) == "never_fits_kv"
+    assert static.refusal(small, 3, 1) is None
     cont = ContinuousBatching(ContinuousConfig(**CONT_BUDGET2))
-    assert not cont.accepts(big, 3, 1)
-    assert cont.accepts(small, 3, 1)
+    assert cont.refusal(big, 3, 1) == "exceeds_token_budget"
+    assert cont.refusal(small, 3, 1) is None
 
 
 def test_closed_loop_think0_rejection_with_static_batching():
@@ -168,3 +168,94 @@ def test_closed_loop_arrival_before_until_s_is_recorded():
     rec = simulate(scenario_from_dict(raw)).records
     assert rec["status"].tolist() == ["ok", "unfinished", "unfinished"]
     np.testing.assert_allclose(rec["arrival_s"], [0.0, 0.0, 0.021])
+
+
+def write_trace(path, rows):
+    path.write_text(
+        "arrival_s,input_tokens,output_tokens\n" + "".join(f"{t},{i},{o}\n" for t, i, o in rows)
+    )
+
+
+def test_closed_loop_sends_a_traces_rows_in_order(make_scenario, tmp_path):
+    # the trace's times (37 s apart) are not used: the loop times the requests
+    rows = [(100.0 + 37 * k, 10 + k, 3 + k) for k in range(12)]
+    write_trace(tmp_path / "sent.csv", rows)
+    sc = make_scenario(
+        {
+            "workload.num_requests": 8,
+            "workload.arrival": {
+                "name": "closed_loop",
+                "concurrency": 3,
+                "path": str(tmp_path / "sent.csv"),
+                "format": "csv",
+                "skip_rows": 2,
+            },
+            "workload.input_tokens": {"name": "trace"},
+            "workload.output_tokens": {"name": "trace"},
+        }
+    )
+    rec = simulate(sc).records
+    np.testing.assert_array_equal(rec["input_tokens"], [12 + k for k in range(8)])
+    np.testing.assert_array_equal(rec["output_tokens"], [5 + k for k in range(8)])
+    assert (rec["status"] == "ok").all()
+    assert (rec["arrival_s"][:3] == 0.0).all()
+    assert rec["arrival_s"].max() < 37.0
+    assert in_flight_max(rec["arrival_s"], rec["finish_s"]) == 3
+
+
+def test_closed_loop_trace_without_num_requests_sends_every_row(make_scenario, tmp_path):
+    write_trace(tmp_path / "sent.csv", [(0.0, 7, 2), (0.0, 9, 4), (0.0, 5, 3)])
+    sc = make_scenario(
+        {
+            "workload.num_requests": None,
+            "workload.arrival": {
+                "name": "closed_loop",
+                "concurrency": 2,
+                "path": str(tmp_path / "sent.csv"),
+                "format": "csv",
+            },
+            "workload.input_tokens": {"name": "trace"},
+            "workload.output_tokens": {"name": "fixed", "tokens": 6},
+        }
+    )
+    rec = simulate(sc).records
+    np.testing.assert_array_equal(rec["input_tokens"], [7, 9, 5])
+    np.testing.assert_array_equal(rec["output_tokens"], [6, 6, 6])
+
+
+@pytest.mark.parametrize(
+    ("arrival", "lengths", "message"),
+    [
+        ({"name": "closed_loop", "concurrency": 2}, {"name": "trace"}, "closed_loop' with a path"),
+        (
+            {"name": "closed_loop", "concurrency": 2, "path": "t.csv", "format": "csv"},
+            {"name": "fixed", "tokens": 4},
+            "a closed_loop trace gives the lengths",
+        ),
+    ],
+)
+def test_closed_loop_trace_bad_input(make_scenario, arrival, lengths, message):
+    from lyra_simpy.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match=message):
+        make_scenario(
+            {
+                "workload.arrival": arrival,
+                "workload.input_tokens": lengths,
+                "workload.output_tokens": lengths,
+            }
+        )
+
+
+def test_closed_loop_trace_skip_rows_past_the_end(make_scenario, tmp_path):
+    from lyra_simpy.errors import ScenarioError
+
+    write_trace(tmp_path / "sent.csv", [(0.0, 7, 2), (1.0, 9, 4)])
+    loop = {"name": "closed_loop", "concurrency": 2, "path": str(tmp_path / "sent.csv")}
+    with pytest.raises(ScenarioError, match=r"skip_rows: got 2, must be < the trace's 2 rows"):
+        make_scenario(
+            {
+                "workload.arrival": {**loop, "format": "csv", "skip_rows": 2},
+                "workload.input_tokens": {"name": "trace"},
+            }
+        )

@@ -207,3 +207,25 @@ def test_routing_ahead_gives_the_same_run_with_far_fewer_events(make_scenario, r
     assert a.summary == b.summary
     assert a.engine["replicas"] == b.engine["replicas"]
     assert counts["ahead"] < 0.8 * counts["at_arrival"]
+
+
+@pytest.mark.parametrize("router", ["round_robin", "random"])
+def test_routing_ahead_changes_nothing_for_static_batches_without_max_wait(make_scenario, router):
+    # issue 13 (HYPOTHESIS_PROFILE=thorough): a static batch starts when no further
+    # arrival is known; routed ahead, a replica knew that none of the cluster's
+    # remaining arrivals was for it and started sooner than when routed at arrival
+    sc = make_scenario(
+        {
+            "workload.num_requests": 3,
+            "workload.arrival": {"name": "constant", "rate_per_s": 25.0},
+            "scheduler": {"name": "static", "max_batch": 5, "max_wait_ms": None},
+            "cost": {"name": "linear", "base_ms": 15.0, "per_seq_ms": 1.0},
+            "cluster": {"replicas": 2, "router": {"name": router}},
+        }
+    )
+    ahead = simulate(sc)
+    with routers_reading_state():
+        at_arrival = simulate(sc)
+    for name, values in ahead.records.items():
+        np.testing.assert_array_equal(values, at_arrival.records[name], err_msg=name)
+    assert ahead.summary == at_arrival.summary

@@ -1,4 +1,4 @@
-"""ContinuousBatching.plan / accepts on hand-built views (no SimPy)."""
+"""ContinuousBatching.plan / refusal on hand-built views (no SimPy)."""
 
 from __future__ import annotations
 
@@ -106,19 +106,27 @@ def test_preempted_request_recomputes_prompt_and_generated_tokens():
 
 
 @pytest.mark.parametrize(
-    ("inp", "out", "budget", "num_blocks", "ok"),
+    ("inp", "out", "budget", "num_blocks", "want"),
     [
-        (100, 1, 100, 100, True),  # longest prefill = 100 tokens
-        (100, 2, 100, 100, False),  # a recompute would need 101 > budget
-        (90, 11, 100, 100, True),
-        (90, 12, 100, 100, False),
-        (32, 1, 100, 2, True),  # 32 tokens = 2 blocks of 16
-        (32, 2, 100, 2, False),  # 33 tokens need 3 blocks
+        (100, 1, 100, 100, None),  # longest prefill = 100 tokens
+        (100, 2, 100, 100, "exceeds_token_budget"),  # a recompute would need 101 > budget
+        (90, 11, 100, 100, None),
+        (90, 12, 100, 100, "exceeds_token_budget"),
+        (32, 1, 100, 2, None),  # 32 tokens = 2 blocks of 16
+        (32, 2, 100, 2, "never_fits_kv"),  # 33 tokens need 3 blocks
+        (200, 2, 100, 2, "never_fits_kv"),  # both: the KV pool is named
     ],
 )
-def test_accepts(inp, out, budget, num_blocks, ok):
+def test_refusal(inp, out, budget, num_blocks, want):
     s = sched(max_num_seqs=1, max_num_batched_tokens=budget)
-    assert s.accepts(Request(0, 0, 0.0, inp, out), num_blocks, BS) is ok
+    assert s.refusal(Request(0, 0, 0.0, inp, out), num_blocks, BS) == want
+
+
+def test_a_prefill_replica_holds_the_prompt_only():
+    s = sched(max_num_seqs=1, max_num_batched_tokens=100)
+    req = Request(0, 0, 0.0, 32, 50)  # 81 tokens at most: 6 blocks; the prompt: 2
+    assert s.refusal(req, 2, BS) == "never_fits_kv"
+    assert s.refusal(req, 2, BS, prompt_only=True) is None
 
 
 def test_empty_view_gives_empty_plan():

@@ -3,6 +3,8 @@ let decoding requests skip an iteration (prefill-first, as SGLang runs by defaul
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -62,7 +64,9 @@ def test_aggregates_follow_the_members_through_joins_advances_and_leaves():
         assert s.hist_now() == hist
         for r in members:
             assert r.blocks == -(-r.computed_tokens // BS)
-            assert r.last_token_s == s.last_emit_s
+            assert r.last_token_s == s.last_emit_s or (
+                math.isnan(r.last_token_s) and math.isnan(s.last_emit_s)  # none yet
+            )
         if members:
             assert s.fewest_left() == min(r.output_tokens - r.generated_tokens for r in members)
 

@@ -101,4 +101,4 @@ def test_fairness_summary_keys_and_statuses():
     assert s["max_slowdown"] == pytest.approx(4.0)
     assert s["fairness_jain_slowdown"] == pytest.approx(36 / 40)
     empty = fairness_summary({k: v[2:3] for k, v in records.items()}, unloaded[2:3])
-    assert set(empty.values()) == {0.0}
+    assert set(empty.values()) == {None}

@@ -131,3 +131,18 @@ def test_run_writes_the_csv_too_when_asked(tmp_path):
     from_csv = read_series_csv(folder / "timeseries.csv")
     for name, col in read_series(folder).items():
         np.testing.assert_array_equal(from_csv[name], col)
+
+
+def test_records_jsonl_is_byte_for_byte_the_row_writer(make_scenario, tmp_path):
+    from lyra_simpy.metrics.io import write_records_jsonl
+    from lyra_simpy.request import RECORD_FIELDS
+
+    # rejections (NaN times, null reasons and reasons), preemptions, fractional times
+    res = simulate(make_scenario({"scheduler.max_num_batched_tokens": 30}))
+    assert any(r["status"] == "rejected" for r in res.requests())
+    write_jsonl(tmp_path / "rows.jsonl", res.requests())
+    write_records_jsonl(tmp_path / "cols.jsonl", res.records, RECORD_FIELDS)
+    assert (tmp_path / "cols.jsonl").read_bytes() == (tmp_path / "rows.jsonl").read_bytes()
+    records = {**res.records, "ttft_ms": np.full(len(res.records["ttft_ms"]), np.inf)}
+    with pytest.raises(ValueError, match="Out of range float"):
+        write_records_jsonl(tmp_path / "inf.jsonl", records, RECORD_FIELDS)

@@ -2,40 +2,19 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
+from builders import stand_in_server
 from lyra_simpy.errors import LyraError
 from lyra_simpy.live import llamacpp
-
-FAKE = """#!{python}
-import sys
-from http.server import BaseHTTPRequestHandler, HTTPServer
-if "--fail" in sys.argv:
-    print("error: bad flag --fail")
-    sys.exit(1)
-port = int(sys.argv[sys.argv.index("--port") + 1])
-class H(BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-    def log_message(self, *a):
-        pass
-HTTPServer(("127.0.0.1", port), H).serve_forever()
-"""
 
 
 @pytest.fixture
 def fake_binary(tmp_path: Path) -> Path:
-    path = tmp_path / "llama-server"
-    path.write_text(FAKE.format(python=sys.executable))
-    path.chmod(0o755)
-    return path
+    return stand_in_server(tmp_path / "llama-server", "error: bad flag --fail")
 
 
 def test_cache_dir_follows_lyra_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -75,6 +75,15 @@ def test_open_loop_replay_writes_the_contract(tmp_path: Path, tiny_raw: dict[str
     assert man["engine"]["engine"] == "llama.cpp"
     assert man["engine"]["version"] == "test-1"
     assert man["scenario"]["name"] == "tiny"
+    # the side file: every token's chunk time, on the clock of arrival_s
+    tokens = {t["request_id"]: t for t in read_jsonl(tmp_path / "r" / "tokens.jsonl")}
+    assert sorted(tokens) == [r["request_id"] for r in rows]
+    for row in rows:
+        t = tokens[row["request_id"]]
+        assert sum(t["chunk_tokens"]) == row["output_tokens"]
+        assert t["chunk_s"][0] == row["first_token_s"]
+        assert t["chunk_s"][-1] == row["finish_s"]
+        assert t["chunk_s"] == sorted(t["chunk_s"])
 
 
 @pytest.mark.parametrize("api", ["openai", "sglang"])

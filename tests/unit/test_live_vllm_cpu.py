@@ -4,13 +4,13 @@ real vLLM on this CPU."""
 from __future__ import annotations
 
 import copy
-import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from builders import stand_in_server
 from lyra_simpy import scenario_from_dict
 from lyra_simpy.cost.catalog import GIB, hardware_catalog, kv_bytes_per_token, model_catalog
 from lyra_simpy.errors import LyraError, ScenarioError
@@ -66,7 +66,7 @@ def test_device_cpu_applies_vllms_cpu_defaults() -> None:
     half = 0.5 * hardware_catalog()["cpu_generic"].memory_gib
     assert kv["num_blocks"] == int(half * GIB // (128 * _kv_bytes()))
     assert got["cost"]["padding"] == "none"
-    assert got["prefix_cache"] == {"name": "block_hash"}
+    assert got["prefix_cache"] == {"name": "block_hash", "eviction": "free_queue"}
 
 
 def test_the_launch_line_with_the_kv_space_selects_the_cpu() -> None:
@@ -146,33 +146,11 @@ def test_num_gpu_blocks_override_still_wins_on_cpu() -> None:
 
 # -- validate-vllm-cpu helpers (src/lyra_simpy/live/vllm_cpu.py), with stand-ins ----------
 
-FAKE_PYTHON = """#!{python}
-import sys
-from http.server import BaseHTTPRequestHandler, HTTPServer
-if "--fail" in sys.argv:
-    print("ValueError: bad flag --fail")
-    sys.exit(1)
-assert sys.argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"], sys.argv
-host = sys.argv[sys.argv.index("--host") + 1]
-port = int(sys.argv[sys.argv.index("--port") + 1])
-class H(BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-    def log_message(self, *a):
-        pass
-HTTPServer((host, port), H).serve_forever()
-"""
-
 
 @pytest.fixture
 def fake_python(tmp_path: Path) -> Path:
-    path = tmp_path / "python"
-    path.write_text(FAKE_PYTHON.format(python=sys.executable))
-    path.chmod(0o755)
-    return path
+    module = 'assert sys.argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"], sys.argv'
+    return stand_in_server(tmp_path / "python", "ValueError: bad flag --fail", module)
 
 
 def test_launch_line_binds_loopback_and_runs_the_module() -> None:

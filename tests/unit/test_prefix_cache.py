@@ -10,7 +10,13 @@ import pytest
 
 from lyra_simpy import simulate
 from lyra_simpy.errors import ScenarioError, SimulationError
-from lyra_simpy.policies.prefix_cache import BlockHashCache, RadixCache, max_hit_units
+from lyra_simpy.kv import BlockPool
+from lyra_simpy.policies.prefix_cache import (
+    BlockHashCache,
+    BlockHashConfig,
+    RadixCache,
+    max_hit_units,
+)
 from lyra_simpy.request import Request
 from lyra_simpy.workload.prefixes import (
     ConversationPrefix,
@@ -300,3 +306,46 @@ def test_conversation_turns_sharing_running_units_never_overfill_the_pool(make_s
     assert fused.summary["total_preemptions"] > 0
     assert fused.summary["total_cached_tokens"] > 0
     assert fused.engine["peak_kv_blocks"] <= 25
+
+
+@pytest.mark.parametrize(
+    ("eviction", "cached_after_c", "hit_units"), [("free_queue", 1, 1), ("when_full", 2, 2)]
+)
+def test_free_queue_eviction_against_when_full_by_hand(eviction, cached_after_c, hit_units):
+    """Pool of 4 one-token blocks, one block per unit (issue 13).
+
+    A (prompt a1 a2) runs and ends: its units join the free queue tail first (a2, a1)
+    behind the two never-used blocks. B (no prefix, 2 blocks) takes those two and frees
+    them after A's units. C needs 1 block. vLLM's single free queue hands out the oldest
+    free block, a2's, evicting it though two uncached blocks are free; ``when_full``
+    evicts nothing (1 used + 2 cached <= 4). D (prompt a1 a2 d3) then hits a1 only under
+    ``free_queue``, a1 a2 under ``when_full``."""
+    cache = BlockHashCache(1, 1, BlockHashConfig(eviction=eviction))
+    pool = BlockPool(4, 1)
+    pool.attach(cache)
+    a = Request(0, 0, 0.0, 2, 1, keys=[11, 12])
+    pool.allocate(2)  # A's prompt
+    pool.release(-cache.insert(a, 2))  # its full units are cached as computed
+    pool.release(cache.release(a))  # A ends: a2 then a1 become free
+    assert (pool.used, cache.evictable_blocks, pool.free) == (0, 2, 4)
+    pool.allocate(2)  # B
+    pool.release(2)  # B ends
+    pool.allocate(1)  # C
+    assert cache.evictable_blocks == cached_after_c
+    assert (pool.used, pool.free) == (1, 3)
+    d = Request(3, 3, 0.0, 3, 1, keys=[11, 12, 13])
+    assert cache.lookup(d) == (hit_units, hit_units)
+
+
+def test_free_queue_takes_never_used_blocks_first():
+    cache = BlockHashCache(1, 1)  # free_queue by default, as vLLM
+    pool = BlockPool(4, 1)
+    pool.attach(cache)
+    a = Request(0, 0, 0.0, 2, 1, keys=[11, 12])
+    pool.allocate(2)
+    pool.release(-cache.insert(a, 2))
+    pool.release(cache.release(a))
+    pool.allocate(2)  # the two never-used blocks: nothing evicted
+    assert cache.evictable_blocks == 2
+    pool.allocate(1)  # now the oldest free block is a2's (freed before a1's)
+    assert cache.lookup(Request(1, 1, 0.0, 3, 1, keys=[11, 12, 13])) == (1, 1)

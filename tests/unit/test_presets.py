@@ -338,7 +338,7 @@ def test_vllm_launch_line_sets_the_knobs():
     }
     kv = got["kv_cache"]
     assert (kv["block_size"], kv["mem_fraction"], kv["activation_reserve_gib"]) == (16, 0.9, 3.5)
-    assert got["prefix_cache"] == {"name": "block_hash"}
+    assert got["prefix_cache"] == {"name": "block_hash", "eviction": "free_queue"}
     assert got["cost"]["padding"] == [s for s in VLLM_SIZES_512 if s <= 256]
 
 
@@ -353,7 +353,7 @@ def test_vllm_defaults_follow_the_device(hardware, seqs, budget):
     assert got["scheduler"]["max_num_batched_tokens"] == budget
     assert got["kv_cache"]["block_size"] == 16
     assert got["kv_cache"]["mem_fraction"] == 0.9
-    assert got["prefix_cache"] == {"name": "block_hash"}
+    assert got["prefix_cache"] == {"name": "block_hash", "eviction": "free_queue"}
     assert got["cost"]["padding"] == [s for s in VLLM_SIZES_512 if s <= min(2 * seqs, 512)]
 
 
@@ -570,3 +570,70 @@ def test_sglang_hybrid_models_need_the_running_limit():
     )
     raw["engine"]["flags"] = {"max_running_requests": 256}
     assert resolved(raw)["scheduler"]["max_running_requests"] == 256
+
+
+# -- the mamba state strategy (hybrid models) ----------------------------------------------
+
+HYBRID_SPEC = (
+    "python -m sglang.launch_server --model-path Qwen/Qwen3.5-4B --max-running-requests 16 "
+    "--speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
+    "--speculative-num-draft-tokens 4"
+)
+
+
+def hybrid(command: str) -> dict[str, Any]:
+    raw = base({"name": "sglang", "command": command}, hardware="b200")
+    raw["cost"]["model"] = "qwen3_5_4b"
+    raw["speculative"] = {"acceptance_rates": [0.8, 0.7, 0.6]}
+    return raw
+
+
+def test_the_launch_line_with_extra_buffer_is_accepted_whole():
+    line = (
+        f"{HYBRID_SPEC} --mamba-scheduler-strategy extra_buffer --mamba-track-interval 128 "
+        "--mamba-full-memory-ratio 0.8 --max-mamba-cache-size 64 --mamba-ssm-dtype float32"
+    )
+    got = resolved(hybrid(line))
+    assert got["engine"]["flags"]["mamba_scheduler_strategy"] == "extra_buffer"
+    assert got["prefix_cache"] == {"name": "radix"}
+    # the sizing flags change nothing simulated: the same KV pool as without them
+    plain = resolved(hybrid(f"{HYBRID_SPEC} --mamba-scheduler-strategy extra_buffer"))
+    assert got["kv_cache"] == plain["kv_cache"]
+    # SGLang's newer spelling
+    renamed = resolved(hybrid(f"{HYBRID_SPEC} --mamba-radix-cache-strategy extra_buffer"))
+    assert renamed["engine"]["flags"]["mamba_scheduler_strategy"] == "extra_buffer"
+
+
+def test_no_buffer_with_speculation_and_the_radix_cache_is_refused_as_sglang_does():
+    expected = (
+        "engine.flags.mamba_scheduler_strategy: got 'no_buffer' (SGLang's default), which "
+        "SGLang refuses with speculative decoding and the radix cache on a hybrid model"
+    )
+    assert error(hybrid(HYBRID_SPEC)).startswith(expected)
+    line = f"{HYBRID_SPEC} --mamba-scheduler-strategy no_buffer"
+    assert error(hybrid(line)).startswith(
+        "engine.flags.mamba_scheduler_strategy: got 'no_buffer', which SGLang refuses"
+    )
+    # without the radix cache, or without speculation, no_buffer runs
+    assert resolved(hybrid(f"{line} --disable-radix-cache"))["prefix_cache"] is None
+    raw = hybrid(line.split(" --speculative")[0] + " --mamba-scheduler-strategy no_buffer")
+    del raw["speculative"]
+    assert resolved(raw)["prefix_cache"] == {"name": "radix"}
+    # auto picks extra_buffer when both are on
+    assert resolved(hybrid(f"{HYBRID_SPEC} --mamba-scheduler-strategy auto"))["prefix_cache"]
+
+
+def test_mamba_strategy_choices_and_non_hybrid_models():
+    msg = error(hybrid(f"{HYBRID_SPEC} --mamba-scheduler-strategy extra"))
+    assert msg.startswith("engine.flags.mamba_scheduler_strategy: got 'extra'")
+    # a model without state layers: the flag is accepted and changes nothing
+    with_flag = resolved(
+        base({"name": "sglang", "flags": {"mamba-scheduler-strategy": "no_buffer"}})
+    )
+    without = resolved(base({"name": "sglang"}))
+    assert with_flag["engine"]["flags"] == {"mamba_scheduler_strategy": "no_buffer"}
+    assert {**with_flag, "engine": None} == {**without, "engine": None}
+    f = sg.SGLangFlags(mamba_scheduler_strategy="auto")
+    assert sg.mamba_strategy(f, hybrid(HYBRID_SPEC), speculative=True) == "extra_buffer"
+    assert sg.mamba_strategy(f, hybrid(HYBRID_SPEC), speculative=False) == "no_buffer"
+    assert sg.mamba_strategy(f, base(), speculative=True) is None

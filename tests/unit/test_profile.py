@@ -99,6 +99,65 @@ def test_fit_is_exact_without_noise(tmp_path):
     assert fit.fit.phases["decode"].max_rel_error < 1e-6
 
 
+def slowed(rows: list[dict[str, object]], every: int, factor: float) -> list[dict[str, object]]:
+    """*rows* with every *every*-th row's latency times *factor* (a host slow-down)."""
+    return [
+        {**r, "latency_ms": float(r["latency_ms"]) * factor} if k % every == 0 else r  # type: ignore[arg-type]
+        for k, r in enumerate(rows)
+    ]
+
+
+def test_soft_l1_resists_slowed_rows_that_move_nnls(tmp_path):
+    # one row in seven 1.8x slower, as a shared host slows a profile now and then
+    rows = slowed(synthetic_rows(np.random.default_rng(5), 0.01), 7, 1.8)
+    prof = read_profile(write(tmp_path, rows))
+    plain, robust = fit_profile(prof), fit_profile(prof, "soft_l1")
+    assert plain.method == "nnls_relative"
+    assert robust.method == "soft_l1_relative"
+
+    def worst(fit) -> float:
+        got = fit.coefficients.model_dump()
+        return max(abs(got[t] / TRUE[t] - 1) for t in TERMS)
+
+    assert worst(robust) < 0.03  # the noise is 1 %
+    assert worst(plain) > 2 * worst(robust)
+    assert all(v >= 0 for v in robust.coefficients.model_dump().values())
+
+
+def test_calibrate_loss_flag(tmp_path, capsys):
+    prof = write(tmp_path, synthetic_rows(np.random.default_rng(1), 0.01))
+    out = tmp_path / "fit.yaml"
+    assert main(["calibrate", str(prof), "--out", str(out), "--loss", "soft_l1"]) == 0
+    assert "robust (soft L1)" in capsys.readouterr().out
+    assert load_fit(out).method == "soft_l1_relative"
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", str(prof), "--loss", "huber"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'huber'" in capsys.readouterr().err
+
+
+def test_decode_residual_is_the_median_not_the_mean(tmp_path):
+    # batch 4 measured five times; one of them during a 2x host slow-down
+    def ms(b: int) -> float:
+        return 10.0 + 5.0 * b
+
+    rows = [
+        {"phase": "decode", "batch_size": b, "input_tokens": 0, "context_len": 64,
+         "latency_ms": ms(b) * (2.0 if (b, k) == (4, 0) else 1.0) + (3.0 if b == 1 else 0.0)}
+        for b in (1, 2, 4, 8) for k in range(5)
+    ]  # fmt: skip
+    fit = fit_profile(read_profile(write(tmp_path, rows)))
+    c = fit.coefficients
+    r = fit.decode_batch_residual_ms
+    for b in (1, 2, 4, 8):
+        rows_b = [float(x["latency_ms"]) for x in rows if x["batch_size"] == b]  # type: ignore[arg-type]
+        fitted = c.fixed_ms + c.per_decode_seq_ms * b + c.per_context_token_ms * b * 64
+        assert r[b] == pytest.approx(float(np.median(rows_b)) - fitted, abs=1e-9)
+    # the slow episode moves a mean by 30/5 = 6 ms; the median does not see it
+    rows_4 = [float(x["latency_ms"]) for x in rows if x["batch_size"] == 4]  # type: ignore[arg-type]
+    assert np.mean(rows_4) - np.median(rows_4) == pytest.approx(6.0)
+
+
 def test_r2_and_relative_error_by_hand(tmp_path):
     # measured 10, 20, 30 ms, predicted 11, 20, 27: SS_res = 1 + 0 + 9 = 10,
     # SS_tot = 100 + 0 + 100 = 200 → R² = 0.95; |rel| = 0.1, 0, 0.1 → median 0.1, max 0.1
@@ -391,6 +450,8 @@ def test_shipped_fit_is_what_calibrate_gives_for_the_shipped_profile():
         assert got == pytest.approx(want, rel=1e-9), term
     assert fresh.profile.sha256 == shipped.profile.sha256
     assert fresh.fit.phases == shipped.fit.phases
+    for size, value in shipped.decode_batch_residual_ms.items():  # medians since issue 12
+        assert fresh.decode_batch_residual_ms[size] == pytest.approx(value, rel=1e-9, abs=1e-12)
 
 
 def test_shipped_profile_is_what_vidur_profile_gives(tmp_path):

@@ -58,7 +58,7 @@ def test_scheduler_registry_classes_take_their_config():
         ]
         sched = cls(config_cls())
         assert hasattr(sched, "plan")
-        assert hasattr(sched, "accepts")
+        assert hasattr(sched, "refusal")
 
 
 def test_admission_registry_classes_take_their_config():

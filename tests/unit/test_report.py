@@ -58,7 +58,7 @@ def test_format_table():
     assert lines[0].split() == ["name", "x", "y"]
     assert set(lines[1].replace(" ", "")) == {"-"}
     assert lines[2].split() == ["a", "1234.6", "0.0123"]
-    assert lines[3].split() == ["bb", "-", "7"]
+    assert lines[3].split() == ["bb", "—", "7"]
     assert len({len(line) for line in lines}) == 1  # aligned columns
 
 

@@ -134,7 +134,7 @@ def test_missing_num_requests_and_duration(error_of):
     assert error_of(
         {"workload.arrival": {"name": "closed_loop", "concurrency": 2}, "workload.duration_s": 5},
         delete=("workload.num_requests",),
-    ).endswith("closed_loop needs num_requests (duration_s may stop it earlier)")
+    ).endswith("closed_loop needs num_requests or a path (duration_s may stop it earlier)")
 
 
 def test_missing_required_section(error_of):
@@ -146,7 +146,7 @@ def test_missing_required_section(error_of):
 
 def test_trace_lengths_need_trace_arrival(error_of):
     msg = error_of({"workload.input_tokens": {"name": "trace"}})
-    assert msg.endswith("length 'trace' needs arrival.name 'trace'")
+    assert msg.endswith("length 'trace' needs arrival.name 'trace', or 'closed_loop' with a path")
 
 
 def test_long_values_are_shortened(error_of):

@@ -1,9 +1,10 @@
-"""StaticBatching.plan / accepts on hand-built views (no SimPy)."""
+"""StaticBatching.plan / refusal on hand-built views (no SimPy)."""
 
 from __future__ import annotations
 
 import pytest
 
+from lyra_simpy import simulate
 from lyra_simpy.policies import EngineView, StaticBatching, StaticConfig
 from lyra_simpy.request import Request
 
@@ -87,5 +88,64 @@ def test_empty_queue_gives_empty_plan():
 
 
 @pytest.mark.parametrize(("inp", "out", "ok"), [(16, 16, True), (16, 17, False), (1, 31, True)])
-def test_accepts_full_length_in_kv(inp, out, ok):
-    assert static().accepts(Request(0, 0, 0.0, inp, out), 2, BS) is ok
+def test_refuses_what_does_not_fit_full_length_in_kv(inp, out, ok):
+    want = None if ok else "never_fits_kv"
+    assert static().refusal(Request(0, 0, 0.0, inp, out), 2, BS) == want
+    # a batch reserves the full length on a prefill replica too
+    assert static().refusal(Request(0, 0, 0.0, inp, out), 2, BS, prompt_only=True) == want
+
+
+def test_one_prefill_per_iteration_fills_the_batch_before_it_decodes():
+    s = StaticBatching(StaticConfig(max_batch=4, prefills_per_iteration=1))
+    w = [req(i, 0.0, inp=10 + i) for i in range(3)]
+    plan = s.plan(view(w, now_s=0.1, pending=False))
+    assert (plan.prefill, plan.decode, plan.rows) == ([(w[0], 10)], [], 3)
+    # the members not yet prefilled are still waiting; the prefilled one does not decode
+    plan = s.plan(view(w[1:], running=w[:1], now_s=0.2, pending=False))
+    assert (plan.prefill, plan.decode, plan.rows) == ([(w[1], 11)], [], 3)
+    plan = s.plan(view(w[2:], running=w[:2], now_s=0.3, pending=False))
+    assert (plan.prefill, plan.decode) == ([(w[2], 12)], [])
+    plan = s.plan(view([], running=w, now_s=0.4, pending=False))
+    assert (plan.prefill, plan.decode, plan.rows) == ([], w, 3)
+
+
+def test_two_prefills_per_iteration():
+    s = StaticBatching(StaticConfig(max_batch=4, prefills_per_iteration=2))
+    w = [req(i, 0.0) for i in range(5)]
+    assert [r for r, _ in s.plan(view(w, now_s=0.0)).prefill] == w[:2]
+    assert [r for r, _ in s.plan(view(w[2:], running=w[:2])).prefill] == w[2:4]
+    assert s.plan(view(w[4:], running=w[:4])).decode == w[:4]
+
+
+def test_one_prefill_per_iteration_end_to_end_by_hand(make_scenario):
+    # 15 ms + 1 ms per row padded to the batch of 2 (17 ms), prefills padded too; two
+    # requests of 4 prompt and 3 output tokens form one batch when the second arrives:
+    # prefill r0 (+17), prefill r1 (+34), two decodes of both (+51, +68)
+    changes = {
+        "workload.num_requests": 2,
+        "workload.arrival": {"name": "constant", "rate_per_s": 100.0},
+        "workload.input_tokens": {"name": "fixed", "tokens": 4},
+        "workload.output_tokens": {"name": "fixed", "tokens": 3},
+        "scheduler": {"name": "static", "max_batch": 2, "prefills_per_iteration": 1},
+        "cost": {
+            "name": "linear", "base_ms": 15, "per_seq_ms": 1, "padding": "max_batch",
+            "pad_prefill": True,
+        },
+    }  # fmt: skip
+    rec = simulate(make_scenario(changes)).records
+    start = rec["arrival_s"][1]
+    assert rec["first_token_s"] - start == pytest.approx([0.017, 0.034], abs=1e-12)
+    assert rec["finish_s"] - start == pytest.approx([0.068, 0.068], abs=1e-12)
+    # the whole batch in one iteration (the default): first tokens together at +17
+    changes["scheduler"] = {"name": "static", "max_batch": 2}
+    rec = simulate(make_scenario(changes)).records
+    assert rec["first_token_s"] - start == pytest.approx([0.017, 0.017], abs=1e-12)
+    assert rec["finish_s"] - start == pytest.approx([0.051, 0.051], abs=1e-12)
+
+
+def test_prefills_per_iteration_must_be_positive(make_scenario):
+    from lyra_simpy.errors import ScenarioError
+
+    with pytest.raises(ScenarioError) as info:
+        make_scenario({"scheduler": {"name": "static", "prefills_per_iteration": 0}})
+    assert str(info.value).startswith("scheduler.static.prefills_per_iteration: got 0")

@@ -152,15 +152,27 @@ def test_empty_and_all_rejected():
     s = summarize(records([("rejected", 1.0, None, None, 10, 10, 0)]), none, {"ttft_ms": 1.0})
     assert s["completed"] == 0
     assert s["duration"] == 0.0
-    assert s["request_throughput"] == 0.0
-    assert s["slo_attainment"] == 0.0
+    # a statistic over nothing is None (null in JSON), never 0 (DESIGN §4)
+    assert s["request_throughput"] is None
+    assert s["slo_attainment"] == 0.0  # one arrival, not good
+    assert s["rejection_rate"] == 1.0
+    assert s["prefix_cache_hit_rate"] is None
     for metric in ("ttft", "tpot", "itl", "e2el"):
         for stat in ("mean", "median", "std", "p90", "p99"):
-            assert s[f"{stat}_{metric}_ms"] == 0.0
+            assert s[f"{stat}_{metric}_ms"] is None
     s = summarize(records([]), none, {})
     assert s["completed"] == 0
-    assert s["slo_attainment"] == 0.0
+    assert s["slo_attainment"] is None
+    assert s["rejection_rate"] is None
     assert not any(isinstance(v, float) and math.isnan(v) for v in s.values())
+
+
+def test_tpot_over_single_token_outputs_is_none():
+    s = summarize(records([("ok", 1.0, 1.0, 1.5, 10, 1, 0)]), ITL, {})
+    assert s["completed"] == 1
+    assert s["mean_ttft_ms"] is not None
+    assert s["mean_tpot_ms"] is None
+    assert s["p99_tpot_ms"] is None
 
 
 def test_summary_key_order_is_vllm_order():

@@ -21,8 +21,17 @@ scaled to unit maximum before solving (the terms differ by ten orders of magnitu
 A term no row exercises (e.g. no decode rows) is fitted as 0 and listed in the report's
 ``unmeasured_terms``: the model then knows nothing about it.
 
-Beside the terms the fit records, per measured decode batch size, the mean residual of
-its decode rows (``decode_batch_residual_ms``); a ``profile`` cost model with
+``loss: soft_l1`` (``calibrate --loss soft_l1``) fits the same relative errors with a
+robust loss instead (``scipy.optimize.least_squares``, ``loss="soft_l1"``, coefficients
+bounded at 0, started from the NNLS solution): an error *e* costs
+``2 × ((1 + (e/s)²)^½ − 1)`` with *s* = :data:`ROBUST_SCALE`, quadratic below *s* and
+linear above, so a few rows slowed by the host (VALIDATION-NOTES: a whole run now and
+then 1.3–2× slower) pull the coefficients less than under squares. NNLS stays the
+default: on the committed profiles the robust fit is not better (docs/calibration.md §2).
+
+Beside the terms the fit records, per measured decode batch size, the *median* residual
+of its decode rows (``decode_batch_residual_ms``; a median, so one slow episode while
+profiling does not move it as it moves a mean); a ``profile`` cost model with
 ``decode_table: true`` adds it to decode-only steps, interpolated linearly between the
 measured sizes and held at the nearest measured size outside them (so a batch never
 costs less than the linear terms say beyond the grid, nor jumps there).
@@ -36,7 +45,7 @@ in the fit file so that a reader sees how far a scenario extrapolates.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -60,6 +69,13 @@ UNITS = {
     "per_prefill_attention_ms": "ms per (new x (cached + new)) prompt token pair",
 }
 FORMAT = "lyra-simpy/profile-fit/1"
+Loss = Literal["nnls", "soft_l1"]
+METHODS: dict[str, str] = {"nnls": "nnls_relative", "soft_l1": "soft_l1_relative"}
+"""``ProfileFit.method`` for each ``loss``."""
+ROBUST_SCALE = 0.05
+"""Relative error at which ``soft_l1`` turns from quadratic to linear (5 %: about the
+real engine's own run-to-run band on p50 latencies, VALIDATION-NOTES "Noise floor";
+an error inside it counts as noise, one far outside as an outlier)."""
 WORST_ROWS = 5
 Floats = npt.NDArray[np.float64]
 
@@ -90,10 +106,11 @@ class PhaseFit(_Closed):
 
 
 class RowError(_Closed):
-    """One row of the profile with its prediction."""
+    """One row of the profile (or one step rebuilt from runs) with its prediction."""
 
     row: int
-    """Line in the CSV (the header is line 1)."""
+    """Line in the CSV (the header is line 1); for a ``runs:`` phase, the step's index
+    among the rebuilt steps (from 0)."""
     phase: str
     batch_size: int
     input_tokens: int
@@ -119,20 +136,48 @@ class ProfileSource(_Closed):
     metadata_path: str | None = None
 
 
+class RunsSource(_Closed):
+    """The replayed runs a fit's rebuilt steps came from (``calibrate --from-runs``)."""
+
+    folders: list[str]
+    """Run folders, relative to the fit file when written by ``calibrate``."""
+    rebuild: dict[str, Any]
+    """The :class:`~lyra_simpy.calibration.runs.StepRebuild` settings."""
+    steps: int
+    """Rebuilt steps fitted."""
+    dropped_steps: int = 0
+    """Rebuilt steps left out (``idle_start: drop``, or no known start)."""
+
+
+class NoiseFit(_Closed):
+    """The spread of the fit's residuals, for ``cost.jitter: fitted``
+    (:mod:`lyra_simpy.cost.jitter`)."""
+
+    sigma: float
+    """1.4826 × the median absolute deviation of ln(measured / fitted) over the rows."""
+    rows: int
+    """Rows (profile rows and rebuilt steps) it was taken over."""
+
+
 class ProfileFit(_Closed):
     """What ``lyra-simpy calibrate`` writes and a ``profile`` cost model reads."""
 
     format: str = FORMAT
     method: str = "nnls_relative"
     coefficients: Coefficients
-    profile: ProfileSource
+    profile: ProfileSource | None
+    """The profile CSV fitted (None: fitted on runs alone)."""
+    runs: RunsSource | None = None
+    """Replayed runs whose rebuilt steps were fitted too (None: a profile alone)."""
     metadata: dict[str, Any]
     """The profile's metadata YAML (hardware, model, engine, version, tp, date, ...)."""
     grid: dict[str, dict[str, int]]
     """Per phase, min and max of batch_size, input_tokens and context_len measured."""
     fit: FitReport
+    noise: NoiseFit | None = None
+    """Step-time noise fitted from the residuals (None in fits made before it existed)."""
     decode_batch_residual_ms: dict[int, float] = Field(default_factory=dict)
-    """Per measured decode batch size, the mean of measured − fitted over its decode
+    """Per measured decode batch size, the median of measured − fitted over its decode
     rows: what the linear terms miss at that size (e.g. a CPU engine's single-sequence
     matrix-vector fast path). A ``profile`` cost with ``decode_table: true`` adds it."""
 
@@ -169,29 +214,53 @@ def r_squared(
 
 
 def fit_coefficients(
-    x: npt.NDArray[np.float64], latency_ms: npt.NDArray[np.float64]
+    x: npt.NDArray[np.float64], latency_ms: npt.NDArray[np.float64], loss: Loss = "nnls"
 ) -> tuple[npt.NDArray[np.float64], list[str]]:
-    """Non-negative coefficients minimising the squared relative error, and the terms
-    no row exercises (fitted as 0)."""
-    from scipy.optimize import nnls  # here: importing scipy.optimize costs ~0.4 s
+    """Non-negative coefficients minimising the squared relative error (``nnls``) or
+    its robust ``soft_l1`` loss, and the terms no row exercises (fitted as 0)."""
+    from scipy.optimize import least_squares, nnls  # here: importing costs ~0.4 s
 
     weighted = x / latency_ms[:, None]
     scale = np.abs(weighted).max(axis=0)
     used = scale > 0
     coef = np.zeros(x.shape[1])
-    solution, _ = nnls(weighted[:, used] / scale[used], np.ones(len(latency_ms)), maxiter=5000)
+    a = weighted[:, used] / scale[used]
+    ones = np.ones(len(latency_ms))
+    solution, _ = nnls(a, ones, maxiter=5000)
+    if loss == "soft_l1":
+        robust = least_squares(
+            lambda b: np.sum(a * b, axis=1) - ones,
+            solution,
+            jac=lambda b: a,
+            bounds=(0.0, np.inf),
+            loss="soft_l1",
+            f_scale=ROBUST_SCALE,
+            method="trf",
+        )
+        solution = np.maximum(robust.x, 0.0)
     coef[used] = solution / scale[used]
     return coef, [t for t, u in zip(TERMS, used, strict=True) if not u]
 
 
+RUN_PHASES = tuple(f"runs:{p}" for p in PHASES)
+"""Phases of steps rebuilt from runs, reported apart from the profile's rows."""
+
+
 def report(
-    profile: Profile, predicted: npt.NDArray[np.float64], unmeasured: list[str]
+    profile: Any,
+    predicted: npt.NDArray[np.float64],
+    unmeasured: list[str],
+    lines: npt.NDArray[np.int64] | None = None,
 ) -> FitReport:
-    """R², median and max relative error per phase, and the worst rows."""
+    """R², median and max relative error per phase, and the worst rows. *profile* is a
+    :class:`Profile` or anything with its columns (rebuilt steps); *lines* numbers the
+    rows (default: their CSV lines)."""
     measured = profile.latency_ms
     rel = (predicted - measured) / measured
+    if lines is None:
+        lines = np.arange(len(measured), dtype=np.int64) + 2
     phases = {}
-    for phase in PHASES:
+    for phase in PHASES + RUN_PHASES:
         sel = profile.phase == phase
         if sel.any():
             phases[phase] = PhaseFit(
@@ -206,7 +275,7 @@ def report(
         phases=phases,
         worst_rows=[
             RowError(
-                row=int(k) + 2,
+                row=int(lines[k]),
                 phase=str(profile.phase[k]),
                 batch_size=int(profile.batch_size[k]),
                 input_tokens=int(profile.input_tokens[k]),
@@ -221,9 +290,9 @@ def report(
     )
 
 
-def _grid(profile: Profile) -> dict[str, dict[str, int]]:
+def _grid(profile: Any) -> dict[str, dict[str, int]]:
     out = {}
-    for phase in PHASES:
+    for phase in PHASES + RUN_PHASES:
         sel = profile.phase == phase
         if sel.any():
             out[phase] = {
@@ -234,12 +303,13 @@ def _grid(profile: Profile) -> dict[str, dict[str, int]]:
     return out
 
 
-def fit_profile(profile: Profile) -> ProfileFit:
-    """Fit the ``profile`` cost model to *profile*."""
+def fit_profile(profile: Profile, loss: Loss = "nnls") -> ProfileFit:
+    """Fit the ``profile`` cost model to *profile* (*loss*: see the module docstring)."""
     x = design_matrix(profile)
-    coef, unmeasured = fit_coefficients(x, profile.latency_ms)
+    coef, unmeasured = fit_coefficients(x, profile.latency_ms, loss)
     predicted = rowwise_dot(x, coef)
     return ProfileFit(
+        method=METHODS[loss],
         coefficients=Coefficients(**dict(zip(TERMS, coef.tolist(), strict=True))),
         profile=ProfileSource(
             path=str(profile.path),
@@ -250,17 +320,28 @@ def fit_profile(profile: Profile) -> ProfileFit:
         metadata=profile.metadata,
         grid=_grid(profile),
         fit=report(profile, predicted, unmeasured),
+        noise=noise_fit(profile.latency_ms, predicted),
         decode_batch_residual_ms=decode_residuals(profile, predicted),
     )
 
 
-def decode_residuals(profile: Profile, predicted: Floats) -> dict[int, float]:
-    """Mean measured − predicted latency of the decode rows of each batch size."""
-    decode = profile.phase == "decode"
+def noise_fit(measured_ms: Floats, predicted_ms: Floats) -> NoiseFit | None:
+    """:class:`NoiseFit` of the rows (None where a prediction is 0: no ratio)."""
+    from lyra_simpy.cost.jitter import fitted_sigma
+
+    if not len(measured_ms) or not (predicted_ms > 0).all():
+        return None
+    return NoiseFit(sigma=fitted_sigma(measured_ms, predicted_ms), rows=len(measured_ms))
+
+
+def decode_residuals(profile: Any, predicted: Floats) -> dict[int, float]:
+    """Median measured − predicted latency of the decode rows (and decode steps rebuilt
+    from runs) of each batch size."""
+    decode = (profile.phase == "decode") | (profile.phase == "runs:decode")
     out = {}
     for size in sorted(set(profile.batch_size[decode].tolist())):
         rows = decode & (profile.batch_size == size)
-        out[int(size)] = float(np.mean(profile.latency_ms[rows] - predicted[rows]))
+        out[int(size)] = float(np.median(profile.latency_ms[rows] - predicted[rows]))
     return out
 
 

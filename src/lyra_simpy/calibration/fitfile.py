@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import yaml
 from pydantic import ValidationError
 
-from lyra_simpy.calibration.fit import FORMAT, TERMS, UNITS, ProfileFit, fit_profile
+from lyra_simpy.calibration.fit import FORMAT, TERMS, UNITS, Loss, ProfileFit, fit_profile
 from lyra_simpy.calibration.profiles import read_profile
 from lyra_simpy.errors import TraceError, from_validation_error
 from lyra_simpy.metrics.io import atomic_write
@@ -31,7 +31,9 @@ HEADER = (
 
 def write_fit(fit: ProfileFit, path: Path) -> None:
     """Write *fit* as YAML to *path*, atomically."""
-    text = HEADER + yaml.safe_dump(fit.model_dump(mode="json"), sort_keys=False)
+    # A profile-only fit has no runs: leave the key out, as fits made before runs existed.
+    data = fit.model_dump(mode="json", exclude={"runs"} if fit.runs is None else None)
+    text = HEADER + yaml.safe_dump(data, sort_keys=False)
     atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
@@ -63,9 +65,10 @@ FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 
 
 def calibrate(
-    profile_path: Path, out: Path | None = None, figure: Path | None = None
+    profile_path: Path, out: Path | None = None, figure: Path | None = None, loss: Loss = "nnls"
 ) -> ProfileFit:
-    """Fit the profile CSV at *profile_path*. With *out*, write the fit file there (the
+    """Fit the profile CSV at *profile_path* (*loss*: ``nnls`` or the robust
+    ``soft_l1``, :mod:`~lyra_simpy.calibration.fit`). With *out*, write the fit file there (the
     profile and its metadata are then named relative to it); with *figure*, the residual
     figure (:func:`save_residuals`). Nothing is written unless the fit and the figure
     both succeed."""
@@ -75,8 +78,8 @@ def calibrate(
     meta = profile.metadata_path
     if out is not None and meta is not None and out.resolve() == meta.resolve():
         raise TraceError(f"--out: got {out}, which is the profile's metadata file; choose another")
-    fit = fit_profile(profile)
-    if out is not None:
+    fit = fit_profile(profile, loss)
+    if out is not None and fit.profile is not None:
         here = out.resolve().parent
         source = fit.profile.model_copy(
             update={
@@ -92,6 +95,12 @@ def calibrate(
     return fit
 
 
+LOSS_WORDS = {
+    "nnls_relative": "non-negative least squares",
+    "soft_l1_relative": "non-negative robust (soft L1) least squares",
+}
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
@@ -100,29 +109,46 @@ def format_report(fit: ProfileFit, profile_label: str | None = None) -> str:
     """The fit report as text: coefficients with units, R² and relative errors per
     phase, the worst rows; *profile_label* names the profile (default: as the fit does)."""
     meta = fit.metadata
-    lines = [
-        f"profile: {profile_label or fit.profile.path} ({fit.profile.rows} rows)",
+    lines = []
+    if fit.profile is not None:
+        lines.append(f"profile: {profile_label or fit.profile.path} ({fit.profile.rows} rows)")
+    if fit.runs is not None:
+        lines.append(
+            f"runs: {', '.join(fit.runs.folders)} ({fit.runs.steps} rebuilt steps, "
+            f"{fit.runs.dropped_steps} left out; "
+            + ", ".join(f"{k}={v}" for k, v in fit.runs.rebuild.items())
+            + ")"
+        )
+    lines += [
         "metadata: "
         + ", ".join(f"{k}={meta.get(k, 'unknown')}" for k in ("hardware", "model", "engine", "tp")),
-        "coefficients (non-negative least squares on relative error):",
+        f"coefficients ({LOSS_WORDS.get(fit.method, fit.method)} on relative error):",
     ]
     for term in TERMS:
         lines.append(f"  {term:<26} {getattr(fit.coefficients, term):>12.6g}  {UNITS[term]}")
     r2 = fit.fit.r2
     lines.append(f"R² (all rows): {'n/a' if r2 is None else f'{r2:.4f}'}")
-    lines.append(f"  {'phase':<8} {'rows':>5} {'R²':>8} {'median |rel err|':>17} {'max':>8}")
+    width = max([8, *map(len, fit.fit.phases)])
+    lines.append(f"  {'phase':<{width}} {'rows':>5} {'R²':>8} {'median |rel err|':>17} {'max':>8}")
     for phase, pf in fit.fit.phases.items():
         pr2 = "n/a" if pf.r2 is None else f"{pf.r2:.4f}"
         lines.append(
-            f"  {phase:<8} {pf.rows:>5} {pr2:>8} {_pct(pf.median_rel_error):>17} "
+            f"  {phase:<{width}} {pf.rows:>5} {pr2:>8} {_pct(pf.median_rel_error):>17} "
             f"{_pct(pf.max_rel_error):>8}"
         )
-    lines.append("worst rows (line in the CSV):")
+    note = "; step: index of a step rebuilt from runs" if fit.runs is not None else ""
+    lines.append(f"worst rows (line in the CSV{note}):")
     for w in fit.fit.worst_rows:
+        where = f"step {w.row}" if w.phase.startswith("runs:") else f"line {w.row}"
         lines.append(
-            f"  line {w.row}: {w.phase} batch={w.batch_size} input={w.input_tokens} "
+            f"  {where}: {w.phase} batch={w.batch_size} input={w.input_tokens} "
             f"context={w.context_len}: measured {w.measured_ms:.3f} ms, "
             f"predicted {w.predicted_ms:.3f} ms ({w.rel_error:+.1%})"
+        )
+    if fit.noise is not None:
+        lines.append(
+            f"step-time noise (cost.jitter: fitted): sigma {fit.noise.sigma:.4g} "
+            f"(robust spread of ln(measured / fitted) over {fit.noise.rows} rows)"
         )
     if fit.fit.unmeasured_terms:
         lines.append(

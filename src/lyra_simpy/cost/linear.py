@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, ConfigDict, Field, NonNegativeFloat
+from pydantic import BeforeValidator, ConfigDict, Field, NonNegativeFloat, model_validator
 
 from lyra_simpy.config import Closed
 from lyra_simpy.cost.base import BatchShape, affine_span_s, verify_rows_tokens
+from lyra_simpy.cost.jitter import Jitter, refuse_fitted_without_fit
 from lyra_simpy.cost.padding import Padder, Padding, check_padding
 
 
@@ -44,6 +45,14 @@ class LinearCostConfig(Closed):
     decoding, so a prefill iteration costs what a decode of that width does: the
     classroom engine of Lab 02 ("each iteration advances every sequence one decode
     step, or processes a prefill, and costs 15 ms + 1 ms × batch width")."""
+    jitter: Jitter | None = None
+    """Seeded step-time noise on every iteration (default none: exact times); see
+    :mod:`~lyra_simpy.cost.jitter`."""
+
+    @model_validator(mode="after")
+    def _jitter_has_no_fit(self) -> LinearCostConfig:
+        refuse_fitted_without_fit(self.jitter, "the linear cost model")
+        return self
 
 
 class LinearCost:

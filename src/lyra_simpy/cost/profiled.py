@@ -35,6 +35,7 @@ from pydantic import (
 
 from lyra_simpy.config import Closed
 from lyra_simpy.cost.base import BatchShape, affine_span_s, verify_rows_tokens
+from lyra_simpy.cost.jitter import Jitter
 from lyra_simpy.cost.padding import Padder, Padding, check_padding
 from lyra_simpy.errors import LyraError
 
@@ -80,6 +81,9 @@ class ProfileCostConfig(Closed):
     decode grid, interpolated in batch size between measured sizes and held at the
     nearest one outside them, over the linear terms (for an engine whose decode step
     is not linear in the batch, e.g. llama.cpp on a CPU: 1 → 2 sequences jumps)."""
+    jitter: Jitter | None = None
+    """Seeded step-time noise on every iteration (default none: exact times); see
+    :mod:`~lyra_simpy.cost.jitter`."""
 
     _fit: ProfileFit | None = PrivateAttr(default=None)
     _resolved: Path | None = PrivateAttr(default=None)
@@ -102,6 +106,12 @@ class ProfileCostConfig(Closed):
                 f"decode_table: got true, but the fit {self.path!r} has no decode rows' "
                 "residuals (profile decode steps and run lyra-simpy calibrate again)"
             )
+        fitted = self.jitter is not None and self.jitter.sigma == "fitted"
+        if fitted and self._fit.noise is None:
+            raise ValueError(
+                f"jitter.sigma: got 'fitted', but the fit {self.path!r} has no noise (fit "
+                "it again with lyra-simpy calibrate, or give sigma: x)"
+            )
         return self
 
     @property
@@ -115,7 +125,8 @@ class ProfileCostConfig(Closed):
         fit = self.fit
         return {
             "fit_file": str(self._resolved),
-            "profile": fit.profile.model_dump(mode="json"),
+            "profile": fit.profile.model_dump(mode="json") if fit.profile else None,
+            **({"runs": fit.runs.model_dump(mode="json")} if fit.runs else {}),
             "profile_metadata": fit.model_dump(mode="json")["metadata"],  # dates as text
             "method": fit.method,
             "coefficients": fit.coefficients.model_dump(mode="json"),

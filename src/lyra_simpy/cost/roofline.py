@@ -57,6 +57,7 @@ from lyra_simpy.cost.catalog import (
     model_catalog,
     state_bytes_per_request,
 )
+from lyra_simpy.cost.jitter import Jitter, refuse_fitted_without_fit
 from lyra_simpy.cost.padding import Padder, Padding, check_padding
 
 _ACTIVATION_BYTES = 2
@@ -99,6 +100,14 @@ class RooflineCostConfig(Closed):
     eager iteration lasts at least ``overhead_ms`` + this. Replaying a captured graph
     launches it once, which is what CUDA graphs buy for small batches. 0 (default)
     treats eager iterations as never launch bound."""
+    jitter: Jitter | None = None
+    """Seeded step-time noise on every iteration (default none: exact times); see
+    :mod:`~lyra_simpy.cost.jitter`."""
+
+    @model_validator(mode="after")
+    def _jitter_has_no_fit(self) -> RooflineCostConfig:
+        refuse_fitted_without_fit(self.jitter, "the roofline cost model")
+        return self
 
     @field_validator("hardware")
     @classmethod

@@ -45,6 +45,15 @@ def add_live_parsers(sub: Any) -> None:
     cmp_.add_argument("real_dirs", type=Path, nargs="+", help="replayed run folders (median)")
     cmp_.add_argument("--figure", type=Path, help="overlaid CDFs (.png/.pdf)")
     cmp_.add_argument("--json", type=Path, help="write the comparison table as JSON")
+    cmp_.add_argument(
+        "--band",
+        type=Path,
+        metavar="SCENARIO",
+        help="simulate SCENARIO (its cost.jitter on) --seeds times: a band per metric",
+    )
+    cmp_.add_argument("--seeds", type=count, default=10, help="noise draws for --band (10)")
+    cmp_.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE")
+    cmp_.add_argument("--quick", action="store_true", help="with --band: the quick: block")
 
 
 def _json_object(text: str) -> dict[str, object]:
@@ -68,6 +77,7 @@ def _id_range(text: str) -> Any:
 
 def _replay(args: argparse.Namespace) -> int:
     from lyra_simpy.live.replay import ReplayConfig, replay
+    from lyra_simpy.metrics.summary import number
     from lyra_simpy.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, args.overrides, args.quick)
@@ -90,10 +100,12 @@ def _replay(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"interrupted: partial results in {out}/ (manifest: complete false)")
         return 130
+    ttft, tpot, thru = (
+        number(summary[k]) for k in ("median_ttft_ms", "median_tpot_ms", "output_throughput")
+    )
     print(
         f"{summary['completed']} ok, {summary['unfinished']} unfinished; "
-        f"median TTFT {summary['median_ttft_ms']:.1f} ms, median TPOT "
-        f"{summary['median_tpot_ms']:.2f} ms, {summary['output_throughput']:.1f} tok/s"
+        f"median TTFT {ttft:.1f} ms, median TPOT {tpot:.2f} ms, {thru:.1f} tok/s"
     )
     ways = json.loads((out / "manifest.json").read_text()).get("token_counting", {})
     if ways.get("usage"):
@@ -117,10 +129,23 @@ def _profile(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from lyra_simpy.live.compare import compare, format_comparison
+    from lyra_simpy.live.compare import METRICS, compare, format_comparison
 
-    table = compare(args.sim_dir, args.real_dirs, args.figure, args.json)
+    bands = None
+    if args.band is not None:
+        from lyra_simpy.live.band import band
+        from lyra_simpy.scenario import load_scenario
+
+        scenario = load_scenario(args.band, args.overrides, args.quick)
+        variants = scenario.expand()
+        if len(variants) != 1:
+            raise LyraError(f"{args.band}: has {len(variants)} variants, --band takes one")
+        bands = band(variants[0], args.seeds, METRICS)
+    table = compare(args.sim_dir, args.real_dirs, args.figure, args.json, bands)
     print(format_comparison(table))
+    if bands is not None:
+        n = args.seeds
+        print(f"band: min-max of {n} noise draws (covers a further draw {(n - 1) / (n + 1):.0%})")
     for path in (args.figure, args.json):
         if path is not None:
             print(f"wrote {path}")

@@ -61,6 +61,9 @@ class Outcome:
     sent_s: float
     chunk_s: list[float] = field(default_factory=list)
     """Arrival time of every token-carrying chunk."""
+    chunk_tokens: list[int] | None = field(default_factory=list)
+    """Tokens each of ``chunk_s`` carried (None when ``counted_by == "usage"``: which
+    chunk carried which token is unknown)."""
     tokens: int = 0
     """Tokens received (chunks, or the server's running count with ``sglang``)."""
     reported_output_tokens: int | None = None
@@ -135,6 +138,8 @@ def _on_event(api: Api, event: dict[str, Any], out: Outcome, now_s: float) -> bo
         grew: int = meta["completion_tokens"] - out.tokens
         if grew > 0:
             out.chunk_s.append(now_s)
+            if out.chunk_tokens is not None:
+                out.chunk_tokens.append(grew)
             out.tokens += grew
         out.counted_by = "meta_info"
         out.reported_output_tokens = meta["completion_tokens"]
@@ -184,6 +189,7 @@ def settle(out: Outcome) -> None:
         if usage is not None and len(kept) != usage and len(seen) == usage:
             kept, how = [(t, 1) for t, _, _ in seen], "chunks"
     out.chunk_s = [t for t, _ in kept]
+    out.chunk_tokens = [n for _, n in kept]
     out.tokens = sum(n for _, n in kept)
     out.counted_by = how
     if out.error is not None:
@@ -192,8 +198,9 @@ def settle(out: Outcome) -> None:
         if not out.chunk_s:  # no chunk read as a token: read every choice chunk as one
             out.chunk_s, out.tokens = [t for t, _, _ in seen], len(seen)
         out.stream_tokens, out.tokens, out.counted_by = out.tokens, usage, "usage"
+        out.chunk_tokens = None
     if out.tokens == 0 or not out.chunk_s:
-        out.chunk_s, out.tokens = [], 0
+        out.chunk_s, out.chunk_tokens, out.tokens = [], [], 0
         out.error = (
             f"no tokens ({len(seen)} choice chunks, none with text or token_ids; "
             f"usage.completion_tokens: {usage})"

@@ -9,6 +9,10 @@ the noise floor the error should be read against (VALIDATION-NOTES):
 * ``error`` = (sim − median real) / median real;
 * ``spread`` = the largest |real run − median real| / median real (a ± half-band).
 
+With a band (:mod:`~lyra_simpy.live.band`: the scenario simulated under N draws of its
+step-time noise) each row also has ``band_low``, ``band_high`` and ``inside``: whether the
+real median lies in the band.
+
 The figure overlays the CDFs of TTFT, TPOT, ITL and E2E latency: the simulation in one
 line, every real run in thin lines.
 """
@@ -54,10 +58,17 @@ def _rel(a: float, b: float) -> float:
 
 
 def compare(
-    sim_dir: Path, real_dirs: list[Path], figure: Path | None = None, out_json: Path | None = None
+    sim_dir: Path,
+    real_dirs: list[Path],
+    figure: Path | None = None,
+    out_json: Path | None = None,
+    bands: dict[str, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per metric: ``metric``, ``sim``, ``real`` (median), ``error``,
-    ``spread`` (fractions), ``runs`` (each real value)."""
+    ``spread`` (fractions), ``runs`` (each real value); with *bands*
+    (:func:`~lyra_simpy.live.band.band`) also ``band_low``, ``band_high``, ``inside``."""
+    from lyra_simpy.live.band import inside
+
     sim = _summary(sim_dir)
     reals = [_summary(d) for d in real_dirs]
     table = []
@@ -81,6 +92,11 @@ def compare(
                 "runs": runs,
             }
         )
+        if bands is not None:
+            interval = bands[name]
+            table[-1].update(
+                band_low=interval["low"], band_high=interval["high"], inside=inside(ref, interval)
+            )
     if out_json is not None:
         out_json.parent.mkdir(parents=True, exist_ok=True)
         out_json.write_text(json.dumps(table, indent=2) + "\n")
@@ -91,12 +107,20 @@ def compare(
 
 def format_comparison(table: list[dict[str, Any]]) -> str:
     """The table as text: metric, sim, real (median), error %, real spread ±%."""
-    lines = [f"{'metric':<22}{'sim':>11}{'real':>11}{'error':>9}{'spread':>9}"]
+    banded = bool(table) and "inside" in table[0]
+    head = f"{'metric':<22}{'sim':>11}{'real':>11}{'error':>9}{'spread':>9}"
+    lines = [head + (f"{'band (sim, N draws)':>26}  real inside" if banded else "")]
     for row in table:
-        lines.append(
+        line = (
             f"{row['metric']:<22}{row['sim']:>11.4g}{row['real']:>11.4g}"
             f"{row['error'] * 100:>+8.1f}%{row['spread'] * 100:>7.1f}%"
         )
+        if banded:
+            low, high = row["band_low"], row["band_high"]
+            span = "n/a" if low is None else f"[{low:.4g}, {high:.4g}]"
+            verdict = {True: "yes", False: "no", None: "n/a"}[row["inside"]]
+            line += f"{span:>26}  {verdict}"
+        lines.append(line)
     return "\n".join(lines)
 
 

@@ -4,7 +4,12 @@
 :func:`~lyra_simpy.live.workload.planned_requests` — open loop at their arrival times,
 closed loop with the scenario's concurrency — streams every reply
 (:mod:`~lyra_simpy.live.client`) and writes ``requests.jsonl``, ``summary.json``,
-``itl.csv`` and ``manifest.json`` (DESIGN §4) into one folder, atomically.
+``itl.csv`` and ``manifest.json`` (DESIGN §4) into one folder, atomically, with the side
+file ``tokens.jsonl``: per request that got a token, ``request_id``, ``chunk_s`` (when each
+token-carrying chunk arrived, seconds on the clock of ``arrival_s``) and
+``chunk_tokens`` (tokens per chunk; null when the count came from ``usage``), from
+which ``calibrate --from-runs`` rebuilds engine steps
+(:mod:`~lyra_simpy.calibration.runs`).
 
 Bounds: *timeout_s* per request, *time_limit_s* for the whole run, at most
 *max_in_flight* requests at once (an open-loop request waiting for a free place is sent
@@ -173,6 +178,7 @@ def records(run: _Run) -> tuple[list[dict[str, Any]], list[float]]:
             "tpot_ms": None,
             "e2el_ms": (finish - o.sent_s) * 1000.0 if finish is not None else None,
             "status": "ok" if ok else "unfinished",
+            "reject_reason": None,
             "replica": 0,
             "preemptions": 0,
         }
@@ -198,6 +204,24 @@ def records(run: _Run) -> tuple[list[dict[str, Any]], list[float]]:
     return rows, gaps
 
 
+TOKENS_FILE = "tokens.jsonl"
+"""The side file of per-token times (module docstring); not part of the DESIGN §4
+contract, which ``requests.jsonl`` keeps unchanged."""
+
+
+def token_rows(run: _Run) -> list[dict[str, Any]]:
+    """Per request with a token: its chunks' arrival times and token counts."""
+    return [
+        {
+            "request_id": i,
+            "chunk_s": o.chunk_s,
+            "chunk_tokens": o.chunk_tokens,
+        }
+        for i, o in sorted(run.outcomes.items())
+        if o.chunk_s
+    ]
+
+
 def counting(run: _Run) -> dict[str, int]:
     """How many requests were counted each way (``Outcome.counted_by``)."""
     ways: dict[str, int] = {}
@@ -211,7 +235,7 @@ def _columns(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
     cols: dict[str, np.ndarray] = {}
     for name in RECORD_FIELDS:
         values = [r[name] for r in rows]
-        if name == "status":
+        if name in ("status", "reject_reason"):
             cols[name] = np.array(values, dtype=object)
         elif name in ("request_id", "input_tokens", "output_tokens", "cached_tokens"):
             cols[name] = np.array(values, dtype=np.int64)
@@ -242,6 +266,7 @@ def write_run(
 
     rows, gaps = records(run)
     summary = summary_of(rows, gaps, scenario)
+    tokens = token_rows(run)
     info = manifest(scenario, engine_info(cfg.endpoint, cfg.api, props), source_file)
     info["cost_model"] = "none: measured on a live endpoint (see engine)"
     info["complete"] = run.stopped is None
@@ -261,6 +286,7 @@ def write_run(
         gap_arr = np.asarray(gaps, dtype=np.float64)
         write_itl_csv(tmp / "itl.csv", gap_arr, np.ones(len(gap_arr), dtype=np.int64))
         write_json(tmp / "manifest.json", info)
+        write_jsonl(tmp / TOKENS_FILE, tokens)
     return dict(summary)
 
 

@@ -16,10 +16,13 @@ from array import array
 import numpy as np
 import numpy.typing as npt
 
-from lyra_simpy.request import Request
+from lyra_simpy.request import REJECT_REASONS, RejectReason, Request
 
 STATUS_CODES = ("ok", "rejected", "unfinished")
 OK, REJECTED, UNFINISHED = 0, 1, 2
+REASON_CODES: tuple[str | None, ...] = (None, *REJECT_REASONS)
+"""``reject_reason`` by code: 0 is none (served or unfinished)."""
+_REASON_CODE = {name: i for i, name in enumerate(REASON_CODES)}
 
 #: Columns of the per-iteration time series (one row per engine iteration).
 SERIES_FIELDS = (
@@ -72,6 +75,8 @@ class Collector:
         self.cached_tokens = np.zeros(n, dtype=np.int64)
         self.preemptions = np.zeros(n, dtype=np.int64)
         self.status = np.full(n, UNFINISHED, dtype=np.int8)
+        self.reason = np.zeros(n, dtype=np.int8)
+        """Index into ``REASON_CODES`` (0: not rejected)."""
         self.replica = np.full(n, -1, dtype=np.int32)
         self.start_s: array[float] = array("d")
         self.end_s: array[float] = array("d")
@@ -94,8 +99,9 @@ class Collector:
         self.preemptions[i] = req.preemptions
         self.status[i] = OK
 
-    def reject(self, req: Request) -> None:
+    def reject(self, req: Request, reason: RejectReason) -> None:
         self.status[req.index] = REJECTED
+        self.reason[req.index] = _REASON_CODE[reason]
 
     def leave_unfinished(self, req: Request) -> None:
         """A request still in the system when the run stopped keeps what it reached."""

@@ -107,14 +107,17 @@ def unloaded_service_s(
     return np.asarray(total, dtype=np.float64)
 
 
-def fairness_summary(records: dict[str, npt.NDArray[Any]], unloaded_s: Floats) -> dict[str, float]:
-    """The slowdown statistics and Jain's index of a run (summary keys, see above)."""
+def fairness_summary(
+    records: dict[str, npt.NDArray[Any]], unloaded_s: Floats
+) -> dict[str, float | None]:
+    """The slowdown statistics and Jain's index of a run (summary keys, see above; None
+    over no completed request)."""
     ok = (records["status"] == "ok") & (unloaded_s > 0)
     slowdown = records["e2el_ms"][ok] / 1000.0 / unloaded_s[ok]
     keys = ("mean", "median", "p90", "p99", "max")
     if len(slowdown) == 0:
-        out = dict.fromkeys((f"{k}_slowdown" for k in keys), 0.0)
-        return {"fairness_jain_slowdown": 0.0, **out}
+        out: dict[str, float | None] = dict.fromkeys((f"{k}_slowdown" for k in keys), None)
+        return {"fairness_jain_slowdown": None, **out}
     median, p90, p99 = np.percentile(slowdown, (50.0, 90.0, 99.0))
     values = (slowdown.mean(), median, p90, p99, slowdown.max())
     return {

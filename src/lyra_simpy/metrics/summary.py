@@ -8,7 +8,15 @@ see :mod:`~lyra_simpy.metrics.collector`); percentiles use NumPy's default (line
 interpolation and std the population std, as vLLM does. A request is *good* when it
 completed and met every SLO set; ``slo_attainment`` is good / all arrivals (a rejected
 or unfinished request misses). Without SLOs every completed request is good.
-``rejection_rate`` (not a vLLM name) is rejected / all arrivals.
+``rejection_rate`` (not a vLLM name) is rejected / all arrivals; ``rejected_<reason>``
+counts the rejections of each ``reject_reason`` (:data:`~lyra_simpy.request.REJECT_REASONS`;
+every reason always present, 0 when none, so the summary stays flat and every run has
+the same keys), and ``unfinished`` the requests the run's end cut off.
+
+A statistic over nothing is None (``null`` in JSON, "—" in tables), never 0: the
+latency statistics of a run that completed no request (TPOT: none with more than one
+output token), throughputs of a run of zero duration, ``slo_attainment`` and
+``rejection_rate`` without arrivals, ``prefix_cache_hit_rate`` without prompt tokens.
 """
 
 from __future__ import annotations
@@ -17,6 +25,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from lyra_simpy.request import REJECT_REASONS
 
 PERCENTILES = (("median", 50.0), ("p90", 90.0), ("p99", 99.0))
 
@@ -54,7 +64,7 @@ def weighted_percentile(
 
 def _stats(
     name: str, values_ms: npt.NDArray[np.float64], weights: npt.NDArray[np.int64] | None = None
-) -> dict[str, float]:
+) -> dict[str, float | None]:
     keys = [f"{stat}_{name}_ms" for stat in ("mean", "median", "std", "p90", "p99")]
     if weights is None:
         weights = np.ones(len(values_ms), dtype=np.int64)
@@ -63,7 +73,7 @@ def _stats(
         values_ms, weights = values_ms[keep], weights[keep]
     del keep
     if len(values_ms) == 0:
-        return dict.fromkeys(keys, 0.0)
+        return dict.fromkeys(keys, None)
     # Sums in a fixed order (NumPy's pairwise sum of the products), never ``np.dot``: a
     # BLAS dot product sums in an order that depends on its thread count and kernel, so
     # the last digits would move between an in-process run and a Dask worker
@@ -112,13 +122,14 @@ def summarize(
     in_tok = records["input_tokens"][done]
     good = good_mask(records, slo)
 
-    def per_s(count: Any) -> float:
-        return float(count) / duration if duration > 0 else 0.0
+    def per_s(count: Any) -> float | None:
+        return float(count) / duration if duration > 0 else None
 
     summary: dict[str, Any] = {
         "duration": duration,
         "completed": int(done.sum()),
         "rejected": int((status == "rejected").sum()),
+        **rejected_by_reason(records),
         "unfinished": int((status == "unfinished").sum()),
         "total_input_tokens": int(in_tok.sum()),
         "total_output_tokens": int(out_tok.sum()),
@@ -127,7 +138,7 @@ def summarize(
         "total_token_throughput": per_s(out_tok.sum() + in_tok.sum()),
         "request_goodput": per_s(good.sum()),
         "goodput_token_throughput": per_s(records["output_tokens"][good].sum()),
-        "slo_attainment": float(good.sum() / n_arrivals) if n_arrivals else 0.0,
+        "slo_attainment": float(good.sum() / n_arrivals) if n_arrivals else None,
     }
     summary.update(_stats("ttft", records["ttft_ms"][done]))
     multi = done & (records["output_tokens"] > 1)
@@ -141,6 +152,41 @@ def summarize(
     cached_col = records.get("cached_tokens")
     cached = int(cached_col[done].sum()) if cached_col is not None else 0
     summary["total_cached_tokens"] = cached
-    summary["prefix_cache_hit_rate"] = cached / int(in_tok.sum()) if in_tok.sum() else 0.0
-    summary["rejection_rate"] = summary["rejected"] / n_arrivals if n_arrivals else 0.0
+    summary["prefix_cache_hit_rate"] = cached / int(in_tok.sum()) if in_tok.sum() else None
+    summary["rejection_rate"] = summary["rejected"] / n_arrivals if n_arrivals else None
     return summary
+
+
+def number(value: Any) -> float:
+    """A summary value as a float for arithmetic and plots: NaN for None (over nothing)."""
+    return float("nan") if value is None else float(value)
+
+
+def rejected_by_reason(records: dict[str, npt.NDArray[Any]]) -> dict[str, int]:
+    """``rejected_<reason>`` → count for every reason (records without a
+    ``reject_reason`` column count none)."""
+    col = records.get("reject_reason")
+    if col is None:
+        return {f"rejected_{name}": 0 for name in REJECT_REASONS}
+    return {f"rejected_{name}": int((col == name).sum()) for name in REJECT_REASONS}
+
+
+def refusals_line(label: str, summary: dict[str, Any]) -> str | None:
+    """One line saying how many requests *label*'s run refused and why (None: none),
+    e.g. ``lab: refused 11 of 20 requests: never_fits_kv 11``; the cut-off ones too."""
+    rejected = int(summary.get("rejected", 0))
+    unfinished = int(summary.get("unfinished", 0))
+    if not rejected and not unfinished:
+        return None
+    total = int(summary.get("completed", 0)) + rejected + unfinished
+    parts = []
+    if rejected:
+        why = ", ".join(
+            f"{name} {summary[f'rejected_{name}']}"
+            for name in REJECT_REASONS
+            if summary.get(f"rejected_{name}")
+        )
+        parts.append(f"refused {rejected} of {total} requests: {why}")
+    if unfinished:
+        parts.append(f"{unfinished} of {total} unfinished when the run stopped")
+    return f"{label}: " + "; ".join(parts)

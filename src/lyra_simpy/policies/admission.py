@@ -20,6 +20,13 @@ on the replica's state at that moment, with the scenario's cost model:
   only shrinks after that, as no later arrival is foreseen): what it and every running
   request would see per token.
 
+With ``chunked_prefill`` the replay chunks as the scheduler does (``Limits.chunk_tokens``),
+iteration by iteration under the budget: the decodes take one token each, the prompts
+part-way through their prefill continue in admission order with ``min(pending, budget
+left, chunk)`` tokens, then queued requests start with what is left while a slot is
+free; a request's first token comes at the end of the iteration of its last chunk. So a
+prompt longer than the budget is predicted over the iterations it takes, not refused.
+
 Named approximations (why the SLO is kept with a ``*_slack`` margin): no further
 arrivals (under FCFS they cannot delay this request, but they add rows to the
 iterations it shares with them); no KV preemption; prefills mixed into later decode
@@ -27,9 +34,9 @@ iterations are not charged to the TPOT; ``output_tokens`` is read as the ``max_t
 the client sent (vLLM's ``bench serve`` sends the output length with ``ignore_eos``), so
 with real traffic stopping early on EOS the prediction is an upper bound. With static
 batching the replay still follows continuous rules (optimistic: no head-of-line wait);
-with ``chunked_prefill`` or ``prefill_first`` it prefills each prompt whole (chunking
-spreads the same work, so TTFT is about right, TPOT optimistic), and it does not count
-prefix-cache hits (pessimistic: a hit prefills less).
+with ``prefill_first`` it prefills each prompt whole in mixed iterations (SGLang's
+separate prefill and decode iterations and its chunks are not replayed); it does not
+count prefix-cache hits (pessimistic: a hit prefills less).
 Cost: a decision replays events up to the TTFT SLO's horizon at most; with only a TPOT
 SLO it replays the whole queue ahead, unless no batch could break the TPOT at all (then
 it admits without a replay).
@@ -51,10 +58,13 @@ from pydantic import ConfigDict, Field, PositiveFloat
 
 from lyra_simpy.config import Closed
 from lyra_simpy.cost.base import BatchShape, CostModel
+from lyra_simpy.metrics.fairness import prefill_alone_s
 from lyra_simpy.policies.base import EngineView
 from lyra_simpy.request import Request
 
-Decision = Literal["admit", "reject", "defer"]
+Decision = Literal["admit", "reject", "defer", "timeout"]
+"""``reject``: predicted to miss the SLO (``reject_reason`` ``slo``); ``timeout``: a
+deferred request that waited ``max_defer_ms`` (``slo_defer_timeout``)."""
 
 
 class AlwaysConfig(Closed):
@@ -96,6 +106,10 @@ class Limits:
     """The scheduler's token budget (None: the scheduler has none)."""
     kv_capacity_tokens: int | None = None
     """Tokens the KV cache holds: a bound on the context of any batch (None: unknown)."""
+    chunk_tokens: int | None = None
+    """Chunked prefill: the most prompt tokens one request computes in an iteration (the
+    budget, or ``long_prefill_token_threshold`` if smaller); None: prompts are never
+    split (a prompt joins only when it fits the budget left whole)."""
 
 
 class Admission(Protocol):
@@ -105,7 +119,8 @@ class Admission(Protocol):
     """True when :meth:`decide` always admits: the engine then does not ask."""
 
     def decide(self, request: Request, view: EngineView) -> Decision:
-        """``admit``, ``reject`` or ``defer`` *request* on the replica seen in *view*."""
+        """``admit``, ``reject``, ``defer`` or ``timeout`` (reject after a deferral
+        that lasted too long) *request* on the replica seen in *view*."""
         ...
 
 
@@ -161,14 +176,18 @@ class SLOAdmission:
         if self.config.mode == "reject" or not (view.running or view.waiting):
             return "reject"
         if waited_s * 1000.0 >= self.config.max_defer_ms:
-            return "reject"
+            return "timeout"
         if waited_s + self._alone_s(request) > self._ttft_s:
             return "reject"  # even an empty engine could not meet the TTFT any more
         return "defer"
 
     def _alone_s(self, request: Request) -> float:
-        """Time of the request's prefill on an empty engine."""
+        """Time of the request's prefill on an empty engine (in chunks when chunking)."""
         pending = request.pending_tokens
+        chunk = self.limits.chunk_tokens
+        if chunk is not None and pending > chunk:
+            return prefill_alone_s(self.cost, request.computed_tokens + pending, chunk,
+                                   request.computed_tokens)  # fmt: skip
         total = request.computed_tokens + pending
         return self.cost.iteration_s(BatchShape(1, pending, pending * total, 0, 0, 0))
 
@@ -184,6 +203,8 @@ class SLOAdmission:
         docstring. Infinite when it could never be scheduled, or not within *horizon_s*
         (the replay stops there: its cost is bounded by the TTFT SLO when one is set;
         with only a TPOT SLO it replays the whole queue ahead)."""
+        if self.limits.chunk_tokens is not None:
+            return self._predict_chunked(request, running, waiting, horizon_s)
         max_seqs = self.limits.max_num_seqs
         budget_cap = self.limits.max_num_batched_tokens
         cost = self.cost
@@ -230,6 +251,82 @@ class SLOAdmission:
             elif not run:
                 return _INF, _INF  # the head can never fit the token budget
             else:  # only a completion can let the head in: decode up to the next one
+                k = min(rem for rem, _ in run)
+                t += sum(cost.decode_span_s(n, context, n, k))
+                if t > horizon_s:
+                    return _INF, _INF
+                run = [[rem - k, c + k] for rem, c in run if rem > k]
+
+    def _predict_chunked(
+        self,
+        request: Request,
+        running: Sequence[Request],
+        waiting: Sequence[Request],
+        horizon_s: float,
+    ) -> tuple[float, float]:
+        """:meth:`predict` under chunked prefill (see the module docstring)."""
+        limits = self.limits
+        max_seqs = limits.max_num_seqs
+        cap = limits.max_num_batched_tokens
+        chunk = limits.chunk_tokens
+        assert cap is not None
+        assert chunk is not None
+        cost = self.cost
+        # decoding: [tokens still to emit, context of its next decode]
+        run = [[r.output_tokens - r.generated_tokens, r.computed_tokens + 1]
+               for r in running if r.decoding]  # fmt: skip
+        # part-way through a prefill: [tokens pending, tokens computed, output left, mine]
+        partial = [[r.pending_tokens, r.computed_tokens, r.output_tokens - r.generated_tokens, 0]
+                   for r in running if not r.decoding]  # fmt: skip
+        queue = [*waiting, request]
+        qi, t = 0, 0.0
+        while True:
+            n = len(run)
+            budget = cap - n
+            slots = max_seqs - n - len(partial)
+            pre_seqs = pre_tokens = attention = 0
+            i = 0
+            while budget > 0:
+                if i == len(partial):  # the running ones had their chunks: start one
+                    if qi == len(queue) or slots <= 0:  # (*request* is the last one)
+                        break
+                    req = queue[qi]
+                    qi += 1
+                    slots -= 1
+                    left = req.output_tokens - req.generated_tokens
+                    partial.append(
+                        [req.pending_tokens, req.computed_tokens, left, int(req is request)]
+                    )
+                p = partial[i]
+                i += 1
+                take = min(p[0], budget, chunk)
+                p[0] -= take
+                p[1] += take
+                budget -= take
+                pre_seqs += 1
+                pre_tokens += take
+                attention += take * p[1]
+            context = sum(c for _, c in run)
+            if pre_seqs:
+                shape = BatchShape(pre_seqs, pre_tokens, attention, n, n, context)
+                t += cost.iteration_s(shape)
+                if t > horizon_s:
+                    return _INF, _INF
+                run = [[rem - 1, c + 1] for rem, c in run if rem > 1]
+                done = [p for p in partial if not p[0]]
+                partial = [p for p in partial if p[0]]
+                for _, total, left, mine in done:
+                    if left > 1:
+                        run.append([left - 1, total + 1])
+                    if mine:
+                        if left <= 1:
+                            return t, 0.0
+                        rows = len(run)
+                        ctx = sum(c for _, c in run)
+                        return t, cost.decode_span_s(rows, ctx, rows, 1)[0]
+            elif not run:
+                return _INF, _INF  # nothing can run (no budget, no slot): never
+            else:  # only a completion can free a slot: decode up to the next one
                 k = min(rem for rem, _ in run)
                 t += sum(cost.decode_span_s(n, context, n, k))
                 if t > horizon_s:

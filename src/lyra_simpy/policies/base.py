@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from lyra_simpy.request import Request
+from lyra_simpy.request import RejectReason, Request
 
 if TYPE_CHECKING:
     from lyra_simpy.policies.prefix_cache import PrefixCache
@@ -97,9 +97,14 @@ class Scheduler(Protocol):
         """The next iteration's batch for the replica seen in *view*."""
         ...
 
-    def accepts(self, request: Request, num_blocks: int, block_size: int) -> bool:
-        """Whether *request* can ever run on a replica with *num_blocks* KV blocks
-        (a request that cannot is rejected on arrival instead of blocking the queue)."""
+    def refusal(
+        self, request: Request, num_blocks: int, block_size: int, prompt_only: bool = False
+    ) -> RejectReason | None:
+        """Why *request* can never run on a replica with *num_blocks* KV blocks (None:
+        it can). A request that cannot is rejected on arrival with this reason instead
+        of blocking the queue. *prompt_only*: the replica only ever holds the prompt (a
+        prefill replica of a disaggregated cluster; the request leaves after its first
+        token), where the scheduler's own rules allow it."""
         ...
 
 

@@ -3,10 +3,12 @@
 Every iteration fills one token budget ``max_num_batched_tokens`` (vLLM V1's scheduler,
 ``vllm/v1/core/sched/scheduler.py``, with ``--enable-chunked-prefill``):
 
-1. Running requests first, in admission order. A decoding request takes one token; a
-   request part-way through its prompt takes its next chunk, ``min(pending, budget
-   left, long_prefill_token_threshold)`` tokens. A request that gets no budget this
-   iteration is skipped (not preempted). KV blocks and recompute preemption of the
+1. Running requests first, in admission order (not decodes first). A decoding request
+   takes one token; a request part-way through its prompt takes its next chunk,
+   ``min(pending, budget left, long_prefill_token_threshold)`` tokens. A request that
+   gets no budget this iteration is skipped (not preempted): with a threshold several
+   prompts chunk at once, and when older requests' chunks take the whole budget a newer
+   request's decode waits an iteration. KV blocks and recompute preemption of the
    newest running request work as in :mod:`~lyra_simpy.policies.continuous`.
 2. Then, unless something was preempted, waiting requests in queue order while the
    budget lasts, ``max_num_seqs`` is not reached and the KV pool holds the chunk: each
@@ -14,10 +16,11 @@ Every iteration fills one token budget ``max_num_batched_tokens`` (vLLM V1's sch
    whatever budget the decodes left and goes on over the next iterations. Its first
    token comes at the end of the iteration that computes its last chunk.
 
-Decodes are never stalled by a long prefill: an iteration is at most the budget of
-tokens, decodes included (the "stall-free" property). Unlike plain continuous batching,
-a prompt longer than the budget is served (in chunks), so only the KV pool bounds what
-is accepted.
+An iteration is at most the budget of tokens, decodes included, so a long prompt no
+longer makes one long iteration that every decode waits for (Sarathi's "stall-free"
+property); a decode older than every prompt being chunked is never skipped. Unlike plain
+continuous batching, a prompt longer than the budget is served (in chunks), so only the
+KV pool bounds what is accepted.
 """
 
 from __future__ import annotations
@@ -26,9 +29,7 @@ from typing import Literal
 
 from pydantic import NonNegativeInt, PositiveInt
 
-from lyra_simpy.kv import blocks_for
 from lyra_simpy.policies.continuous import ContinuousBatching, TokenBudgetConfig
-from lyra_simpy.request import Request
 
 
 class ChunkedPrefillConfig(TokenBudgetConfig):
@@ -45,7 +46,8 @@ class ChunkedPrefillConfig(TokenBudgetConfig):
 
 
 class ChunkedPrefill(ContinuousBatching):
-    """Stall-free batching: decodes first, prefill chunks fill the rest of the budget.
+    """Stall-free batching: running requests in admission order (decodes take a token,
+    prompts part-way through their next chunk), then new prompt chunks fill the budget.
 
     The running step is :class:`ContinuousBatching`'s (a request part-way through its
     prompt takes its next chunk there); admission differs: a prompt need not fit the
@@ -57,7 +59,3 @@ class ChunkedPrefill(ContinuousBatching):
         super().__init__(config)
         if config.long_prefill_token_threshold:
             self._cap = min(self._cap, config.long_prefill_token_threshold)
-
-    def accepts(self, request: Request, num_blocks: int, block_size: int) -> bool:
-        longest = request.input_tokens + request.output_tokens - 1
-        return blocks_for(longest, block_size) <= num_blocks

@@ -30,7 +30,7 @@ from lyra_simpy.config import Closed
 from lyra_simpy.kv import blocks_for
 from lyra_simpy.policies.base import BatchPlan, EngineView, preempt_gain, prefix_hit
 from lyra_simpy.policies.queue import QueuePolicy, ordered
-from lyra_simpy.request import Request
+from lyra_simpy.request import RejectReason, Request
 
 
 class TokenBudgetConfig(Closed):
@@ -81,12 +81,19 @@ class ContinuousBatching:
         """Most prompt tokens one request computes in an iteration (the budget here:
         running requests are always decoding without chunking)."""
 
-    def accepts(self, request: Request, num_blocks: int, block_size: int) -> bool:
-        longest = request.input_tokens + request.output_tokens - 1
-        return (
-            longest <= self.config.max_num_batched_tokens
-            and blocks_for(longest, block_size) <= num_blocks
-        )
+    def refusal(
+        self, request: Request, num_blocks: int, block_size: int, prompt_only: bool = False
+    ) -> RejectReason | None:
+        # The longest prefill: the prompt plus all but one output token (a recompute
+        # after a preemption late in the output); only the prompt on a prefill replica.
+        longest = request.input_tokens
+        if not prompt_only:
+            longest += request.output_tokens - 1
+        if blocks_for(longest, block_size) > num_blocks:
+            return "never_fits_kv"
+        if not self.chunks and longest > self.config.max_num_batched_tokens:
+            return "exceeds_token_budget"
+        return None
 
     def plan(self, view: EngineView) -> BatchPlan:
         bs = view.block_size

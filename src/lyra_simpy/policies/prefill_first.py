@@ -42,7 +42,7 @@ from pydantic import ConfigDict, Field, PositiveInt
 from lyra_simpy.config import Closed
 from lyra_simpy.kv import blocks_for
 from lyra_simpy.policies.base import BatchPlan, EngineView, preempt_gain, prefix_hit
-from lyra_simpy.request import Request
+from lyra_simpy.request import RejectReason, Request
 
 
 class PrefillFirstConfig(Closed):
@@ -87,10 +87,14 @@ class PrefillFirst:
     def __init__(self, config: PrefillFirstConfig) -> None:
         self.config = config
 
-    def accepts(self, request: Request, num_blocks: int, block_size: int) -> bool:
+    def refusal(
+        self, request: Request, num_blocks: int, block_size: int, prompt_only: bool = False
+    ) -> RejectReason | None:
         # The KV check at admission wants the prompt (plus, after a retraction, what was
-        # generated) and the rest of the output at once: at most input + output tokens.
-        return request.input_tokens + request.output_tokens <= num_blocks * block_size
+        # generated) and the rest of the output at once: at most input + output tokens,
+        # on a prefill replica too (SGLang reserves the output there as well).
+        fits = request.input_tokens + request.output_tokens <= num_blocks * block_size
+        return None if fits else "never_fits_kv"
 
     def plan(self, view: EngineView) -> BatchPlan:
         running = view.running

@@ -9,7 +9,10 @@ Only full units are cached. Two implementations behind one interface:
   ``block_pool.py``): a hash table key → cached unit; a lookup walks the request's keys
   until the first miss. Units no request references sit in a free queue in the order
   they were freed — a request frees its units tail first, so a sequence's last units go
-  before its first — and are evicted from the front (LRU) when blocks are needed.
+  before its first. With ``eviction: free_queue`` (the default, vLLM's) that queue is one
+  with the uncached free blocks and every allocation takes the oldest free blocks,
+  evicting the cached ones among them; with ``when_full`` units are evicted from its
+  front only when the pool needs their blocks (see :mod:`lyra_simpy.kv`).
 * ``radix`` (SGLang, ``python/sglang/srt/mem_cache/radix_cache.py``): a radix tree of
   units; a match walks down from the root; eviction removes the least recently used
   unreferenced *leaf* again and again (a parent goes only after its children), and a
@@ -33,6 +36,8 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
+from collections.abc import Iterator
+from itertools import count
 from typing import Annotated, Literal, Protocol
 
 from pydantic import ConfigDict, Field
@@ -50,6 +55,10 @@ class BlockHashConfig(_CacheConfig):
     """vLLM's automatic prefix caching (``--enable-prefix-caching``)."""
 
     name: Literal["block_hash"] = "block_hash"
+    eviction: Literal["free_queue", "when_full"] = "free_queue"
+    """Which allocation evicts a cached unit (see :mod:`lyra_simpy.kv`): ``free_queue``
+    (vLLM: one queue of all free blocks, cached or not, oldest taken first) or
+    ``when_full`` (only when used plus cached blocks would exceed the pool)."""
 
 
 class RadixConfig(_CacheConfig):
@@ -116,7 +125,10 @@ def max_hit_units(req: Request, unit_tokens: int) -> int:
 
 
 class _Base:
-    def __init__(self, unit_tokens: int, block_size: int) -> None:
+    free_queue = False
+    """Evicted through the pool's single free queue (``kv.py``), not by :meth:`evict`."""
+
+    def __init__(self, unit_tokens: int, block_size: int, config: object = None) -> None:
         self.unit_tokens = unit_tokens
         self.unit_blocks = unit_tokens // block_size
         self.evictable_blocks = 0
@@ -215,10 +227,16 @@ class _Base:
 class BlockHashCache(_Base):
     """vLLM: a hash table of units and a free queue evicted from the front."""
 
-    def __init__(self, unit_tokens: int, block_size: int) -> None:
+    def __init__(
+        self, unit_tokens: int, block_size: int, config: BlockHashConfig | None = None
+    ) -> None:
         super().__init__(unit_tokens, block_size)
         self._table: dict[int, _Unit] = {}
-        self._free_queue: OrderedDict[_Unit, None] = OrderedDict()
+        self._free_queue: OrderedDict[_Unit, int] = OrderedDict()
+        """Unreferenced units in the order freed, each with its stamp."""
+        self.free_queue = config is None or config.eviction == "free_queue"
+        self.free_clock: Iterator[int] = count(1)
+        """Stamps freed units; the pool sets its own clock (its free blocks share it)."""
 
     def _child(self, parent: _Unit | None, key: int) -> _Unit | None:
         return self._table.get(key)
@@ -232,22 +250,30 @@ class BlockHashCache(_Base):
         del self._free_queue[unit]
 
     def _free(self, unit: _Unit) -> None:
-        self._free_queue[unit] = None
+        self._free_queue[unit] = next(self.free_clock)
 
     def evict(self, blocks: int) -> None:
-        queue, table = self._free_queue, self._table
-        while blocks > 0 and queue:
-            unit, _ = queue.popitem(last=False)
-            del table[unit.key]
-            self.units -= 1
-            self.evictable_blocks -= self.unit_blocks
-            blocks -= self.unit_blocks
+        while blocks > 0 and self._free_queue:
+            blocks -= self.evict_oldest()
+
+    def oldest_free_stamp(self) -> int | None:
+        """The stamp of the unit freed longest ago (None: no unit is free)."""
+        queue = self._free_queue
+        return next(iter(queue.values())) if queue else None
+
+    def evict_oldest(self) -> int:
+        """Evict the unit freed longest ago; returns its blocks."""
+        unit, _ = self._free_queue.popitem(last=False)
+        del self._table[unit.key]
+        self.units -= 1
+        self.evictable_blocks -= self.unit_blocks
+        return self.unit_blocks
 
 
 class RadixCache(_Base):
     """SGLang: a radix tree of units; the least recently used free leaf goes first."""
 
-    def __init__(self, unit_tokens: int, block_size: int) -> None:
+    def __init__(self, unit_tokens: int, block_size: int, config: object = None) -> None:
         super().__init__(unit_tokens, block_size)
         self._root = _Unit(0, None)
         self._heap: list[tuple[int, int, _Unit]] = []

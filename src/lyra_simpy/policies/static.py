@@ -4,8 +4,12 @@ The classic request-level batching of early serving stacks (and of HF ``generate
 
 * A batch starts when ``max_batch`` requests are waiting, or when the oldest waiting
   request has waited ``max_wait_ms`` (if set), or when no further arrival is known (so
-  a finite workload always drains).
-* All members are prefilled in one iteration, then decode together. A member that has
+  a finite workload always drains; in a cluster, no further arrival of the cluster's,
+  which the router might send here — whether or not it routes ahead).
+* All members are prefilled in one iteration (default), or ``prefills_per_iteration``
+  at a time in prefill-only iterations (Lab 02's engine: "each iteration advances every
+  sequence in the batch one decode step, or processes a prefill": a batch of 16 spends
+  16 iterations on its prompts before its first decode), then decode together. A member that has
   produced all its tokens stops emitting but its row stays in the batch until the
   *longest* member finishes (head-of-line blocking): the cost model charges the rows
   of the whole batch (``BatchPlan.rows``), padded as configured.
@@ -25,7 +29,7 @@ from lyra_simpy.config import Closed
 from lyra_simpy.kv import blocks_for
 from lyra_simpy.policies.base import BatchPlan, EngineView
 from lyra_simpy.policies.queue import QueuePolicy, ordered
-from lyra_simpy.request import Request
+from lyra_simpy.request import RejectReason, Request
 
 
 class StaticConfig(Closed):
@@ -41,6 +45,12 @@ class StaticConfig(Closed):
     or until no further arrival is known)."""
     queue_policy: QueuePolicy = "fcfs"
     """Order in which waiting requests join a batch (see :mod:`~lyra_simpy.policies.queue`)."""
+    prefills_per_iteration: PositiveInt | None = None
+    """Members whose prompts one iteration computes (None: the whole batch in its first
+    iteration). With a number, the batch's first iterations are prefill-only, that many
+    members each, and the batch decodes once every member is prefilled: the rule of
+    Lab 02's classroom engine (an iteration "advances every sequence in the batch one
+    decode step, or processes a prefill"; with 1, one request per prefill)."""
 
 
 class StaticBatching:
@@ -52,11 +62,19 @@ class StaticBatching:
     def __init__(self, config: StaticConfig) -> None:
         self.config = config
         self._rows = 0
+        self._unfilled: list[Request] = []
+        """Members of the running batch whose prompts are still to be computed."""
 
-    def accepts(self, request: Request, num_blocks: int, block_size: int) -> bool:
-        return blocks_for(request.input_tokens + request.output_tokens, block_size) <= num_blocks
+    def refusal(
+        self, request: Request, num_blocks: int, block_size: int, prompt_only: bool = False
+    ) -> RejectReason | None:
+        # A batch reserves each member's full length at formation, on any replica.
+        full = blocks_for(request.input_tokens + request.output_tokens, block_size)
+        return "never_fits_kv" if full > num_blocks else None
 
     def plan(self, view: EngineView) -> BatchPlan:
+        if self._unfilled:
+            return self._prefill_next(BatchPlan(rows=self._rows))
         if view.running:
             return BatchPlan(decode=list(view.running), rows=self._rows)
         waiting = view.waiting
@@ -76,12 +94,21 @@ class StaticBatching:
         # prompt now, so the rest is kept back by counting it against the free blocks.
         free = view.free_blocks
         for req in ordered(waiting, cfg.queue_policy):
-            if len(plan.prefill) == cfg.max_batch:
+            if len(self._unfilled) == cfg.max_batch:
                 break
             full_blocks = blocks_for(req.input_tokens + req.output_tokens, view.block_size)
             if full_blocks > free:
                 break
             free -= full_blocks
-            plan.prefill.append((req, req.input_tokens))
-        self._rows = plan.rows = len(plan.prefill)
+            self._unfilled.append(req)
+        self._rows = plan.rows = len(self._unfilled)
+        return self._prefill_next(plan)
+
+    def _prefill_next(self, plan: BatchPlan) -> BatchPlan:
+        """*plan* with the next members' prompts (all of them by default). The members
+        not yet prefilled stay in the waiting queue, their KV kept back: no other
+        request joins until the batch ends."""
+        k = self.config.prefills_per_iteration or len(self._unfilled)
+        plan.prefill = [(req, req.input_tokens) for req in self._unfilled[:k]]
+        del self._unfilled[:k]
         return plan

@@ -51,7 +51,45 @@ tp_size (1)                    cost.tp (roofline)
 quantization (none)            cost.weight_dtype (roofline): fp8 → fp8
 speculative_algorithm (none)   speculative.algorithm (acceptance from the scenario's block)
 speculative_num_steps (3)      speculative.num_steps (topk must be 1, draft tokens steps + 1)
+mamba_scheduler_strategy       hybrid models only (alias ``mamba_radix_cache_strategy``);
+(no_buffer)                    see "Mamba state" below: prefix_cache stays radix;
+                               no_buffer with speculative decoding and the radix cache
+                               is refused, as SGLang refuses it
+mamba_track_interval (256),    accepted, not modelled (see below)
+mamba_full_memory_ratio (0.9),
+max_mamba_cache_size, mamba_ssm_dtype
 =============================  ====================================================
+
+Mamba state (hybrid models: linear-attention / state-space layers). A cached prefix of
+a hybrid model is reusable only with the recurrent state at its end, so SGLang's radix
+cache for these models (``mem_cache/mamba_radix_cache.py``, ``MambaRadixCache``) keeps
+state checkpoints in the tree. ``--mamba-scheduler-strategy`` says where they come
+from (``server_args.py``, ``ServerArgs._handle_mamba_radix_cache``):
+
+- ``no_buffer`` (default): no spare state slot per request; with the radix cache on
+  SGLang turns the overlap scheduler off, and with speculative decoding it refuses to
+  start ("not compatible with radix cache when using --mamba-scheduler-strategy
+  no_buffer ... use extra_buffer") — refused here too, in one line;
+- ``extra_buffer``: two spare "ping-pong" state slots per running request
+  (``mem_cache/common.py``: ``MAMBA_STATE_PER_REQ_PREFIX_CACHE = 3`` against
+  ``MAMBA_STATE_PER_REQ_NO_CACHE = 1``, charged in ``alloc_req_slots``) into which the
+  state is copied every ``mamba_track_interval`` tokens, so prefix caching runs with
+  speculative decoding and the overlap scheduler;
+- ``auto``: taken as ``extra_buffer`` when speculative decoding and the radix cache are
+  both on, else ``no_buffer`` (the rule SGLang applies to NemotronH in its model
+  defaults; ASSUMED for other hybrid models).
+
+Modelled: which launches run at all, and that the radix cache is on for hybrid models
+(``prefix_cache: radix``, unless ``--disable-radix-cache``). Not modelled, and why:
+the spare slots' memory (SGLang sizes its state pool from ``mamba_full_memory_ratio``
+and ``max_mamba_cache_size`` in ``model_runner_kv_cache_mixin.py``, not per running
+request; the catalog reserves one state per running-request slot, ``cost/catalog.py``):
+for Qwen3.5-4B, 2 × 16 requests × 51.5 MB = 1.6 GB, about 1 % of the B200 KV pool of
+``scenarios/sglang_qwen35_4b_b200.yaml``, which none of its workloads fills; the
+checkpoint granularity (``mamba_track_interval``: a hit is reusable at a tracked
+position only; our radix cache matches whole pages); the state dtype
+(``mamba_ssm_dtype``: the catalog's state bytes are fixed); the overlap scheduler
+(not modelled by the engine for any strategy).
 """
 
 from __future__ import annotations
@@ -88,13 +126,20 @@ NO_EFFECT = frozenset(
         "revision", "download_dir", "enable_metrics", "show_time_cost", "skip_server_warmup",
         "attention_backend", "sampling_backend", "grammar_backend", "disable_overlap_schedule",
         "enable_cache_report", "watchdog_timeout", "tokenizer_mode", "load_format",
+        "mamba_track_interval", "mamba_full_memory_ratio", "max_mamba_cache_size",
+        "mamba_ssm_dtype",
     }
 )  # fmt: skip
 """Flags accepted and ignored: they do not change what is simulated (``dtype`` is the
 activation dtype; bf16 and fp16 have the same bytes). ``context_length`` only limits
-what a request may hold; the workload sets the lengths."""
+what a request may hold; the workload sets the lengths. The ``mamba_*`` sizing flags:
+see "Mamba state" in the module docstring."""
 
-ALIASES = {"tp": "tp_size", "model": "model_path"}
+ALIASES = {
+    "tp": "tp_size",
+    "model": "model_path",
+    "mamba_radix_cache_strategy": "mamba_scheduler_strategy",
+}
 """Short spellings SGLang's argparse also accepts."""
 
 
@@ -123,6 +168,7 @@ class SGLangFlags(Flags):
     speculative_eagle_topk: int | None = None
     speculative_num_draft_tokens: int | None = None
     speculative_draft_model_path: str | None = None
+    mamba_scheduler_strategy: Literal["auto", "no_buffer", "extra_buffer"] | None = None
 
 
 class SGLangEngine(EngineBlock):
@@ -232,6 +278,7 @@ def knobs(f: SGLangFlags, raw: dict[str, Any]) -> Knobs:
             f, "disable_radix_cache", None if f.disable_radix_cache else {"name": "radix"}
         ),
     }
+    mamba_strategy(f, raw, bool(spec))
     graph_bs = f.cuda_graph_max_bs or (max(f.cuda_graph_bs) if f.cuda_graph_bs else graph_default)
     fraction = mem_fraction_default(mem, chunk, max_prefill, graph_bs, tp)
     page = f.page_size or 1
@@ -255,6 +302,27 @@ def knobs(f: SGLangFlags, raw: dict[str, Any]) -> Knobs:
     roofline_only(raw, "quantization", f.quantization, out, "weight_dtype", weights)
     out.update(spec)
     return out
+
+
+def mamba_strategy(f: SGLangFlags, raw: dict[str, Any], speculative: bool) -> str | None:
+    """The ``--mamba-scheduler-strategy`` a hybrid model runs with (None: not hybrid);
+    refuses what SGLang refuses (see "Mamba state" in the module docstring)."""
+    if not _hybrid(raw):
+        return None
+    radix = not f.disable_radix_cache
+    strategy = f.mamba_scheduler_strategy or "no_buffer"
+    if strategy == "auto":
+        strategy = "extra_buffer" if speculative and radix else "no_buffer"
+    if strategy == "no_buffer" and speculative and radix:
+        given = f.mamba_scheduler_strategy
+        shown = f"{given!r}" if given is not None else "'no_buffer' (SGLang's default)"
+        raise ScenarioError(
+            f"engine.flags.mamba_scheduler_strategy: got {shown}, which SGLang refuses with "
+            "speculative decoding and the radix cache on a hybrid model "
+            "(server_args.py, _handle_mamba_radix_cache): use extra_buffer, or "
+            "--disable-radix-cache"
+        )
+    return strategy
 
 
 def _speculative(f: SGLangFlags, raw: dict[str, Any]) -> Knobs:

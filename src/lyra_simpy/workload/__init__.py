@@ -81,7 +81,8 @@ class WorkloadConfig(Closed):
     input_tokens: LengthConfig
     output_tokens: LengthConfig
     num_requests: PositiveInt | None = None
-    """Requests to send (with a ``trace`` arrival: at most this many rows)."""
+    """Requests to send (with a ``trace`` arrival, or a ``closed_loop`` one with a
+    ``path``: at most this many rows)."""
     duration_s: PositiveFloat | None = None
     """Send requests arriving before this time (with ``num_requests``: whichever first)."""
     prefix: PrefixConfig = Field(default_factory=NoPrefix)
@@ -97,18 +98,28 @@ class WorkloadConfig(Closed):
         if (
             self.num_requests is None
             and self.duration_s is None
-            and not isinstance(self.arrival, TraceArrivals)
+            and _trace_rows(self.arrival) is None
         ):
             raise ValueError("set num_requests or duration_s (or both)")
         if getattr(self.arrival, "exact_rate", False) and self.num_requests is None:
             raise ValueError("arrival.exact_rate needs num_requests")
-        if isinstance(self.arrival, ClosedLoopArrivals) and self.num_requests is None:
-            raise ValueError("closed_loop needs num_requests (duration_s may stop it earlier)")
+        loop = self.arrival if isinstance(self.arrival, ClosedLoopArrivals) else None
+        if loop is not None and self.num_requests is None and loop.path is None:
+            raise ValueError(
+                "closed_loop needs num_requests or a path (duration_s may stop it earlier)"
+            )
         uses_trace = any(
             isinstance(d, TraceLength) for d in (self.input_tokens, self.output_tokens)
         )
-        if uses_trace and not isinstance(self.arrival, TraceArrivals):
-            raise ValueError("length 'trace' needs arrival.name 'trace'")
+        if uses_trace and _trace_rows(self.arrival) is None:
+            raise ValueError(
+                "length 'trace' needs arrival.name 'trace', or 'closed_loop' with a path"
+            )
+        if loop is not None and loop.path is not None and not uses_trace:
+            raise ValueError(
+                "arrival.path: a closed_loop trace gives the lengths: set input_tokens "
+                "and/or output_tokens to {name: trace}"
+            )
         if isinstance(self.prefix, TracePrefix) and not (
             isinstance(self.arrival, TraceArrivals)
             and self.arrival.format == "mooncake"
@@ -123,11 +134,22 @@ class WorkloadConfig(Closed):
         return self
 
 
+def _trace_rows(arrival: Any) -> tuple[str, TraceFormat, int] | None:
+    """(path, format, skip_rows) of the trace whose rows the arrival process sends in
+    order (a ``trace`` arrival, or a ``closed_loop`` with a path), else None."""
+    if isinstance(arrival, TraceArrivals):
+        return arrival.path, arrival.format, arrival.skip_rows
+    if isinstance(arrival, ClosedLoopArrivals) and arrival.path is not None:
+        return arrival.path, arrival.format, arrival.skip_rows
+    return None
+
+
 def trace_files(cfg: WorkloadConfig) -> list[tuple[str, str, TraceFormat]]:
     """(field path, file, format) of every trace file the workload reads."""
     out: list[tuple[str, str, TraceFormat]] = []
-    if isinstance(cfg.arrival, TraceArrivals):
-        out.append(("workload.arrival.path", cfg.arrival.path, cfg.arrival.format))
+    rows = _trace_rows(cfg.arrival)
+    if rows is not None:
+        out.append(("workload.arrival.path", rows[0], rows[1]))
 
     def walk(dist: Any, where: str) -> None:
         if isinstance(dist, EmpiricalLength):
@@ -149,10 +171,10 @@ def check_files(cfg: WorkloadConfig, base_dir: Path) -> None:
             trace = read(path, fmt, base_dir)
         except TraceError as exc:
             raise ScenarioError(f"{where}: {exc}") from None
-        arrival = cfg.arrival
-        if isinstance(arrival, TraceArrivals) and arrival.skip_rows >= len(trace):
+        rows = _trace_rows(cfg.arrival)
+        if where == "workload.arrival.path" and rows is not None and rows[2] >= len(trace):
             raise ScenarioError(
-                f"workload.arrival.skip_rows: got {arrival.skip_rows}, "
+                f"workload.arrival.skip_rows: got {rows[2]}, "
                 f"must be < the trace's {len(trace)} rows"
             )
 
@@ -235,6 +257,16 @@ def build_source(
         hash_ids = trace.hash_ids[skip:] if trace.hash_ids is not None else None
 
         n = len(times)
+    elif isinstance(arrival, ClosedLoopArrivals) and arrival.path is not None:
+        # The rows in trace order, as a trace arrival takes them; the loop times them.
+        looped = read(arrival.path, arrival.format, base_dir)
+        skip = arrival.skip_rows
+        n = len(looped) - skip if n is None else min(n, len(looped) - skip)
+
+        def trace_lengths(field: str) -> np.ndarray:
+            col = looped.input_tokens if field == "input" else looped.output_tokens
+            return col[skip:]
+
     elif not isinstance(arrival, ClosedLoopArrivals):
         horizon = horizon_s if _drawn_in_order(cfg) else None
         times = open_loop_times(arrival, streams.get("arrivals"), n, cfg.duration_s, horizon, spare)

@@ -5,7 +5,8 @@ Open loop (times known up front, first request at t = 0 as vLLM's benchmark send
 CV 1 is Poisson, larger is burstier; shape = 1/CV², as vLLM's ``--burstiness`` = 1/CV²),
 ``constant`` (evenly spaced), ``trace`` (a real trace's timestamps, optionally rescaled
 to a target mean rate). Closed loop: ``closed_loop`` keeps *concurrency* requests in
-flight.
+flight; with a ``path`` it sends a trace's rows in trace order (lengths ``trace``), so a
+closed-loop run can be simulated with the exact requests a real run sent.
 """
 
 from __future__ import annotations
@@ -59,6 +60,16 @@ class ClosedLoopArrivals(_Arrival):
     concurrency: PositiveInt
     think_time_s: NonNegativeFloat = 0.0
     """Pause between a request's end and its client's next request."""
+    path: str | None = None
+    """A trace whose rows are sent in order, request *k* with row ``skip_rows + k``'s
+    lengths (``input_tokens``/``output_tokens``: ``{name: trace}``); its arrival times
+    are ignored (the loop decides when each is sent). None: lengths drawn as configured.
+    Relative to the scenario file. Without ``num_requests``, every row from
+    ``skip_rows`` is sent."""
+    format: TraceFormat = "azure"
+    """Format of *path* (as a ``trace`` arrival's)."""
+    skip_rows: int = Field(default=0, ge=0)
+    """Rows of *path* to skip at its start."""
 
 
 class TraceArrivals(_Arrival):

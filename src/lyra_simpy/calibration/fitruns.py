@@ -1,0 +1,119 @@
+"""Fit the ``profile`` cost model on steps rebuilt from replayed runs, alone or together
+with a profile CSV (``lyra-simpy calibrate --from-runs DIR... [--profile CSV]``).
+
+Both kinds of row enter one fit (:func:`~lyra_simpy.calibration.fit.fit_coefficients`,
+same terms, same relative-error loss): a profile row as
+:func:`~lyra_simpy.calibration.fit.design_matrix` reads it, a rebuilt step with its own
+exact composition (:meth:`~lyra_simpy.calibration.runs.Steps.design_matrix`). The report
+gives the profile's phases and the runs' (``runs:decode``, ...) apart, so one sees how well
+the one explains the other; the decode table (``decode_batch_residual_ms``) takes the
+median over both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from lyra_simpy.calibration.fit import (
+    METHODS,
+    TERMS,
+    Coefficients,
+    Loss,
+    ProfileFit,
+    ProfileSource,
+    RunsSource,
+    _grid,
+    decode_residuals,
+    design_matrix,
+    fit_coefficients,
+    noise_fit,
+    report,
+    rowwise_dot,
+)
+from lyra_simpy.calibration.profiles import Profile, read_profile
+from lyra_simpy.calibration.runs import StepRebuild, Steps, steps_of_runs
+from lyra_simpy.errors import TraceError
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Profile rows and rebuilt steps as one table (the columns the report reads)."""
+
+    phase: npt.NDArray[np.str_]
+    batch_size: npt.NDArray[np.int64]
+    input_tokens: npt.NDArray[np.int64]
+    context_len: npt.NDArray[np.int64]
+    latency_ms: npt.NDArray[np.float64]
+
+
+def _join(profile: Profile | None, steps: Steps) -> tuple[_Rows, np.ndarray, np.ndarray]:
+    parts = ([profile] if profile is not None else []) + [steps]
+    rows = _Rows(
+        **{
+            name: np.concatenate([np.asarray(getattr(p, name)) for p in parts])
+            for name in _Rows.__dataclass_fields__
+        }
+    )
+    xs = ([design_matrix(profile)] if profile is not None else []) + [steps.design_matrix()]
+    lines = [np.arange(len(profile), dtype=np.int64) + 2] if profile is not None else []
+    lines.append(np.arange(len(steps), dtype=np.int64))
+    return rows, np.vstack(xs), np.concatenate(lines)
+
+
+def fit_runs(
+    folders: list[Path],
+    profile_path: Path | None = None,
+    rebuild: StepRebuild | None = None,
+    loss: Loss = "nnls",
+    out: Path | None = None,
+) -> ProfileFit:
+    """Fit on the steps rebuilt from the runs in *folders* (and the profile CSV at
+    *profile_path*). With *out*, paths in the fit are relative to *out*'s folder."""
+    rebuild = rebuild or StepRebuild()
+    steps = steps_of_runs(folders, rebuild)
+    if not len(steps):
+        raise TraceError(
+            "--from-runs: no engine step could be rebuilt from "
+            + ", ".join(map(str, folders))
+            + " (no tokens, or every step dropped by idle_start: drop)"
+        )
+    profile = read_profile(profile_path) if profile_path is not None else None
+    rows, x, lines = _join(profile, steps)
+    coef, unmeasured = fit_coefficients(x, rows.latency_ms, loss)
+    predicted = rowwise_dot(x, coef)
+    here = out.resolve().parent if out is not None else None
+
+    def rel(path: Path) -> str:
+        return os.path.relpath(path.resolve(), here) if here is not None else str(path)
+
+    source = None
+    if profile is not None and profile_path is not None:
+        meta = profile.metadata_path
+        source = ProfileSource(
+            path=rel(profile_path),
+            sha256=hashlib.sha256(profile_path.read_bytes()).hexdigest(),
+            rows=len(profile),
+            metadata_path=rel(meta) if meta is not None else None,
+        )
+    return ProfileFit(
+        method=METHODS[loss],
+        coefficients=Coefficients(**dict(zip(TERMS, coef.tolist(), strict=True))),
+        profile=source,
+        runs=RunsSource(
+            folders=[rel(f) for f in folders],
+            rebuild=rebuild.model_dump(mode="json"),
+            steps=len(steps),
+            dropped_steps=steps.dropped,
+        ),
+        metadata=profile.metadata if profile is not None else {},
+        grid=_grid(rows),
+        fit=report(rows, predicted, unmeasured, lines),
+        noise=noise_fit(rows.latency_ms, predicted),
+        decode_batch_residual_ms=decode_residuals(rows, predicted),
+    )

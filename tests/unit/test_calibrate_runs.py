@@ -1,0 +1,255 @@
+"""calibrate --from-runs: engine steps rebuilt from token times, then fitted.
+
+The runs are the simulator's own: a scenario costed by a known ``profile`` fit is
+simulated, and its token times are written as a replay writes them (requests.jsonl +
+tokens.jsonl). Rebuilding and fitting must give back the coefficients it was run with.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from lyra_simpy import Results, scenario_from_dict, simulate
+from lyra_simpy.calibration.fit import TERMS
+from lyra_simpy.calibration.fitfile import load_fit
+from lyra_simpy.calibration.fitruns import fit_runs
+from lyra_simpy.calibration.runs import StepRebuild, read_run, rebuild_steps
+from lyra_simpy.cli import main
+from lyra_simpy.errors import TraceError
+from lyra_simpy.metrics.io import write_jsonl
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+TRUE = {  # tests/data/synthetic_fit.yaml
+    "fixed_ms": 5.0,
+    "per_decode_seq_ms": 0.5,
+    "per_context_token_ms": 0.002,
+    "per_prefill_token_ms": 0.05,
+    "per_prefill_attention_ms": 1e-4,
+}
+
+
+def scenario(seed: int, rate: float, n: int = 120) -> Any:
+    return scenario_from_dict(
+        {
+            "name": "runs",
+            "seed": seed,
+            "workload": {
+                "num_requests": n,
+                "arrival": {"name": "poisson", "rate_per_s": rate},
+                "input_tokens": {"name": "uniform", "low": 16, "high": 400},
+                "output_tokens": {"name": "uniform", "low": 2, "high": 60},
+            },
+            "scheduler": {"name": "continuous", "max_num_seqs": 16, "max_num_batched_tokens": 8192},
+            "kv_cache": {"block_size": 16, "num_blocks": 4096},
+            "cost": {"name": "profile", "path": str(DATA / "synthetic_fit.yaml")},
+        }
+    )
+
+
+def token_times(res: Results) -> list[list[float]]:
+    """Each request's token times: its first token, then the end of every later
+    iteration up to its finish (one replica, no preemption: it decodes in each)."""
+    ends = np.asarray(res.timeseries["end_s"])
+    rec = res.records
+    out = []
+    for first, finish, n in zip(
+        rec["first_token_s"], rec["finish_s"], rec["output_tokens"], strict=True
+    ):
+        later = ends[(ends > first) & (ends <= finish)].tolist()
+        assert len(later) == n - 1  # what this writer relies on
+        out.append([float(first), *later])
+    return out
+
+
+def write_run(res: Results, folder: Path, jitter_s: float = 0.0, seed: int = 0) -> Path:
+    """*res* as a replay writes it; *jitter_s*: each chunk arrives up to that much late."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True)
+    rec = res.records
+    rows, tokens = [], []
+    for i, times in enumerate(token_times(res)):
+        late = rng.uniform(0.0, jitter_s, size=len(times)) if jitter_s else np.zeros(len(times))
+        chunk_s = sorted((np.asarray(times) + late).tolist())
+        rows.append(
+            {
+                "request_id": i,
+                "arrival_s": float(rec["arrival_s"][i]),
+                "input_tokens": int(rec["input_tokens"][i]),
+                "output_tokens": int(rec["output_tokens"][i]),
+                "cached_tokens": int(rec["cached_tokens"][i]),
+                "first_token_s": chunk_s[0],
+                "finish_s": chunk_s[-1],
+                "status": "ok",
+            }
+        )
+        tokens.append({"request_id": i, "chunk_s": chunk_s, "chunk_tokens": [1] * len(chunk_s)})
+    write_jsonl(folder / "requests.jsonl", rows)
+    write_jsonl(folder / "tokens.jsonl", tokens)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Path, Results]]:
+    root = tmp_path_factory.mktemp("runs")
+    out = []
+    for k, (seed, rate) in enumerate([(1, 6.0), (2, 14.0)]):
+        res = simulate(scenario(seed, rate))
+        assert (res.records["status"] == "ok").all()
+        out.append((write_run(res, root / f"run{k}"), res))
+    return out
+
+
+def test_rebuilt_steps_are_the_simulated_iterations(runs):
+    folder, res = runs[1]
+    steps = rebuild_steps(read_run(folder), StepRebuild())
+    series = res.timeseries
+    # every iteration emits a token here, so each is one rebuilt step, same shape and time
+    assert len(steps) == len(series["end_s"])
+    np.testing.assert_array_equal(steps.decode_seqs, series["decode_seqs"])
+    np.testing.assert_array_equal(steps.prefill_tokens, series["prefill_tokens"])
+    np.testing.assert_allclose(
+        steps.latency_ms, (series["end_s"] - series["start_s"]) * 1000.0, rtol=1e-9
+    )
+    assert (steps.phase == "runs:mixed").any()
+    assert (steps.phase == "runs:decode").any()
+
+
+def test_fit_on_runs_recovers_the_coefficients(runs, tmp_path):
+    fit = fit_runs([f for f, _ in runs])
+    got = fit.coefficients.model_dump()
+    for term in TERMS:
+        assert got[term] == pytest.approx(TRUE[term], rel=0.01), term
+    assert fit.profile is None
+    assert fit.runs is not None
+    assert fit.runs.steps > 200
+    assert fit.fit.phases["runs:decode"].max_rel_error < 1e-6
+
+
+def test_fit_survives_network_jitter_within_a_few_percent(runs, tmp_path):
+    # every chunk up to 0.3 ms late, at random; steps are >= 5 ms
+    folders = [
+        write_run(res, tmp_path / f"j{k}", jitter_s=0.0003, seed=k)
+        for k, (_, res) in enumerate(runs)
+    ]
+    fit = fit_runs(folders)
+    got = fit.coefficients.model_dump()
+    for term in TERMS:
+        assert got[term] == pytest.approx(TRUE[term], rel=0.05), term
+    assert fit.fit.phases["runs:decode"].median_rel_error < 0.03
+
+
+def test_idle_start_drop_leaves_out_steps_begun_on_an_arrival(runs):
+    requests = read_run(runs[0][0])
+    kept = rebuild_steps(requests, StepRebuild())
+    dropped = rebuild_steps(requests, StepRebuild(idle_start="drop"))
+    assert 0 < len(dropped) < len(kept)
+    assert dropped.dropped == len(kept) - len(dropped)
+    assert kept.dropped == 0
+    assert (dropped.prefill_seqs + dropped.decode_seqs > 0).all()
+
+
+def test_a_request_never_gets_two_tokens_in_one_step():
+    from lyra_simpy.calibration.runs import StreamedRequest
+
+    # two tokens of one request 0.1 ms apart: two steps, whatever the gap threshold
+    req = StreamedRequest(0.0, 10, 0, [0.010, 0.0101], [1, 1])
+    steps = rebuild_steps([req], StepRebuild(gap_ms=5.0))
+    assert len(steps) == 2
+    assert steps.prefill_tokens.tolist() == [10, 0]
+    assert steps.decode_context_tokens.tolist() == [0, 11]
+
+
+def test_runs_and_profile_together(runs, tmp_path, capsys):
+    out = tmp_path / "fit.yaml"
+    prof = DATA / "synthetic_profile.csv"
+    args = ["calibrate", "--from-runs", str(runs[0][0]), "--profile", str(prof)]
+    assert main([*args, "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "rebuilt steps" in text
+    assert "runs:decode" in text
+    fit = load_fit(out)
+    assert fit.profile is not None
+    assert fit.profile.rows == 20
+    assert set(fit.fit.phases) >= {"decode", "runs:decode"}
+    got = fit.coefficients.model_dump()
+    for term in TERMS:
+        assert got[term] == pytest.approx(TRUE[term], rel=0.01), term
+    # a scenario can use it, and its manifest says where it came from
+    sc = scenario(1, 6.0, 10)
+    sc2 = scenario_from_dict(
+        {**json.loads(sc.model_dump_json()), "cost": {"name": "profile", "path": str(out)}}
+    )
+    assert simulate(sc2).summary["completed"] == 10
+
+
+def test_bad_runs_fail_in_one_line(tmp_path, capsys):
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "requests.jsonl").write_text("")
+    assert main(["calibrate", "--from-runs", str(tmp_path / "old")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no tokens.jsonl" in err
+    assert len(err.splitlines()) == 1
+    assert main(["calibrate"]) == 2
+    assert "give a profile CSV, --from-runs DIR..., or both" in capsys.readouterr().err
+    folder = tmp_path / "usage"
+    folder.mkdir()
+    write_jsonl(
+        folder / "requests.jsonl",
+        [{"request_id": 0, "arrival_s": 0.0, "input_tokens": 4, "cached_tokens": 0}],
+    )
+    write_jsonl(
+        folder / "tokens.jsonl", [{"request_id": 0, "chunk_s": [0.1], "chunk_tokens": None}]
+    )
+    with pytest.raises(TraceError, match="chunk_tokens is null"):
+        read_run(folder)
+
+
+def test_a_real_replay_folder_feeds_the_rebuild(tmp_path, tiny_raw):
+    from live_server import StreamServer
+    from lyra_simpy.live.replay import ReplayConfig, replay
+
+    tiny_raw["workload"] = {
+        "num_requests": 4,
+        "arrival": {"name": "closed_loop", "concurrency": 1},
+        "input_tokens": {"name": "fixed", "tokens": 8},
+        "output_tokens": {"name": "fixed", "tokens": 5},
+    }
+    with StreamServer(ttft_s=0.02, itl_s=0.01) as srv:
+        replay(scenario_from_dict(tiny_raw), ReplayConfig(endpoint=srv.url), tmp_path / "r")
+    requests = read_run(tmp_path / "r")
+    assert [sum(r.chunk_tokens) for r in requests] == [5] * 4
+    # one request at a time, 10 ms between tokens: one step per token
+    steps = rebuild_steps(requests, StepRebuild())
+    assert len(steps) == 4 * 5
+    assert steps.prefill_seqs.sum() == 4
+    assert np.median(steps.latency_ms[steps.decode_seqs == 1]) == pytest.approx(10.0, abs=3.0)
+
+
+def test_chunked_prefill_steps_without_a_token_are_merged(tmp_path):
+    # prompts of 600 tokens in chunks of 256, alone in the engine: the first two chunks
+    # emit nothing, so three engine steps are rebuilt as one (docs/calibration.md §7)
+    raw = json.loads(scenario(5, 0.5, 6).model_dump_json())
+    raw["workload"]["input_tokens"] = {"name": "fixed", "tokens": 600}
+    raw["workload"]["output_tokens"] = {"name": "fixed", "tokens": 3}
+    raw["scheduler"] = {"name": "chunked_prefill", "max_num_seqs": 4, "max_num_batched_tokens": 256}
+    res = simulate(scenario_from_dict(raw))
+    steps = rebuild_steps(read_run(write_run(res, tmp_path / "c")), StepRebuild())
+    assert len(res.timeseries["end_s"]) == 6 * (3 + 2)
+    assert len(steps) == 6 * 3
+    prefill = steps.latency_ms[steps.prefill_seqs == 1]
+    c = TRUE
+    # measured: three steps (three fixed costs, the chunks' own attention pairs) ...
+    pairs = 256 * 256 + 256 * 512 + 88 * 600
+    three = (
+        3 * c["fixed_ms"] + c["per_prefill_token_ms"] * 600 + c["per_prefill_attention_ms"] * pairs
+    )
+    np.testing.assert_allclose(prefill, three, rtol=1e-9)
+    # ... read as one step of a 600-token prompt, which the true model prices otherwise
+    assert steps.prefill_tokens[steps.prefill_seqs == 1].tolist() == [600] * 6
+    one = c["fixed_ms"] + c["per_prefill_token_ms"] * 600 + c["per_prefill_attention_ms"] * 600**2
+    assert abs(one - three) > 1.0

@@ -1,0 +1,160 @@
+"""Step-time noise (cost.jitter with sigma, fitted or given) and the band of a scenario
+over noise draws (sessions)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from lyra_simpy import ScenarioError, scenario_from_dict, simulate
+from lyra_simpy.calibration.fit import fit_profile
+from lyra_simpy.calibration.profiles import read_profile, write_profile
+from lyra_simpy.cli import main
+from lyra_simpy.cost.jitter import fit_sigma, fitted_sigma
+from lyra_simpy.errors import LyraError
+from lyra_simpy.live.band import band, inside
+from lyra_simpy.live.compare import METRICS, compare, format_comparison
+from lyra_simpy.metrics.io import write_json
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def raw(noise: Any = None, fit: Path = DATA / "synthetic_fit.yaml", n: int = 30) -> dict:
+    cost: dict[str, Any] = {"name": "profile", "path": str(fit)}
+    if noise is not None:
+        cost["jitter"] = noise
+    return {
+        "name": "noisy",
+        "seed": 3,
+        "workload": {  # one request at a time, all alike: the same step shapes however timed
+            "num_requests": n,
+            "arrival": {"name": "closed_loop", "concurrency": 1},
+            "input_tokens": {"name": "fixed", "tokens": 64},
+            "output_tokens": {"name": "fixed", "tokens": 40},
+        },
+        "scheduler": {"name": "continuous", "max_num_seqs": 4, "max_num_batched_tokens": 512},
+        "kv_cache": {"block_size": 16, "num_blocks": 256},
+        "cost": cost,
+    }
+
+
+def durations(res: Any) -> np.ndarray:
+    return np.asarray(res.timeseries["end_s"]) - np.asarray(res.timeseries["start_s"])
+
+
+def test_noise_multiplies_each_step_by_a_lognormal_factor():
+    plain = durations(simulate(scenario_from_dict(raw())))
+    noisy = durations(simulate(scenario_from_dict(raw({"sigma": 0.1}))))
+    assert len(noisy) == len(plain) == 30 * 40
+    log_ratio = np.log(noisy / plain)
+    assert np.std(log_ratio) == pytest.approx(0.1, rel=0.08)
+    assert abs(np.median(log_ratio)) < 0.01  # median factor 1: the model is the typical step
+    assert not np.allclose(noisy, plain)
+
+
+def test_noise_is_deterministic_per_draw_and_off_by_default():
+    a = simulate(scenario_from_dict(raw({"sigma": 0.1})))
+    b = simulate(scenario_from_dict(raw({"sigma": 0.1, "session": 0})))
+    c = simulate(scenario_from_dict(raw({"sigma": 0.1, "session": 1})))
+    np.testing.assert_array_equal(durations(a), durations(b))
+    assert not np.array_equal(durations(a), durations(c))
+    assert a.records["input_tokens"].tolist() == c.records["input_tokens"].tolist()
+
+
+def profile_with_noise(tmp_path: Path, sigma: float) -> Path:
+    rng = np.random.default_rng(4)
+
+    def noisy(ms: float) -> float:
+        return ms * float(np.exp(sigma * rng.standard_normal()))
+
+    rows = [
+        {"phase": "decode", "batch_size": b, "input_tokens": 0, "context_len": ctx,
+         "latency_ms": noisy(5.0 + 0.5 * b + 0.002 * b * ctx)}
+        for _ in range(20) for b in (1, 2, 4, 8) for ctx in (64, 256)
+    ] + [
+        {"phase": "prefill", "batch_size": 1, "input_tokens": n, "context_len": 0,
+         "latency_ms": noisy(5.0 + 0.05 * n)}
+        for _ in range(20) for n in (16, 64, 256)
+    ]  # fmt: skip
+    path = tmp_path / "p.csv"
+    write_profile(path, rows)
+    return path
+
+
+def test_fitted_sigma_recovers_the_profiles_noise(tmp_path):
+    fit = fit_profile(read_profile(profile_with_noise(tmp_path, 0.06)))
+    assert fit.noise is not None
+    assert fit.noise.sigma == pytest.approx(0.06, rel=0.15)
+    assert fit.noise.rows == 220
+    # robust: a tenth of the rows 2x slow hardly moves it (a standard deviation would)
+    m = np.exp(0.06 * np.random.default_rng(0).standard_normal(200))
+    slow = m.copy()
+    slow[::10] *= 2.0
+    assert fitted_sigma(slow, np.ones(200)) < 1.3 * fitted_sigma(m, np.ones(200))
+    assert np.std(np.log(slow)) > 3 * np.std(np.log(m))
+
+
+def test_noise_fitted_reads_the_fit_file(tmp_path):
+    out = tmp_path / "fit.yaml"
+    assert main(["calibrate", str(profile_with_noise(tmp_path, 0.06)), "--out", str(out)]) == 0
+    sc = scenario_from_dict(raw("fitted", out))
+    assert sc.cost.jitter.sigma == "fitted"
+    fitted = fit_sigma(sc.cost)
+    assert fitted == pytest.approx(0.06, rel=0.15)
+    # the run draws exp(fitted z): the same steps as giving that sigma by hand
+    by_hand = scenario_from_dict(raw({"sigma": fitted}, out))
+    np.testing.assert_array_equal(durations(simulate(sc)), durations(simulate(by_hand)))
+    with pytest.raises(ScenarioError, match=r"jitter.sigma: got 'fitted', but the fit"):
+        scenario_from_dict(raw("fitted"))  # the old synthetic fit has no noise
+    with pytest.raises(ScenarioError, match=r"jitter\.sigma"):
+        scenario_from_dict(raw({"sigma": -1}))
+    with pytest.raises(ScenarioError, match=r"give one of them"):
+        scenario_from_dict(raw({"sigma": 0.1, "cv": 0.1}))
+    linear = raw()
+    linear["cost"] = {"name": "linear", "base_ms": 5.0, "jitter": "fitted"}
+    with pytest.raises(ScenarioError, match=r"the linear cost model has no fit file"):
+        scenario_from_dict(linear)
+
+
+def test_band_widens_with_sigma_and_compare_says_inside(tmp_path, capsys):
+    metrics = ("median_tpot_ms", "request_throughput")
+    narrow = band(scenario_from_dict(raw({"sigma": 0.02}, n=12)), 4, metrics)
+    wide = band(scenario_from_dict(raw({"sigma": 0.2}, n=12)), 4, metrics)
+    for m in metrics:
+        assert narrow[m]["low"] < narrow[m]["high"]
+        assert wide[m]["high"] - wide[m]["low"] > 3 * (narrow[m]["high"] - narrow[m]["low"])
+    assert inside(1.0, {"low": 0.5, "high": 1.5}) is True
+    assert inside(2.0, {"low": 0.5, "high": 1.5}) is False
+    with pytest.raises(LyraError, match=r"cost\.jitter is off"):
+        band(scenario_from_dict(raw(n=4)), 3, metrics)
+
+    # compare: a "real" run (another noise draw) against the band
+    def run_dir(name: str, scenario_raw: dict) -> Path:
+        res = simulate(scenario_from_dict(scenario_raw))
+        folder = tmp_path / name
+        folder.mkdir()
+        write_json(folder / "summary.json", res.summary)
+        return folder
+
+    sim = run_dir("sim", raw(n=12))
+    real = run_dir("real", raw({"sigma": 0.05, "session": 7}, n=12))
+    scen = tmp_path / "s.yaml"
+    scen.write_text(json.dumps(raw({"sigma": 0.05}, n=12)))
+    assert main(["compare", str(sim), str(real), "--band", str(scen), "--seeds", "5"]) == 0
+    text = capsys.readouterr().out
+    assert "real inside" in text
+    assert "band: min-max of 5 noise draws (covers a further draw 67%)" in text
+    # the verdict per metric: inside, outside, or no band
+    real_ttft = json.loads((real / "summary.json").read_text())["median_ttft_ms"]
+    bands = {m: {"low": None, "high": None} for m in METRICS}
+    bands["median_ttft_ms"] = {"low": real_ttft * 0.9, "high": real_ttft * 1.1}
+    bands["median_tpot_ms"] = {"low": 1e6, "high": 2e6}
+    table = {r["metric"]: r for r in compare(sim, [real], bands=bands)}
+    assert table["median_ttft_ms"]["inside"] is True
+    assert table["median_tpot_ms"]["inside"] is False
+    assert table["p99_itl_ms"]["inside"] is None
+    assert "n/a" in format_comparison(list(table.values()))

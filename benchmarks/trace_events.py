@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 import lyra_simpy
-from lyra_simpy.metrics.io import write_jsonl
+from lyra_simpy.metrics.io import write_records_jsonl
+from lyra_simpy.request import RECORD_FIELDS
 from lyra_simpy.trace_events import write_trace_events
 
 HERE = Path(__file__).resolve().parent
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         events = write_trace_events(res, trace)
         trace_s = time.perf_counter() - t
         t = time.perf_counter()
-        write_jsonl(jsonl, res.requests())
+        write_records_jsonl(jsonl, res.records, RECORD_FIELDS)  # as lyra-simpy run does
         jsonl_s = time.perf_counter() - t
         t = time.perf_counter()
         with trace.open() as fh:

@@ -7,6 +7,8 @@ import json
 from collections import defaultdict
 from typing import Any
 
+import pytest
+
 from lyra_simpy.cli import main
 from lyra_simpy.simulation import simulate
 from lyra_simpy.trace_events import load_trace_events, write_trace_events
@@ -95,9 +97,16 @@ def test_trace_matches_the_run(make_scenario, tmp_path):
     assert res.records["preemptions"].sum() > 0
 
 
-def test_fused_and_stepped_runs_write_the_same_trace(make_scenario, tmp_path):
-    fused = simulate(make_scenario(DECODE_HEAVY))
-    stepped = simulate(make_scenario({**DECODE_HEAVY, "simulation.fuse_iterations": False}))
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"cluster": {"replicas": 2, "router": {"name": "least_outstanding"}}}],
+    ids=["one_replica", "cluster"],
+)
+def test_fused_and_stepped_runs_write_the_same_trace(make_scenario, tmp_path, extra):
+    fused = simulate(make_scenario({**DECODE_HEAVY, **extra}))
+    stepped = simulate(
+        make_scenario({**DECODE_HEAVY, **extra, "simulation.fuse_iterations": False})
+    )
     # The fused run records every iteration it advances.
     assert len(fused.timeseries["start_s"]) == fused.engine["iterations"]
     write_trace_events(fused, tmp_path / "a.json")

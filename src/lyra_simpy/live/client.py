@@ -3,8 +3,11 @@
 Two wire formats (``api``):
 
 * ``openai``: ``POST /v1/completions`` with the prompt as an array of token ids (SGLang,
-  vLLM and llama.cpp's server accept it), ``max_tokens`` = ``min_tokens`` = the output
-  length and ``ignore_eos``, ``stream`` with usage (``stream_options.include_usage``)
+  vLLM and llama.cpp's server accept it), ``model`` ``default`` unless the caller's
+  *extra* names the served model (replay and profile send ``/v1/models``'
+  ``data[0].id``: vLLM refuses any other name with 404; :mod:`.limits`),
+  ``max_tokens`` = ``min_tokens`` = the output length and ``ignore_eos``, ``stream``
+  with usage (``stream_options.include_usage``)
   and ``return_token_ids`` (vLLM ≥ 0.10.2 then puts the chunk's new ids in
   ``choices[0].token_ids``, ``serving_completion.py``; other servers ignore the field;
   ``extra_body`` ``{"return_token_ids": false}`` drops it). The reply is server-sent

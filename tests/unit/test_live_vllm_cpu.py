@@ -12,7 +12,7 @@ import pytest
 
 from builders import stand_in_server
 from lyra_simpy import scenario_from_dict
-from lyra_simpy.cost.catalog import GIB, hardware_catalog, kv_bytes_per_token, model_catalog
+from lyra_simpy.cost.catalog import kv_bytes_per_token, model_catalog
 from lyra_simpy.errors import LyraError, ScenarioError
 from lyra_simpy.live import vllm_cpu
 from lyra_simpy.presets import vllm as vl
@@ -62,9 +62,13 @@ def test_device_cpu_applies_vllms_cpu_defaults() -> None:
         128,
     )
     assert kv["block_size"] == 128
-    # VLLM_CPU_KVCACHE_SPACE unset: half the memory of one node
-    half = 0.5 * hardware_catalog()["cpu_generic"].memory_gib
-    assert kv["num_blocks"] == int(half * GIB // (128 * _kv_bytes()))
+    # VLLM_CPU_KVCACHE_SPACE unset (0.32's cpu_worker "Auto set"): the node's memory x
+    # gpu_memory_utilization 0.92, minus what the worker holds: the memory rule of GPUs
+    assert kv["mem_fraction"] == 0.92
+    flags = {"device": "cpu", "gpu_memory_utilization": 0.5}
+    half = _resolved(_raw({"name": "vllm", "flags": flags}))["kv_cache"]
+    assert half["mem_fraction"] == 0.5
+    assert 0 < half["num_blocks"] < kv["num_blocks"]
     assert got["cost"]["padding"] == "none"
     assert got["prefix_cache"] == {"name": "block_hash", "eviction": "free_queue"}
 
@@ -118,12 +122,8 @@ def test_non_roofline_cpu_needs_the_blocks() -> None:
             "engine.flags.device: got 'cuda', but VLLM_CPU_KVCACHE_SPACE=2 is read only",
         ),
         (
-            {"name": "vllm", "flags": {"device": "cpu", "kv_cache_dtype": "fp8"}},
-            "engine.flags.kv_cache_dtype: got 'fp8'; vLLM's CPU backend refuses",
-        ),
-        (
-            {"name": "vllm", "flags": {"device": "cpu", "gpu_memory_utilization": 0.5}},
-            "engine.flags.gpu_memory_utilization: got 0.5; vLLM's CPU backend sizes",
+            {"name": "vllm", "flags": {"device": "cpu", "kv_cache_dtype": "int8"}},
+            "engine.flags.kv_cache_dtype: got 'int8'",
         ),
         (
             {"name": "vllm", "command": "VLLM_CPU_KVCACHE_SPACE=x vllm serve m"},
@@ -137,6 +137,17 @@ def test_non_roofline_cpu_needs_the_blocks() -> None:
 )
 def test_bad_cpu_settings_are_one_line(engine: dict[str, Any], message: str) -> None:
     assert message in _error(_raw(engine))
+
+
+def test_an_fp8_kv_cache_halves_the_cpu_pools_bytes_per_token() -> None:
+    # 0.32's CPU attention backend takes fp8 KV with chunked prefill and prefix caching
+    flags = {"vllm_cpu_kvcache_space": 2, "kv_cache_dtype": "fp8"}
+    got = _resolved(_raw({"name": "vllm", "flags": flags}))
+    fp8 = kv_bytes_per_token(model_catalog()["llama_3_8b"], "fp8")
+    assert got["cost"]["kv_dtype"] == "fp8"
+    assert got["kv_cache"]["num_blocks"] == vl.cpu_kv_blocks(2, 128, fp8)
+    assert got["scheduler"]["name"] == "chunked_prefill"
+    assert got["prefix_cache"] is not None
 
 
 def test_num_gpu_blocks_override_still_wins_on_cpu() -> None:

@@ -69,8 +69,12 @@ class StreamServer:
                 reply: dict[str, Any] | None = None
                 if self.path == "/props" and server.props:
                     reply = {"build_info": "test-1", "model_path": "fake.gguf", "total_slots": 4}
+                elif self.path == "/version" and server.style == "vllm":
+                    reply = {"version": "0.32.0"}
                 elif self.path == "/v1/models":
                     model: dict[str, Any] = {"id": "tiny", "object": "model"}
+                    if server.style == "vllm":
+                        model.update(owned_by="vllm", root="/models/tiny-llama")
                     if server.max_model_len is not None:
                         model["max_model_len"] = server.max_model_len
                     if server.vocab_size is not None:

@@ -52,6 +52,8 @@ def test_profile_against_a_vllm_stream_sends_the_served_name(tmp_path: Path) -> 
     assert (rows, source) == (5, "client")
     assert {b["model"] for b in bodies} == {"tiny"}  # vLLM 404s any other name
     assert all(8.0 < ms < 60.0 for ms in read_profile(out).latency_ms[2:4])
+    meta = yaml.safe_load(out.with_suffix(".yaml").read_text())  # /v1/models, /version
+    assert (meta["engine"], meta["version"], meta["model"]) == ("vllm", "0.32.0", "tiny-llama")
 
 
 def test_profile_bad_grid_file_is_one_line(

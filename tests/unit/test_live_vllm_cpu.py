@@ -220,3 +220,29 @@ def test_a_failed_build_is_one_line_naming_its_log(tmp_path: Path, fake_python: 
 def test_tiny_model_shape() -> None:
     assert vllm_cpu.KV_BYTES_PER_TOKEN == 12288
     assert vllm_cpu.TINY["vocab_size"] == 32000
+
+
+METRICS = """# HELP vllm:prefix_cache_hits_total Prefix cache hits (cached tokens).
+# TYPE vllm:prefix_cache_hits_total counter
+vllm:prefix_cache_queries_total{engine="0",model_name="tiny"} 300.0
+vllm:prefix_cache_queries_created{engine="0",model_name="tiny"} 1.7e+09
+vllm:prefix_cache_hits_total{engine="0",model_name="tiny"} 128.0
+vllm:prefix_cache_hits_total{engine="1",model_name="tiny"} 128.0
+vllm:num_preemptions_total{engine="0",model_name="tiny"} 2.0
+vllm:request_num_preemptions_count{engine="0",model_name="tiny"} 9.0
+vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0.5
+"""
+
+
+def test_metrics_counters_are_read_and_differenced() -> None:
+    got = vllm_cpu.parse_counters(METRICS)  # (the lines of real vLLM 0.32 /metrics)
+    assert got == {"prefix_cache_queries": 300.0, "prefix_cache_hits": 256.0, "preemptions": 2.0}
+    before = {"prefix_cache_queries": 100.0, "prefix_cache_hits": 56.0, "preemptions": 0.0}
+    delta = vllm_cpu.counter_delta(before, got)
+    assert delta == {
+        "prefix_cache_queries": 200.0,
+        "prefix_cache_hits": 200.0,
+        "preemptions": 2.0,
+        "prefix_cache_hit_rate": 1.0,
+    }
+    assert vllm_cpu.engine_counters("http://127.0.0.1:9") == {}

@@ -246,3 +246,34 @@ def test_metrics_counters_are_read_and_differenced() -> None:
         "prefix_cache_hit_rate": 1.0,
     }
     assert vllm_cpu.engine_counters("http://127.0.0.1:9") == {}
+
+
+def test_a_quick_run_document_says_it_is_a_smoke_run_and_what_is_missing() -> None:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "validation" / "validate_vllm_cpu.py"
+    spec = importlib.util.spec_from_file_location("validate_vllm_cpu", path)
+    assert spec is not None
+    assert spec.loader is not None
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    facts = {"cores": 2, "load_start": "3.1", "load_end": "3.4", "cpu": "x", "wall_min": 9}
+    counters = {
+        "closed_loop_8": {
+            "prefix_cache_queries": 800.0,
+            "prefix_cache_hits": 0.0,
+            "preemptions": 0.0,
+            "prefix_cache_hit_rate": 0.0,
+            "sim_hit_rate": 0.0,
+            "sim_preemptions": 0,
+        }
+    }
+    text = job.doc({"closed_loop_8": "metric sim real"}, "VLLM_CPU_KVCACHE_SPACE=2 python",
+                   True, 1, facts, counters)  # fmt: skip
+    assert "A smoke run, not the validation" in text
+    assert "busy shared 2-core machine" in text
+    assert "| closed_loop_8 | 0.0 % (0.0 %) | 0 / 800 | 0 (0) |" in text
+    for item in ("saturation", "--max-num-batched-tokens", "vllm:prefix_cache_hits",
+                 "vllm:num_preemptions_total", ">= 3 real runs"):  # fmt: skip
+        assert item in text
+    assert "smoke" not in job.doc({}, "x", False, 3, facts, {})

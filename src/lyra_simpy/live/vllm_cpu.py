@@ -139,7 +139,7 @@ def env_python(cache: Path | None = None, echo: bool = True) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     log = cache / "vllm-install.log"
     if echo:
-        print(f"installing {PACKAGE} into {env} (~2 min, 3.5 GB; log: {log})")
+        print(f"installing {PACKAGE} into {env} (3.5 GB, about 6 min; log: {log})")
     _run([sys.executable, "-m", "venv", "--clear", str(env)], log)
     _run([str(python), "-m", "pip", "install", "--no-input", PACKAGE], log)
     _run([str(python), "-m", "pip", "uninstall", "-y", *BROKEN], log)

@@ -116,6 +116,35 @@ def _fit_lines() -> list[str]:
     return lines
 
 
+def step_check(profile_csv: Path, real_itl_ms: float | None) -> str | None:
+    """A line comparing the profile's decode step (batch 1, the median over its contexts)
+    with the real replays' median ITL at the lightest load: the same engine step measured
+    twice; when they differ by more than 10 % the machine was not equally busy."""
+    try:
+        rows = profile_csv.read_text().splitlines()[1:]
+    except OSError:
+        return None
+    steps = sorted(
+        float(r.split(",")[4]) for r in rows if r.startswith("decode,1,")
+    )  # fmt: skip
+    if not steps or real_itl_ms is None:
+        return None
+    prof = steps[len(steps) // 2]
+    gap = prof / real_itl_ms - 1.0
+    line = (
+        f"Step-time check: the profile's decode step at batch 1 was {prof:.1f} ms, the "
+        f"real replays' median inter-token gap at the lightest load {real_itl_ms:.1f} ms "
+        f"({100 * gap:+.0f} %)."
+    )
+    if abs(gap) > 0.10:
+        line += (
+            " The same engine step measured twice differs by more than 10 %: the profile "
+            "and the replays ran under different contention, which shifts every simulated "
+            "time by about that much; the errors below mostly measure that."
+        )
+    return line
+
+
 def _counter_table(counters: dict[str, dict[str, Any]]) -> list[str]:
     """Per scenario: the engine's /metrics deltas over its replays beside the simulation."""
     lines = [
@@ -178,6 +207,7 @@ def doc(
         "",
         *_fit_lines(),
         "",
+        *([facts["step_check"], ""] if facts.get("step_check") else []),
         "## Engine counters (`/metrics`, summed over each scenario's replays)",
         "",
         *_counter_table(counters),
@@ -254,6 +284,9 @@ def main() -> int:
             counters[name] = delta
             table = compare(sims[0], reals, None, out / f"{name}_compare.json")
             tables[name] = format_comparison(table)
+            if "step_check" not in facts:  # the first scenario is the lightest load
+                itl = next((r["real"] for r in table if r["metric"] == "median_itl_ms"), None)
+                facts["step_check"] = step_check(ROOT / PROFILE, itl)
         launch = srv.launch
     facts.update(load_end=_loadavg(), wall_min=round((time.time() - started) / 60.0, 1))
     facts["cpu"] = _cpu_model()

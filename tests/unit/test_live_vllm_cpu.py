@@ -277,3 +277,25 @@ def test_a_quick_run_document_says_it_is_a_smoke_run_and_what_is_missing() -> No
                  "vllm:num_preemptions_total", ">= 3 real runs"):  # fmt: skip
         assert item in text
     assert "smoke" not in job.doc({}, "x", False, 3, facts, {})
+
+
+def test_the_step_check_flags_a_profile_taken_under_other_contention(tmp_path: Path) -> None:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "validation" / "validate_vllm_cpu.py"
+    spec = importlib.util.spec_from_file_location("validate_vllm_cpu", path)
+    assert spec is not None
+    assert spec.loader is not None
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    csv = tmp_path / "p.csv"
+    csv.write_text(
+        "phase,batch_size,input_tokens,context_len,latency_ms,engine_ms\n"
+        "prefill,1,16,0,70.0,\ndecode,1,0,32,40.8,\ndecode,1,0,72,40.0,\ndecode,2,0,32,41.0,\n"
+    )
+    line = job.step_check(csv, 25.3)
+    assert "40.8 ms" in line
+    assert "25.3 ms (+61 %)" in line
+    assert "different contention" in line
+    assert "different contention" not in job.step_check(csv, 39.0)
+    assert job.step_check(csv, None) is None

@@ -17,6 +17,8 @@ more than streamed), ``trailing_empty`` (a last chunk with empty text and a
 chunk with ``finish_reason: "length"``, ``token_ids`` only when the body asks
 (``return_token_ids``), the usage chunk only with ``stream_options.include_usage``;
 *tokens_per_chunk* > 1 streams several tokens per chunk (speculative decoding).
+As vLLM does, that style answers 404 to a ``model`` other than the served name ``tiny``
+(``/v1/models`` ``data[0].id``).
 ``vocab_size`` / ``max_model_len`` set what ``/v1/models`` reports (vLLM:
 ``max_model_len``; llama.cpp: ``meta.n_vocab``), ``props`` False hides ``/props``.
 """
@@ -67,8 +69,12 @@ class StreamServer:
                 reply: dict[str, Any] | None = None
                 if self.path == "/props" and server.props:
                     reply = {"build_info": "test-1", "model_path": "fake.gguf", "total_slots": 4}
+                elif self.path == "/version" and server.style == "vllm":
+                    reply = {"version": "0.32.0"}
                 elif self.path == "/v1/models":
                     model: dict[str, Any] = {"id": "tiny", "object": "model"}
+                    if server.style == "vllm":
+                        model.update(owned_by="vllm", root="/models/tiny-llama")
                     if server.max_model_len is not None:
                         model["max_model_len"] = server.max_model_len
                     if server.vocab_size is not None:
@@ -113,8 +119,9 @@ class StreamServer:
         else:
             prompt = body["prompt"]
             n = body["max_tokens"]
-        if fault == "http500":
-            h.send_response(500)
+        wrong_model = self.style == "vllm" and body.get("model") not in (None, "tiny")
+        if fault == "http500" or (wrong_model and not sglang):
+            h.send_response(404 if wrong_model else 500)
             h.send_header("Content-Length", "0")
             h.end_headers()
             return

@@ -19,11 +19,13 @@ def _send(
     timeout_s: float = 5.0,
     extra: dict[str, Any] | None = None,
 ) -> Outcome:
+    body = {"model": "tiny", **(extra or {})}  # the stand-in's served name (vLLM 404s others)
+
     async def go() -> Outcome:
         client = new_client()
         try:
             return await send(
-                client, url, api, [11, 12, 13], n, timeout_s, time.perf_counter(), extra
+                client, url, api, [11, 12, 13], n, timeout_s, time.perf_counter(), body
             )
         finally:
             await client.aclose()

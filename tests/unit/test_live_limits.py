@@ -20,10 +20,13 @@ from lyra_simpy.live.workload import TokenIds
 def test_limits_come_from_v1_models() -> None:
     with StreamServer(vocab_size=5000, max_model_len=64) as srv:
         got = endpoint_limits(srv.url)
-    assert got == Limits(5000, 64, "/v1/models meta.n_vocab")
-    assert with_vocab(got, 700) == Limits(700, 64, "--vocab-size")
+    assert got == Limits(5000, 64, "/v1/models meta.n_vocab", "tiny")
+    assert with_vocab(got, 700) == Limits(700, 64, "--vocab-size", "tiny")
+    assert got.body({"x": 1}) == {"model": "tiny", "x": 1}
+    assert got.body({"model": "other"}) == {"model": "other"}  # the caller's name wins
+    assert Limits().body({"x": 1}) == {"x": 1}
     with StreamServer() as srv:
-        assert endpoint_limits(srv.url) == Limits()
+        assert endpoint_limits(srv.url) == Limits(model="tiny")
     assert endpoint_limits("http://127.0.0.1:9") == Limits()
 
 
@@ -82,6 +85,7 @@ def test_replay_draws_ids_inside_the_reported_vocabulary(
         "vocab_size": 1200,
         "vocab_source": "/v1/models meta.n_vocab",
         "max_model_len": 4096,
+        "served_model": "tiny",
     }
 
 

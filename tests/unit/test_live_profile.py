@@ -44,6 +44,18 @@ def test_profile_writes_the_contract_and_says_how_it_timed(tmp_path: Path) -> No
     assert meta["timing_source"]["prefill"] == "client TTFT"
 
 
+def test_profile_against_a_vllm_stream_sends_the_served_name(tmp_path: Path) -> None:
+    out = tmp_path / "p.csv"
+    with StreamServer(ttft_s=0.02, itl_s=0.01, style="vllm", props=False) as srv:
+        rows, source = profile(srv.url, "openai", GRID, out, "test box", "", 32000)
+        bodies = srv.received
+    assert (rows, source) == (5, "client")
+    assert {b["model"] for b in bodies} == {"tiny"}  # vLLM 404s any other name
+    assert all(8.0 < ms < 60.0 for ms in read_profile(out).latency_ms[2:4])
+    meta = yaml.safe_load(out.with_suffix(".yaml").read_text())  # /v1/models, /version
+    assert (meta["engine"], meta["version"], meta["model"]) == ("vllm", "0.32.0", "tiny-llama")
+
+
 def test_profile_bad_grid_file_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

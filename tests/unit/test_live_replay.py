@@ -209,9 +209,21 @@ def test_vllm_token_ids_are_asked_for_and_counted(tmp_path: Path, tiny_raw: dict
         replay(sc, ReplayConfig(endpoint=srv.url), tmp_path / "r")
         bodies = srv.received
     assert all(b["return_token_ids"] is True for b in bodies)
+    assert {b["model"] for b in bodies} == {"tiny"}  # /v1/models' name: vLLM 404s others
     rows = read_jsonl(tmp_path / "r" / "requests.jsonl")
     assert [(r["status"], r["output_tokens"]) for r in rows] == [("ok", 4)] * 3
     _, counts = read_itl_csv(tmp_path / "r" / "itl.csv")
     assert counts.sum() == 3  # one gap per request: two chunks of two tokens
     man = json.loads((tmp_path / "r" / "manifest.json").read_text())
     assert man["token_counting"] == {"token_ids": 3}
+
+
+def test_a_model_name_vllm_does_not_serve_is_a_404_per_request(
+    tmp_path: Path, tiny_raw: dict[str, Any]
+) -> None:
+    sc = scenario_from_dict(_closed(tiny_raw, 2))
+    cfg = ReplayConfig(endpoint="", extra_body={"model": "default"})
+    with StreamServer(ttft_s=0.01, itl_s=0.002, style="vllm") as srv:
+        replay(sc, cfg.model_copy(update={"endpoint": srv.url}), tmp_path / "r")
+    rows = read_jsonl(tmp_path / "r" / "requests.jsonl")
+    assert [(r["status"], r["error"]) for r in rows] == [("unfinished", "HTTP 404")] * 2

@@ -12,7 +12,7 @@ import pytest
 
 from builders import stand_in_server
 from lyra_simpy import scenario_from_dict
-from lyra_simpy.cost.catalog import GIB, hardware_catalog, kv_bytes_per_token, model_catalog
+from lyra_simpy.cost.catalog import kv_bytes_per_token, model_catalog
 from lyra_simpy.errors import LyraError, ScenarioError
 from lyra_simpy.live import vllm_cpu
 from lyra_simpy.presets import vllm as vl
@@ -62,9 +62,13 @@ def test_device_cpu_applies_vllms_cpu_defaults() -> None:
         128,
     )
     assert kv["block_size"] == 128
-    # VLLM_CPU_KVCACHE_SPACE unset: half the memory of one node
-    half = 0.5 * hardware_catalog()["cpu_generic"].memory_gib
-    assert kv["num_blocks"] == int(half * GIB // (128 * _kv_bytes()))
+    # VLLM_CPU_KVCACHE_SPACE unset (0.32's cpu_worker "Auto set"): the node's memory x
+    # gpu_memory_utilization 0.92, minus what the worker holds: the memory rule of GPUs
+    assert kv["mem_fraction"] == 0.92
+    flags = {"device": "cpu", "gpu_memory_utilization": 0.5}
+    half = _resolved(_raw({"name": "vllm", "flags": flags}))["kv_cache"]
+    assert half["mem_fraction"] == 0.5
+    assert 0 < half["num_blocks"] < kv["num_blocks"]
     assert got["cost"]["padding"] == "none"
     assert got["prefix_cache"] == {"name": "block_hash", "eviction": "free_queue"}
 
@@ -118,12 +122,8 @@ def test_non_roofline_cpu_needs_the_blocks() -> None:
             "engine.flags.device: got 'cuda', but VLLM_CPU_KVCACHE_SPACE=2 is read only",
         ),
         (
-            {"name": "vllm", "flags": {"device": "cpu", "kv_cache_dtype": "fp8"}},
-            "engine.flags.kv_cache_dtype: got 'fp8'; vLLM's CPU backend refuses",
-        ),
-        (
-            {"name": "vllm", "flags": {"device": "cpu", "gpu_memory_utilization": 0.5}},
-            "engine.flags.gpu_memory_utilization: got 0.5; vLLM's CPU backend sizes",
+            {"name": "vllm", "flags": {"device": "cpu", "kv_cache_dtype": "int8"}},
+            "engine.flags.kv_cache_dtype: got 'int8'",
         ),
         (
             {"name": "vllm", "command": "VLLM_CPU_KVCACHE_SPACE=x vllm serve m"},
@@ -137,6 +137,17 @@ def test_non_roofline_cpu_needs_the_blocks() -> None:
 )
 def test_bad_cpu_settings_are_one_line(engine: dict[str, Any], message: str) -> None:
     assert message in _error(_raw(engine))
+
+
+def test_an_fp8_kv_cache_halves_the_cpu_pools_bytes_per_token() -> None:
+    # 0.32's CPU attention backend takes fp8 KV with chunked prefill and prefix caching
+    flags = {"vllm_cpu_kvcache_space": 2, "kv_cache_dtype": "fp8"}
+    got = _resolved(_raw({"name": "vllm", "flags": flags}))
+    fp8 = kv_bytes_per_token(model_catalog()["llama_3_8b"], "fp8")
+    assert got["cost"]["kv_dtype"] == "fp8"
+    assert got["kv_cache"]["num_blocks"] == vl.cpu_kv_blocks(2, 128, fp8)
+    assert got["scheduler"]["name"] == "chunked_prefill"
+    assert got["prefix_cache"] is not None
 
 
 def test_num_gpu_blocks_override_still_wins_on_cpu() -> None:
@@ -209,3 +220,82 @@ def test_a_failed_build_is_one_line_naming_its_log(tmp_path: Path, fake_python: 
 def test_tiny_model_shape() -> None:
     assert vllm_cpu.KV_BYTES_PER_TOKEN == 12288
     assert vllm_cpu.TINY["vocab_size"] == 32000
+
+
+METRICS = """# HELP vllm:prefix_cache_hits_total Prefix cache hits (cached tokens).
+# TYPE vllm:prefix_cache_hits_total counter
+vllm:prefix_cache_queries_total{engine="0",model_name="tiny"} 300.0
+vllm:prefix_cache_queries_created{engine="0",model_name="tiny"} 1.7e+09
+vllm:prefix_cache_hits_total{engine="0",model_name="tiny"} 128.0
+vllm:prefix_cache_hits_total{engine="1",model_name="tiny"} 128.0
+vllm:num_preemptions_total{engine="0",model_name="tiny"} 2.0
+vllm:request_num_preemptions_count{engine="0",model_name="tiny"} 9.0
+vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0.5
+"""
+
+
+def test_metrics_counters_are_read_and_differenced() -> None:
+    got = vllm_cpu.parse_counters(METRICS)  # (the lines of real vLLM 0.32 /metrics)
+    assert got == {"prefix_cache_queries": 300.0, "prefix_cache_hits": 256.0, "preemptions": 2.0}
+    before = {"prefix_cache_queries": 100.0, "prefix_cache_hits": 56.0, "preemptions": 0.0}
+    delta = vllm_cpu.counter_delta(before, got)
+    assert delta == {
+        "prefix_cache_queries": 200.0,
+        "prefix_cache_hits": 200.0,
+        "preemptions": 2.0,
+        "prefix_cache_hit_rate": 1.0,
+    }
+    assert vllm_cpu.engine_counters("http://127.0.0.1:9") == {}
+
+
+def test_a_quick_run_document_says_it_is_a_smoke_run_and_what_is_missing() -> None:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "validation" / "validate_vllm_cpu.py"
+    spec = importlib.util.spec_from_file_location("validate_vllm_cpu", path)
+    assert spec is not None
+    assert spec.loader is not None
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    facts = {"cores": 2, "load_start": "3.1", "load_end": "3.4", "cpu": "x", "wall_min": 9}
+    counters = {
+        "closed_loop_8": {
+            "prefix_cache_queries": 800.0,
+            "prefix_cache_hits": 0.0,
+            "preemptions": 0.0,
+            "prefix_cache_hit_rate": 0.0,
+            "sim_hit_rate": 0.0,
+            "sim_preemptions": 0,
+        }
+    }
+    text = job.doc({"closed_loop_8": "metric sim real"}, "VLLM_CPU_KVCACHE_SPACE=2 python",
+                   True, 1, facts, counters)  # fmt: skip
+    assert "A smoke run, not the validation" in text
+    assert "busy shared 2-core machine" in text
+    assert "| closed_loop_8 | 0.0 % (0.0 %) | 0 / 800 | 0 (0) |" in text
+    for item in ("saturation", "--max-num-batched-tokens", "vllm:prefix_cache_hits",
+                 "vllm:num_preemptions_total", ">= 3 real runs"):  # fmt: skip
+        assert item in text
+    assert "smoke" not in job.doc({}, "x", False, 3, facts, {})
+
+
+def test_the_step_check_flags_a_profile_taken_under_other_contention(tmp_path: Path) -> None:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "validation" / "validate_vllm_cpu.py"
+    spec = importlib.util.spec_from_file_location("validate_vllm_cpu", path)
+    assert spec is not None
+    assert spec.loader is not None
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    csv = tmp_path / "p.csv"
+    csv.write_text(
+        "phase,batch_size,input_tokens,context_len,latency_ms,engine_ms\n"
+        "prefill,1,16,0,70.0,\ndecode,1,0,32,40.8,\ndecode,1,0,72,40.0,\ndecode,2,0,32,41.0,\n"
+    )
+    line = job.step_check(csv, 25.3)
+    assert "40.8 ms" in line
+    assert "25.3 ms (+61 %)" in line
+    assert "different contention" in line
+    assert "different contention" not in job.step_check(csv, 39.0)
+    assert job.step_check(csv, None) is None

@@ -3,8 +3,11 @@
 Two wire formats (``api``):
 
 * ``openai``: ``POST /v1/completions`` with the prompt as an array of token ids (SGLang,
-  vLLM and llama.cpp's server accept it), ``max_tokens`` = ``min_tokens`` = the output
-  length and ``ignore_eos``, ``stream`` with usage (``stream_options.include_usage``)
+  vLLM and llama.cpp's server accept it), ``model`` ``default`` unless the caller's
+  *extra* names the served model (replay and profile send ``/v1/models``'
+  ``data[0].id``: vLLM refuses any other name with 404; :mod:`.limits`),
+  ``max_tokens`` = ``min_tokens`` = the output length and ``ignore_eos``, ``stream``
+  with usage (``stream_options.include_usage``)
   and ``return_token_ids`` (vLLM ≥ 0.10.2 then puts the chunk's new ids in
   ``choices[0].token_ids``, ``serving_completion.py``; other servers ignore the field;
   ``extra_body`` ``{"return_token_ids": false}`` drops it). The reply is server-sent
@@ -282,7 +285,10 @@ def new_client() -> httpx.AsyncClient:
 
 def check_endpoint(base_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
     """Fail fast when nothing answers at *base_url*; return llama.cpp's ``/props``
-    (engine build and settings) when the server has it, else ``{}``."""
+    (engine build and settings) when the server has it; else, from ``/v1/models``, the
+    engine (``owned_by``: ``vllm``), the model (``root``, else ``id``), its
+    ``max_model_len`` and the engine's ``/version`` (vLLM) where they are given; else
+    ``{}``."""
     from lyra_simpy.errors import LyraError
 
     try:
@@ -293,17 +299,41 @@ def check_endpoint(base_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
                     data = resp.json()
                     return data if isinstance(data, dict) else {}
                 if resp.status_code == 200:
-                    return {}
+                    return _models_info(client, base_url, resp.json())
     except (httpx.HTTPError, ValueError) as exc:
         raise LyraError(f"endpoint {base_url}: unreachable ({type(exc).__name__}: {exc})") from None
     return {}
+
+
+def _models_info(client: httpx.Client, base_url: str, data: Any) -> dict[str, Any]:
+    """What ``/v1/models`` (and vLLM's ``/version``) say about the served model."""
+    models = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(models, list) or not models or not isinstance(models[0], dict):
+        return {}
+    model = models[0]
+    info: dict[str, Any] = {}
+    if isinstance(model.get("owned_by"), str):
+        info["engine"] = model["owned_by"]
+    name = model.get("root") or model.get("id")
+    if isinstance(name, str):
+        info["model"] = name
+    if isinstance(model.get("max_model_len"), int):
+        info["max_model_len"] = model["max_model_len"]
+    try:
+        resp = client.get(base_url + "/version")
+        version = resp.json().get("version") if resp.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        version = None
+    if isinstance(version, str):
+        info["version"] = version
+    return info
 
 
 def engine_info(endpoint: str, api: Api, props: dict[str, Any]) -> dict[str, Any]:
     """What the manifest says about a live endpoint: engine, version, model and flags
     (llama.cpp's ``/props``: build, slots, context, generation settings)."""
     settings = props.get("default_generation_settings")
-    n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
+    n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else props.get("max_model_len")
     build = props.get("build_info")
     return {
         "endpoint": endpoint,

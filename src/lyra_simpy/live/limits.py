@@ -14,6 +14,10 @@ A prompt token id at or above the model's vocabulary size kills vLLM's worker (i
   (:class:`~lyra_simpy.live.workload.TokenIds`) with ``HIGH`` lowered to the
   vocabulary size. A vocabulary of 1000 ids or fewer needs ``--token-ids``.
 
+The served model's name is ``data[0].id`` of ``/v1/models``: the replay and the profile
+send it as every request's ``model`` (vLLM answers 404 "The model `default` does not
+exist" to any other name; llama.cpp ignores the field).
+
 The context length is ``data[0].max_model_len`` of ``/v1/models`` (vLLM): a request
 whose prompt and output tokens exceed it would be refused by the engine, so the replay
 fails first, naming the request. Every failure is one line (:class:`LyraError`).
@@ -38,6 +42,13 @@ class Limits:
     max_model_len: int | None = None
     vocab_source: str | None = None
     """Where ``vocab_size`` came from (flag or endpoint field)."""
+    model: str | None = None
+    """The served model's name (``data[0].id``), sent as each request's ``model``."""
+
+    def body(self, extra: dict[str, Any]) -> dict[str, Any]:
+        """A request's extra JSON fields: the served model's name, then *extra* (which
+        may name another model)."""
+        return {"model": self.model, **extra} if self.model is not None else dict(extra)
 
 
 def _positive(value: Any) -> int | None:
@@ -60,10 +71,12 @@ def endpoint_limits(base_url: str, timeout_s: float = 5.0) -> Limits:
     model = models[0]
     meta = model.get("meta")
     vocab = _positive(meta.get("n_vocab")) if isinstance(meta, dict) else None
+    name = model.get("id")
     return Limits(
         vocab_size=vocab,
         max_model_len=_positive(model.get("max_model_len")),
         vocab_source="/v1/models meta.n_vocab" if vocab is not None else None,
+        model=name if isinstance(name, str) and name else None,
     )
 
 
@@ -71,7 +84,7 @@ def with_vocab(limits: Limits, vocab_size: int | None) -> Limits:
     """*limits* with the ``--vocab-size`` flag's value, which wins over the endpoint's."""
     if vocab_size is None:
         return limits
-    return Limits(vocab_size, limits.max_model_len, "--vocab-size")
+    return Limits(vocab_size, limits.max_model_len, "--vocab-size", limits.model)
 
 
 def token_range(ids: TokenIds | None, limits: Limits, name: str = "--token-ids") -> TokenIds:

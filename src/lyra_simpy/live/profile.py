@@ -80,8 +80,10 @@ def load_grid(path: Path) -> ProfileGrid:
 
 
 class _Prober:
-    def __init__(self, url: str, api: Api, grid: ProfileGrid, ids: TokenIds) -> None:
-        self.url, self.api, self.grid, self.ids = url, api, grid, ids
+    def __init__(
+        self, url: str, api: Api, grid: ProfileGrid, ids: TokenIds, extra: dict[str, Any]
+    ) -> None:
+        self.url, self.api, self.grid, self.ids, self.extra = url, api, grid, ids, extra
         self.rng = np.random.Generator(np.random.PCG64(20260101))
         self.engine_timed: set[str] = set()
 
@@ -102,7 +104,7 @@ class _Prober:
                 n_out,
                 self.grid.timeout_s,
                 t0,
-                self.grid.extra_body,
+                self.extra,
                 first,
             )
         finally:
@@ -204,7 +206,7 @@ def profile(
             f"grid.mixed_batch: got {max(grid.mixed_batch)}, must be < the server's "
             f"{slots} slots (the probe needs a slot of its own beside the decoders)"
         )
-    prober = _Prober(url, api, grid, ids)
+    prober = _Prober(url, api, grid, ids, limits.body(grid.extra_body))
     rows: list[tuple[str, int, int, int, float, float]] = []
 
     def med(values: list[float]) -> float:

@@ -93,6 +93,7 @@ async def _drive(run: _Run, cfg: ReplayConfig, t0: float) -> None:
     plan = run.plan
     gate = asyncio.Semaphore(cfg.max_in_flight)
     url = cfg.endpoint.rstrip("/")
+    extra = run.limits.body(cfg.extra_body)
     client = new_client()
 
     async def one(i: int) -> None:
@@ -105,7 +106,7 @@ async def _drive(run: _Run, cfg: ReplayConfig, t0: float) -> None:
                 plan.output_tokens[i],
                 cfg.timeout_s,
                 t0,
-                cfg.extra_body,
+                extra,
             )
             placeholder = Outcome(sent_s=time.perf_counter() - t0, error="stopped")
             run.outcomes[i] = placeholder
@@ -279,6 +280,7 @@ def write_run(
         "vocab_size": run.limits.vocab_size,
         "vocab_source": run.limits.vocab_source,
         "max_model_len": run.limits.max_model_len,
+        "served_model": run.limits.model,
     }
     with atomic_dir(out) as tmp:
         write_jsonl(tmp / "requests.jsonl", rows)

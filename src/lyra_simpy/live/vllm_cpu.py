@@ -12,6 +12,9 @@ start, stop (issue 21).
   (tokens ``w3 … w31999`` after ``<unk> <s> </s>``): timing does not depend on what
   the weights are. Built by the environment's own Python into the cache, once.
 * **Server.** ``VLLM_CPU_KVCACHE_SPACE`` GiB of KV, on 127.0.0.1 only, stopped on exit.
+* **Counters.** :func:`engine_counters` reads the engine's own totals from ``/metrics``
+  (Prometheus text, vLLM 0.32 names in :data:`COUNTERS`): prefix-cache queries and hits
+  (tokens) and preemptions; a replay's are the difference of two readings.
 """
 
 from __future__ import annotations
@@ -65,6 +68,57 @@ PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>"
 """
 
 
+COUNTERS = {
+    "prefix_cache_queries": "vllm:prefix_cache_queries_total",
+    "prefix_cache_hits": "vllm:prefix_cache_hits_total",
+    "preemptions": "vllm:num_preemptions_total",
+    "prompt_tokens": "vllm:prompt_tokens_total",
+    "generation_tokens": "vllm:generation_tokens_total",
+}
+"""Our name → vLLM's counter (``vllm/v1/metrics/loggers.py``; tokens for the cache)."""
+
+
+def parse_counters(text: str) -> dict[str, float]:
+    """The :data:`COUNTERS` in a Prometheus text exposition, each summed over its label
+    sets (one per engine); a counter missing from *text* is left out."""
+    wanted = {metric: name for name, metric in COUNTERS.items()}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        metric = line.split("{", 1)[0].split(" ", 1)[0]
+        name = wanted.get(metric)
+        if name is None:
+            continue
+        try:
+            value = float(line.rsplit(" ", 1)[1])
+        except (IndexError, ValueError):
+            continue
+        out[name] = out.get(name, 0.0) + value
+    return out
+
+
+def engine_counters(base_url: str, timeout_s: float = 5.0) -> dict[str, float]:
+    """:func:`parse_counters` of ``GET /metrics`` (``{}`` when it does not answer)."""
+    import httpx
+
+    try:
+        resp = httpx.get(base_url.rstrip("/") + "/metrics", timeout=timeout_s)
+    except httpx.HTTPError:
+        return {}
+    return parse_counters(resp.text) if resp.status_code == 200 else {}
+
+
+def counter_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """What happened between two readings, with the prefix-cache hit rate (hits over
+    queried prompt tokens, as ``summary.json``'s ``prefix_cache_hit_rate``)."""
+    delta = {k: after[k] - before.get(k, 0.0) for k in after}
+    queries = delta.get("prefix_cache_queries", 0.0)
+    if queries > 0:
+        delta["prefix_cache_hit_rate"] = delta.get("prefix_cache_hits", 0.0) / queries
+    return delta
+
+
 def _run(cmd: list[str], log: Path) -> None:
     with log.open("a") as fh:
         fh.write("$ " + " ".join(cmd) + "\n")
@@ -85,7 +139,7 @@ def env_python(cache: Path | None = None, echo: bool = True) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     log = cache / "vllm-install.log"
     if echo:
-        print(f"installing {PACKAGE} into {env} (~2 min, 3.5 GB; log: {log})")
+        print(f"installing {PACKAGE} into {env} (3.5 GB, about 6 min; log: {log})")
     _run([sys.executable, "-m", "venv", "--clear", str(env)], log)
     _run([str(python), "-m", "pip", "install", "--no-input", PACKAGE], log)
     _run([str(python), "-m", "pip", "uninstall", "-y", *BROKEN], log)

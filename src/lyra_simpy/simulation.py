@@ -198,7 +198,8 @@ def simulate(scenario: Scenario) -> Results:
     if dispatcher is not None:
         dispatcher.start()
     for replica in replicas:
-        env.process(replica.run())
+        replica.carry = dispatcher is not None and dispatcher.carry
+        replica.process = env.process(replica.run())
     env.run(until=until)
     for replica in replicas:
         for req in chain(replica.waiting, replica.running, replica.deferred):

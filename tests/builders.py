@@ -1,6 +1,6 @@
 """Requests in hand-built scheduler states, shared by the scheduler unit tests, and a
-switch making the load-blind routers route at each arrival (tests/ is on the import
-path through its conftest)."""
+switch making the load-blind routers route at each arrival, and one for carrying fused
+runs across arrivals (tests/ is on the import path through its conftest)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from lyra_simpy import routing
+from lyra_simpy.cluster import Dispatcher
 from lyra_simpy.kv import blocks_for
 from lyra_simpy.request import Request
 
@@ -32,16 +33,30 @@ def decoding_req(i: int, input_tokens: int, generated: int, output_tokens: int =
 
 
 @contextlib.contextmanager
-def routers_reading_state() -> Iterator[None]:
-    """Round robin and random routed at each arrival, as state-reading routers are."""
+def routers_reading_state(carry: bool = True) -> Iterator[None]:
+    """Round robin and random routed at each arrival, as state-reading routers are
+    (with *carry* False, every replica's fused run also ends before each arrival)."""
     classes = (routing.RoundRobin, routing.RandomRouter)
     try:
         for cls in classes:
             cls.reads_state = True
-        yield
+        with runs_carried(carry):
+            yield
     finally:
         for cls in classes:
             cls.reads_state = False
+
+
+@contextlib.contextmanager
+def runs_carried(carry: bool) -> Iterator[None]:
+    """Whether fused runs are carried across arrivals for routers that read state
+    (``Dispatcher.CARRY_RUNS``; False: each run ends before the cluster's next arrival)."""
+    before = Dispatcher.CARRY_RUNS
+    try:
+        Dispatcher.CARRY_RUNS = carry
+        yield
+    finally:
+        Dispatcher.CARRY_RUNS = before
 
 
 def trace_workload(tmp_path: Path, rows: Iterable[tuple[float, int, int]]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ then ``NORMAL`` = 1 events; ours come after).
 
 from __future__ import annotations
 
+import heapq
 import math
 
 import simpy
@@ -74,3 +75,20 @@ def delay_at_least(now: float, target: float) -> float:
     while now + d < target:
         d = math.nextafter(d, math.inf)
     return d
+
+
+def timeout_at(env: simpy.Environment, when: float) -> simpy.Event:
+    """A timeout triggered exactly at *when* (not before now). From a time other than
+    where it was planned, a fused run cut short may have no float delay landing on its
+    end (a rounding tie, only while the clock reads less than half of it): the event
+    then goes into SimPy's queue at that time directly."""
+    d = exact_delay(env.now, when)
+    if d is not None:
+        return env.timeout(d)
+    if when < env.now:
+        raise SimulationError(f"time {when!r} is before now ({env.now!r}; engine bug)")
+    event = simpy.Event(env)
+    event._ok = True
+    event._value = None
+    heapq.heappush(env._queue, (when, simpy.events.NORMAL, next(env._eid), event))
+    return event

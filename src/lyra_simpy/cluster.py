@@ -8,9 +8,12 @@ commit the iterations ending then (finishes; a closed loop's next request), the
 dispatcher routes the arrivals due, and replicas plan their next iterations — so a
 replica sees a request arriving exactly when its iteration ends, as a single replica
 reading the source would, and the router reads every replica's state as it is at that
-instant (replicas in a cluster end their fused runs before the next arrival,
-``Replica.strict_horizon``, so nothing is left uncommitted). One routing event per
-arrival time, none per token.
+instant. A router that reads no state routes ahead, and each replica's fused runs end
+before its own next request. For one that reads state, fused runs are carried across
+arrivals (``Dispatcher.carry``): a run's finishes and KV use are planned ahead, so the
+loads at an arrival are read from the plan without ending it, and only the replica the
+arrival goes to ends its run there, where a stepped engine would take it. One routing
+event per arrival time, none per token.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 import simpy
 
 from lyra_simpy.clock import ROUTE_PRIORITY, PhaseEvent, delay_at_least
+from lyra_simpy.fused import cut_run
 from lyra_simpy.request import Request
 from lyra_simpy.routing import ReplicaLoad, Router
 from lyra_simpy.workload.source import Source
@@ -58,6 +62,14 @@ class RoutedSource:
             head = self.queue[0].arrival_s
             return head if upcoming is None else min(head, upcoming)
         return upcoming
+
+    def carry_horizon_s(self) -> float | None:
+        """Where a fused run carried across arrivals is planned to (it ends sooner if
+        an arrival is routed here): this replica's own next request, or the cluster's
+        arrival ``CARRY_AHEAD`` replicas' worth of arrivals on."""
+        if self.queue:
+            return self.queue[0].arrival_s
+        return self._dispatcher.peek_s(self._dispatcher.CARRY_AHEAD * len(self._dispatcher.sources))
 
     def on_finish(self, now_s: float) -> None:
         self._dispatcher.on_finish(now_s)
@@ -114,6 +126,13 @@ class Dispatcher:
     #: cluster's next arrival is the horizon then); a random router over n replicas
     #: misses a replica n times in a row with probability (1 - 1/n)^n < e^-1.
     AHEAD_PER_REPLICA = 8
+    #: Carried fused runs are planned this many arrivals per replica ahead: a router
+    #: spreading the load sends a replica about one arrival in n, and planning much
+    #: further would be wasted when the next one comes (the horizon changes no result).
+    CARRY_AHEAD = 2
+    #: Carry fused runs across arrivals for a router that reads the replicas' state
+    #: (False: every run ends before the cluster's next arrival; the tests compare both).
+    CARRY_RUNS = True
 
     def __init__(
         self,
@@ -128,6 +147,10 @@ class Dispatcher:
         self.router = router
         self._loads = loads
         self.lookahead = lookahead and not router.reads_state and not upstream.feedback
+        self.carry = lookahead and router.reads_state and not upstream.feedback and self.CARRY_RUNS
+        """The replicas' fused runs go on across arrivals (a router reading state, an
+        open-loop source); the loads are read from the runs' plans, and a run is cut
+        where an arrival is routed to its replica (:func:`lyra_simpy.fused.cut_run`)."""
         self.ahead: deque[tuple[float, RoutedSource]] = deque()
         """Requests routed ahead and not yet arrived: (arrival time, their source)."""
         self.sources: list[RoutedSource] = []
@@ -189,7 +212,15 @@ class Dispatcher:
         router = self.router
         i = router.route(req, loads) if allowed is None else router.route(req, loads, allowed)
         self.routed[i] += 1
+        if self.carry:
+            cut_run(self.replicas[i], self.env.now)
         return self.sources[i]
+
+    def peek_s(self, k: int) -> float | None:
+        """The arrival time *k* arrivals after the cluster's next one, as far as known
+        (None: no arrival is known)."""
+        peek = getattr(self.upstream, "peek_s", None)
+        return peek(k) if peek is not None else self.upstream.next_s()
 
     def on_finish(self, now: float) -> None:
         """A request ended on some replica (closed loops send the next one: routed in
@@ -223,12 +254,15 @@ class Dispatcher:
 
 
 def replica_loads(replicas: Sequence[Any]) -> list[ReplicaLoad]:
-    """The :class:`ReplicaLoad` of each replica (engine objects) right now."""
-    return [
-        ReplicaLoad(
-            len(r.source.queue) + len(r.waiting) + len(r.running) + len(r.deferred),
-            r.kv.free,
-            r.kv.num_blocks,
-        )
-        for r in replicas
-    ]
+    """The :class:`ReplicaLoad` of each replica (engine objects) right now; a replica
+    in a fused run carried across arrivals, as its plan says stepping would show it."""
+    out = []
+    for r in replicas:
+        outstanding = len(r.source.queue) + len(r.waiting) + len(r.running) + len(r.deferred)
+        kv = r.kv
+        if r.live is None:
+            out.append(ReplicaLoad(outstanding, kv.num_blocks - kv.used, kv.num_blocks))
+        else:
+            finished, used = r.live.state_at(r.env.now)
+            out.append(ReplicaLoad(outstanding - finished, kv.num_blocks - used, kv.num_blocks))
+    return out

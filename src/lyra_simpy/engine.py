@@ -18,8 +18,9 @@ which case the engine asks the scheduler). A plan that decodes every running req
 and admits nothing is continued as a fused run too when the scheduler declares
 ``holds_back_until_change`` (nothing can make room for a waiting request before an
 arrival or a completion) — unless it preempted: a scheduler admits nothing in an
-iteration that preempts, but may admit in the next. In a cluster (``strict_horizon``)
-a run ends before the next arrival, so the router reads committed state. Every
+iteration that preempts, but may admit in the next. In a cluster a run either ends
+before the next arrival (``strict_horizon``) or is carried across arrivals (``carry``:
+the router reads the plan, and an arrival routed here cuts the run short). Every
 observable — token times, ITL, time series, summaries — is identical to stepping one
 by one (``fuse_iterations: false``); a property test checks it for every registered
 scheduler.
@@ -44,6 +45,7 @@ from lyra_simpy.policies.admission import Admission
 from lyra_simpy.policies.base import BatchPlan, EngineView, Scheduler
 from lyra_simpy.policies.prefix_cache import PrefixCache
 from lyra_simpy.request import RejectReason, Request
+from lyra_simpy.span import DecodeRun
 from lyra_simpy.speculative import Speculator
 from lyra_simpy.workload.source import Source
 
@@ -120,6 +122,11 @@ class Replica:
         self.deferred: deque[Request] = deque()
         """Requests the admission deferred, oldest first: outside the scheduler's queue,
         decided again at every scheduling point (no iteration is fused while any wait)."""
+        self.carry = False
+        """Fused runs go on across a cluster's arrivals (the router reads ``live``)."""
+        self.live: DecodeRun | None = None
+        """The carried fused run under way (:func:`~lyra_simpy.fused.cut_run`)."""
+        self.process: simpy.Process | None = None
 
     @property
     def _steady(self) -> bool:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from lyra_simpy.clock import exact_delay
+from lyra_simpy.clock import exact_delay, timeout_at
 from lyra_simpy.span import DecodeRun, plan_run
 
 if TYPE_CHECKING:
@@ -27,11 +27,19 @@ def fused_run(
     event; the clock reads *origin* (``origin + lead == start``: an iteration already
     committed may come first). Returns False, doing nothing, when the KV pool cannot
     hold the first iteration (the scheduler must preempt), and None when the next
-    arrival is due within it (``strict_horizon``: step it instead)."""
+    arrival is due within it (``strict_horizon``: step it instead).
+
+    Carried across arrivals (``Replica.carry``: a cluster whose router reads the
+    replicas' state), a run is planned up to a horizon of the dispatcher's choosing and
+    is ``Replica.live`` while under way: the router reads the state it would have at
+    each arrival from the plan (:meth:`~lyra_simpy.span.DecodeRun.state_at`), and
+    :func:`cut_run` ends it early when an arrival is routed here."""
     kv, dset = self.kv, self.decoding
+    carry = self.carry
     run = plan_run(
         dset, absorb, start, kv.used, kv.num_blocks, rows, self.cost,
-        self.source.next_s(), self.stop_s, self.strict_horizon,
+        self.source.carry_horizon_s() if carry else self.source.next_s(),  # type: ignore[attr-defined]
+        self.stop_s, self.strict_horizon and not carry,
     )  # fmt: skip
     if run is None:
         return False
@@ -51,11 +59,31 @@ def fused_run(
         delay = run.first_s
     run.truncate(k)
     # Each iteration holds its blocks from its start: an iteration still running at
-    # the stop counts toward the peak, as in the unfused engine.
+    # the stop counts toward the peak, as in the unfused engine (only a run's first
+    # iteration may be; the rest count once the run is committed: it may be cut).
+    kv.note_peak(run.kv_blocks[0])
+    if not carry:
+        yield self.env.timeout(delay)
+    else:
+        self.live = run
+        try:
+            yield self.env.timeout(delay)
+        except simpy.Interrupt:  # cut_run: a request was routed here
+            yield timeout_at(self.env, run.ends_s[-1])
+        self.live = None
     kv.note_peak(max(run.kv_blocks))
-    yield self.env.timeout(delay)
     commit_run(self, run)
     return True
+
+
+def cut_run(self: Replica, now_s: float) -> None:
+    """A request routed to *self* arrives at *now_s* while a fused run carried across
+    arrivals is under way (``Replica.live``): the run ends with the iteration running
+    then, where a stepped engine would take the request."""
+    run = self.live
+    if run is not None and run.cut_at(now_s):
+        assert self.process is not None
+        self.process.interrupt()
 
 
 def commit_run(self: Replica, run: DecodeRun) -> None:

@@ -208,7 +208,8 @@ def simulate(
     if dispatcher is not None:
         dispatcher.start()
     for replica in replicas:
-        env.process(replica.run())
+        replica.carry = dispatcher is not None and dispatcher.carry
+        replica.process = env.process(replica.run())
     with nullcontext() if watch is None else watch(env):
         env.run(until=until)
     for replica in replicas:

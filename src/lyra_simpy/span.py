@@ -18,7 +18,7 @@ clock (:mod:`lyra_simpy.decoding`): only the requests that finish are touched.
 from __future__ import annotations
 
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate
 
 from lyra_simpy.cost.base import CostModel
@@ -37,12 +37,50 @@ class DecodeRun:
     """Sequences decoding in each iteration."""
     kv_blocks: list[int]
     """Blocks in use during each iteration (after its allocation, before its frees)."""
+    kv_before: int = 0
+    """Blocks in use before the first iteration allocates."""
+    done_at: list[int] = field(default_factory=list)
+    """Iterations (0-based, increasing) at whose end members finish inside the run (not
+    the last iteration's: the run ends there, and its commit tells)..."""
+    done_n: list[int] = field(default_factory=list)
+    """... how many have finished by then, counted from the run's start ..."""
+    done_blocks: list[int] = field(default_factory=list)
+    """... and the blocks they free then."""
 
     def truncate(self, k: int) -> None:
         """Keep the first *k* iterations."""
         del self.ends_s[k:]
         del self.seqs[k:]
         del self.kv_blocks[k:]
+        i = bisect_left(self.done_at, k)
+        del self.done_at[i:], self.done_n[i:], self.done_blocks[i:]
+
+    def state_at(self, now_s: float) -> tuple[int, int]:
+        """(members finished, blocks in use) at *now_s*, a time inside the run, as a
+        router sees them stepping one iteration at a time: the iterations that started
+        before *now_s* and end by it are committed (their finishers freed), the one
+        running then holds its blocks, and one starting at *now_s* has not allocated
+        yet (a cluster routes before its replicas plan, :mod:`lyra_simpy.clock`)."""
+        if now_s <= self.start_s:
+            return 0, self.kv_before
+        ends = self.ends_s
+        j = bisect_left(ends, now_s, 0, len(ends) - 1)  # started before now_s
+        committed = j + 1 if ends[j] <= now_s else j
+        i = bisect_left(self.done_at, committed)
+        used = self.kv_blocks[j]
+        if i and self.done_at[i - 1] == j:  # (only when it ended: committed == j + 1)
+            used -= self.done_blocks[i - 1]
+        return (self.done_n[i - 1] if i else 0), used
+
+    def cut_at(self, now_s: float) -> bool:
+        """End the run with the iteration running at *now_s* or ending then (a request
+        arrives: a stepped engine takes it at that iteration's end); whether it got
+        shorter."""
+        k = bisect_left(self.ends_s, now_s) + 1
+        if k >= len(self.ends_s):
+            return False
+        self.truncate(k)
+        return True
 
 
 def plan_run(
@@ -78,7 +116,7 @@ def plan_run(
     used = kv_used + hist[0]  # members whose blocks are full need one more first
     if used > num_blocks:
         return None
-    run = DecodeRun(start_s, 0.0, [], [], [])
+    run = DecodeRun(start_s, 0.0, [], [], [], kv_used)
     ends, seqs, kvs = run.ends_s, run.seqs, run.kv_blocks
     ahead = sorted(groups) if absorb_finishes else [epoch + members.fewest_left()]
     boundaries = [f - epoch for f in ahead]  # iterations until a member's last token
@@ -120,6 +158,9 @@ def plan_run(
             sum_c -= comp + 1  # (sum_c holds contexts at step 0)
             hist[-comp % bs] -= 1
             n -= 1
+        run.done_at.append(len(ends) - 1)
+        run.done_n.append(members.n - n)
+        run.done_blocks.append(freed)
         used = seg_kv[-1] - freed + hist[b % bs]
         if n == 0 or used > num_blocks:
             break

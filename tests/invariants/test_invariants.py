@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from builders import routers_reading_state
+from builders import routers_reading_state, runs_carried
 from lyra_simpy import Results, scenario_from_dict, simulate
 from lyra_simpy.cost import COST_MODELS
 from lyra_simpy.kv import blocks_for
@@ -546,10 +546,14 @@ def check_full_run(raw: dict[str, Any]) -> None:
     assert jsonl(quiet) == jsonl(fused)
     assert quiet.summary == fused.summary
 
-    # routing ahead (a router that reads no replica state) changes nothing
+    # routing ahead (a router that reads no replica state) changes nothing, nor does
+    # carrying fused runs across arrivals (a router that reads it)
     cluster = raw.get("cluster") or {}
     if cluster.get("router", {}).get("name") in ("round_robin", "random"):
         with routers_reading_state():
+            assert_same_results(run(raw), fused)
+    elif cluster and not cluster.get("disaggregation"):
+        with runs_carried(False):
             assert_same_results(run(raw), fused)
 
 
@@ -579,6 +583,11 @@ def check_until_run(raw: dict[str, Any]) -> None:
     # rejected ones are rejected in both runs
     rejected = rec["status"] == "rejected"
     assert (full.records["status"][arrived][rejected] == "rejected").all()
+    # a fused run carried across arrivals stops at until_s as one that is not
+    cluster = raw.get("cluster") or {}
+    if cluster and not cluster.get("disaggregation"):
+        with runs_carried(False):
+            assert_same_results(run(raw), res)
 
 
 def kv_starved(**changes: Any) -> dict[str, Any]:

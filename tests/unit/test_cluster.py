@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from builders import routers_reading_state, trace_workload
+from builders import routers_reading_state, runs_carried, trace_workload
 from lyra_simpy import simulate
 from lyra_simpy.errors import ScenarioError
 from lyra_simpy.request import Request
@@ -197,7 +197,7 @@ def test_routing_ahead_gives_the_same_run_with_far_fewer_events(make_scenario, r
         key = "ahead"
         results[key] = simulate(sc)
         key = "at_arrival"
-        with routers_reading_state():
+        with routers_reading_state(carry=False):
             results[key] = simulate(sc)
     finally:
         simpy.Environment.step = original
@@ -207,6 +207,79 @@ def test_routing_ahead_gives_the_same_run_with_far_fewer_events(make_scenario, r
     assert a.summary == b.summary
     assert a.engine["replicas"] == b.engine["replicas"]
     assert counts["ahead"] < 0.8 * counts["at_arrival"]
+
+
+@pytest.mark.parametrize(
+    ("router", "cache"),
+    [
+        ("least_outstanding", None),
+        ("least_kv", None),
+        ("power_of_two", None),
+        ("cache_aware", None),
+        ("cache_aware", "block_hash"),
+        ("least_kv", "radix"),
+    ],
+)
+def test_fused_runs_carried_across_arrivals_change_nothing(make_scenario, router, cache):
+    """A router reading the replicas' state sees each one as stepping it would show it
+    while fused runs go on across arrivals (their finishes and KV use read from the
+    plan; the replica an arrival goes to ends its run there): identical results to
+    runs ending before each arrival and to no fusion at all, with far fewer events."""
+    import simpy
+
+    from lyra_simpy.scenario import set_path
+
+    counts: dict[str, int] = {}
+    original = simpy.Environment.step
+
+    def counting(env):
+        counts[key] = counts.get(key, 0) + 1
+        return original(env)
+
+    changes = {
+        "workload.num_requests": 240,
+        "workload.arrival": {"name": "poisson", "rate_per_s": 60.0},
+        "workload.input_tokens": {"name": "uniform", "low": 8, "high": 160},
+        "workload.output_tokens": {"name": "uniform", "low": 1, "high": 200},
+        "scheduler.max_num_seqs": 16,
+        "scheduler.max_num_batched_tokens": 512,
+        "kv_cache.num_blocks": 160,
+        "cluster": {"replicas": 4, "router": {"name": router}},
+    }
+    if cache is not None:
+        changes["prefix_cache"] = {"name": cache}
+        changes["workload.prefix"] = {
+            "name": "system_prompt", "groups": 3, "prefix_tokens": 32, "share": 1.0
+        }  # fmt: skip
+    sc = make_scenario(changes)
+    results = {}
+    try:
+        simpy.Environment.step = counting
+        key = "carried"
+        results[key] = simulate(sc)
+        key = "ended"
+        with runs_carried(False):
+            results[key] = simulate(sc)
+    finally:
+        simpy.Environment.step = original
+    raw = sc.model_dump()
+    set_path(raw, "simulation.fuse_iterations", False)
+    results["stepped"] = simulate(type(sc).model_validate(raw))
+    a = results["carried"]
+    assert a.summary["completed"] == 240
+    assert a.summary["total_preemptions"] > 0  # (the KV pool runs out: runs stop there)
+    for other in ("ended", "stepped"):
+        b = results[other]
+        for name, values in a.records.items():
+            np.testing.assert_array_equal(values, b.records[name], err_msg=f"{other} {name}")
+        for name, values in a.timeseries.items():
+            np.testing.assert_array_equal(values, b.timeseries[name], err_msg=f"{other} {name}")
+        np.testing.assert_array_equal(a.itl_s[0], b.itl_s[0])
+        np.testing.assert_array_equal(a.itl_s[1], b.itl_s[1])
+        assert a.summary == b.summary
+        assert a.engine == b.engine
+    # (runs are short here: the KV pool runs out often; scale.py shows the full gain)
+    assert counts["carried"] < 0.9 * counts["ended"]
 
 
 @pytest.mark.parametrize("router", ["round_robin", "random"])
@@ -229,3 +302,46 @@ def test_routing_ahead_changes_nothing_for_static_batches_without_max_wait(make_
     for name, values in ahead.records.items():
         np.testing.assert_array_equal(values, at_arrival.records[name], err_msg=name)
     assert ahead.summary == at_arrival.summary
+
+
+def test_timeout_at_lands_exactly_even_where_no_delay_does(env):
+    """A carried run cut short waits from the arrival to its new end; where no float
+    delay lands on it from there (a rounding tie), the event is queued at it directly."""
+    from lyra_simpy.clock import exact_delay, timeout_at
+
+    now, when = 0.32973171649909216, 1.4393732821539886
+    assert exact_delay(now, when) is None
+    seen = []
+
+    def proc():
+        yield env.timeout(now)
+        assert env.now == now
+        yield timeout_at(env, when)
+        seen.append(env.now)
+        yield timeout_at(env, when + 1.0)  # (the ordinary case)
+        seen.append(env.now)
+
+    env.process(proc())
+    env.run()
+    assert seen == [when, when + 1.0]
+
+
+def test_a_planned_run_tells_the_state_a_router_sees_and_is_cut_where_stepping_stops():
+    """Iterations ending by the routing time are committed (their finishers freed);
+    the one running holds its blocks; one starting then has not allocated yet."""
+    from lyra_simpy.span import DecodeRun
+
+    run = DecodeRun(0.0, 1.0, [1.0, 2.0, 3.0, 4.0], [3, 3, 2, 2], [10, 11, 9, 9], 9)
+    run.done_at, run.done_n, run.done_blocks = [1], [1], [3]  # one frees 3 at t = 2
+    assert run.state_at(0.0) == (0, 9)  # before the first allocation
+    assert run.state_at(0.5) == (0, 10)
+    assert run.state_at(1.0) == (0, 10)  # iteration 0 ended; 1 not yet allocated
+    assert run.state_at(1.5) == (0, 11)
+    assert run.state_at(2.0) == (1, 8)  # iteration 1 committed: its finisher freed
+    assert run.state_at(2.5) == (1, 9)
+    assert not run.cut_at(3.5)  # the last iteration runs then: nothing to cut
+    assert run.cut_at(2.0)  # ends with iteration 1 (ending at the arrival)
+    assert run.ends_s == [1.0, 2.0]
+    assert run.done_at == [1]
+    assert run.cut_at(0.5)
+    assert (run.ends_s, run.kv_blocks, run.done_at) == ([1.0], [10], [])

@@ -85,6 +85,13 @@ class OpenLoopSource:
         i = self._next
         return self._times[i] if i < len(self._times) else None
 
+    def peek_s(self, k: int) -> float | None:
+        """Time of the arrival *k* after the next one (the last one known if fewer)."""
+        times = self._times
+        if self._next >= len(times):
+            return None
+        return times[min(self._next + k, len(times) - 1)]
+
     def on_finish(self, now_s: float) -> None:
         return None
 

@@ -46,6 +46,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from lyra_simpy.machine import cpu_model
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BENCH_YAML = REPO_ROOT / "benchmarks" / "bench_azure_conv.yaml"
 REQUESTS = 10_000
@@ -114,16 +116,7 @@ def vidur_requests(out: Path) -> int | None:
 
 def machine() -> str:
     """CPU model and logical cores, from /proc/cpuinfo where there is one."""
-    model = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} logical cores"
+    return f"{cpu_model() or 'unknown CPU'}, {os.cpu_count()} logical cores"
 
 
 def load() -> str:

@@ -29,6 +29,7 @@ from validation_doc import diagnostics, write_doc
 from lyra_simpy.cli import main as cli_main
 from lyra_simpy.live import llamacpp
 from lyra_simpy.live.client import check_endpoint
+from lyra_simpy.machine import cpu_model, load_average
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "validation"
@@ -57,23 +58,6 @@ PROFILE = "validation/profiles/llamacpp_gemma3_270m_cpu.csv"
 FIT = "validation/fits/llamacpp_gemma3_270m_cpu.yaml"
 GRID = "validation/profile_grid.yaml"
 FIG_DIR = "docs/validation"
-
-
-def _loadavg() -> str:
-    try:
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    except OSError:
-        return "unknown"
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 class Steps:
@@ -114,9 +98,9 @@ def main() -> int:
     facts: dict[str, Any] = {
         "quick": quick,
         "repeats": repeats,
-        "cpu": _cpu_model(),
+        "cpu": (cpu_model() or "unknown"),
         "cores": os.cpu_count(),
-        "load_start": _loadavg(),
+        "load_start": load_average(),
         "server_flags": SERVER_FLAGS,
         "cmake_flags": list(llamacpp.CMAKE_FLAGS),
         "sdist": llamacpp.SDIST,
@@ -160,7 +144,7 @@ def main() -> int:
                 str(table))  # fmt: skip
             results[name] = json.loads(table.read_text())
             results[name + "@diagnostics"] = diagnostics(Path(sim), [Path(r) for r in reals])
-    facts["load_end"] = _loadavg()
+    facts["load_end"] = load_average()
     facts["wall_min"] = round((time.time() - started) / 60.0, 1)
     facts["commands"] = run.commands
     saved.write_text(json.dumps({"facts": facts, "results": results}, indent=1) + "\n")

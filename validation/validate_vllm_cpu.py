@@ -36,6 +36,7 @@ import yaml
 from lyra_simpy.cli import main as cli_main
 from lyra_simpy.live import vllm_cpu
 from lyra_simpy.live.compare import compare, format_comparison
+from lyra_simpy.machine import cpu_model, load_average
 from lyra_simpy.presets.vllm import cpu_kv_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,13 +93,6 @@ def step(*args: str) -> None:
     code = cli_main(list(args))
     if code != 0:
         raise SystemExit(f"validate-vllm-cpu: `lyra-simpy {args[0]}` exited {code}")
-
-
-def _loadavg() -> str:
-    try:
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    except OSError:
-        return "unknown"
 
 
 def _fit_lines() -> list[str]:
@@ -230,16 +224,6 @@ def doc(
     return "\n".join(lines)
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
-
-
 def _stop(signum: int, frame: object) -> None:
     raise SystemExit(f"validate-vllm-cpu: stopped by signal {signum}")  # stops the server too
 
@@ -248,7 +232,7 @@ def main() -> int:
     os.chdir(ROOT)
     signal.signal(signal.SIGTERM, _stop)
     started = time.time()
-    facts: dict[str, Any] = {"cores": os.cpu_count(), "load_start": _loadavg()}
+    facts: dict[str, Any] = {"cores": os.cpu_count(), "load_start": load_average()}
     quick = os.environ.get("LYRA_QUICK") == "1"
     repeats = int(os.environ.get("LYRA_VALIDATE_REPEATS", "3"))
     out = ROOT / "results" / "validation-vllm"
@@ -288,8 +272,8 @@ def main() -> int:
                 itl = next((r["real"] for r in table if r["metric"] == "median_itl_ms"), None)
                 facts["step_check"] = step_check(ROOT / PROFILE, itl)
         launch = srv.launch
-    facts.update(load_end=_loadavg(), wall_min=round((time.time() - started) / 60.0, 1))
-    facts["cpu"] = _cpu_model()
+    facts.update(load_end=load_average(), wall_min=round((time.time() - started) / 60.0, 1))
+    facts["cpu"] = cpu_model() or "unknown"
     target = ROOT / "docs" / "VALIDATION-vllm.md"
     target.write_text(doc(tables, launch, quick, repeats, facts, counters))
     saved = {"facts": facts, "tables": tables, "counters": counters}

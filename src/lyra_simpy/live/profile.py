@@ -41,6 +41,7 @@ from lyra_simpy.errors import LyraError, TraceError, from_validation_error
 from lyra_simpy.live.client import Api, Outcome, check_endpoint, engine_info, new_client, send
 from lyra_simpy.live.limits import endpoint_limits, token_range, with_vocab
 from lyra_simpy.live.workload import TokenIds
+from lyra_simpy.machine import cpu_model
 from lyra_simpy.metrics.io import atomic_write
 
 
@@ -152,12 +153,9 @@ class _Prober:
 
 def _cpu() -> str:
     """This machine's CPU model and core count (Linux), else the platform's word."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
-    except OSError:
-        pass
+    model = cpu_model()
+    if model is not None:
+        return f"{model} ({os.cpu_count()} cores)"
     return f"{platform.processor() or platform.machine()} CPU"
 
 

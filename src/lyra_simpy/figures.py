@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 from matplotlib.figure import Figure
 
-from lyra_simpy import plots
+import lyra_simpy.plots as plots
 from lyra_simpy.metrics.io import read_itl_csv, read_jsonl, read_series
 from lyra_simpy.metrics.summary import number
 from lyra_simpy.report import FigureSpec, lookup

@@ -9,10 +9,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
-if TYPE_CHECKING:
-    from lyra_simpy.decoding import DecodeSet
+
+class SharedClock(Protocol):
+    """What a request reads from the decode set it belongs to
+    (:class:`~lyra_simpy.decoding.DecodeSet`, which imports this module: the protocol
+    keeps the import one way)."""
+
+    epoch: int
+    block_size: int
+    last_emit_s: float
+
 
 Status = Literal["ok", "rejected", "unfinished"]
 
@@ -122,7 +130,7 @@ class Request:
         self.preemptions = preemptions
         self.running = running
         """Whether the request holds a running slot (set by the engine)."""
-        self.member_of: DecodeSet | None = None
+        self.member_of: SharedClock | None = None
         """The decode set whose clock counts this request's tokens (None: not in one)."""
         self.epoch0 = 0
         """The set's clock when the request joined it."""

@@ -14,7 +14,6 @@ printed table). The whole folder is written atomically (see
 from __future__ import annotations
 
 import csv
-import math
 import sys
 import time
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from lyra_simpy.report import lookup
 from lyra_simpy.request import RECORD_FIELDS
 from lyra_simpy.scenario import Scenario
 from lyra_simpy.simulation import Results, simulate
+from lyra_simpy.tables import format_table, format_value
 from lyra_simpy.whatif import format_scorecard, scorecard, write_scorecard
 
 #: Columns added to every table whenever a run has such requests (and the table does not
@@ -67,24 +67,6 @@ def table_rows(scenario: Scenario, results: list[Results]) -> tuple[list[str], l
                 row.append(lookup(key, resolved))
         rows.append(row)
     return headers, rows
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "—"  # a statistic over nothing (DESIGN §4)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "—"
-        return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
-    return str(value)
-
-
-def format_table(headers: list[str], rows: list[list[Any]]) -> str:
-    cells = [headers] + [[_fmt(v) for v in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 def best_variant(scenario: Scenario, results: list[Results]) -> Results | None:
@@ -166,7 +148,7 @@ def run_scenario(
     best = best_variant(scenario, results)
     metric = scenario.report.best
     if best is not None and metric is not None:
-        echo(f"best {metric}: {best.scenario.label} ({_fmt(best.summary[metric])})")
+        echo(f"best {metric}: {best.scenario.label} ({format_value(best.summary[metric])})")
     card = None
     if scenario.whatif is not None:
         card = scorecard(scenario.whatif, [r.summary for r in results])

@@ -51,6 +51,7 @@ from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveFloat, model_v
 
 from lyra_simpy.config import Closed
 from lyra_simpy.metrics.summary import number
+from lyra_simpy.tables import format_table
 from lyra_simpy.variants import Variant
 
 Metric = Literal[
@@ -281,7 +282,6 @@ def _speedup(reference: float, value: float, higher_is_better: bool) -> float:
 def format_scorecard(card: Scorecard) -> str:
     """The speedup table: one row per candidate, a column per workload, the group
     geomeans, the score and the gate that zeroed it."""
-    from lyra_simpy.runner import format_table
 
     workloads = [w.label for w in card.whatif.workloads]
     headers = ["candidate", *workloads, *(f"geo_{g}" for g in card.groups), "score", "gate"]

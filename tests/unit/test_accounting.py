@@ -14,7 +14,8 @@ from builders import trace_workload
 from lyra_simpy import simulate
 from lyra_simpy.metrics.summary import refusals_line
 from lyra_simpy.request import REJECT_REASONS, RejectReason
-from lyra_simpy.runner import format_table, run_scenario, table_rows
+from lyra_simpy.runner import run_scenario, table_rows
+from lyra_simpy.tables import format_table
 
 
 def test_reasons_are_documented_once():

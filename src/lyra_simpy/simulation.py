@@ -181,6 +181,7 @@ def simulate(
         spare,
     )
     collector = Collector(len(source.input_tokens), scenario.simulation.timeseries)
+    source.on_grow(collector.grow)
     env = simpy.Environment()
     until = scenario.simulation.until_s
     replicas: list[Replica] = []

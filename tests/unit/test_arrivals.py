@@ -363,3 +363,85 @@ def test_mixture_lengths_are_drawn_whole(make_scenario):
     sc = make_scenario({"workload.num_requests": 300, "workload.input_tokens": mix})
     cut = build_source(sc.workload, Streams(1), sc.base_dir, 16, 1.0)
     assert len(cut.input_tokens) == 300
+
+
+def test_mixture_cut_by_the_stop_draws_whole_chunks(make_scenario, monkeypatch):
+    """300 million mixture requests stopped at 2 s drew every length (and every system
+    prompt key) up front; now one chunk is drawn, whole, and the requests that arrive
+    are the first ones of the full draw."""
+    from lyra_simpy.rng import Streams
+    from lyra_simpy.workload import build_source, source
+
+    comps = [{"weight": 1, "dist": {"name": "uniform", "low": 1, "high": 9}}] * 2
+    mix = {"name": "mixture", "components": comps}
+    prefix = {"name": "system_prompt", "groups": 3, "prefix_tokens": 16}
+    huge = make_scenario(
+        {
+            "workload.num_requests": 300_000_000,
+            "workload.input_tokens": mix,
+            "workload.prefix": prefix,
+        }
+    )
+    cut = build_source(huge.workload, Streams(1), huge.base_dir, 8, 2.0)
+    assert len(cut.input_tokens) == source.CHUNK
+    assert len(cut.keys) == source.CHUNK
+
+    monkeypatch.setattr(source, "CHUNK", 7)
+    sc = make_scenario(
+        {"workload.num_requests": 200, "workload.input_tokens": mix, "workload.prefix": prefix}
+    )
+    full = build_source(sc.workload, Streams(1), sc.base_dir, 8)
+    cut = build_source(sc.workload, Streams(1), sc.base_dir, 8, 1.0)
+    k = len(cut.arrival_s)
+    assert 7 < k < 200
+    assert len(cut.input_tokens) == -(-k // 7) * 7  # whole chunks
+    np.testing.assert_array_equal(cut.input_tokens, full.input_tokens[: len(cut.input_tokens)])
+    assert cut.keys == full.keys[: len(cut.keys)]
+
+
+def _closed(make_scenario, n, **changes):
+    return make_scenario(
+        {
+            "workload.num_requests": n,
+            "workload.arrival": {"name": "closed_loop", "concurrency": 3},
+            "workload.input_tokens": {"name": "lognormal", "mean": 30, "sigma": 0.5, "max": 90},
+            "workload.output_tokens": {"name": "normal", "mean": 12, "std": 4, "min": 1},
+            **changes,
+        }
+    )
+
+
+def test_closed_loop_draws_its_requests_as_the_clients_reach_them(make_scenario):
+    """A closed loop of 300 million requests stopped at 0.5 s drew (and held, with a
+    result slot each) every request up front: 18 GB. Now it draws one chunk, and the
+    next only when a client reaches it."""
+    from lyra_simpy import simulate
+    from lyra_simpy.rng import Streams
+    from lyra_simpy.workload import build_source, source
+
+    sc = _closed(make_scenario, 300_000_000, **{"simulation.until_s": 0.5})
+    src = build_source(sc.workload, Streams(sc.seed), sc.base_dir, 8, 0.5)
+    assert len(src.input_tokens) == len(src.arrival_s) == source.CHUNK
+    res = simulate(sc)
+    n = len(res.records["request_id"])
+    assert 3 <= n < 1000
+    s = res.summary
+    assert s["completed"] + s["rejected"] + s["unfinished"] == n
+    assert s["unfinished"] <= 3  # at most one per client, cut by the stop
+
+
+def test_closed_loop_chunks_change_no_number(make_scenario, monkeypatch):
+    """Log-normal and normal lengths and conversation keys draw element by element, so
+    a closed loop drawn 7 requests at a time (its collector growing with it) reports
+    what one draw reports, request for request."""
+    from lyra_simpy import simulate
+    from lyra_simpy.workload import source
+
+    conv = {"name": "conversation", "turns": 3, "concurrent": 2}
+    sc = _closed(make_scenario, 40, **{"workload.prefix": conv, "kv_cache.num_blocks": 4096})
+    whole = simulate(sc)
+    monkeypatch.setattr(source, "CHUNK", 7)
+    chunked = simulate(sc)
+    assert list(chunked.requests()) == list(whole.requests())
+    assert chunked.summary == whole.summary
+    assert all(r["status"] == "ok" for r in whole.requests())

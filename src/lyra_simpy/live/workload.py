@@ -65,6 +65,8 @@ def planned_requests(scenario: Scenario, ids: TokenIds | None = None) -> Plan:
     streams = Streams(scenario.seed)
     block_size = scenario.replica_specs()[0].kv_cache.block_size
     source = build_source(scenario.workload, streams, scenario.base_dir, block_size)
+    if isinstance(source, ClosedLoopSource):
+        source.draw_all()  # the replay sends them all: no chunk left to draw as it goes
     unit = unit_tokens(scenario.workload.prefix, block_size)
     rng = streams.get("prompt_ids")
     keys = getattr(source, "keys", None)

@@ -87,6 +87,26 @@ class Collector:
         self.itl_weights: array[int] = array("q")
         self.iterations = 0
 
+    _COLUMNS = (
+        ("first_token_s", np.nan),
+        ("finish_s", np.nan),
+        ("cached_tokens", 0),
+        ("preemptions", 0),
+        ("status", UNFINISHED),
+        ("reason", 0),
+        ("replica", -1),
+    )
+
+    def grow(self, n: int) -> None:
+        """Room for *n* requests (a closed loop draws its requests as it reaches them)."""
+        more = n - self.n
+        if more <= 0:
+            return
+        for name, fill in self._COLUMNS:
+            col = getattr(self, name)
+            setattr(self, name, np.concatenate((col, np.full(more, fill, dtype=col.dtype))))
+        self.n = n
+
     # -- requests -------------------------------------------------------------------
     def assign(self, req: Request, replica: int) -> None:
         self.replica[req.index] = replica

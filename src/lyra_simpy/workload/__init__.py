@@ -50,7 +50,7 @@ from lyra_simpy.workload.prefixes import (
     system_prompt_keys,
     trace_keys,
 )
-from lyra_simpy.workload.source import ClosedLoopSource, OpenLoopSource, Source
+from lyra_simpy.workload.source import ClosedLoopSource, Drawn, Ints, Keys, OpenLoopSource, Source
 from lyra_simpy.workload.traces import Trace, TraceFormat
 
 ARRIVALS: dict[str, type[BaseModel]] = {
@@ -193,9 +193,9 @@ def _cap(inp: np.ndarray, out: np.ndarray, cap: int | None) -> tuple[np.ndarray,
 
 def _drawn_in_order(cfg: WorkloadConfig) -> bool:
     """Whether the first k requests' lengths (and prefixes) are the same however many
-    requests are drawn: true of fixed, uniform, normal, lognormal and empirical lengths
-    (numpy draws them one after another from their stream), not of a mixture (each
-    component draws after every pick is made) nor of shared prefixes (the
+    requests one chunk draws: true of fixed, uniform, normal, lognormal and empirical
+    lengths (numpy draws them one after another from their stream), not of a mixture
+    (each component draws after every pick is made) nor of shared prefixes (the
     unlimited-cache hit-rate bound is taken over every drawn request)."""
 
     def ordered(dist: Any) -> bool:
@@ -222,9 +222,12 @@ def build_source(
     *horizon_s* is when the run stops (``simulation.until_s``): an open-loop workload
     then draws only the requests arriving by it and *spare* after it (what the replicas
     and the router may look at before the stop), so ``num_requests: 300000000`` with
-    ``until_s: 0.01`` holds a handful of requests, not every one. The requests drawn are
-    the first ones of the full draw, value for value; where that would not hold (see
-    :func:`_drawn_in_order`) everything is drawn as without a horizon."""
+    ``until_s: 0.01`` holds a handful of requests, not every one. Lengths and prefixes
+    are drawn in chunks (:data:`~lyra_simpy.workload.source.CHUNK` requests), as far as
+    the run reaches: a closed loop draws the next chunk when its clients reach it. The
+    requests drawn are the first ones of the full draw, value for value: a chunk is
+    drawn whole where its first requests would otherwise differ (see
+    :func:`_drawn_in_order`)."""
     row_cache: dict[tuple[str, str], np.ndarray] = {}
 
     def rows(path: str, fmt: TraceFormat, n: int) -> tuple[Trace, np.ndarray]:
@@ -239,7 +242,7 @@ def build_source(
     arrival = cfg.arrival
     n = cfg.num_requests
     times: np.ndarray | None = None
-    trace_lengths: Any = None
+    columns: Any = None  # field → the replayed trace rows' lengths, from the first
     hash_ids = None
     if isinstance(arrival, TraceArrivals):
         trace = read(arrival.path, arrival.format, base_dir)
@@ -250,7 +253,7 @@ def build_source(
             times = times[:n]
         skip = arrival.skip_rows
 
-        def trace_lengths(field: str) -> np.ndarray:
+        def columns(field: str) -> np.ndarray:
             col = trace.input_tokens if field == "input" else trace.output_tokens
             return col[skip:]
 
@@ -263,39 +266,59 @@ def build_source(
         skip = arrival.skip_rows
         n = len(looped) - skip if n is None else min(n, len(looped) - skip)
 
-        def trace_lengths(field: str) -> np.ndarray:
+        def columns(field: str) -> np.ndarray:
             col = looped.input_tokens if field == "input" else looped.output_tokens
             return col[skip:]
 
     elif not isinstance(arrival, ClosedLoopArrivals):
-        horizon = horizon_s if _drawn_in_order(cfg) else None
-        times = open_loop_times(arrival, streams.get("arrivals"), n, cfg.duration_s, horizon, spare)
-        n = len(times)
+        rng = streams.get("arrivals")
+        in_order = _drawn_in_order(cfg)
+        total = None
+        if horizon_s is not None and not in_order:
+            # A chunk is drawn whole: how many requests the workload has decides how
+            # big its last chunk is (counted from the same stream, nothing kept).
+            total = n if cfg.duration_s is None else None
+        if horizon_s is not None and not in_order and total is None:
+            state = rng.bit_generator.state
+            total = len(open_loop_times(arrival, rng, n, cfg.duration_s))
+            rng.bit_generator.state = state
+        times = open_loop_times(arrival, rng, n, cfg.duration_s, horizon_s, spare)
+        n = len(times) if total is None else total
     assert n is not None
-    count = int(n)
+    keys_so_far: dict[int, int] = {}  # a conversation's tokens, across chunks
 
-    def draw(dist: Any, stream: str, field: Any) -> np.ndarray:
-        ctx = LengthContext(streams.get(stream), base_dir, rows, trace_lengths, field)
-        return sample_lengths(dist, ctx, count)
+    def draw_chunk(start: int, size: int) -> tuple[Ints, Ints, Keys | None]:
+        row_cache.clear()
 
-    inp = draw(cfg.input_tokens, "input_tokens", "input")
-    out = draw(cfg.output_tokens, "output_tokens", "output")
-    inp, out = _cap(inp, out, cfg.max_total_tokens)
-    keys = None
-    prefix = cfg.prefix
-    if isinstance(prefix, SystemPromptPrefix):
-        inp, keys = system_prompt_keys(prefix, streams.get("prefixes"), inp, block_size)
-    elif isinstance(prefix, ConversationPrefix):
-        inp, keys = conversation_keys(prefix, inp, out, block_size)
-    elif isinstance(prefix, TracePrefix):
-        assert hash_ids is not None
-        keys = trace_keys(list(hash_ids[:count]), inp, prefix.unit_tokens)
+        def from_start(field: str) -> np.ndarray:
+            rest: np.ndarray = columns(field)[start:]
+            return rest
+
+        def draw(dist: Any, stream: str, field: Any) -> np.ndarray:
+            trace_lengths = None if columns is None else from_start
+            ctx = LengthContext(streams.get(stream), base_dir, rows, trace_lengths, field)
+            return sample_lengths(dist, ctx, size)
+
+        inp = draw(cfg.input_tokens, "input_tokens", "input")
+        out = draw(cfg.output_tokens, "output_tokens", "output")
+        inp, out = _cap(inp, out, cfg.max_total_tokens)
+        keys = None
+        prefix = cfg.prefix
+        if isinstance(prefix, SystemPromptPrefix):
+            inp, keys = system_prompt_keys(prefix, streams.get("prefixes"), inp, block_size, start)
+        elif isinstance(prefix, ConversationPrefix):
+            inp, keys = conversation_keys(prefix, inp, out, block_size, start, keys_so_far)
+        elif isinstance(prefix, TracePrefix):
+            assert hash_ids is not None
+            keys = trace_keys(list(hash_ids[start : start + size]), inp, prefix.unit_tokens)
+        return inp, out, keys
+
+    requests = Drawn(int(n), draw_chunk)
     if isinstance(arrival, ClosedLoopArrivals):
-        return ClosedLoopSource(
-            arrival.concurrency, arrival.think_time_s, inp, out, cfg.duration_s, keys
-        )
+        return ClosedLoopSource(arrival.concurrency, arrival.think_time_s, requests, cfg.duration_s)
     assert times is not None
-    return OpenLoopSource(times, inp, out, keys)
+    requests.ensure(len(times))
+    return OpenLoopSource(times, requests.input_tokens, requests.output_tokens, requests.keys)
 
 
 __all__ = ["ARRIVALS", "LENGTHS", "WorkloadConfig", "build_source", "check_files"]

@@ -89,9 +89,10 @@ def _chain(ids: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
 
 
 def system_prompt_keys(
-    cfg: SystemPromptPrefix, rng: np.random.Generator, inp: Ints, unit: int
+    cfg: SystemPromptPrefix, rng: np.random.Generator, inp: Ints, unit: int, start: int = 0
 ) -> tuple[Ints, Keys]:
-    """Prompts with the system prompts prepended, and their keys."""
+    """Prompts with the system prompts prepended, and their keys (*inp*: requests
+    *start*, *start* + 1, …)."""
     n = len(inp)
     has = rng.random(n) < cfg.share
     group = rng.integers(0, cfg.groups, size=n)
@@ -103,29 +104,37 @@ def system_prompt_keys(
         if has[i]:
             g = int(group[i])
             ids = [(1, g, u) for u in range(min(shared_units, full))]
-            ids += [(2, i, u) for u in range(len(ids), full)]
+            ids += [(2, start + i, u) for u in range(len(ids), full)]
         else:
-            ids = [(2, i, u) for u in range(full)]
+            ids = [(2, start + i, u) for u in range(full)]
         keys.append(_chain(ids))
     return inp, keys
 
 
 def conversation_keys(
-    cfg: ConversationPrefix, inp: Ints, out: Ints, unit: int
+    cfg: ConversationPrefix,
+    inp: Ints,
+    out: Ints,
+    unit: int,
+    start: int = 0,
+    history: dict[int, int] | None = None,
 ) -> tuple[Ints, Keys]:
     """Each turn's prompt (history + its new tokens) and the keys of its whole context
-    (prompt and answer: the next turn reuses both)."""
+    (prompt and answer: the next turn reuses both). *inp* and *out* are requests
+    *start*, *start* + 1, …; *history* (conversation → tokens so far) carries open
+    conversations from the requests before them, and is updated."""
     n = len(inp)
     prompts = np.empty(n, dtype=np.int64)
-    history: dict[int, int] = {}  # conversation → tokens so far
+    history = {} if history is None else history
     keys: Keys = []
-    for i in range(n):
+    for j in range(n):
+        i = start + j
         k = i // cfg.concurrent
         conv = (k // cfg.turns) * cfg.concurrent + i % cfg.concurrent
         if k % cfg.turns == 0:
             history[conv] = 0
-        prompts[i] = history[conv] + int(inp[i])
-        history[conv] = int(prompts[i]) + int(out[i])
+        prompts[j] = history[conv] + int(inp[j])
+        history[conv] = int(prompts[j]) + int(out[j])
         full = history[conv] // unit
         keys.append(_chain([(3, conv, u) for u in range(full)]))
     return prompts, keys

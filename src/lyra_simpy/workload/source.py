@@ -11,12 +11,69 @@ request ``think_time_s`` later.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from lyra_simpy.request import Request
+
+Ints = npt.NDArray[np.int64]
+Keys = list[tuple[int, ...]]
+
+CHUNK = 1 << 16
+"""Requests whose lengths (and prefix keys) are drawn per call. A workload is drawn in
+chunks of at most this many, each continuing every stream where the one before stopped,
+so a run that ``until_s`` or ``duration_s`` ends early holds only the chunks it reached
+(a closed loop of ``num_requests: 300000000`` stopped at 0.5 s draws one). A workload
+of at most this many requests is one draw, value for value what it was before chunks;
+above it, fixed, normal, log-normal lengths and conversation and trace prefixes are
+still the same values (they draw element by element, or not at all), while uniform
+lengths, mixtures and system prompts are drawn per chunk (a chunk is a new call)."""
+
+
+class Drawn:
+    """The workload's per-request columns (prompt and output tokens, prefix keys),
+    drawn chunk by chunk as far as :meth:`ensure` asks, never past *total*.
+
+    *draw* ``(start, size)`` draws requests ``start … start + size − 1``."""
+
+    def __init__(
+        self, total: int, draw: Callable[[int, int], tuple[Ints, Ints, Keys | None]]
+    ) -> None:
+        self.total = total
+        self._draw = draw
+        self.input_tokens: Ints = np.zeros(0, dtype=np.int64)
+        self.output_tokens: Ints = np.zeros(0, dtype=np.int64)
+        self.keys: Keys | None = None
+
+    @property
+    def count(self) -> int:
+        """Requests drawn so far."""
+        return len(self.input_tokens)
+
+    def ensure(self, k: int) -> None:
+        """Draw whole chunks until the first *k* requests (at most *total*) are drawn."""
+        k = min(k, self.total)
+        if self.count >= k:
+            return
+        start = self.count
+        inputs: list[Ints] = [self.input_tokens] if start else []
+        outputs: list[Ints] = [self.output_tokens] if start else []
+        while start < k:
+            size = min(CHUNK, self.total - start)
+            inp, out, keys = self._draw(start, size)
+            inputs.append(inp)
+            outputs.append(out)
+            if keys is not None:
+                if self.keys is None:
+                    self.keys = keys
+                else:
+                    self.keys.extend(keys)
+            start += size
+        self.input_tokens = inputs[0] if len(inputs) == 1 else np.concatenate(inputs)
+        self.output_tokens = outputs[0] if len(outputs) == 1 else np.concatenate(outputs)
 
 
 class Source(Protocol):
@@ -41,6 +98,11 @@ class Source(Protocol):
 
     def on_finish(self, now_s: float) -> None:
         """A request of this source ended (finished or rejected) at *now_s*."""
+        ...
+
+    def on_grow(self, listener: Callable[[int], None]) -> None:
+        """Call *listener* with the new number of requests whenever more are drawn
+        (a closed loop draws as it goes; an open-loop source never grows)."""
         ...
 
 
@@ -95,27 +157,32 @@ class OpenLoopSource:
     def on_finish(self, now_s: float) -> None:
         return None
 
+    def on_grow(self, listener: Callable[[int], None]) -> None:
+        return None
+
 
 class ClosedLoopSource:
     """*concurrency* clients, each sending its next request *think_time_s* after the
-    previous one ended, until *limit* requests were sent or *stop_s* is reached."""
+    previous one ended, until ``requests.total`` requests were sent or *stop_s* is
+    reached. The requests are drawn a chunk at a time as the clients reach them."""
 
     def __init__(
         self,
         concurrency: int,
         think_time_s: float,
-        input_tokens: npt.NDArray[np.int64],
-        output_tokens: npt.NDArray[np.int64],
+        requests: Drawn,
         stop_s: float | None = None,
-        keys: list[tuple[int, ...]] | None = None,
     ) -> None:
-        self.limit = len(input_tokens)
-        self.keys = keys
-        self.arrival_s = np.full(self.limit, np.nan)
-        self.input_tokens = input_tokens
-        self.output_tokens = output_tokens
-        self._inputs: list[int] = input_tokens.tolist()
-        self._outputs: list[int] = output_tokens.tolist()
+        self.limit = requests.total
+        self._requests = requests
+        requests.ensure(1)
+        self.arrival_s = np.full(requests.count, np.nan)
+        self.input_tokens = requests.input_tokens
+        self.output_tokens = requests.output_tokens
+        self.keys = requests.keys
+        self._inputs: list[int] = self.input_tokens.tolist()
+        self._outputs: list[int] = self.output_tokens.tolist()
+        self._listeners: list[Callable[[int], None]] = []
         self.think_time_s = think_time_s
         self.stop_s = stop_s
         self._heap: list[float] = [0.0] * min(concurrency, self.limit)
@@ -124,12 +191,36 @@ class ClosedLoopSource:
         self.done = self.limit == 0
         self.feedback = True
 
+    def on_grow(self, listener: Callable[[int], None]) -> None:
+        self._listeners.append(listener)
+
+    def draw_all(self) -> None:
+        """Draw every request now (what a replay that sends them all needs)."""
+        self._grow(self.limit)
+
+    def _grow(self, upto: int | None = None) -> None:
+        drawn = self._requests
+        had = drawn.count
+        drawn.ensure(had + 1 if upto is None else upto)
+        if drawn.count == had:
+            return
+        self.arrival_s = np.concatenate((self.arrival_s, np.full(drawn.count - had, np.nan)))
+        self.input_tokens = drawn.input_tokens
+        self.output_tokens = drawn.output_tokens
+        self.keys = drawn.keys
+        self._inputs += drawn.input_tokens[had:].tolist()
+        self._outputs += drawn.output_tokens[had:].tolist()
+        for listener in self._listeners:
+            listener(drawn.count)
+
     def pop_until(self, now_s: float) -> list[Request]:
         heap = self._heap
         out = []
         while heap and heap[0] <= now_s:
             t = heapq.heappop(heap)
             i = self._issued
+            if i >= len(self._inputs):
+                self._grow()
             self.arrival_s[i] = t
             req = Request(i, i, t, self._inputs[i], self._outputs[i])
             if self.keys is not None:

@@ -12,8 +12,8 @@ from typing import Any
 
 from lyra_simpy import routing
 from lyra_simpy.cluster import Dispatcher
-from lyra_simpy.kv import blocks_for
-from lyra_simpy.request import Request
+from lyra_simpy.engine.kv import blocks_for
+from lyra_simpy.engine.request import Request
 
 BS = 16
 """Block size of the hand-built views."""

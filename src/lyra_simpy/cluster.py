@@ -24,9 +24,8 @@ from typing import Any
 
 import simpy
 
-from lyra_simpy.clock import ROUTE_PRIORITY, PhaseEvent, delay_at_least
-from lyra_simpy.fused import cut_run
-from lyra_simpy.request import Request
+from lyra_simpy.engine.request import Request
+from lyra_simpy.engine.timing import ROUTE_PRIORITY, PhaseEvent, delay_at_least
 from lyra_simpy.routing import ReplicaLoad, Router
 from lyra_simpy.workload.source import Source
 
@@ -150,7 +149,8 @@ class Dispatcher:
         self.carry = lookahead and router.reads_state and not upstream.feedback and self.CARRY_RUNS
         """The replicas' fused runs go on across arrivals (a router reading state, an
         open-loop source); the loads are read from the runs' plans, and a run is cut
-        where an arrival is routed to its replica (:func:`lyra_simpy.fused.cut_run`)."""
+        where an arrival is routed to its replica
+        (:meth:`~lyra_simpy.engine.replica.Replica.cut_run`)."""
         self.ahead: deque[tuple[float, RoutedSource]] = deque()
         """Requests routed ahead and not yet arrived: (arrival time, their source)."""
         self.sources: list[RoutedSource] = []
@@ -213,7 +213,7 @@ class Dispatcher:
         i = router.route(req, loads) if allowed is None else router.route(req, loads, allowed)
         self.routed[i] += 1
         if self.carry:
-            cut_run(self.replicas[i], self.env.now)
+            self.replicas[i].cut_run(self.env.now)
         return self.sources[i]
 
     def peek_s(self, k: int) -> float | None:

@@ -35,8 +35,8 @@ import simpy
 from pydantic import ConfigDict, NonNegativeFloat, PositiveFloat, PositiveInt
 
 from lyra_simpy.config import Closed
-from lyra_simpy.kv import blocks_for
-from lyra_simpy.request import RejectReason, Request
+from lyra_simpy.engine.kv import blocks_for
+from lyra_simpy.engine.request import RejectReason, Request
 
 
 class LinkConfig(Closed):

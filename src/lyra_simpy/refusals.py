@@ -1,7 +1,7 @@
 """Requests a scenario's workload can produce that no replica could ever serve.
 
 ``lyra-simpy validate`` warns about them before anything runs (a run would reject them
-on arrival with a ``reject_reason``, see :data:`~lyra_simpy.request.REJECT_REASONS`).
+on arrival with a ``reject_reason``, see :data:`~lyra_simpy.engine.request.REJECT_REASONS`).
 The check takes the largest prompt and the largest output each length distribution can
 draw — ``fixed``, ``uniform``, ``normal``/``lognormal`` with a ``max``, ``empirical``
 and ``trace`` lengths (the column's maximum over the rows replayed), and every component
@@ -16,8 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lyra_simpy.engine.request import Request
 from lyra_simpy.policies import SCHEDULERS
-from lyra_simpy.request import Request
 from lyra_simpy.scenario import Scenario
 from lyra_simpy.workload.arrivals import TraceArrivals
 from lyra_simpy.workload.lengths import (

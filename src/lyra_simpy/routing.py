@@ -39,7 +39,7 @@ import numpy as np
 from pydantic import ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from lyra_simpy.config import Closed
-from lyra_simpy.request import Request
+from lyra_simpy.engine.request import Request
 
 
 @dataclass(slots=True)

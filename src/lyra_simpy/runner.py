@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lyra_simpy.engine.request import RECORD_FIELDS
 from lyra_simpy.metrics.io import (
     atomic_dir,
     write_itl_csv,
@@ -31,7 +32,6 @@ from lyra_simpy.metrics.io import (
 from lyra_simpy.metrics.summary import refusals_line
 from lyra_simpy.provenance import manifest
 from lyra_simpy.report import lookup
-from lyra_simpy.request import RECORD_FIELDS
 from lyra_simpy.scenario import Scenario
 from lyra_simpy.simulation import Results, simulate
 from lyra_simpy.tables import format_table, format_value

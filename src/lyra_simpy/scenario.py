@@ -36,8 +36,9 @@ from lyra_simpy.config import Closed
 from lyra_simpy.cost import LinearCostConfig, ProfileCostConfig, RooflineCostConfig
 from lyra_simpy.cost.catalog import CatalogError
 from lyra_simpy.disagg import LinkConfig
+from lyra_simpy.engine.kv import ACTIVATION_RESERVE_GIB, MEM_FRACTION, KVCacheConfig
+from lyra_simpy.engine.speculative import SpeculativeConfig
 from lyra_simpy.errors import ScenarioError, from_validation_error
-from lyra_simpy.kv import ACTIVATION_RESERVE_GIB, MEM_FRACTION, KVCacheConfig
 from lyra_simpy.policies import (
     AlwaysConfig,
     ChunkedPrefillConfig,
@@ -50,7 +51,6 @@ from lyra_simpy.policies.prefix_cache import PrefixCacheConfig
 from lyra_simpy.presets import EngineConfig, apply_engine
 from lyra_simpy.report import FigureSpec, OutputConfig, ReportConfig
 from lyra_simpy.routing import RoundRobinConfig, RouterConfig
-from lyra_simpy.speculative import SpeculativeConfig
 from lyra_simpy.variants import Grid, Variant
 from lyra_simpy.whatif import WhatIf
 from lyra_simpy.workload import WorkloadConfig, check_files
@@ -191,7 +191,7 @@ class Scenario(Closed):
     """Several replicas behind a router (None: one replica)."""
     speculative: SpeculativeConfig | None = None
     """Speculative decoding on every replica (None: off; see
-    :mod:`lyra_simpy.speculative`)."""
+    :mod:`lyra_simpy.engine.speculative`)."""
     """Which arrivals enter the scheduler's queue (``always``, or ``slo``: needs an SLO)."""
     simulation: SimulationConfig = Field(default_factory=SimulationConfig)
     variants: list[Variant] = Field(default_factory=list)

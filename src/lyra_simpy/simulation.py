@@ -22,20 +22,21 @@ from lyra_simpy.cluster import Dispatcher, HandedSource, replica_loads
 from lyra_simpy.cost import COST_MODELS, CostModel
 from lyra_simpy.cost.jitter import expected, with_jitter
 from lyra_simpy.disagg import HandOff
-from lyra_simpy.engine import Replica
-from lyra_simpy.kv import BlockPool
+from lyra_simpy.engine.kv import BlockPool
+from lyra_simpy.engine.replica import Policies, Replica, Rules
+from lyra_simpy.engine.request import RECORD_FIELDS, RejectReason, Request
+from lyra_simpy.engine.speculative import Speculator
 from lyra_simpy.metrics.collector import REASON_CODES, STATUS_CODES, Collector
 from lyra_simpy.metrics.fairness import alone_chunk_tokens, fairness_summary, unloaded_service_s
 from lyra_simpy.metrics.summary import summarize
 from lyra_simpy.policies import ADMISSIONS, SCHEDULERS, Admission, Limits
 from lyra_simpy.policies.prefix_cache import PREFIX_CACHES, PrefixCache
-from lyra_simpy.request import RECORD_FIELDS, RejectReason, Request
 from lyra_simpy.rng import Streams
 from lyra_simpy.routing import ROUTERS
 from lyra_simpy.scenario import ReplicaSpec, Scenario
-from lyra_simpy.speculative import Speculator
 from lyra_simpy.workload import build_source
 from lyra_simpy.workload.prefixes import reuse_bound, unit_tokens
+from lyra_simpy.workload.source import Feed
 
 
 @dataclass
@@ -128,10 +129,14 @@ def _with_bound(summary: dict[str, Any], scenario: Scenario, source: Any) -> dic
 
 
 def _build_replica(
-    i: int, spec: ReplicaSpec, scenario: Scenario, env: simpy.Environment, source: Any,
-    collector: Collector, strict_horizon: bool, handoff: HandOff | None = None,
-    fuse: bool = True, *, streams: Streams,
+    i: int, spec: ReplicaSpec, scenario: Scenario, env: simpy.Environment, source: Feed,
+    collector: Collector, streams: Streams, *, in_cluster: bool,
+    handoff: HandOff | None = None, fuse: bool = True,
 ) -> Replica:  # fmt: skip
+    """Replica *i* of *scenario*; *in_cluster*: a router (or a hand-off) feeds it, so a
+    fused run must end where the router reads its state (``Rules.strict_horizon``);
+    *fuse*: False for the replicas of a disaggregated cluster."""
+    strict_horizon = in_cluster
     scheduler = SCHEDULERS[spec.scheduler.name](spec.scheduler)
     exact = COST_MODELS[spec.cost.name](spec.cost, spec.scheduler.max_batch)
     cost = with_jitter(exact, spec.cost, streams, i)
@@ -152,11 +157,9 @@ def _build_replica(
     speculator = None
     if scenario.speculative is not None:
         speculator = Speculator(scenario.speculative, streams.get(f"speculative{i}"))
-    return Replica(
-        env, i, scheduler, cost, kv, source, collector, fuse,
-        scenario.simulation.until_s, cache, _admission(scenario, spec, exact), strict_horizon,
-        handoff, speculator,
-    )  # fmt: skip
+    policies = Policies(scheduler, cost, _admission(scenario, spec, exact), cache, speculator)
+    rules = Rules(fuse, scenario.simulation.until_s, strict_horizon)
+    return Replica(env, i, policies, kv, source, collector, rules, handoff)
 
 
 def simulate(
@@ -189,7 +192,7 @@ def simulate(
     handoff = None
     if scenario.cluster is None:
         replicas.append(
-            _build_replica(0, specs[0], scenario, env, source, collector, False, streams=streams)
+            _build_replica(0, specs[0], scenario, env, source, collector, streams, in_cluster=False)
         )
     elif scenario.cluster.disaggregation is not None:
         dispatcher, handoff = _disaggregated(scenario, specs, env, source, collector, streams)
@@ -202,7 +205,7 @@ def simulate(
         for i, spec in enumerate(specs):
             routed = dispatcher.add_replica()
             replicas.append(
-                _build_replica(i, spec, scenario, env, routed, collector, True, streams=streams)
+                _build_replica(i, spec, scenario, env, routed, collector, streams, in_cluster=True)
             )
         dispatcher.replicas = replicas
         dispatcher.mixed = _mixed(specs)
@@ -279,17 +282,9 @@ def _disaggregated(
     handoff = HandOff(env, d.link, 0, [], d.decode_router, reject)
     for i, spec in enumerate(specs[:n_prefill]):
         r = _build_replica(
-            i,
-            spec,
-            scenario,
-            env,
-            dispatcher.add_replica(),
-            collector,
-            True,
-            handoff,
-            False,
-            streams=streams,
-        )
+            i, spec, scenario, env, dispatcher.add_replica(), collector, streams,
+            in_cluster=True, handoff=handoff, fuse=False,
+        )  # fmt: skip
         prefill.append(r)
     bytes_per_token = d.link.kv_bytes_per_token or int(
         prefill[0].cost.describe()["kv_bytes_per_token"]  # type: ignore[attr-defined]
@@ -297,17 +292,9 @@ def _disaggregated(
     handoff.set_bytes_per_token(bytes_per_token)
     for i, spec in enumerate(specs[n_prefill:], start=n_prefill):
         r = _build_replica(
-            i,
-            spec,
-            scenario,
-            env,
-            HandedSource(dispatcher),
-            collector,
-            True,
-            None,
-            False,
-            streams=streams,
-        )
+            i, spec, scenario, env, HandedSource(dispatcher), collector, streams,
+            in_cluster=True, fuse=False,
+        )  # fmt: skip
         r.on_free = handoff.dispatch
         handoff.add_decode(r)
     dispatcher.replicas = prefill

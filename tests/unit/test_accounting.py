@@ -13,7 +13,7 @@ import pytest
 from builders import trace_workload
 from lyra_simpy import simulate
 from lyra_simpy.metrics.summary import refusals_line
-from lyra_simpy.request import REJECT_REASONS, RejectReason
+from lyra_simpy.engine.request import REJECT_REASONS, RejectReason
 from lyra_simpy.runner import run_scenario, table_rows
 from lyra_simpy.tables import format_table
 

@@ -18,7 +18,7 @@ from lyra_simpy.policies import (
     SLOAdmission,
     SLOAdmissionConfig,
 )
-from lyra_simpy.request import Request
+from lyra_simpy.engine.request import Request
 
 NOW = 10.0
 #: 10 ms + 1 ms per sequence + 0.1 ms per prompt token, no padding

@@ -10,7 +10,7 @@ import pytest
 from builders import routers_reading_state, runs_carried, trace_workload
 from lyra_simpy import simulate
 from lyra_simpy.errors import ScenarioError
-from lyra_simpy.request import Request
+from lyra_simpy.engine.request import Request
 from lyra_simpy.routing import (
     CacheAware,
     CacheAwareConfig,
@@ -307,7 +307,7 @@ def test_routing_ahead_changes_nothing_for_static_batches_without_max_wait(make_
 def test_timeout_at_lands_exactly_even_where_no_delay_does(env):
     """A carried run cut short waits from the arrival to its new end; where no float
     delay lands on it from there (a rounding tie), the event is queued at it directly."""
-    from lyra_simpy.clock import exact_delay, timeout_at
+    from lyra_simpy.engine.timing import exact_delay, timeout_at
 
     now, when = 0.32973171649909216, 1.4393732821539886
     assert exact_delay(now, when) is None
@@ -329,7 +329,7 @@ def test_timeout_at_lands_exactly_even_where_no_delay_does(env):
 def test_a_planned_run_tells_the_state_a_router_sees_and_is_cut_where_stepping_stops():
     """Iterations ending by the routing time are committed (their finishers freed);
     the one running holds its blocks; one starting then has not allocated yet."""
-    from lyra_simpy.span import DecodeRun
+    from lyra_simpy.engine.fused import DecodeRun
 
     run = DecodeRun(0.0, 1.0, [1.0, 2.0, 3.0, 4.0], [3, 3, 2, 2], [10, 11, 9, 9], 9)
     run.done_at, run.done_n, run.done_blocks = [1], [1], [3]  # one frees 3 at t = 2

@@ -6,7 +6,7 @@ import pytest
 
 from builders import BS, decoding_req, waiting_req
 from lyra_simpy.policies import ContinuousBatching, ContinuousConfig, EngineView
-from lyra_simpy.request import Request
+from lyra_simpy.engine.request import Request
 
 
 def view(waiting=(), running=(), free_blocks=1000, now_s=10.0, pending=True) -> EngineView:

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from lyra_simpy import simulate
-from lyra_simpy.decoding import DecodeSet
+from lyra_simpy.engine.decode_clock import DecodeSet
 from lyra_simpy.policies import SCHEDULERS, BatchPlan, ContinuousBatching, EngineView
-from lyra_simpy.request import Request
+from lyra_simpy.engine.request import Request
 
 BS = 4
 

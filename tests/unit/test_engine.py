@@ -7,7 +7,7 @@ import pytest
 
 from builders import trace_workload
 from lyra_simpy import simulate
-from lyra_simpy.clock import exact_delay
+from lyra_simpy.engine.timing import exact_delay
 
 
 def one_request(make_scenario, **changes):

@@ -78,15 +78,8 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-KNOWN = [["lyra_simpy.engine", "lyra_simpy.fused"]]
-"""The one cycle left: ``fused.py`` holds ``Replica`` methods moved out of the class and
-types ``self`` as ``Replica`` (a ``TYPE_CHECKING`` import). It goes with the ``engine/``
-package of issue 15 (fused planning as a pure function); fixing it makes this list
-empty, and any new cycle fails here."""
-
-
-def test_the_package_has_no_import_cycle_but_the_known_one():
-    assert _cycles(_edges(_modules())) == KNOWN
+def test_the_package_has_no_import_cycle():
+    assert _cycles(_edges(_modules())) == []
 
 
 def test_the_checker_finds_a_cycle():

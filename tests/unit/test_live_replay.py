@@ -15,7 +15,7 @@ from lyra_simpy.cli import main
 from lyra_simpy.live.replay import ReplayConfig, replay
 from lyra_simpy.live.workload import planned_requests
 from lyra_simpy.metrics.io import read_itl_csv, read_jsonl
-from lyra_simpy.request import RECORD_FIELDS
+from lyra_simpy.engine.request import RECORD_FIELDS
 
 
 def _closed(tiny_raw: dict[str, Any], n: int = 6) -> dict[str, Any]:

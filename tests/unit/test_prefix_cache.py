@@ -10,14 +10,14 @@ import pytest
 
 from lyra_simpy import simulate
 from lyra_simpy.errors import ScenarioError, SimulationError
-from lyra_simpy.kv import BlockPool
+from lyra_simpy.engine.kv import BlockPool
 from lyra_simpy.policies.prefix_cache import (
     BlockHashCache,
     BlockHashConfig,
     RadixCache,
     max_hit_units,
 )
-from lyra_simpy.request import Request
+from lyra_simpy.engine.request import Request
 from lyra_simpy.workload.prefixes import (
     ConversationPrefix,
     SystemPromptPrefix,

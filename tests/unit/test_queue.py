@@ -13,7 +13,7 @@ from lyra_simpy.policies import (
     StaticConfig,
 )
 from lyra_simpy.policies.queue import ordered
-from lyra_simpy.request import Request
+from lyra_simpy.engine.request import Request
 
 BS = 16
 

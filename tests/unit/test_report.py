@@ -14,7 +14,7 @@ import pytest
 from lyra_simpy import provenance, simulate
 from lyra_simpy.figures import FIGURES, metrics_vs_param_figure, pareto_figure
 from lyra_simpy.report import FigureSpec, lookup
-from lyra_simpy.request import Request
+from lyra_simpy.engine.request import Request
 from lyra_simpy.runner import best_variant, format_table, run_scenario, table_rows
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from lyra_simpy import simulate
 from lyra_simpy.policies import EngineView, StaticBatching, StaticConfig
-from lyra_simpy.request import Request
+from lyra_simpy.engine.request import Request
 
 BS = 16
 

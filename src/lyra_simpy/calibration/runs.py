@@ -13,7 +13,7 @@ the tokens that reach the client at (nearly) the same instant belong to one step
 3. **Composition.** A request's first chunk is its prefill: ``input_tokens −
    cached_tokens`` new tokens after ``cached_tokens`` cached (the whole prompt in one
    step). Its *j*-th chunk (j ≥ 1) is a decode reading ``input_tokens + tokens before the
-   chunk`` context tokens (the engine's KV length as :class:`~lyra_simpy.request.Request`
+   chunk`` context tokens (the engine's KV length as :class:`~lyra_simpy.engine.request.Request`
    counts it).
 4. **Duration** = end − start, where a step starts when the previous step ended, or —
    when a request prefilled in it was sent after that (the engine was idle) — when the

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt
 
+from lyra_simpy.engine.request import RECORD_FIELDS
 from lyra_simpy.live.client import (
     Api,
     Outcome,
@@ -56,7 +57,6 @@ from lyra_simpy.live.limits import (
 from lyra_simpy.live.workload import Plan, TokenIds, planned_requests
 from lyra_simpy.metrics.io import atomic_dir, write_itl_csv, write_json, write_jsonl
 from lyra_simpy.metrics.summary import summarize
-from lyra_simpy.request import RECORD_FIELDS
 from lyra_simpy.scenario import Scenario
 
 

@@ -16,7 +16,7 @@ from array import array
 import numpy as np
 import numpy.typing as npt
 
-from lyra_simpy.request import REJECT_REASONS, RejectReason, Request
+from lyra_simpy.engine.request import REJECT_REASONS, RejectReason, Request
 
 STATUS_CODES = ("ok", "rejected", "unfinished")
 OK, REJECTED, UNFINISHED = 0, 1, 2

@@ -9,7 +9,7 @@ interpolation and std the population std, as vLLM does. A request is *good* when
 completed and met every SLO set; ``slo_attainment`` is good / all arrivals (a rejected
 or unfinished request misses). Without SLOs every completed request is good.
 ``rejection_rate`` (not a vLLM name) is rejected / all arrivals; ``rejected_<reason>``
-counts the rejections of each ``reject_reason`` (:data:`~lyra_simpy.request.REJECT_REASONS`;
+counts the rejections of each ``reject_reason`` (:data:`~lyra_simpy.engine.request.REJECT_REASONS`;
 every reason always present, 0 when none, so the summary stays flat and every run has
 the same keys), and ``unfinished`` the requests the run's end cut off.
 
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lyra_simpy.request import REJECT_REASONS
+from lyra_simpy.engine.request import REJECT_REASONS
 
 PERCENTILES = (("median", 50.0), ("p90", 90.0), ("p99", 99.0))
 

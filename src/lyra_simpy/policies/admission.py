@@ -58,9 +58,9 @@ from pydantic import ConfigDict, Field, PositiveFloat
 
 from lyra_simpy.config import Closed
 from lyra_simpy.cost.base import BatchShape, CostModel
+from lyra_simpy.engine.request import Request
 from lyra_simpy.metrics.fairness import prefill_alone_s
 from lyra_simpy.policies.base import EngineView
-from lyra_simpy.request import Request
 
 Decision = Literal["admit", "reject", "defer", "timeout"]
 """``reject``: predicted to miss the SLO (``reject_reason`` ``slo``); ``timeout``: a

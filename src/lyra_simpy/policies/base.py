@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from lyra_simpy.request import RejectReason, Request
+from lyra_simpy.engine.request import RejectReason, Request
 
 if TYPE_CHECKING:
     from lyra_simpy.policies.prefix_cache import PrefixCache
@@ -92,6 +92,14 @@ class Scheduler(Protocol):
     depends only on free slots, the token budget and free KV, which only shrinks while
     everyone decodes); the engine then fuses those decodes though requests wait. The
     fused-vs-unfused property test checks both."""
+
+    holds_back_until_change: bool
+    """See above (False: decodes are fused only while nothing waits)."""
+
+    @property
+    def max_batch(self) -> int:
+        """Most requests it runs at once."""
+        ...
 
     def plan(self, view: EngineView) -> BatchPlan:
         """The next iteration's batch for the replica seen in *view*."""

@@ -27,10 +27,10 @@ from typing import Literal
 from pydantic import ConfigDict, PositiveInt, model_validator
 
 from lyra_simpy.config import Closed
-from lyra_simpy.kv import blocks_for
+from lyra_simpy.engine.kv import blocks_for
+from lyra_simpy.engine.request import RejectReason, Request
 from lyra_simpy.policies.base import BatchPlan, EngineView, preempt_gain, prefix_hit
 from lyra_simpy.policies.queue import QueuePolicy, ordered
-from lyra_simpy.request import RejectReason, Request
 
 
 class TokenBudgetConfig(Closed):
@@ -80,6 +80,11 @@ class ContinuousBatching:
         self._cap = config.max_num_batched_tokens
         """Most prompt tokens one request computes in an iteration (the budget here:
         running requests are always decoding without chunking)."""
+
+    @property
+    def max_batch(self) -> int:
+        """Most requests it runs at once (``Scheduler``)."""
+        return self.config.max_batch
 
     def refusal(
         self, request: Request, num_blocks: int, block_size: int, prompt_only: bool = False

@@ -40,9 +40,9 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, PositiveInt
 
 from lyra_simpy.config import Closed
-from lyra_simpy.kv import blocks_for
+from lyra_simpy.engine.kv import blocks_for
+from lyra_simpy.engine.request import RejectReason, Request
 from lyra_simpy.policies.base import BatchPlan, EngineView, preempt_gain, prefix_hit
-from lyra_simpy.request import RejectReason, Request
 
 
 class PrefillFirstConfig(Closed):
@@ -84,8 +84,17 @@ class PrefillFirstConfig(Closed):
 class PrefillFirst:
     """Separate prefill and decode iterations, prefill first (SGLang's default)."""
 
+    holds_back_until_change = False
+    """A waiting prompt may be admitted whenever a prefill iteration fits it, so decodes
+    that follow a plan admitting nothing are not fused while requests wait."""
+
     def __init__(self, config: PrefillFirstConfig) -> None:
         self.config = config
+
+    @property
+    def max_batch(self) -> int:
+        """Most requests it runs at once (``Scheduler``)."""
+        return self.config.max_batch
 
     def refusal(
         self, request: Request, num_blocks: int, block_size: int, prompt_only: bool = False

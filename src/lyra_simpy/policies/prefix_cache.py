@@ -12,7 +12,7 @@ Only full units are cached. Two implementations behind one interface:
   before its first. With ``eviction: free_queue`` (the default, vLLM's) that queue is one
   with the uncached free blocks and every allocation takes the oldest free blocks,
   evicting the cached ones among them; with ``when_full`` units are evicted from its
-  front only when the pool needs their blocks (see :mod:`lyra_simpy.kv`).
+  front only when the pool needs their blocks (see :mod:`lyra_simpy.engine.kv`).
 * ``radix`` (SGLang, ``python/sglang/srt/mem_cache/radix_cache.py``): a radix tree of
   units; a match walks down from the root; eviction removes the least recently used
   unreferenced *leaf* again and again (a parent goes only after its children), and a
@@ -26,7 +26,7 @@ Modelling choice: when two running requests compute the same new unit at once, t
 second one's copy is freed and it shares the first one's (SGLang does this; vLLM keeps
 both copies until they are freed).
 
-Accounting with the engine's :class:`~lyra_simpy.kv.BlockPool`: blocks of units that a
+Accounting with the engine's :class:`~lyra_simpy.engine.kv.BlockPool`: blocks of units that a
 running request references count as *used*; unreferenced cached units are *free* for
 allocation but hold content (``evictable_blocks``); the pool evicts units when a new
 allocation would need their blocks.
@@ -43,8 +43,8 @@ from typing import Annotated, Literal, Protocol
 from pydantic import ConfigDict, Field
 
 from lyra_simpy.config import Closed
+from lyra_simpy.engine.request import Request
 from lyra_simpy.errors import SimulationError
-from lyra_simpy.request import Request
 
 
 class _CacheConfig(Closed):
@@ -56,7 +56,7 @@ class BlockHashConfig(_CacheConfig):
 
     name: Literal["block_hash"] = "block_hash"
     eviction: Literal["free_queue", "when_full"] = "free_queue"
-    """Which allocation evicts a cached unit (see :mod:`lyra_simpy.kv`): ``free_queue``
+    """Which allocation evicts a cached unit (see :mod:`lyra_simpy.engine.kv`): ``free_queue``
     (vLLM: one queue of all free blocks, cached or not, oldest taken first) or
     ``when_full`` (only when used plus cached blocks would exceed the pool)."""
 

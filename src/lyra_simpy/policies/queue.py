@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from lyra_simpy.request import Request
+from lyra_simpy.engine.request import Request
 
 QueuePolicy = Literal["fcfs", "shortest_prompt_first"]
 """Names allowed for a scheduler's ``queue_policy`` field."""

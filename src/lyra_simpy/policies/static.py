@@ -26,10 +26,10 @@ from typing import Literal
 from pydantic import ConfigDict, NonNegativeFloat, PositiveInt
 
 from lyra_simpy.config import Closed
-from lyra_simpy.kv import blocks_for
+from lyra_simpy.engine.kv import blocks_for
+from lyra_simpy.engine.request import RejectReason, Request
 from lyra_simpy.policies.base import BatchPlan, EngineView
 from lyra_simpy.policies.queue import QueuePolicy, ordered
-from lyra_simpy.request import RejectReason, Request
 
 
 class StaticConfig(Closed):
@@ -64,6 +64,11 @@ class StaticBatching:
         self._rows = 0
         self._unfilled: list[Request] = []
         """Members of the running batch whose prompts are still to be computed."""
+
+    @property
+    def max_batch(self) -> int:
+        """Most requests it runs at once (``Scheduler``)."""
+        return self.config.max_batch
 
     def refusal(
         self, request: Request, num_blocks: int, block_size: int, prompt_only: bool = False

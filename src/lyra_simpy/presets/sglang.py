@@ -342,7 +342,7 @@ def _speculative(f: SGLangFlags, raw: dict[str, Any]) -> Knobs:
     if (f.speculative_eagle_topk or 1) != 1:
         raise ScenarioError(
             f"engine.flags.speculative_eagle_topk: got {f.speculative_eagle_topk}, must be 1 "
-            "(tree drafts are not modelled; see lyra_simpy.speculative)"
+            "(tree drafts are not modelled; see lyra_simpy.engine.speculative)"
         )
     steps = f.speculative_num_steps or SPECULATIVE_NUM_STEPS
     drafts = f.speculative_num_draft_tokens

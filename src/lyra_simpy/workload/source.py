@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
-from lyra_simpy.request import Request
+from lyra_simpy.engine.request import Request
+
+if TYPE_CHECKING:
+    import simpy
 
 Ints = npt.NDArray[np.int64]
 Keys = list[tuple[int, ...]]
@@ -76,17 +79,16 @@ class Drawn:
         self.output_tokens = outputs[0] if len(outputs) == 1 else np.concatenate(outputs)
 
 
-class Source(Protocol):
-    """Requests for one replica, pulled by time."""
+class Feed(Protocol):
+    """Requests for one replica, pulled by time: what the engine reads."""
 
-    done: bool
-    """True once no further request will ever arrive."""
+    @property
+    def done(self) -> bool:
+        """True once no further request will ever arrive."""
+        ...
+
     feedback: bool
     """Whether an end (``on_finish``) can make a new request arrive."""
-    arrival_s: npt.NDArray[np.float64]
-    """Arrival time of every request (NaN for closed-loop requests not sent yet)."""
-    input_tokens: npt.NDArray[np.int64]
-    output_tokens: npt.NDArray[np.int64]
 
     def pop_until(self, now_s: float) -> list[Request]:
         """Requests that have arrived by *now_s* and were not taken yet, in order."""
@@ -100,9 +102,47 @@ class Source(Protocol):
         """A request of this source ended (finished or rejected) at *now_s*."""
         ...
 
+    def arrivals_pending(self) -> bool:
+        """Whether a further request may still arrive (what a static batch waits for)."""
+        ...
+
+
+class Source(Feed, Protocol):
+    """The workload's requests, drawn (:func:`~lyra_simpy.workload.build_source`): a
+    feed that also holds every drawn request's lengths, for the results."""
+
+    arrival_s: npt.NDArray[np.float64]
+    """Arrival time of every request (NaN for closed-loop requests not sent yet)."""
+    input_tokens: npt.NDArray[np.int64]
+    output_tokens: npt.NDArray[np.int64]
+
     def on_grow(self, listener: Callable[[int], None]) -> None:
         """Call *listener* with the new number of requests whenever more are drawn
         (a closed loop draws as it goes; an open-loop source never grows)."""
+        ...
+
+
+@runtime_checkable
+class RoutedFeed(Feed, Protocol):
+    """A source whose requests a cluster sends (a router, or the hand-off queue of a
+    disaggregated cluster): the replica cannot know its next arrival, so when idle it
+    waits for an event instead of a time."""
+
+    def arrival_event(self) -> simpy.Event | None:
+        """Triggered when a request is sent here, the workload ends or KV frees
+        elsewhere (None: a request is already due)."""
+        ...
+
+    def carry_horizon_s(self) -> float | None:
+        """How far a fused run carried across the cluster's arrivals is planned."""
+        ...
+
+    def push(self, req: Request) -> None:
+        """A request sent here now."""
+        ...
+
+    def wake(self) -> None:
+        """Wake the replica waiting on :meth:`arrival_event`."""
         ...
 
 
@@ -159,6 +199,9 @@ class OpenLoopSource:
 
     def on_grow(self, listener: Callable[[int], None]) -> None:
         return None
+
+    def arrivals_pending(self) -> bool:
+        return self._next < len(self._times)
 
 
 class ClosedLoopSource:
@@ -232,6 +275,9 @@ class ClosedLoopSource:
 
     def next_s(self) -> float | None:
         return self._heap[0] if self._heap else None
+
+    def arrivals_pending(self) -> bool:
+        return bool(self._heap)
 
     def on_finish(self, now_s: float) -> None:
         t = now_s + self.think_time_s

@@ -1,16 +1,19 @@
 """The replica process: at most one SimPy timeout per engine iteration.
 
-Each loop: take the arrivals that are due, ask the scheduler for a plan, allocate KV,
-charge the cost model, sleep for the iteration, then emit tokens, finish requests and
-free their blocks. An idle replica sleeps until the next known arrival (no polling).
+Each loop: take the arrivals that are due (:mod:`~lyra_simpy.engine.intake`), ask the
+scheduler for a plan, allocate KV, charge the cost model (:meth:`Replica._step`), sleep
+for the iteration, then emit tokens (:meth:`Replica._commit`, :meth:`Replica._emit`),
+finish requests and free their blocks. An idle replica sleeps until the next known
+arrival (no polling).
 
-Decoding requests are kept in a :class:`~lyra_simpy.decoding.DecodeSet`: an
+Decoding requests are kept in a :class:`~lyra_simpy.engine.decode_clock.DecodeSet`: an
 iteration advances all of them by one clock tick instead of touching each.
 
 *Fused runs* (DESIGN §6). Once every running request is decoding and nothing waits,
 the batch cannot change before the next arrival is due except by requests finishing
 (open loop) or by the KV pool running out. The engine then advances all those
-iterations as one event (:mod:`lyra_simpy.span`), and an iteration that admitted
+iterations as one event (planned by :func:`~lyra_simpy.engine.fused.plan_run`, a pure
+function; slept and committed here), and an iteration that admitted
 requests continues straight into such a run when no arrival is due at its end. This
 relies on one rule every scheduler keeps: *with nothing waiting and every running
 request decoding, the next plan decodes every running request* (unless KV is short, in
@@ -29,27 +32,76 @@ scheduler.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Generator
-from typing import Any
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from operator import sub
+from typing import Any, Protocol
 
 import simpy
 
-from lyra_simpy.clock import PLAN_PRIORITY, PhaseEvent, delay_until, finite_time
 from lyra_simpy.cost.base import BatchShape, CostModel
-from lyra_simpy.decoding import DecodeSet
+from lyra_simpy.engine.decode_clock import DecodeSet
+from lyra_simpy.engine.fused import DecodeRun, plan_run
+from lyra_simpy.engine.intake import Intake
+from lyra_simpy.engine.kv import BlockPool
+from lyra_simpy.engine.request import RejectReason, Request
+from lyra_simpy.engine.speculative import Speculator
+from lyra_simpy.engine.timing import (
+    PLAN_PRIORITY,
+    PhaseEvent,
+    delay_until,
+    exact_delay,
+    finite_time,
+    timeout_at,
+)
 from lyra_simpy.errors import SimulationError
-from lyra_simpy.fused import fused_run
-from lyra_simpy.kv import BlockPool
 from lyra_simpy.metrics.collector import Collector
 from lyra_simpy.policies.admission import Admission
 from lyra_simpy.policies.base import BatchPlan, EngineView, Scheduler
 from lyra_simpy.policies.prefix_cache import PrefixCache
-from lyra_simpy.request import RejectReason, Request
-from lyra_simpy.span import DecodeRun
-from lyra_simpy.speculative import Speculator
-from lyra_simpy.workload.source import Source
+from lyra_simpy.workload.source import Feed, RoutedFeed
 
 Process = Generator[simpy.Event, Any, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Policies:
+    """What decides and what costs: the replica's pluggable parts."""
+
+    scheduler: Scheduler
+    cost: CostModel
+    admission: Admission | None = None
+    """Asked about every arrival (None, or one that admits all: nothing asked)."""
+    cache: PrefixCache | None = None
+    """The prefix cache (None: off); the KV pool evicts from it (see kv.py)."""
+    speculator: Speculator | None = None
+    """Speculative decoding (None: one token per decode step)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """How the replica's clock may run."""
+
+    fuse: bool = True
+    """Fuse decode iterations into runs (DESIGN §6; ``simulation.fuse_iterations``)."""
+    stop_s: float | None = None
+    """The run stops here (``env.run(until=...)``): no iteration is fused past it."""
+    strict_horizon: bool = False
+    """A fused run ends before the first iteration that reaches the next arrival (a
+    cluster's router reads this replica's state then: it must be committed)."""
+
+
+class HandOffPort(Protocol):
+    """Where a prefill replica of a disaggregated cluster sends requests after their
+    first token (:class:`~lyra_simpy.disagg.HandOff`)."""
+
+    def refusal(self, req: Request) -> RejectReason | None:
+        """Why no decode replica can ever take *req* (None: one can)."""
+        ...
+
+    def hand_off(self, req: Request, prefill: Replica, now_s: float) -> None:
+        """*req* emitted its first token on *prefill* at *now_s*: send its KV on."""
+        ...
 
 
 class Replica:
@@ -59,29 +111,24 @@ class Replica:
         self,
         env: simpy.Environment,
         replica_id: int,
-        scheduler: Scheduler,
-        cost: CostModel,
+        policies: Policies,
         kv: BlockPool,
-        source: Source,
+        source: Feed,
         collector: Collector,
-        fuse: bool = True,
-        stop_s: float | None = None,
-        cache: PrefixCache | None = None,
-        admission: Admission | None = None,
-        strict_horizon: bool = False,
-        handoff: Any = None,
-        speculator: Speculator | None = None,
+        rules: Rules = Rules(),
+        handoff: HandOffPort | None = None,
     ) -> None:
         self.env = env
         self.replica_id = replica_id
+        scheduler = policies.scheduler
         self.scheduler = scheduler
-        self.cost = cost
+        self.cost = policies.cost
         self.kv = kv
         self.source = source
         self.collector = collector
-        self.fuse = fuse
-        self.stop_s = stop_s
-        """The run stops here (``env.run(until=...)``): no iteration is fused past it."""
+        self.fuse = rules.fuse
+        self.stop_s = rules.stop_s
+        self.strict_horizon = rules.strict_horizon
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         """Requests holding KV, in admission order (newest last)."""
@@ -89,44 +136,45 @@ class Replica:
         """The running requests that are decoding."""
         self._rows = 0
         """``rows`` of the last plan: the batch width a static batch keeps."""
-        self.cache = cache
-        """The prefix cache (None: off); the KV pool evicts from it (see kv.py)."""
-        self.strict_horizon = strict_horizon
-        """A fused run ends before the first iteration that reaches the next arrival (a
-        cluster's router reads this replica's state then: it must be committed)."""
-        self._routed = hasattr(source, "arrival_event")
-        """Requests reach it through a cluster's router (idle: wait to be sent one)."""
+        self.cache = policies.cache
+        self.routed: RoutedFeed | None = source if isinstance(source, RoutedFeed) else None
+        """The cluster's feed when requests reach it through a router or a hand-off
+        (idle: wait to be sent one); None: it reads the workload's times itself."""
         self.handoff = handoff
         """A prefill replica of a disaggregated cluster: requests leave after their first
-        token, through this :class:`~lyra_simpy.disagg.HandOff` (None: they stay)."""
-        self.on_free: Any = None
+        token, through this hand-off (None: they stay)."""
+        self.on_free: Callable[[], None] | None = None
         """Called when requests finish (a decode replica tells the hand-off queue it
         may have room)."""
-        self.scheduler_width: int = scheduler.config.max_batch  # type: ignore[attr-defined]
+        self.scheduler_width: int = scheduler.max_batch
         """Most requests it runs at once."""
-        self.spec = speculator
-        """Speculative decoding (None: one token per decode step)."""
-        self._lookahead = speculator.lookahead if speculator is not None else 0
-        if speculator is not None:  # sequences advance by different numbers of tokens
+        self.spec = policies.speculator
+        self._lookahead = self.spec.lookahead if self.spec is not None else 0
+        if self.spec is not None:  # sequences advance by different numbers of tokens
             self.fuse = False
-        self._holds_back = bool(getattr(scheduler, "holds_back_until_change", False))
+        self._holds_back = scheduler.holds_back_until_change
         """The scheduler keeps waiting requests out until a request finishes or is
         preempted once a plan decoded everyone and admitted nothing (so the decodes
         that follow can be fused though requests wait)."""
-        kv.attach(cache)
-        self._absorb = not source.feedback and cache is None
+        kv.attach(self.cache)
+        self._absorb = not source.feedback and self.cache is None
         """Fused runs go on through completions (they cannot make a request arrive;
         with a prefix cache a completion changes what is cached, so a run ends there)."""
-        self.admission = None if admission is None or admission.admits_all else admission
-        """Asked about every arrival (None: every arrival is admitted, nothing asked)."""
-        self.deferred: deque[Request] = deque()
-        """Requests the admission deferred, oldest first: outside the scheduler's queue,
-        decided again at every scheduling point (no iteration is fused while any wait)."""
+        self.intake = Intake(
+            replica_id, source, collector, self.waiting, self.running, self.refusal,
+            policies.admission, self._view,
+        )  # fmt: skip
+        """Where requests enter: due arrivals, refusals, admission, deferral."""
         self.carry = False
         """Fused runs go on across a cluster's arrivals (the router reads ``live``)."""
         self.live: DecodeRun | None = None
-        """The carried fused run under way (:func:`~lyra_simpy.fused.cut_run`)."""
+        """The carried fused run under way (:meth:`cut_run`)."""
         self.process: simpy.Process | None = None
+
+    @property
+    def deferred(self) -> deque[Request]:
+        """Requests the admission deferred (held by the intake)."""
+        return self.intake.deferred
 
     @property
     def _steady(self) -> bool:
@@ -135,20 +183,20 @@ class Replica:
 
     # -- process --------------------------------------------------------------------
     def run(self) -> Process:
-        env, source = self.env, self.source
+        env, source, routed, intake = self.env, self.source, self.routed, self.intake
         phased = self.strict_horizon
         while True:
             if phased:  # plan only once every replica committed and arrivals are routed
                 yield PhaseEvent(env, 0.0, PLAN_PRIORITY)
             now: float = env.now
-            self._pull(now)
+            intake.pull(now)
             if not self.running and not self.waiting:
-                if self.deferred:
+                if intake.deferred:
                     raise SimulationError("admission deferred requests on an idle replica")
-                if self._routed:
-                    if source.done:
+                if routed is not None:
+                    if routed.done:
                         return
-                    event = source.arrival_event()  # type: ignore[attr-defined]
+                    event = routed.arrival_event()
                     if event is not None:
                         yield event
                     continue
@@ -164,13 +212,13 @@ class Replica:
                 self.fuse
                 and steady
                 and not self.waiting
-                and not self.deferred
-                and (yield from fused_run(self, now, 0.0, now, self._rows, self._absorb))
+                and not intake.deferred
+                and (yield from self._fused_run(now, 0.0, now, self._rows, self._absorb))
             ):
                 continue
             view = EngineView(
                 now, self.waiting, self.running, self.kv.free, self.kv.block_size,
-                self._arrivals_pending(),
+                source.arrivals_pending(),
                 self.decoding.blocks_needed() if steady else None, self.cache,
                 self._lookahead,
             )  # fmt: skip
@@ -182,8 +230,8 @@ class Replica:
                 if plan.preempt:
                     continue
                 target = plan.wait_until_s
-                if self._routed:  # wait to be sent a request or to get KV back
-                    event = source.arrival_event()  # type: ignore[attr-defined]
+                if routed is not None:  # wait to be sent a request or to get KV back
+                    event = routed.arrival_event()
                     if event is None:
                         continue
                     if target is not None:
@@ -199,46 +247,25 @@ class Replica:
                 continue
             if (
                 self.fuse
-                and not self.deferred
+                and not intake.deferred
                 and not plan.prefill
                 and not plan.preempt  # (the next plan may admit what this one held back)
                 and (not self.waiting or self._holds_back)
                 and len(plan.decode) == len(self.running) == self.decoding.n
             ):
-                ran = yield from fused_run(self, now, 0.0, now, plan.rows, False)
+                ran = yield from self._fused_run(now, 0.0, now, plan.rows, False)
                 if ran is False:
                     raise SimulationError("scheduler planned decodes the KV pool cannot hold")
                 if ran:
                     continue
             yield from self._step(plan, now)
 
-    def _pull(self, now: float) -> None:
-        refusal = self.refusal
-        admission = self.admission
-        if self.deferred:
-            self._redecide(now)
-        # A rejection ends a closed-loop request at once; its client's next request may
-        # be due now too, so take arrivals until none is due.
-        while due := self.source.pop_until(now):
-            for req in due:
-                if req.computed_tokens:  # its KV came from a prefill replica: it decodes
-                    req.running = True
-                    self.running.append(req)
-                    continue
-                self.collector.assign(req, self.replica_id)
-                reason = refusal(req)
-                if reason is not None:
-                    self.collector.reject(req, reason)
-                    self.source.on_finish(now)
-                elif admission is None:
-                    self.waiting.append(req)
-                else:
-                    self._admit(req, now)
-
-    def _arrivals_pending(self) -> bool:
-        """Whether a further arrival may reach this replica (``EngineView``)."""
-        pending = getattr(self.source, "arrivals_pending", None)
-        return pending() if pending is not None else self.source.next_s() is not None
+    def _view(self, now: float) -> EngineView:
+        """The state the admission policy reads at *now*."""
+        return EngineView(
+            now, self.waiting, self.running, self.kv.free, self.kv.block_size,
+            self.source.arrivals_pending(),
+        )  # fmt: skip
 
     def refusal(self, req: Request) -> RejectReason | None:
         """Why *req* can never be served here (None: it can). A prefill replica holds
@@ -246,34 +273,9 @@ class Replica:
         kv = self.kv
         prefill_only = self.handoff is not None
         reason = self.scheduler.refusal(req, kv.num_blocks, kv.block_size, prefill_only)
-        if reason is None and prefill_only:
+        if reason is None and self.handoff is not None:
             reason = self.handoff.refusal(req)
         return reason
-
-    def _admit(self, req: Request, now: float) -> None:
-        """Ask the admission about *req*: queue, reject or defer it."""
-        assert self.admission is not None
-        view = EngineView(
-            now, self.waiting, self.running, self.kv.free, self.kv.block_size,
-            self._arrivals_pending(),
-        )  # fmt: skip
-        decision = self.admission.decide(req, view)
-        if decision == "admit":
-            self.waiting.append(req)
-        elif decision == "reject" or decision == "timeout":
-            self.collector.reject(req, "slo" if decision == "reject" else "slo_defer_timeout")
-            self.source.on_finish(now)
-        elif decision == "defer":
-            self.deferred.append(req)
-        else:
-            raise SimulationError(f"admission returned {decision!r}")
-
-    def _redecide(self, now: float) -> None:
-        """Decide the deferred requests again, oldest first."""
-        held = self.deferred
-        self.deferred = deque()
-        for req in held:
-            self._admit(req, now)
 
     def _preempt(self, plan: BatchPlan) -> None:
         requeue = self.waiting.append if plan.preempt_to_back else self.waiting.appendleft
@@ -335,7 +337,8 @@ class Replica:
             shape = BatchShape(
                 len(prefill), prefill_tokens, attention, n_dec, rows, context, la * n_dec
             )
-            duration = self.cost.iteration_s(shape) + self.spec.draft_s  # type: ignore[union-attr]
+            assert self.spec is not None
+            duration = self.cost.iteration_s(shape) + self.spec.draft_s
         elif prefill:
             shape = BatchShape(len(prefill), prefill_tokens, attention, n_dec, rows, context)
             duration = self.cost.iteration_s(shape)
@@ -346,7 +349,7 @@ class Replica:
         if (
             self.fuse
             and not waiting
-            and not self.deferred
+            and not self.intake.deferred
             and not self.strict_horizon  # (a cluster's router must see ends at their time)
             and (nxt is None or nxt > end)
             and (self.stop_s is None or end < self.stop_s)
@@ -359,7 +362,7 @@ class Replica:
                 running
                 and self._steady
                 and (nxt is None or nxt > end)
-                and (yield from fused_run(self, start, duration, end, plan.rows, self._absorb))
+                and (yield from self._fused_run(start, duration, end, plan.rows, self._absorb))
             ):
                 return
             yield self.env.timeout(duration)
@@ -426,6 +429,7 @@ class Replica:
         if done:
             self._finish(done)
         for req in leaving:
+            assert handoff is not None
             req.running = False
             self.running.remove(req)
             handoff.hand_off(req, self, end)
@@ -449,13 +453,15 @@ class Replica:
 
     def receive(self, req: Request) -> None:
         """A decode replica takes *req*, its prompt's KV arrived (blocks reserved)."""
-        self.source.push(req)  # type: ignore[attr-defined]
+        assert self.routed is not None
+        self.routed.push(req)
 
     def release_handed_off(self, req: Request) -> None:
         """A prefill replica frees the KV of *req*, sent to a decode replica."""
+        assert self.routed is not None
         self._release(req)
         req.blocks = 0
-        self.source.wake()  # type: ignore[attr-defined]
+        self.routed.wake()
 
     def _acquire(self, req: Request, cache: PrefixCache) -> int:
         """Start *req* from its cached prefix; returns the blocks that stop being
@@ -493,3 +499,99 @@ class Replica:
             self.source.on_finish(req.last_token_s)
         if self.on_free is not None:
             self.on_free()
+
+    # -- fused runs (DESIGN §6): planned by engine.fused.plan_run, slept and committed here
+    def _fused_run(
+        self, origin: float, lead: float, start: float, rows: int, absorb: bool
+    ) -> Process:
+        """Advance every running request through decode iterations from *start* as one
+        event; the clock reads *origin* (``origin + lead == start``: an iteration already
+        committed may come first). Returns False, doing nothing, when the KV pool cannot
+        hold the first iteration (the scheduler must preempt), and None when the next
+        arrival is due within it (``strict_horizon``: step it instead).
+
+        Carried across arrivals (:attr:`carry`: a cluster whose router reads the
+        replicas' state), a run is planned up to a horizon of the dispatcher's choosing
+        and is :attr:`live` while under way: the router reads the state it would have at
+        each arrival from the plan (:meth:`~lyra_simpy.engine.fused.DecodeRun.state_at`),
+        and :meth:`cut_run` ends it early when an arrival is routed here."""
+        kv, dset = self.kv, self.decoding
+        carry = self.carry
+        if carry:
+            assert self.routed is not None
+            horizon = self.routed.carry_horizon_s()
+        else:
+            horizon = self.source.next_s()
+        run = plan_run(
+            dset, absorb, start, kv.used, kv.num_blocks, rows, self.cost, horizon,
+            self.stop_s, self.strict_horizon and not carry,
+        )  # fmt: skip
+        if run is None:
+            return False
+        if not run.ends_s:
+            return None  # the next arrival comes within the first iteration
+        ends = run.ends_s
+        # Land exactly on the unfused end time; if a rounding tie makes it unreachable
+        # in one addition, end the run earlier (one step from *start* is always exact).
+        k = len(ends)
+        delay = exact_delay(origin, ends[k - 1])
+        while delay is None and k > 1:
+            k -= 1
+            delay = exact_delay(origin, ends[k - 1])
+        if delay is None:  # land on the run's start first (after a committed iteration)
+            if lead:
+                yield self.env.timeout(lead)
+            delay = run.first_s
+        run.truncate(k)
+        # Each iteration holds its blocks from its start: an iteration still running at
+        # the stop counts toward the peak, as in the unfused engine (only a run's first
+        # iteration may be; the rest count once the run is committed: it may be cut).
+        kv.note_peak(run.kv_blocks[0])
+        if not carry:
+            yield self.env.timeout(delay)
+        else:
+            self.live = run
+            try:
+                yield self.env.timeout(delay)
+            except simpy.Interrupt:  # cut_run: a request was routed here
+                yield timeout_at(self.env, run.ends_s[-1])
+            self.live = None
+        kv.note_peak(max(run.kv_blocks))
+        self._commit_run(run)
+        return True
+
+    def cut_run(self, now_s: float) -> None:
+        """A request routed here arrives at *now_s* while a fused run carried across
+        arrivals is under way (:attr:`live`): the run ends with the iteration running
+        then, where a stepped engine would take the request."""
+        run = self.live
+        if run is not None and run.cut_at(now_s):
+            assert self.process is not None
+            self.process.interrupt()
+
+    def _commit_run(self, run: DecodeRun) -> None:
+        """Emit the run's tokens: every member decodes until its last token or the end."""
+        dset, collector = self.decoding, self.collector
+        start, ends = run.start_s, run.ends_s
+        last = dset.last_emit_s
+        collector.itl(ends[0] - last, dset.n)  # everyone last emitted at *last*
+        done = dset.advance(ends)
+        # In use after the run: the last iteration's blocks less those of the requests
+        # that finished in it (earlier finishers were freed inside the run). Told by the
+        # clock, not by the time: iterations of zero cost end at the same time.
+        final = dset.epoch
+        used = run.kv_blocks[-1]
+        if self.cache is not None:  # the run ended at its first finish: _finish frees
+            self.kv.set_used(used)
+        else:
+            for req in done:
+                if req.finish_epoch == final:
+                    used -= req.blocks
+                req.blocks = 0
+            self.kv.set_used(used)
+        if done:
+            self._finish(done)
+        collector.span(self.replica_id, ends, start, run.seqs, run.kv_blocks, len(self.waiting))
+        weights = run.seqs[1:]
+        if weights:
+            collector.itl_pairs(list(map(sub, ends[1:], ends[:-1])), weights)

@@ -12,7 +12,7 @@ sum of the same per-iteration durations the unfused engine adds one by one), seq
 per iteration, and KV blocks in use (the step that needs a new block for request *i* is
 the one whose token lands at a block boundary; a finished request's blocks are freed
 after its last step). The engine then commits the run by advancing its decode set's
-clock (:mod:`lyra_simpy.decoding`): only the requests that finish are touched.
+clock (:mod:`lyra_simpy.engine.decode_clock`): only the requests that finish are touched.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 
 from lyra_simpy.cost.base import CostModel
-from lyra_simpy.decoding import DecodeSet
+from lyra_simpy.engine.decode_clock import DecodeSet
 
 
 @dataclass(slots=True)
@@ -60,7 +60,7 @@ class DecodeRun:
         router sees them stepping one iteration at a time: the iterations that started
         before *now_s* and end by it are committed (their finishers freed), the one
         running then holds its blocks, and one starting at *now_s* has not allocated
-        yet (a cluster routes before its replicas plan, :mod:`lyra_simpy.clock`)."""
+        yet (a cluster routes before its replicas plan, :mod:`lyra_simpy.engine.timing`)."""
         if now_s <= self.start_s:
             return 0, self.kv_before
         ends = self.ends_s

@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol
 
 class SharedClock(Protocol):
     """What a request reads from the decode set it belongs to
-    (:class:`~lyra_simpy.decoding.DecodeSet`, which imports this module: the protocol
+    (:class:`~lyra_simpy.engine.decode_clock.DecodeSet`, which imports this module: the protocol
     keeps the import one way)."""
 
     epoch: int
@@ -70,7 +70,7 @@ class Request:
     next. After every emitting step ``computed_tokens == input_tokens + generated_tokens - 1``.
 
     While the request decodes in every iteration, the engine keeps it in a
-    :class:`~lyra_simpy.decoding.DecodeSet`: then ``computed_tokens``,
+    :class:`~lyra_simpy.engine.decode_clock.DecodeSet`: then ``computed_tokens``,
     ``generated_tokens``, ``blocks`` and ``last_token_s`` are read through the set's
     clock (one count for all members) instead of being written for each token.
     """

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from lyra_simpy.request import Request
+from lyra_simpy.engine.request import Request
 
 
 class DecodeSet:

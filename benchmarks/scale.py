@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def every_router(args: argparse.Namespace, base: dict[str, Any]) -> int:
     """The full size once per router: one row each, and whether every one met the targets."""
-    from lyra_simpy.routing import ROUTERS
+    from lyra_simpy.cluster.routing import ROUTERS
 
     print(
         f"{'router':>18} {'wall (s)':>9} {'CPU (s)':>8} {'simulate':>9} {'req/s':>8} "

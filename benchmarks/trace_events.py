@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 import lyra_simpy
-from lyra_simpy.metrics.io import write_records_jsonl
 from lyra_simpy.engine.request import RECORD_FIELDS
-from lyra_simpy.trace_events import write_trace_events
+from lyra_simpy.metrics.io import write_records_jsonl
+from lyra_simpy.output.trace_events import write_trace_events
 
 HERE = Path(__file__).resolve().parent
 

@@ -10,8 +10,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from lyra_simpy import routing
-from lyra_simpy.cluster import Dispatcher
+from lyra_simpy.cluster import routing
+from lyra_simpy.cluster.dispatch import Dispatcher
 from lyra_simpy.engine.kv import blocks_for
 from lyra_simpy.engine.request import Request
 

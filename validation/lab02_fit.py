@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from lyra_simpy.runner import format_table
+from lyra_simpy.output.writer import format_table
 from lyra_simpy.scenario import scenario_from_dict
 from lyra_simpy.simulation import simulate
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from lyra_simpy.cost import COST_MODELS, BatchShape, CostModel
     from lyra_simpy.errors import LyraError, ScenarioError
     from lyra_simpy.metrics.io import read_series
+    from lyra_simpy.output.writer import run_scenario
     from lyra_simpy.policies import (
         ADMISSIONS,
         SCHEDULERS,
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
         EngineView,
         Scheduler,
     )
-    from lyra_simpy.runner import run_scenario
     from lyra_simpy.scenario import Scenario, load_scenario, scenario_from_dict
     from lyra_simpy.simulation import Results, simulate
     from lyra_simpy.sweep import load_sweep, load_table, run_sweep
@@ -45,7 +45,7 @@ _WHERE = {
     "BatchPlan": "lyra_simpy.policies",
     "EngineView": "lyra_simpy.policies",
     "Scheduler": "lyra_simpy.policies",
-    "run_scenario": "lyra_simpy.runner",
+    "run_scenario": "lyra_simpy.output.writer",
     "Scenario": "lyra_simpy.scenario",
     "load_scenario": "lyra_simpy.scenario",
     "scenario_from_dict": "lyra_simpy.scenario",

@@ -15,11 +15,16 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lyra_simpy.argtypes import count, milliseconds
 from lyra_simpy.errors import LyraError, ScenarioError
 from lyra_simpy.live.cli import LIVE_COMMANDS, add_live_parsers
+
+if TYPE_CHECKING:
+    from lyra_simpy.scenario import Scenario
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -188,7 +193,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
 def _capacity(args: argparse.Namespace) -> int:
     from lyra_simpy.capacity import find_capacity
-    from lyra_simpy.capacity_report import format_capacity, parse_slo, write_capacity
+    from lyra_simpy.output.capacity_report import format_capacity, parse_slo, write_capacity
     from lyra_simpy.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, args.overrides, args.quick)
@@ -299,64 +304,82 @@ def _expand(paths: list[Path]) -> list[Path]:
     return out
 
 
+def _schema(args: argparse.Namespace) -> int:
+    from lyra_simpy.scenario import Scenario
+
+    print(json.dumps(Scenario.model_json_schema(), indent=2))
+    return 0
+
+
+def _explore(args: argparse.Namespace) -> int:
+    from lyra_simpy.explore.launch import explore
+
+    return explore(args.results, args.figures, args.port)
+
+
+def _load(args: argparse.Namespace) -> list[tuple[Path, Scenario]]:
+    """Every scenario file named (folders expanded), each validated with every variant
+    before anything is simulated."""
+    from lyra_simpy.scenario import load_scenario
+
+    return [
+        (path, load_scenario(path, args.overrides, args.quick)) for path in _expand(args.scenarios)
+    ]
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from lyra_simpy.refusals import possible_refusals
+
+    for path, sc in _load(args):
+        print(f"{path}: ok ({len(sc.expand())} run(s))")
+        for line in possible_refusals(sc):
+            print(f"lyra-simpy: warning: {line}", file=sys.stderr)
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    scenarios = _load(args)
+    from lyra_simpy.output.progress import wanted
+    from lyra_simpy.output.writer import run_scenario
+
+    for i, (path, sc) in enumerate(scenarios, start=1):
+        if len(scenarios) > 1:  # `tox -e scenarios`: which one is running
+            n = len(sc.expand())
+            print(f"[{i}/{len(scenarios)}] {path} ({n} run{'s' if n > 1 else ''})",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        run_scenario(
+            sc,
+            args.out,
+            None if args.no_figures else args.figures,
+            str(path),
+            timeseries_csv=args.timeseries_csv,
+            trace_events=args.trace_events,
+            progress=wanted(),
+        )
+        print()
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "run": _run,
+    "validate": _validate,
+    "schema": _schema,
+    "calibrate": _calibrate,
+    "vidur-profile": _vidur_profile,
+    "figures": _figures,
+    "sweep": _sweep,
+    "capacity": _capacity,
+    "traces": _traces,
+    "explore": _explore,
+    **LIVE_COMMANDS,
+}
+"""Every command: its name (as ``_parser`` declares it) → what runs it."""
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        if args.command == "schema":
-            from lyra_simpy.scenario import Scenario
-
-            print(json.dumps(Scenario.model_json_schema(), indent=2))
-            return 0
-        if args.command == "calibrate":
-            return _calibrate(args)
-        if args.command == "vidur-profile":
-            return _vidur_profile(args)
-        if args.command == "figures":
-            return _figures(args)
-        if args.command == "sweep":
-            return _sweep(args)
-        if args.command == "capacity":
-            return _capacity(args)
-        if args.command == "traces":
-            return _traces(args)
-        if args.command == "explore":
-            from lyra_simpy.explore.launch import explore
-
-            return explore(args.results, args.figures, args.port)
-        if args.command in LIVE_COMMANDS:
-            return LIVE_COMMANDS[args.command](args)
-        from lyra_simpy.scenario import load_scenario
-
-        # Validate every file (and every variant) before simulating any.
-        paths = _expand(args.scenarios)
-        scenarios = [(path, load_scenario(path, args.overrides, args.quick)) for path in paths]
-        if args.command == "validate":
-            from lyra_simpy.refusals import possible_refusals
-
-            for path, sc in scenarios:
-                print(f"{path}: ok ({len(sc.expand())} run(s))")
-                for line in possible_refusals(sc):
-                    print(f"lyra-simpy: warning: {line}", file=sys.stderr)
-            return 0
-        from lyra_simpy.progress import wanted
-        from lyra_simpy.runner import run_scenario
-
-        for i, (path, sc) in enumerate(scenarios, start=1):
-            if len(scenarios) > 1:  # `tox -e scenarios`: which one is running
-                n = len(sc.expand())
-                print(f"[{i}/{len(scenarios)}] {path} ({n} run{'s' if n > 1 else ''})",
-                      file=sys.stderr, flush=True)  # fmt: skip
-            run_scenario(
-                sc,
-                args.out,
-                None if args.no_figures else args.figures,
-                str(path),
-                timeseries_csv=args.timeseries_csv,
-                trace_events=args.trace_events,
-                progress=wanted(),
-            )
-            print()
-        return 0
+        return COMMANDS[args.command](args)
     except LyraError as exc:
         print(f"lyra-simpy: {exc}", file=sys.stderr)
         return 2

@@ -43,7 +43,7 @@ class OutputConfig(Closed):
 
     trace_events: bool = False
     """``trace_events.json``: the run as a Perfetto / chrome://tracing timeline
-    (:mod:`lyra_simpy.trace_events`); also ``lyra-simpy run --trace-events``."""
+    (:mod:`lyra_simpy.output.trace_events`); also ``lyra-simpy run --trace-events``."""
 
 
 class FigureSpec(Closed):

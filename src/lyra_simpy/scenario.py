@@ -32,10 +32,11 @@ from pydantic import (
     model_validator,
 )
 
+from lyra_simpy.cluster.disagg import LinkConfig
+from lyra_simpy.cluster.routing import RoundRobinConfig, RouterConfig
 from lyra_simpy.config import Closed
 from lyra_simpy.cost import LinearCostConfig, ProfileCostConfig, RooflineCostConfig
 from lyra_simpy.cost.catalog import CatalogError
-from lyra_simpy.disagg import LinkConfig
 from lyra_simpy.engine.kv import ACTIVATION_RESERVE_GIB, MEM_FRACTION, KVCacheConfig
 from lyra_simpy.engine.speculative import SpeculativeConfig
 from lyra_simpy.errors import ScenarioError, from_validation_error
@@ -50,7 +51,6 @@ from lyra_simpy.policies import (
 from lyra_simpy.policies.prefix_cache import PrefixCacheConfig
 from lyra_simpy.presets import EngineConfig, apply_engine
 from lyra_simpy.report import FigureSpec, OutputConfig, ReportConfig
-from lyra_simpy.routing import RoundRobinConfig, RouterConfig
 from lyra_simpy.variants import Grid, Variant
 from lyra_simpy.whatif import WhatIf
 from lyra_simpy.workload import WorkloadConfig, check_files
@@ -102,7 +102,7 @@ class ReplicaGroup(Closed):
 
 
 class DisaggregationConfig(Closed):
-    """Separate prefill and decode pools joined by a KV link (see :mod:`lyra_simpy.disagg`)."""
+    """Separate prefill and decode pools joined by a KV link (:mod:`lyra_simpy.cluster.disagg`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -114,7 +114,7 @@ class DisaggregationConfig(Closed):
 
 
 class ClusterConfig(Closed):
-    """Several replicas behind a router (see :mod:`lyra_simpy.cluster`)."""
+    """Several replicas behind a router (see :mod:`lyra_simpy.cluster.dispatch`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

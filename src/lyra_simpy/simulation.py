@@ -18,10 +18,11 @@ import numpy as np
 import numpy.typing as npt
 import simpy
 
-from lyra_simpy.cluster import Dispatcher, HandedSource, replica_loads
+from lyra_simpy.cluster.disagg import HandOff
+from lyra_simpy.cluster.dispatch import Dispatcher, HandedSource, replica_loads
+from lyra_simpy.cluster.routing import ROUTERS
 from lyra_simpy.cost import COST_MODELS, CostModel
 from lyra_simpy.cost.jitter import expected, with_jitter
-from lyra_simpy.disagg import HandOff
 from lyra_simpy.engine.kv import BlockPool
 from lyra_simpy.engine.replica import Policies, Replica, Rules
 from lyra_simpy.engine.request import RECORD_FIELDS, RejectReason, Request
@@ -32,7 +33,6 @@ from lyra_simpy.metrics.summary import summarize
 from lyra_simpy.policies import ADMISSIONS, SCHEDULERS, Admission, Limits
 from lyra_simpy.policies.prefix_cache import PREFIX_CACHES, PrefixCache
 from lyra_simpy.rng import Streams
-from lyra_simpy.routing import ROUTERS
 from lyra_simpy.scenario import ReplicaSpec, Scenario
 from lyra_simpy.workload import build_source
 from lyra_simpy.workload.prefixes import reuse_bound, unit_tokens
@@ -169,7 +169,7 @@ def simulate(
     """Run *scenario* (one variant: see :meth:`Scenario.expand`) and return its results.
 
     *watch*, given the environment, returns a context held while the clock runs (an
-    observer such as :mod:`lyra_simpy.progress`; it must not schedule events)."""
+    observer such as :mod:`lyra_simpy.output.progress`; it must not schedule events)."""
     streams = Streams(scenario.seed)
     specs = scenario.replica_specs()
     # Past the stop, a replica sees its next arrival and a router routes at most

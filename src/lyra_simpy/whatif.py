@@ -51,7 +51,7 @@ from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveFloat, model_v
 
 from lyra_simpy.config import Closed
 from lyra_simpy.metrics.summary import number
-from lyra_simpy.tables import format_table
+from lyra_simpy.output.tables import format_table
 from lyra_simpy.variants import Variant
 
 Metric = Literal[

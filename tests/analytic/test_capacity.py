@@ -19,8 +19,8 @@ import pytest
 
 from lyra_simpy import ScenarioError, scenario_from_dict
 from lyra_simpy.capacity import find_capacity
-from lyra_simpy.capacity_report import format_capacity, parse_slo, write_capacity
 from lyra_simpy.cli import main
+from lyra_simpy.output.capacity_report import format_capacity, parse_slo, write_capacity
 
 S_S, C_S, T_MS, N = 0.100, 0.010, 300.0, 100
 

@@ -22,9 +22,9 @@ from builders import routers_reading_state, runs_carried
 from lyra_simpy import Results, scenario_from_dict, simulate
 from lyra_simpy.cost import COST_MODELS
 from lyra_simpy.engine.kv import blocks_for
+from lyra_simpy.engine.request import REJECT_REASONS
 from lyra_simpy.metrics.fairness import alone_chunk_tokens, unloaded_service_s
 from lyra_simpy.metrics.io import write_jsonl
-from lyra_simpy.engine.request import REJECT_REASONS
 from lyra_simpy.scenario import set_path
 
 # -- strategies ----------------------------------------------------------------------

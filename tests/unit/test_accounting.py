@@ -12,10 +12,10 @@ import pytest
 
 from builders import trace_workload
 from lyra_simpy import simulate
-from lyra_simpy.metrics.summary import refusals_line
 from lyra_simpy.engine.request import REJECT_REASONS, RejectReason
-from lyra_simpy.runner import run_scenario, table_rows
-from lyra_simpy.tables import format_table
+from lyra_simpy.metrics.summary import refusals_line
+from lyra_simpy.output.tables import format_table
+from lyra_simpy.output.writer import run_scenario, table_rows
 
 
 def test_reasons_are_documented_once():

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from lyra_simpy import ScenarioError
 from lyra_simpy.cost import LinearCost, LinearCostConfig
+from lyra_simpy.engine.request import Request
 from lyra_simpy.policies import (
     ADMISSIONS,
     AlwaysAdmission,
@@ -18,7 +19,6 @@ from lyra_simpy.policies import (
     SLOAdmission,
     SLOAdmissionConfig,
 )
-from lyra_simpy.engine.request import Request
 
 NOW = 10.0
 #: 10 ms + 1 ms per sequence + 0.1 ms per prompt token, no padding

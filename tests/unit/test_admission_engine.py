@@ -9,11 +9,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lyra_simpy import plots, simulate
+from lyra_simpy import simulate
 from lyra_simpy.cost import LinearCost
-from lyra_simpy.errors import SimulationError
-from lyra_simpy.policies import AlwaysAdmission, Limits, SLOAdmission, SLOAdmissionConfig
 from lyra_simpy.engine.request import Request
+from lyra_simpy.errors import SimulationError
+from lyra_simpy.output import plots
+from lyra_simpy.policies import AlwaysAdmission, Limits, SLOAdmission, SLOAdmissionConfig
 
 #: A burst of 40 requests on a 4-slot engine: 10 ms + 2 ms per sequence.
 BURST: dict[str, Any] = {

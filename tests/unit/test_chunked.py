@@ -9,8 +9,9 @@ import pytest
 
 from builders import BS, decoding_req, trace_workload, waiting_req
 from lyra_simpy import simulate
-from lyra_simpy.errors import ScenarioError
 from lyra_simpy.engine.kv import blocks_for
+from lyra_simpy.engine.request import Request
+from lyra_simpy.errors import ScenarioError
 from lyra_simpy.policies import (
     ChunkedPrefill,
     ChunkedPrefillConfig,
@@ -18,7 +19,6 @@ from lyra_simpy.policies import (
     PrefillFirst,
     PrefillFirstConfig,
 )
-from lyra_simpy.engine.request import Request
 
 
 def partial_req(i: int, input_tokens: int, computed: int) -> Request:

@@ -237,3 +237,14 @@ def test_run_every_scenario_quick_with_figures(quick_run_all):
     check_variant(overload / "slo_8.0", "slo_8.0", 13, n_requests=300)
     for name in figures:
         assert (fig_dir / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_every_command_has_one_entry_in_the_command_table():
+    """One table maps each parsed command to what runs it (issue 15): every subcommand
+    the parser declares has an entry, and every entry a subcommand."""
+    import argparse
+
+    from lyra_simpy.cli import COMMANDS, _parser
+
+    sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) == set(COMMANDS)

@@ -118,8 +118,8 @@ def test_think0_workload_preconditions():
         src = build_source(sc.workload, Streams(sc.seed), sc.base_dir)
         assert src.output_tokens.tolist() == [3, 2, 1]
     # static needs blocks for 1 + 3 tokens > 3; continuous needs 1 + 3 - 1 > budget 2
-    from lyra_simpy.policies import ContinuousBatching, ContinuousConfig, StaticBatching
     from lyra_simpy.engine.request import Request
+    from lyra_simpy.policies import ContinuousBatching, ContinuousConfig, StaticBatching
 
     big, small = Request(0, 0, 0.0, 1, 3), Request(1, 1, 0.0, 1, 2)
     static = StaticBatching(scenario_from_dict(think0_raw(STATIC2)).scheduler)

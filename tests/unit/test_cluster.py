@@ -9,9 +9,7 @@ import pytest
 
 from builders import routers_reading_state, runs_carried, trace_workload
 from lyra_simpy import simulate
-from lyra_simpy.errors import ScenarioError
-from lyra_simpy.engine.request import Request
-from lyra_simpy.routing import (
+from lyra_simpy.cluster.routing import (
     CacheAware,
     CacheAwareConfig,
     LeastKV,
@@ -24,6 +22,8 @@ from lyra_simpy.routing import (
     RoundRobin,
     RoundRobinConfig,
 )
+from lyra_simpy.engine.request import Request
+from lyra_simpy.errors import ScenarioError
 
 RNG = np.random.default_rng(0)
 

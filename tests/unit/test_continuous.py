@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from builders import BS, decoding_req, waiting_req
-from lyra_simpy.policies import ContinuousBatching, ContinuousConfig, EngineView
 from lyra_simpy.engine.request import Request
+from lyra_simpy.policies import ContinuousBatching, ContinuousConfig, EngineView
 
 
 def view(waiting=(), running=(), free_blocks=1000, now_s=10.0, pending=True) -> EngineView:

@@ -10,8 +10,8 @@ import pytest
 
 from lyra_simpy import simulate
 from lyra_simpy.engine.decode_clock import DecodeSet
-from lyra_simpy.policies import SCHEDULERS, BatchPlan, ContinuousBatching, EngineView
 from lyra_simpy.engine.request import Request
+from lyra_simpy.policies import SCHEDULERS, BatchPlan, ContinuousBatching, EngineView
 
 BS = 4
 

@@ -14,7 +14,7 @@ import pytest
 from lyra_simpy import scenario_from_dict
 from lyra_simpy.cli import main
 from lyra_simpy.explore import data, launch
-from lyra_simpy.runner import run_scenario
+from lyra_simpy.output.writer import run_scenario
 from lyra_simpy.simulation import simulate
 
 APP = Path(data.__file__).resolve().parent / "app.py"

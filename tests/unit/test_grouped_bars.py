@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from lyra_simpy import plots
-from lyra_simpy.figures import grouped_bars_figure
+from lyra_simpy.output import plots
+from lyra_simpy.output.figures import grouped_bars_figure
+from lyra_simpy.output.writer import run_scenario
 from lyra_simpy.report import FigureSpec
-from lyra_simpy.runner import run_scenario
 
 
 def test_grouped_bars_from_variant_labels(make_scenario, tmp_path, monkeypatch):

@@ -134,8 +134,8 @@ def test_run_writes_the_csv_too_when_asked(tmp_path):
 
 
 def test_records_jsonl_is_byte_for_byte_the_row_writer(make_scenario, tmp_path):
-    from lyra_simpy.metrics.io import write_records_jsonl
     from lyra_simpy.engine.request import RECORD_FIELDS
+    from lyra_simpy.metrics.io import write_records_jsonl
 
     # rejections (NaN times, null reasons and reasons), preemptions, fractional times
     res = simulate(make_scenario({"scheduler.max_num_batched_tokens": 30}))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lyra_simpy.errors import SimulationError
 from lyra_simpy.engine.kv import BlockPool, KVCacheConfig, blocks_for
+from lyra_simpy.errors import SimulationError
 
 
 @pytest.mark.parametrize(

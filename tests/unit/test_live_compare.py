@@ -11,7 +11,7 @@ import pytest
 from lyra_simpy import Scenario, simulate
 from lyra_simpy.cli import main
 from lyra_simpy.live.compare import METRICS, compare, format_comparison
-from lyra_simpy.runner import write_variant
+from lyra_simpy.output.writer import write_variant
 
 
 def _runs(tmp_path: Path, tiny_scenario: Scenario) -> tuple[Path, list[Path]]:

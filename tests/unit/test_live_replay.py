@@ -12,10 +12,10 @@ import pytest
 from live_server import StreamServer
 from lyra_simpy import scenario_from_dict, simulate
 from lyra_simpy.cli import main
+from lyra_simpy.engine.request import RECORD_FIELDS
 from lyra_simpy.live.replay import ReplayConfig, replay
 from lyra_simpy.live.workload import planned_requests
 from lyra_simpy.metrics.io import read_itl_csv, read_jsonl
-from lyra_simpy.engine.request import RECORD_FIELDS
 
 
 def _closed(tiny_raw: dict[str, Any], n: int = 6) -> dict[str, Any]:

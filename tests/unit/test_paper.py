@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lyra_simpy import load_scenario, plots
+from lyra_simpy import load_scenario
 from lyra_simpy.cli import main
 from lyra_simpy.errors import LyraError
-from lyra_simpy.figures import pareto_front
+from lyra_simpy.output import plots
+from lyra_simpy.output.figures import pareto_front
 from lyra_simpy.paper import (
     PAPER_FIGURES,
     FigureInputs,

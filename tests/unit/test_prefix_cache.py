@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 
 from lyra_simpy import simulate
-from lyra_simpy.errors import ScenarioError, SimulationError
 from lyra_simpy.engine.kv import BlockPool
+from lyra_simpy.engine.request import Request
+from lyra_simpy.errors import ScenarioError, SimulationError
 from lyra_simpy.policies.prefix_cache import (
     BlockHashCache,
     BlockHashConfig,
     RadixCache,
     max_hit_units,
 )
-from lyra_simpy.engine.request import Request
 from lyra_simpy.workload.prefixes import (
     ConversationPrefix,
     SystemPromptPrefix,

@@ -19,7 +19,7 @@ from lyra_simpy.calibration.roofline_check import PACKAGE_PROFILES
 from lyra_simpy.cli import main
 from lyra_simpy.cost import BatchShape, ProfileCost, ProfileCostConfig
 from lyra_simpy.errors import TraceError
-from lyra_simpy.provenance import cost_provenance
+from lyra_simpy.output.provenance import cost_provenance
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 FIT = DATA / "synthetic_fit.yaml"

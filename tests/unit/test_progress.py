@@ -1,4 +1,4 @@
-"""Progress on stderr (lyra_simpy.progress): only on a terminal outside CI, one line per
+"""Progress on stderr (lyra_simpy.output.progress): only on a terminal outside CI, one line per
 scenario for a folder, and a watched run is the same run."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from lyra_simpy import progress
 from lyra_simpy.cli import main
-from lyra_simpy.progress import RunProgress, wanted
+from lyra_simpy.output import progress
+from lyra_simpy.output.progress import RunProgress, wanted
 from lyra_simpy.simulation import simulate
 
 
@@ -97,7 +97,7 @@ def test_disabled_progress_does_not_import_tqdm():
     import sys
 
     code = (
-        "import sys; from lyra_simpy.progress import RunProgress; "
+        "import sys; from lyra_simpy.output.progress import RunProgress; "
         "RunProgress('x', 2, False).close(); print('tqdm' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lyra_simpy import scenario_from_dict, simulate
+from lyra_simpy.engine.request import Request
 from lyra_simpy.policies import (
     ContinuousBatching,
     ContinuousConfig,
@@ -13,7 +14,6 @@ from lyra_simpy.policies import (
     StaticConfig,
 )
 from lyra_simpy.policies.queue import ordered
-from lyra_simpy.engine.request import Request
 
 BS = 16
 

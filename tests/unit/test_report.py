@@ -11,11 +11,12 @@ from importlib import metadata
 import numpy as np
 import pytest
 
-from lyra_simpy import provenance, simulate
-from lyra_simpy.figures import FIGURES, metrics_vs_param_figure, pareto_figure
-from lyra_simpy.report import FigureSpec, lookup
+from lyra_simpy import simulate
 from lyra_simpy.engine.request import Request
-from lyra_simpy.runner import best_variant, format_table, run_scenario, table_rows
+from lyra_simpy.output import provenance
+from lyra_simpy.output.figures import FIGURES, metrics_vs_param_figure, pareto_figure
+from lyra_simpy.output.writer import best_variant, format_table, run_scenario, table_rows
+from lyra_simpy.report import FigureSpec, lookup
 
 
 def test_lookup():

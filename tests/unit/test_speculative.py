@@ -7,8 +7,8 @@ import pytest
 from pydantic import ValidationError
 
 from lyra_simpy import simulate
-from lyra_simpy.errors import ScenarioError
 from lyra_simpy.engine.speculative import SpeculativeConfig, Speculator
+from lyra_simpy.errors import ScenarioError
 
 
 def test_mean_accepted_tokens_sets_one_rate_per_position():

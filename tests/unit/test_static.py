@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from lyra_simpy import simulate
-from lyra_simpy.policies import EngineView, StaticBatching, StaticConfig
 from lyra_simpy.engine.request import Request
+from lyra_simpy.policies import EngineView, StaticBatching, StaticConfig
 
 BS = 16
 

@@ -1,4 +1,4 @@
-"""Perfetto traces (lyra_simpy.trace_events): loaded back as JSON and checked against the
+"""Perfetto traces (lyra_simpy.output.trace_events): loaded back as JSON and checked against the
 run they came from; fused and stepped runs give the same file byte for byte."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from lyra_simpy.cli import main
+from lyra_simpy.output.trace_events import load_trace_events, write_trace_events
 from lyra_simpy.simulation import simulate
-from lyra_simpy.trace_events import load_trace_events, write_trace_events
 
 #: Long outputs and room to decode: fused spans of many iterations.
 DECODE_HEAVY = {

@@ -10,8 +10,8 @@ import pytest
 
 from builders import trace_workload
 from lyra_simpy import simulate
-from lyra_simpy.engine.timing import delay_at_least, delay_until
 from lyra_simpy.cost.linear import LinearCost
+from lyra_simpy.engine.timing import delay_at_least, delay_until
 from lyra_simpy.errors import ScenarioError, SimulationError, TraceError
 from lyra_simpy.workload.traces import read_trace
 

@@ -160,9 +160,9 @@ def format_report(fit: ProfileFit, profile_label: str | None = None) -> str:
 
 def residuals_figure(fit: ProfileFit, profile_path: Path, titled: bool = True) -> Figure:
     """*fit* against the profile at *profile_path* (see
-    :func:`lyra_simpy.plots.profile_residuals`), titled with its hardware and model
+    :func:`lyra_simpy.output.plots.profile_residuals`), titled with its hardware and model
     unless *titled* is false (a paper figure has its caption outside)."""
-    import lyra_simpy.plots as plots
+    import lyra_simpy.output.plots as plots
     from lyra_simpy.calibration.fit import predict_ms
 
     profile = read_profile(profile_path)
@@ -174,7 +174,7 @@ def residuals_figure(fit: ProfileFit, profile_path: Path, titled: bool = True) -
 
 def save_residuals(fit: ProfileFit, profile_path: Path, out: Path) -> None:
     """Save :func:`residuals_figure` to *out*, atomically."""
-    import lyra_simpy.plots as plots
+    import lyra_simpy.output.plots as plots
 
     fig = residuals_figure(fit, profile_path)
     atomic_write(out, lambda tmp: plots.save(fig, tmp))

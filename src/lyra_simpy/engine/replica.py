@@ -93,7 +93,7 @@ class Rules:
 
 class HandOffPort(Protocol):
     """Where a prefill replica of a disaggregated cluster sends requests after their
-    first token (:class:`~lyra_simpy.disagg.HandOff`)."""
+    first token (:class:`~lyra_simpy.cluster.disagg.HandOff`)."""
 
     def refusal(self, req: Request) -> RejectReason | None:
         """Why no decode replica can ever take *req* (None: one can)."""

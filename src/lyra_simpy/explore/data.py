@@ -101,7 +101,7 @@ def load_run(folder: Path, label: str | None = None) -> Run:
 
 def from_results(res: Any, label: str) -> Run:
     """A :class:`Run` from an in-memory :class:`~lyra_simpy.simulation.Results`."""
-    from lyra_simpy.provenance import manifest
+    from lyra_simpy.output.provenance import manifest
 
     rec = res.records
     ok = rec["status"] == "ok"

@@ -263,7 +263,7 @@ def write_run(
     source_file: str | None,
 ) -> dict[str, Any]:
     """Write the run's four files into *out* atomically; return the summary."""
-    from lyra_simpy.provenance import manifest
+    from lyra_simpy.output.provenance import manifest
 
     rows, gaps = records(run)
     summary = summary_of(rows, gaps, scenario)

@@ -3,7 +3,7 @@
 Each entry names the scenarios whose results it needs and a function of those results
 (and of the repository's profiles and validation runs) that returns a matplotlib
 ``Figure``. A figure a scenario declares in its ``figures:`` list is drawn by the same
-function :mod:`lyra_simpy.figures` uses for ``lyra-simpy run`` (the entry's name is the
+function :mod:`lyra_simpy.output.figures` uses for ``lyra-simpy run`` (the entry's name is the
 file stem ``run`` gives it), so one figure has one drawing path. :func:`build`
 (``lyra-simpy figures``, ``tox -e figures``) runs the scenarios whose results are missing
 or stale and writes ``<name>.pdf`` and ``<name>.png`` for every entry, plus the
@@ -34,7 +34,7 @@ class FigureInputs:
     name: str
     """The figure's registry name (its file stem)."""
     results_dir: Path
-    """Results root: ``<results_dir>/<scenario>/<variant>/`` (see :mod:`lyra_simpy.runner`)."""
+    """Results root: ``<results_dir>/<scenario>/<variant>/`` (:mod:`lyra_simpy.output.writer`)."""
     scenarios: Mapping[str, Scenario]
     """The loaded scenarios the figure needs, by name."""
     root: Path
@@ -57,7 +57,7 @@ class PaperFigure:
 
 def draw_declared(inputs: FigureInputs, scenario: str) -> Figure:
     """The figure *scenario* declares under the file stem ``inputs.name``."""
-    from lyra_simpy.figures import FIGURES
+    from lyra_simpy.output.figures import FIGURES
 
     sc = inputs.scenarios[scenario]
     for spec in sc.figures:

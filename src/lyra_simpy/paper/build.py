@@ -4,7 +4,7 @@
 A scenario's results are *stale* when a variant's folder or manifest is missing, its
 resolved scenario differs from the one the manifest records, or the manifest was written
 by another package version or git revision; stale scenarios are rerun with
-:func:`~lyra_simpy.runner.run_scenario`, fresh ones are reused. (A revision ending in
+:func:`~lyra_simpy.output.writer.run_scenario`, fresh ones are reused. (A revision ending in
 ``-dirty`` does not tell two uncommitted states apart: ``rerun=True`` forces the runs.)
 """
 
@@ -15,11 +15,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from lyra_simpy.errors import LyraError
+from lyra_simpy.output.provenance import git_revision, package_version
+from lyra_simpy.output.style import save
+from lyra_simpy.output.writer import run_scenario
 from lyra_simpy.paper import PAPER_FIGURES, FigureInputs, MissingInputError
-from lyra_simpy.provenance import git_revision, package_version
-from lyra_simpy.runner import run_scenario
 from lyra_simpy.scenario import Scenario, load_scenario
-from lyra_simpy.style import save
 
 FORMATS = (".png", ".pdf")
 """Every figure is written in each: PNG for READMEs, PDF for the paper. PNG first: a
@@ -54,7 +54,7 @@ def readme(names: Sequence[str] = tuple(PAPER_FIGURES)) -> str:
         "",
         "Every file here is drawn by `lyra-simpy figures` (`tox -e figures`) from the",
         "registry in `src/lyra_simpy/paper/__init__.py`: PDF for the paper, PNG for",
-        "READMEs, one style (`src/lyra_simpy/style.py`), identical bytes on rerun. It runs",
+        "READMEs, one style (`src/lyra_simpy/output/style.py`), identical bytes on rerun. It runs",
         "the scenarios whose results in `results/` are missing or stale (full size; add",
         "`--quick` for the short runs) and writes this file. Do not edit by hand.",
         "",

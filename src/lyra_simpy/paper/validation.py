@@ -18,8 +18,8 @@ import numpy.typing as npt
 from matplotlib.figure import Figure
 
 from lyra_simpy.metrics.io import read_jsonl
-from lyra_simpy.plots import cdf_line, label_of
-from lyra_simpy.style import HEIGHT_IN, STYLE, WIDTH_IN
+from lyra_simpy.output.plots import cdf_line, label_of
+from lyra_simpy.output.style import HEIGHT_IN, STYLE, WIDTH_IN
 
 METRICS = ("ttft_ms", "tpot_ms")
 """The per-request latencies compared, one panel each."""

@@ -26,7 +26,7 @@ from typing import Any
 
 from lyra_simpy.errors import LyraError
 from lyra_simpy.metrics.io import atomic_write, write_json
-from lyra_simpy.provenance import git_revision, package_version
+from lyra_simpy.output.provenance import git_revision, package_version
 from lyra_simpy.sweep.executors import open_executor, simulate_summary
 from lyra_simpy.sweep.spec import Point, Sweep, load_sweep
 
@@ -136,7 +136,9 @@ def run_sweep(
     folder = Path(out or sweep.spec.out or Path("results") / "sweeps" / sweep.name)
     points_dir = folder / "points"
     points_dir.mkdir(parents=True, exist_ok=True)
-    for stale in points_dir.glob(".*.tmp"):  # left by a killed run; never a result
+    # A hidden file is a write a killed run left half done (metrics.io.atomic_write
+    # names its temporary ``.<name>.<random>.json``); never a result.
+    for stale in points_dir.glob(".*"):
         stale.unlink(missing_ok=True)
     distinct = {p.key: p for p in reversed(sweep.points)}  # first point of each key
     todo = [

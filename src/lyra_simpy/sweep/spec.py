@@ -45,7 +45,7 @@ from pydantic import ConfigDict, Field, PositiveInt, ValidationError, field_vali
 
 from lyra_simpy.config import Closed
 from lyra_simpy.errors import LyraError, ScenarioError, from_validation_error
-from lyra_simpy.provenance import package_version
+from lyra_simpy.output.provenance import package_version
 from lyra_simpy.scenario import Scenario, deep_merge, load_scenario, scenario_from_dict
 from lyra_simpy.workload.catalog import resolve_path
 

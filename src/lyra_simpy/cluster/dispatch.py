@@ -1,7 +1,7 @@
 """Many replicas behind a router: the dispatcher and the per-replica sources.
 
 The workload's source feeds a :class:`Dispatcher`. At each arrival time it asks the
-router (:mod:`lyra_simpy.routing`) for a replica and hands the request to that
+router (:mod:`lyra_simpy.cluster.routing`) for a replica and hands the request to that
 replica's :class:`RoutedSource`. Every instant runs in three phases, whatever order the
 replicas' events were scheduled in (:class:`~lyra_simpy.engine.PhaseEvent`): replicas
 commit the iterations ending then (finishes; a closed loop's next request), the
@@ -24,9 +24,9 @@ from typing import Any
 
 import simpy
 
+from lyra_simpy.cluster.routing import ReplicaLoad, Router
 from lyra_simpy.engine.request import Request
 from lyra_simpy.engine.timing import ROUTE_PRIORITY, PhaseEvent, delay_at_least
-from lyra_simpy.routing import ReplicaLoad, Router
 from lyra_simpy.workload.source import Source
 
 

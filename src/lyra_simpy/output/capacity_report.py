@@ -67,7 +67,7 @@ def format_capacity(cap: Capacity, name: str = "scenario") -> str:
 
 def write_capacity(cap: Capacity, out: str | Path) -> list[Path]:
     """``OUT/capacity_curve.csv`` (one row per probe) and ``OUT/capacity.png``."""
-    import lyra_simpy.plots as plots
+    import lyra_simpy.output.plots as plots
 
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 
 A router is a plain class (no SimPy) that sees a read-only :class:`ReplicaLoad` of every
 replica at the request's arrival time and returns an index. The dispatcher
-(:mod:`lyra_simpy.cluster`) calls it exactly at each arrival, before any replica acts at
+(:mod:`lyra_simpy.cluster.dispatch`) calls it exactly at each arrival, before any replica acts at
 that instant, so a state-reading router sees what a real one would.
 
 * ``round_robin``, ``random`` (vLLM production-stack / SGLang router ``round_robin``,

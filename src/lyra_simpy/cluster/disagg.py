@@ -1,7 +1,7 @@
 """Prefill/decode disaggregation: separate pools and the KV hand-off between them.
 
 DistServe (OSDI'24), Splitwise (ISCA'24) and SGLang's PD mode run prompts on a prefill
-pool and generation on a decode pool. Here (:mod:`lyra_simpy.cluster` routes arrivals
+pool and generation on a decode pool. Here (:mod:`lyra_simpy.cluster.dispatch` routes arrivals
 over the prefill pool):
 
 1. A prefill replica computes the prompt and emits the first token (TTFT is measured

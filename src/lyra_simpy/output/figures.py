@@ -18,12 +18,12 @@ import numpy as np
 import numpy.typing as npt
 from matplotlib.figure import Figure
 
-import lyra_simpy.plots as plots
+import lyra_simpy.output.plots as plots
 from lyra_simpy.metrics.io import read_itl_csv, read_jsonl, read_series
 from lyra_simpy.metrics.summary import number
+from lyra_simpy.output.style import STYLE, WIDTH_IN
 from lyra_simpy.report import FigureSpec, lookup
 from lyra_simpy.scenario import Scenario
-from lyra_simpy.style import STYLE, WIDTH_IN
 
 
 def _variants(results_dir: Path) -> list[Path]:

@@ -6,7 +6,7 @@ Layout of ``OUT/<scenario>/``: one folder per variant with ``requests.jsonl``,
 ``--timeseries-csv``), ``itl.csv`` (inter-token latencies as
 ``itl_ms,count`` pairs), ``transfers.csv`` (disaggregated clusters: each request's KV
 hand-off), ``manifest.json`` and, with ``output.trace_events`` or ``--trace-events``,
-``trace_events.json`` (:mod:`lyra_simpy.trace_events`), plus ``table.csv`` (the
+``trace_events.json`` (:mod:`lyra_simpy.output.trace_events`), plus ``table.csv`` (the
 printed table). The whole folder is written atomically (see
 :func:`~lyra_simpy.metrics.io.atomic_dir`).
 """
@@ -30,11 +30,11 @@ from lyra_simpy.metrics.io import (
     write_series_npz,
 )
 from lyra_simpy.metrics.summary import refusals_line
-from lyra_simpy.provenance import manifest
+from lyra_simpy.output.provenance import manifest
+from lyra_simpy.output.tables import format_table, format_value
 from lyra_simpy.report import lookup
 from lyra_simpy.scenario import Scenario
 from lyra_simpy.simulation import Results, simulate
-from lyra_simpy.tables import format_table, format_value
 from lyra_simpy.whatif import format_scorecard, scorecard, write_scorecard
 
 #: Columns added to every table whenever a run has such requests (and the table does not
@@ -105,7 +105,7 @@ def write_variant(
     info["variant_index"] = index
     write_json(folder / "manifest.json", info)
     if trace or res.scenario.output.trace_events:
-        from lyra_simpy.trace_events import write_trace_events
+        from lyra_simpy.output.trace_events import write_trace_events
 
         write_trace_events(res, folder / "trace_events.json")
 
@@ -125,8 +125,8 @@ def run_scenario(
     folders are None; print the report table through *echo*, and through *warn*
     (default: stderr) one line per variant that refused or cut off requests
     (*timeseries_csv*: each variant's series as CSV too; *trace_events*: each variant's
-    Perfetto trace; *progress*: bars on stderr, see :mod:`lyra_simpy.progress`)."""
-    from lyra_simpy.progress import RunProgress
+    Perfetto trace; *progress*: bars on stderr, see :mod:`lyra_simpy.output.progress`)."""
+    from lyra_simpy.output.progress import RunProgress
 
     if warn is None:
         warn = _stderr
@@ -169,7 +169,7 @@ def run_scenario(
                 writer.writerows(rows)
         echo(f"results: {final}/")
         if figures_dir is not None and scenario.figures:
-            from lyra_simpy.figures import draw_scenario_figures
+            from lyra_simpy.output.figures import draw_scenario_figures
 
             for path in draw_scenario_figures(scenario, final, figures_dir):
                 echo(f"figure: {path}")

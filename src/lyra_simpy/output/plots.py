@@ -1,7 +1,7 @@
 """Matplotlib helpers shared by figures and notebooks: data in, ``Figure`` out.
 
-Every figure is drawn under :data:`lyra_simpy.style.STYLE` (one style, sized for a
-two-column paper) and saved with :func:`lyra_simpy.style.save` (identical bytes on rerun).
+Every figure is drawn under :data:`lyra_simpy.output.style.STYLE` (one style, sized for a
+two-column paper) and saved with :func:`lyra_simpy.output.style.save` (identical bytes on rerun).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 from matplotlib.figure import Figure
 
-from lyra_simpy.style import HEIGHT_IN, STYLE, WIDTH_IN, save
+from lyra_simpy.output.style import HEIGHT_IN, STYLE, WIDTH_IN, save
 
 __all__ = ["STYLE", "save"]  # re-exported: figures and notebooks save through plots
 

@@ -1,0 +1,5 @@
+"""Many replicas: the dispatcher that routes each arrival (:mod:`.dispatch`), the
+routing policies it asks (:mod:`.routing`, registry ``ROUTERS`` beside their configs)
+and prefill/decode disaggregation (:mod:`.disagg`: the hand-off queue and the KV link).
+
+Nothing is imported here, so that importing one module does not import the others."""

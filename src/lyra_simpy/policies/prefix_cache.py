@@ -126,7 +126,7 @@ def max_hit_units(req: Request, unit_tokens: int) -> int:
 
 class _Base:
     free_queue = False
-    """Evicted through the pool's single free queue (``kv.py``), not by :meth:`evict`."""
+    """Evicted through the pool's single free queue (``engine/kv.py``), not by :meth:`evict`."""
 
     def __init__(self, unit_tokens: int, block_size: int, config: object = None) -> None:
         self.unit_tokens = unit_tokens

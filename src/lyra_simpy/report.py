@@ -8,7 +8,7 @@ to maximise across variants; the winner is printed under the table.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import ConfigDict, Field
 
@@ -102,13 +102,3 @@ class FigureSpec(Closed):
         if self.name == "whatif":
             return f"{scenario}_speedups"
         return f"{scenario}_timeline_{self.variant or 'first'}"
-
-
-def lookup(path: str, data: dict[str, Any]) -> Any:
-    """The value at dotted *path* in nested mappings (None when absent)."""
-    node: Any = data
-    for key in path.split("."):
-        if not isinstance(node, dict) or key not in node:
-            return None
-        node = node[key]
-    return node

@@ -37,9 +37,11 @@ from lyra_simpy.cluster.routing import RoundRobinConfig, RouterConfig
 from lyra_simpy.config import Closed
 from lyra_simpy.cost import LinearCostConfig, ProfileCostConfig, RooflineCostConfig
 from lyra_simpy.cost.catalog import CatalogError
+from lyra_simpy.dotted import set_path
 from lyra_simpy.engine.kv import ACTIVATION_RESERVE_GIB, MEM_FRACTION, KVCacheConfig
 from lyra_simpy.engine.speculative import SpeculativeConfig
 from lyra_simpy.errors import ScenarioError, from_validation_error
+from lyra_simpy.files import read_yaml
 from lyra_simpy.policies import (
     AlwaysConfig,
     ChunkedPrefillConfig,
@@ -331,10 +333,7 @@ class Scenario(Closed):
             if var.label in labels:
                 raise ScenarioError(f"variants[{i}].label: got {var.label!r}, must be unique")
             labels.add(var.label)
-            raw = copy.deepcopy(self._raw)
-            raw.pop("variants", None)
-            raw.pop("grid", None)
-            raw.pop("whatif", None)
+            raw = self._base_raw()
             for path, value in var.set.items():
                 set_path(raw, path, value, where=f"variants[{i}].set")
             raw["label"] = var.label
@@ -344,16 +343,31 @@ class Scenario(Closed):
     def with_values(self, changes: dict[str, Any], where: str = "--set") -> Scenario:
         """This scenario, without its variants, with every dotted path of *changes* set
         to its value (as ``--set`` does) and validated again."""
-        raw = copy.deepcopy(self._raw)
-        raw.pop("variants", None)
-        raw.pop("grid", None)
+        raw = self._base_raw()
         for path, value in changes.items():
             set_path(raw, path, value, where=where)
         return _validate(raw, self._base_dir)
 
+    def base(self) -> Scenario:
+        """This scenario without its variants (``variants``, ``grid``, ``whatif``): what
+        a sweep or a capacity search varies."""
+        return self.with_values({})
+
+    def _base_raw(self) -> dict[str, Any]:
+        """A copy of the scenario as written, without the blocks that make variants."""
+        raw = copy.deepcopy(self._raw)
+        for block in VARIANT_BLOCKS:
+            raw.pop(block, None)
+        return raw
+
     def resolved(self) -> dict[str, Any]:
         """The full scenario as plain data (defaults filled in), for manifests."""
-        return self.model_dump(mode="json", exclude={"quick", "variants", "grid", "whatif"})
+        return self.model_dump(mode="json", exclude={"quick", *VARIANT_BLOCKS})
+
+
+VARIANT_BLOCKS = ("variants", "grid", "whatif")
+"""The blocks of a scenario that make variants (each variant is the scenario without them,
+plus its own changes)."""
 
 
 def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -365,22 +379,6 @@ def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = copy.deepcopy(value)
     return out
-
-
-def set_path(raw: dict[str, Any], path: str, value: Any, where: str = "--set") -> None:
-    """Set the dotted *path* of *raw* to *value*, creating mappings on the way."""
-    keys = path.split(".")
-    if not all(keys):
-        raise ScenarioError(
-            f"{where}: got {path!r}, must be a dotted path like scheduler.max_num_seqs"
-        )
-    node = raw
-    for key in keys[:-1]:
-        nxt = node.setdefault(key, {})
-        if not isinstance(nxt, dict):
-            raise ScenarioError(f"{where}: {path}: {key!r} is {nxt!r}, not a mapping")
-        node = nxt
-    node[keys[-1]] = value
 
 
 _EXPONENT_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
@@ -461,18 +459,7 @@ def load_scenario(
 ) -> Scenario:
     """Read and validate the scenario file at *path* (see the module docstring)."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ScenarioError(f"{p}: cannot read scenario ({exc.strerror})") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ScenarioError(
-            f"{p}:{where}: not valid YAML ({getattr(exc, 'problem', exc)})"
-        ) from None
+    raw = read_yaml(p, "scenario")
     if isinstance(raw, dict):
         raw.setdefault("name", p.stem)
     return scenario_from_dict(raw, p.parent.resolve(), overrides, quick)

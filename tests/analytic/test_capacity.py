@@ -150,7 +150,7 @@ def test_cli_capacity_prints_the_curve_and_writes_it(tmp_path, capsys):
     assert "answer: 10.31 req/s" in text
     rows = (out / "capacity_curve.csv").read_text().splitlines()
     assert rows[0].startswith("rate_per_s,mean_attainment,min_attainment,max_attainment")
-    printed = text.split("goodput(req/s)\n")[1].split("answer:")[0].splitlines()
+    printed = text.split("goodput(req/s)\n")[1].split("answer:")[0].splitlines()[1:]  # (rule)
     assert len(rows) == 1 + len(printed) >= 6  # header + one row per printed probe
     assert (out / "capacity.png").stat().st_size > 0
     assert main(["capacity", str(path), "--slo", "ttft=0"]) == 2

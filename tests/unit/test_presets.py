@@ -10,10 +10,10 @@ import yaml
 
 from lyra_simpy import ScenarioError, scenario_from_dict, simulate
 from lyra_simpy.cli import main
+from lyra_simpy.dotted import get_path
 from lyra_simpy.presets import apply_engine, parse_command
 from lyra_simpy.presets import sglang as sg
 from lyra_simpy.presets import vllm as vl
-from lyra_simpy.report import lookup
 
 SGLANG_LINE = (
     "python -m sglang.launch_server --model-path Qwen/Qwen3-8B --max-running-requests 64 "
@@ -203,7 +203,7 @@ def test_sglang_capture_sizes():
     ],
 )
 def test_sglang_flag_mappings(flags, path, want):
-    assert lookup(path, resolved(base({"name": "sglang", "flags": flags}))) == want
+    assert get_path(resolved(base({"name": "sglang", "flags": flags})), path) == want
 
 
 def test_fp8_kv_doubles_the_pool():
@@ -387,7 +387,7 @@ def test_vllm_without_chunking_runs_continuous():
     ],
 )
 def test_vllm_flag_mappings(flags, path, want):
-    assert lookup(path, resolved(base({"name": "vllm", "flags": flags}))) == want
+    assert get_path(resolved(base({"name": "vllm", "flags": flags})), path) == want
 
 
 def test_vllm_capture_sizes():

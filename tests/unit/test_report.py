@@ -12,19 +12,20 @@ import numpy as np
 import pytest
 
 from lyra_simpy import simulate
+from lyra_simpy.dotted import get_path
 from lyra_simpy.engine.request import Request
 from lyra_simpy.output import provenance
 from lyra_simpy.output.figures import FIGURES, metrics_vs_param_figure, pareto_figure
 from lyra_simpy.output.writer import best_variant, format_table, run_scenario, table_rows
-from lyra_simpy.report import FigureSpec, lookup
+from lyra_simpy.report import FigureSpec
 
 
 def test_lookup():
     data = {"a": {"b": {"c": 3}}, "x": 1}
-    assert lookup("a.b.c", data) == 3
-    assert lookup("a.b", data) == {"c": 3}
-    assert lookup("a.z", data) is None
-    assert lookup("x.y", data) is None
+    assert get_path(data, "a.b.c") == 3
+    assert get_path(data, "a.b") == {"c": 3}
+    assert get_path(data, "a.z") is None
+    assert get_path(data, "x.y") is None
 
 
 def test_table_rows_and_best(make_scenario):

@@ -18,7 +18,6 @@ malformed profile fails before anything is simulated.
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -38,6 +37,7 @@ from lyra_simpy.cost.base import BatchShape, affine_span_s, verify_rows_tokens
 from lyra_simpy.cost.jitter import Jitter
 from lyra_simpy.cost.padding import Padder, Padding, check_padding
 from lyra_simpy.errors import LyraError
+from lyra_simpy.files import per_file_version
 
 if TYPE_CHECKING:  # the fit's pydantic models load with the first profile scenario
     from lyra_simpy.calibration.fit import ProfileFit
@@ -48,18 +48,9 @@ def _resolve(path: str, info: ValidationInfo) -> Path:
     return Path((info.context or {}).get("base_dir") or Path.cwd()) / path
 
 
+@per_file_version(maxsize=32)
 def _load(path: Path) -> ProfileFit:
     """The fit at *path*, read once per file version (validation asks twice)."""
-    try:
-        stat = path.stat()
-        version = (stat.st_mtime_ns, stat.st_size)
-    except OSError:
-        version = (0, 0)  # load_fit reports the missing file
-    return _load_version(path.resolve(), version)
-
-
-@functools.lru_cache(maxsize=32)
-def _load_version(path: Path, version: tuple[int, int]) -> ProfileFit:
     from lyra_simpy.calibration.fitfile import load_fit
 
     return load_fit(path)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from lyra_simpy.capacity import VARY, Capacity
 from lyra_simpy.errors import ScenarioError
+from lyra_simpy.output.tables import format_table
 
 #: ``--slo`` keys → SLO fields (ms).
 SLO_KEYS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2el": "e2el_ms"}
@@ -39,16 +40,21 @@ def format_capacity(cap: Capacity, name: str = "scenario") -> str:
     """The curve as a table, then the answer, as the command prints them."""
     what = "highest rate" if cap.vary == "arrival.rate" else "fewest replicas"
     slo = ", ".join(f"{k} <= {v:g}" for k, v in cap.slo.items() if v is not None)
+    rows = [
+        [
+            f"{p.x:.4g}",
+            f"{p.mean:.3f}",
+            f"{min(p.attainment):.3f}",
+            f"{max(p.attainment):.3f}",
+            f"{statistics.fmean(p.goodput_req_s):.4g}",
+        ]
+        for p in cap.curve()
+    ]
     lines = [
         f"capacity of {name}: {what} with mean SLO attainment >= {cap.target:g}",
         f"SLO {slo}; {len(cap.seeds)} seed(s) {cap.seeds}",
-        f"{cap.unit:>10}  {'attainment':>10}  {'min':>6}  {'max':>6}  {'goodput(req/s)':>14}",
+        format_table([cap.unit, "attainment", "min", "max", "goodput(req/s)"], rows),
     ]
-    for p in cap.curve():
-        lines.append(
-            f"{p.x:>10.4g}  {p.mean:>10.3f}  {min(p.attainment):>6.3f}  "
-            f"{max(p.attainment):>6.3f}  {statistics.fmean(p.goodput_req_s):>14.4g}"
-        )
     if cap.answer is None:
         lines.append(f"answer: none ({cap.note})")
         return "\n".join(lines)

@@ -19,10 +19,11 @@ import numpy.typing as npt
 from matplotlib.figure import Figure
 
 import lyra_simpy.output.plots as plots
+from lyra_simpy.dotted import get_path
 from lyra_simpy.metrics.io import read_itl_csv, read_jsonl, read_series
 from lyra_simpy.metrics.summary import number
 from lyra_simpy.output.style import STYLE, WIDTH_IN
-from lyra_simpy.report import FigureSpec, lookup
+from lyra_simpy.report import FigureSpec
 from lyra_simpy.scenario import Scenario
 
 
@@ -56,7 +57,7 @@ def metrics_vs_param_figure(results_dir: Path, spec: FigureSpec) -> Figure:
         return _series_vs_param_figure(results_dir, spec, spec.param, spec.series)
     points = []
     for folder in _variants(results_dir):
-        x = lookup(spec.param, _manifest(folder)["scenario"])
+        x = get_path(_manifest(folder)["scenario"], spec.param)
         summary = json.loads((folder / "summary.json").read_text())
         points.append((x, summary))
     points.sort(key=lambda p: p[0])
@@ -81,7 +82,7 @@ def _series_key(series: str, scenario: dict[str, Any]) -> str:
     itself names the grid's series label (the label less ``_<value>``)."""
     if series == "series":
         return str(scenario["label"]).rsplit("_", 1)[0]
-    value = lookup(series, scenario)
+    value = get_path(scenario, series)
     return "none" if value is None else str(value)
 
 
@@ -131,7 +132,7 @@ def _series_vs_param_figure(results_dir: Path, spec: FigureSpec, param: str, ser
         key = _series_key(series, scenario)
         if spec.reference is not None and reference is None:
             reference = (spec.reference, number(summary[spec.reference]))
-        lines.setdefault(key, []).append((lookup(param, scenario), summary))
+        lines.setdefault(key, []).append((get_path(scenario, param), summary))
     for pts in lines.values():
         pts.sort(key=lambda p: p[0])
     panels = {

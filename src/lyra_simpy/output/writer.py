@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lyra_simpy.dotted import get_path
 from lyra_simpy.engine.request import RECORD_FIELDS
 from lyra_simpy.metrics.io import (
     atomic_dir,
@@ -32,7 +33,6 @@ from lyra_simpy.metrics.io import (
 from lyra_simpy.metrics.summary import refusals_line
 from lyra_simpy.output.provenance import manifest
 from lyra_simpy.output.tables import format_table, format_value
-from lyra_simpy.report import lookup
 from lyra_simpy.scenario import Scenario
 from lyra_simpy.simulation import Results, simulate
 from lyra_simpy.whatif import format_scorecard, scorecard, write_scorecard
@@ -64,7 +64,7 @@ def table_rows(scenario: Scenario, results: list[Results]) -> tuple[list[str], l
             elif key in res.summary:
                 row.append(res.summary[key])
             else:
-                row.append(lookup(key, resolved))
+                row.append(get_path(resolved, key))
         rows.append(row)
     return headers, rows
 

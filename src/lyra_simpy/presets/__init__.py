@@ -43,6 +43,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, Field, ValidationError
 
+from lyra_simpy.dotted import MISSING, get_path, set_path
 from lyra_simpy.errors import ScenarioError, from_validation_error
 from lyra_simpy.presets import sglang, vllm
 from lyra_simpy.presets.common import Knob, Knobs
@@ -62,7 +63,6 @@ ENGINES: dict[str, _Spec] = {
 """Engine name → (flag model, flags → knobs function, ignored flags, flag aliases)."""
 
 _BLOCK_KEYS = ("name", "flags", "command")
-_MISSING = object()
 
 
 def flag_key(text: str) -> str:
@@ -157,32 +157,12 @@ def _flags_of(block: dict[str, Any], aliases: dict[str, str]) -> dict[str, Any]:
     return flags
 
 
-def _get(raw: dict[str, Any], path: str) -> Any:
-    node: Any = raw
-    for key in path.split("."):
-        if not isinstance(node, dict) or key not in node:
-            return _MISSING
-        node = node[key]
-    return node
-
-
-def _set(raw: dict[str, Any], path: str, value: Any) -> None:
-    *parents, last = path.split(".")
-    node = raw
-    for key in parents:
-        nxt = node.get(key)
-        if not isinstance(nxt, dict):
-            nxt = node[key] = {}
-        node = nxt
-    node[last] = copy.deepcopy(value)
-
-
 def _merge(raw: dict[str, Any], knobs: Knobs, engine: str) -> None:
     """Write *knobs* into *raw* under the precedence rule of the module docstring."""
     for path, knob in knobs.items():
-        mine = _get(raw, path)
-        if mine is _MISSING:
-            _set(raw, path, knob.value)
+        mine = get_path(raw, path, MISSING)
+        if mine is MISSING:
+            set_path(raw, path, copy.deepcopy(knob.value), where=engine)
             continue
         if path == "scheduler.name" and mine != knob.value:
             why = f" with {knob.flag}: {knob.flag_value!r}" if knob.flag else ""

@@ -31,7 +31,6 @@ trace or refitting a profile reruns the points that read it.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import itertools
 import json
@@ -40,11 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
 from lyra_simpy.config import Closed
 from lyra_simpy.errors import LyraError, ScenarioError, from_validation_error
+from lyra_simpy.files import per_file_version, read_yaml
 from lyra_simpy.output.provenance import package_version
 from lyra_simpy.scenario import Scenario, deep_merge, load_scenario, scenario_from_dict
 from lyra_simpy.workload.catalog import resolve_path
@@ -137,18 +136,17 @@ def _read_paths(node: Any) -> Iterator[str]:
             yield from _read_paths(value)
 
 
-@functools.cache
-def _digest_of(path: Path, mtime_ns: int, size_bytes: int) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+@per_file_version(maxsize=256)
+def _digest_of(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return "unreadable"
 
 
 def _digest(path: Path) -> str:
     """SHA-256 of the file's content, computed once per file version."""
-    try:
-        stat = path.stat()
-        return _digest_of(path.resolve(), stat.st_mtime_ns, stat.st_size)
-    except OSError:
-        return "unreadable"
+    return _digest_of(path)
 
 
 def _file(path: str, base_dir: Path) -> Path:
@@ -173,15 +171,6 @@ def point_key(scenario: Scenario) -> str:
         allow_nan=False,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def _read_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot read sweep ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"{path}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
 
 
 def _rows(spec: SweepSpec) -> list[dict[str, Any]]:
@@ -213,7 +202,7 @@ def sweep_from_dict(
         base = load_scenario((base_dir or Path.cwd()) / spec.base, overrides, quick)
     else:
         base = scenario_from_dict(spec.base, base_dir, overrides, quick)
-    base = base.with_values({})  # its own variants give way to the sweep's grid
+    base = base.base()  # its own variants give way to the sweep's grid
     seeds = (
         spec.seeds if isinstance(spec.seeds, list) else [base.seed + i for i in range(spec.seeds)]
     )
@@ -236,5 +225,5 @@ def load_sweep(
     """Read the sweep file at *path*; *overrides* (``path=value``) apply to the base
     scenario, *quick* to both files' ``quick:`` blocks."""
     p = Path(path)
-    raw = _read_yaml(p)
+    raw = read_yaml(p, "sweep")
     return sweep_from_dict(raw, p.parent.resolve(), overrides, quick, name=p.stem)

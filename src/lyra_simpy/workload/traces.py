@@ -28,7 +28,6 @@ file read again row by row, to name the line that broke it.
 from __future__ import annotations
 
 import csv
-import functools
 import json
 import math
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lyra_simpy.errors import TraceError
+from lyra_simpy.files import per_file_version
 
 TraceFormat = Literal["azure", "mooncake", "burstgpt", "csv"]
 
@@ -212,8 +212,8 @@ def _read_rows(path: Path, fmt: TraceFormat, hashes: list[tuple[int, ...]]) -> _
     return rows
 
 
-@functools.lru_cache(maxsize=16)
-def _load(path: str, fmt: TraceFormat, mtime_ns: int) -> Trace:
+@per_file_version(maxsize=16)
+def _load(path: Path, fmt: TraceFormat) -> Trace:
     if fmt != "mooncake":
         trace = _fast_csv(Path(path), fmt)
         if trace is not None:
@@ -243,4 +243,4 @@ def read_trace(path: Path, fmt: TraceFormat) -> Trace:
             f"trace file not found: {path} (a {fmt} trace: {_SOURCES[fmt]}; "
             "`lyra-simpy traces list` shows the traces known by name)"
         )
-    return _load(str(path.resolve()), fmt, path.stat().st_mtime_ns)
+    return _load(path, fmt)

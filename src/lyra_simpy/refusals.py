@@ -84,16 +84,16 @@ def possible_refusals(scenario: Scenario) -> list[str]:
             prompt_only = where.endswith("prefill.")
             reason = sched.refusal(req, kv.capacity_blocks, kv.block_size, prompt_only)
             pool = where.removesuffix(".") or "replica"
-            reasons.setdefault(pool, []).append(reason or "")
+            reasons.setdefault(pool, []).append(reason or "")  # ("": it can)
         # refused where every replica of some pool refuses (a request needs one of each
         # pool in a disaggregated cluster; one replica of any other cluster)
-        refused = {p: rs[0] for p, rs in reasons.items() if all(rs)}
+        refused: dict[str, str] = {p: rs[0] for p, rs in reasons.items() if all(rs)}
         if refused:
-            pool, reason = next(iter(refused.items()))
+            pool, why = next(iter(refused.items()))
             label = f"{scenario.name}/{variant.label}"
             out.append(
                 f"{label}: workload can draw {longest_in} prompt + {longest_out} output "
-                f"tokens, which {pool} can never serve ({reason}): such requests will be "
+                f"tokens, which {pool} can never serve ({why}): such requests will be "
                 "rejected"
             )
     return out

@@ -17,7 +17,7 @@ import copy
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
@@ -35,7 +35,7 @@ from pydantic import (
 from lyra_simpy.cluster.disagg import LinkConfig
 from lyra_simpy.cluster.routing import RoundRobinConfig, RouterConfig
 from lyra_simpy.config import Closed
-from lyra_simpy.cost import LinearCostConfig, ProfileCostConfig, RooflineCostConfig
+from lyra_simpy.cost import CostConfig
 from lyra_simpy.cost.catalog import CatalogError
 from lyra_simpy.dotted import set_path
 from lyra_simpy.engine.kv import ACTIVATION_RESERVE_GIB, MEM_FRACTION, KVCacheConfig
@@ -43,12 +43,10 @@ from lyra_simpy.engine.speculative import SpeculativeConfig
 from lyra_simpy.errors import ScenarioError, from_validation_error
 from lyra_simpy.files import read_yaml
 from lyra_simpy.policies import (
+    AdmissionConfig,
     AlwaysConfig,
-    ChunkedPrefillConfig,
     ContinuousConfig,
-    PrefillFirstConfig,
-    SLOAdmissionConfig,
-    StaticConfig,
+    SchedulerConfig,
 )
 from lyra_simpy.policies.prefix_cache import PrefixCacheConfig
 from lyra_simpy.presets import EngineConfig, apply_engine
@@ -57,15 +55,6 @@ from lyra_simpy.variants import Grid, Variant
 from lyra_simpy.whatif import WhatIf
 from lyra_simpy.workload import WorkloadConfig, check_files
 from lyra_simpy.workload.prefixes import unit_tokens
-
-SchedulerConfig = Annotated[
-    StaticConfig | ContinuousConfig | ChunkedPrefillConfig | PrefillFirstConfig,
-    Field(discriminator="name"),
-]
-CostConfig = Annotated[
-    LinearCostConfig | RooflineCostConfig | ProfileCostConfig, Field(discriminator="name")
-]
-AdmissionConfig = Annotated[AlwaysConfig | SLOAdmissionConfig, Field(discriminator="name")]
 
 
 class SLOConfig(Closed):

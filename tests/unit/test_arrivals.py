@@ -7,15 +7,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pydantic import TypeAdapter
 
 from lyra_simpy.errors import ScenarioError, TraceError
-from lyra_simpy.workload import ARRIVALS
-from lyra_simpy.workload.arrivals import open_loop_times, trace_times
+from lyra_simpy.workload.arrivals import ArrivalConfig, open_loop_times, trace_times
 from lyra_simpy.workload.traces import read_trace
 
 
 def times(cfg: dict, rng, n=None, duration_s=None) -> np.ndarray:
-    model = ARRIVALS[cfg["name"]].model_validate(cfg)
+    model = TypeAdapter(ArrivalConfig).validate_python(cfg)
     return open_loop_times(model, rng, n, duration_s)
 
 
@@ -68,16 +68,18 @@ def test_num_requests_and_duration_whichever_first(rng):
 
 
 def test_trace_times_rescaled_to_rate():
-    cfg = ARRIVALS["trace"].model_validate({"name": "trace", "path": "x", "rate_per_s": 4.0})
+    cfg = TypeAdapter(ArrivalConfig).validate_python(
+        {"name": "trace", "path": "x", "rate_per_s": 4.0}
+    )
     t = trace_times(cfg, np.array([10.0, 11.0, 13.0, 20.0]))
     # 3 gaps over 10 s (0.3/s) rescaled to 4/s: last arrival at 3 / 4 = 0.75 s
     np.testing.assert_allclose(t, [0.0, 0.075, 0.225, 0.75])
-    cfg = ARRIVALS["trace"].model_validate({"name": "trace", "path": "x", "skip_rows": 2})
+    cfg = TypeAdapter(ArrivalConfig).validate_python({"name": "trace", "path": "x", "skip_rows": 2})
     np.testing.assert_allclose(trace_times(cfg, np.array([10.0, 11.0, 13.0, 20.0])), [0.0, 7.0])
 
 
 def test_trace_rate_is_the_replayed_windows():
-    cfg = ARRIVALS["trace"].model_validate(
+    cfg = TypeAdapter(ArrivalConfig).validate_python(
         {"name": "trace", "path": "x", "rate_per_s": 4.0, "skip_rows": 1}
     )
     # rows 1..3 (11, 13, 20) are replayed: 2 gaps over 2 s -> rescaled to 2 / 4 = 0.5 s;
@@ -301,7 +303,7 @@ def _one_draw(cfg, rng, n, duration_s):
 def test_chunked_times_equal_one_draw(monkeypatch, arrival, n, duration_s):
     from lyra_simpy.workload import arrivals
 
-    cfg = ARRIVALS[arrival["name"]](**arrival)
+    cfg = TypeAdapter(ArrivalConfig).validate_python(arrival)
     want = _one_draw(cfg, np.random.default_rng(7), n, duration_s)
     for chunk in (1, 7, 1 << 20):
         monkeypatch.setattr(arrivals, "CHUNK", chunk)
@@ -314,7 +316,9 @@ def test_horizon_keeps_the_times_up_to_it_and_spare_after(monkeypatch, spare):
     from lyra_simpy.workload import arrivals
 
     monkeypatch.setattr(arrivals, "CHUNK", 16)
-    cfg = ARRIVALS["gamma"](rate_per_s=5.0, cv=2.0)
+    cfg = TypeAdapter(ArrivalConfig).validate_python(
+        {"name": "gamma", "rate_per_s": 5.0, "cv": 2.0}
+    )
     full = open_loop_times(cfg, np.random.default_rng(3), 5000, None)
     got = open_loop_times(cfg, np.random.default_rng(3), 5000, None, 10.0, spare)
     assert np.count_nonzero(got > 10.0) == spare

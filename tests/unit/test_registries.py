@@ -9,13 +9,12 @@ import pytest
 
 import lyra_simpy
 from lyra_simpy import COST_MODELS, SCHEDULERS
+from lyra_simpy.cluster.routing import ROUTERS, RouterConfig
 from lyra_simpy.cost import LinearCost, LinearCostConfig
 from lyra_simpy.policies import ADMISSIONS, Limits
+from lyra_simpy.policies.prefix_cache import PREFIX_CACHES, PrefixCacheConfig
 from lyra_simpy.presets import ENGINES, EngineConfig
 from lyra_simpy.scenario import AdmissionConfig, CostConfig, SchedulerConfig
-from lyra_simpy.workload import ARRIVALS, LENGTHS
-from lyra_simpy.workload.arrivals import ArrivalConfig
-from lyra_simpy.workload.lengths import LengthConfig
 
 
 def union_names(annotated: object) -> list[str]:
@@ -36,12 +35,12 @@ def union_names(annotated: object) -> list[str]:
     [
         (SchedulerConfig, SCHEDULERS),
         (CostConfig, COST_MODELS),
-        (ArrivalConfig, ARRIVALS),
-        (LengthConfig, LENGTHS),
         (AdmissionConfig, ADMISSIONS),
         (EngineConfig, ENGINES),
+        (RouterConfig, ROUTERS),
+        (PrefixCacheConfig, PREFIX_CACHES),
     ],
-    ids=["scheduler", "cost", "arrival", "length", "admission", "engine"],
+    ids=["scheduler", "cost", "admission", "engine", "router", "prefix_cache"],
 )
 def test_union_names_equal_registry_keys(union, registry):
     names = union_names(union)

@@ -31,7 +31,7 @@ the request goes where the router sends it and is rejected there, with the reaso
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Protocol
 
@@ -242,7 +242,7 @@ class CacheAware:
             tree.popitem(last=False)
 
 
-ROUTERS: dict[str, type[Any]] = {
+ROUTERS: dict[str, Callable[[Any, int, np.random.Generator], Router]] = {
     "round_robin": RoundRobin,
     "random": RandomRouter,
     "least_outstanding": LeastOutstanding,

@@ -1,15 +1,24 @@
-"""Cost models: iteration time of a batch. ``COST_MODELS`` maps the YAML ``name``."""
+"""Cost models: iteration time of a batch. ``COST_MODELS`` maps the YAML ``name`` to
+what builds the model from its config (and the replica's largest batch); ``CostConfig``
+is the config union beside it."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from lyra_simpy.cost.base import BatchShape, CostModel
 from lyra_simpy.cost.linear import LinearCost, LinearCostConfig
 from lyra_simpy.cost.profiled import ProfileCost, ProfileCostConfig
 from lyra_simpy.cost.roofline import RooflineCost, RooflineCostConfig
 
-COST_MODELS: dict[str, type[Any]] = {
+CostConfig = Annotated[
+    LinearCostConfig | RooflineCostConfig | ProfileCostConfig, Field(discriminator="name")
+]
+
+COST_MODELS: dict[str, Callable[[Any, int], CostModel]] = {
     "linear": LinearCost,
     "roofline": RooflineCost,
     "profile": ProfileCost,
@@ -18,6 +27,7 @@ COST_MODELS: dict[str, type[Any]] = {
 __all__ = [
     "COST_MODELS",
     "BatchShape",
+    "CostConfig",
     "CostModel",
     "LinearCost",
     "LinearCostConfig",

@@ -1,10 +1,16 @@
 """Scheduling and admission policies. ``SCHEDULERS`` and ``ADMISSIONS`` map the YAML
-``scheduler.name`` and ``admission.name`` to a class."""
+``scheduler.name`` and ``admission.name`` to what builds the policy from its config;
+``SchedulerConfig`` and ``AdmissionConfig`` are the config unions beside them (a test
+checks that each registry's keys are its union's names)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Annotated, Any
 
+from pydantic import Field
+
+from lyra_simpy.cost.base import CostModel
 from lyra_simpy.policies.admission import (
     Admission,
     AlwaysAdmission,
@@ -20,14 +26,20 @@ from lyra_simpy.policies.continuous import ContinuousBatching, ContinuousConfig
 from lyra_simpy.policies.prefill_first import PrefillFirst, PrefillFirstConfig
 from lyra_simpy.policies.static import StaticBatching, StaticConfig
 
-SCHEDULERS: dict[str, type[Any]] = {
+SchedulerConfig = Annotated[
+    StaticConfig | ContinuousConfig | ChunkedPrefillConfig | PrefillFirstConfig,
+    Field(discriminator="name"),
+]
+AdmissionConfig = Annotated[AlwaysConfig | SLOAdmissionConfig, Field(discriminator="name")]
+
+SCHEDULERS: dict[str, Callable[[Any], Scheduler]] = {
     "static": StaticBatching,
     "continuous": ContinuousBatching,
     "chunked_prefill": ChunkedPrefill,
     "prefill_first": PrefillFirst,
 }
 
-ADMISSIONS: dict[str, type[Any]] = {
+ADMISSIONS: dict[str, Callable[[Any, CostModel, Limits], Admission]] = {
     "always": AlwaysAdmission,
     "slo": SLOAdmission,
 }
@@ -36,6 +48,7 @@ __all__ = [
     "ADMISSIONS",
     "SCHEDULERS",
     "Admission",
+    "AdmissionConfig",
     "AlwaysAdmission",
     "AlwaysConfig",
     "BatchPlan",
@@ -51,6 +64,7 @@ __all__ = [
     "SLOAdmission",
     "SLOAdmissionConfig",
     "Scheduler",
+    "SchedulerConfig",
     "StaticBatching",
     "StaticConfig",
 ]

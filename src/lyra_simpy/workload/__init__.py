@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
 from lyra_simpy.config import Closed
 from lyra_simpy.errors import ScenarioError, TraceError
@@ -20,23 +20,16 @@ from lyra_simpy.rng import Streams
 from lyra_simpy.workload.arrivals import (
     ArrivalConfig,
     ClosedLoopArrivals,
-    ConstantArrivals,
-    GammaArrivals,
-    PoissonArrivals,
     TraceArrivals,
     open_loop_times,
     trace_times,
 )
 from lyra_simpy.workload.lengths import (
     EmpiricalLength,
-    FixedLength,
     LengthConfig,
     LengthContext,
-    LogNormalLength,
     MixtureLength,
-    NormalLength,
     TraceLength,
-    UniformLength,
     read,
     sample_lengths,
 )
@@ -52,24 +45,6 @@ from lyra_simpy.workload.prefixes import (
 )
 from lyra_simpy.workload.source import ClosedLoopSource, Drawn, Ints, Keys, OpenLoopSource, Source
 from lyra_simpy.workload.traces import Trace, TraceFormat
-
-ARRIVALS: dict[str, type[BaseModel]] = {
-    "poisson": PoissonArrivals,
-    "gamma": GammaArrivals,
-    "constant": ConstantArrivals,
-    "closed_loop": ClosedLoopArrivals,
-    "trace": TraceArrivals,
-}
-
-LENGTHS: dict[str, type[BaseModel]] = {
-    "fixed": FixedLength,
-    "uniform": UniformLength,
-    "normal": NormalLength,
-    "lognormal": LogNormalLength,
-    "empirical": EmpiricalLength,
-    "trace": TraceLength,
-    "mixture": MixtureLength,
-}
 
 
 class WorkloadConfig(Closed):
@@ -321,4 +296,4 @@ def build_source(
     return OpenLoopSource(times, requests.input_tokens, requests.output_tokens, requests.keys)
 
 
-__all__ = ["ARRIVALS", "LENGTHS", "WorkloadConfig", "build_source", "check_files"]
+__all__ = ["WorkloadConfig", "build_source", "check_files"]

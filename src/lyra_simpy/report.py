@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
 from lyra_simpy.config import Closed
 
@@ -46,8 +46,25 @@ class OutputConfig(Closed):
     (:mod:`lyra_simpy.output.trace_events`); also ``lyra-simpy run --trace-events``."""
 
 
+FIGURE_FIELDS: dict[str, frozenset[str]] = {
+    "cdf": frozenset({"metric", "tail", "log_x"}),
+    "metrics_vs_param": frozenset({"param", "metrics", "series", "log_x", "log_y", "reference"}),
+    "timeline": frozenset({"variant"}),
+    "iteration_times": frozenset({"window_s"}),
+    "grouped_bars": frozenset({"metrics", "log_y"}),
+    "pareto": frozenset({"metrics", "series"}),
+    "whatif": frozenset(),
+}
+"""The fields each kind of figure reads (besides ``name`` and ``title``): a field given to a
+kind that ignores it is refused when the scenario loads, not after it has run."""
+
+CDF_METRICS = ("ttft_ms", "tpot_ms", "e2el_ms", "itl_ms")
+"""What a ``cdf`` can draw: a per-request latency, or the pooled inter-token gaps."""
+
+
 class FigureSpec(Closed):
-    """One figure of the scenario, drawn by ``FIGURES[name]`` from its results."""
+    """One figure of the scenario, drawn by ``FIGURES[name]`` from its results; checked
+    per kind when the scenario loads (:data:`FIGURE_FIELDS`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -87,6 +104,35 @@ class FigureSpec(Closed):
     the first panel (its value in the first variant: e.g. a bound)."""
     tail: bool = False
     """``cdf``: draw the complementary CDF on a log scale (the tail, p90 to p99.9)."""
+
+    @model_validator(mode="after")
+    def _fits_its_kind(self) -> FigureSpec:
+        used = FIGURE_FIELDS[self.name]
+        fields = type(self).model_fields
+        extra = sorted(
+            f
+            for f in fields
+            if f not in used
+            and f not in ("name", "title")
+            and getattr(self, f) != fields[f].get_default(call_default_factory=True)
+        )  # (a field at its default is not "given": a dumped spec loads back)
+        if extra:
+            takes = ", ".join(sorted(used | {"title"}))
+            raise ValueError(f"{self.name} does not use {', '.join(extra)} (it takes: {takes})")
+        n = len(self.metrics)
+        if self.name == "cdf" and self.metric not in CDF_METRICS:
+            raise ValueError(f"metric: got {self.metric!r}, must be one of {list(CDF_METRICS)}")
+        if self.name == "metrics_vs_param" and (self.param is None or n == 0):
+            raise ValueError("metrics_vs_param needs param (a dotted scenario path) and metrics")
+        if self.name == "grouped_bars" and n == 0:
+            raise ValueError("grouped_bars needs metrics (one panel each)")
+        if self.name == "pareto" and n != 2:
+            raise ValueError(f"pareto needs metrics: [x, y] (two), got {n}")
+        if self.reference is not None and self.series is None:
+            raise ValueError("reference needs series (it is drawn on the series' first panel)")
+        if isinstance(self.log_y, list) and not set(self.log_y) <= set(self.metrics):
+            raise ValueError(f"log_y: got {self.log_y}, must name metrics of {self.metrics}")
+        return self
 
     def file_stem(self, scenario: str) -> str:
         if self.name == "cdf":

@@ -15,9 +15,9 @@ from lyra_simpy import simulate
 from lyra_simpy.dotted import get_path
 from lyra_simpy.engine.request import Request
 from lyra_simpy.output import provenance
-from lyra_simpy.output.figures import FIGURES, metrics_vs_param_figure, pareto_figure
+from lyra_simpy.output.figures import FIGURES
 from lyra_simpy.output.writer import best_variant, format_table, run_scenario, table_rows
-from lyra_simpy.report import FigureSpec
+from lyra_simpy.report import FIGURE_FIELDS, FigureSpec
 
 
 def test_lookup():
@@ -81,20 +81,14 @@ def test_figures_registry_and_spec_names():
     assert set(FIGURES) == set(typing.get_args(FigureSpec.model_fields["name"].annotation))
     assert FigureSpec(name="iteration_times").file_stem("s") == "s_iterations"
     assert FigureSpec(name="cdf", metric="tpot_ms").file_stem("s") == "s_tpot_cdf"
-    assert FigureSpec(name="metrics_vs_param", param="a.b").file_stem("s") == "s_vs_b"
+    by_b = FigureSpec(name="metrics_vs_param", param="a.b", metrics=["request_goodput"])
+    assert by_b.file_stem("s") == "s_vs_b"
+    # every kind names the fields it reads, and only real fields
+    assert set(FIGURE_FIELDS) == set(FIGURES)
+    assert set().union(*FIGURE_FIELDS.values()) < set(FigureSpec.model_fields)
     assert FigureSpec(name="timeline").file_stem("s") == "s_timeline_first"
     pareto = FigureSpec(name="pareto", metrics=["output_throughput", "p99_tpot_ms"])
     assert pareto.file_stem("s") == "s_pareto_p99_tpot"
-
-
-def test_pareto_needs_two_metrics(tmp_path):
-    with pytest.raises(ValueError, match=r"pareto needs metrics: \[x, y\]"):
-        pareto_figure(tmp_path, FigureSpec(name="pareto", metrics=["output_throughput"]))
-
-
-def test_metrics_vs_param_needs_param_and_metrics(tmp_path):
-    with pytest.raises(ValueError, match="needs param and metrics"):
-        metrics_vs_param_figure(tmp_path, FigureSpec(name="metrics_vs_param"))
 
 
 def test_provenance_fallbacks(monkeypatch):

@@ -72,6 +72,40 @@ def _error_of(raw: dict[str, Any], changes: dict[str, Any], delete: tuple[str, .
             {"figures": [{"name": "cdf"}, {"name": "histogram"}]},
             "figures[1].name: got 'histogram', must be ",
         ),
+        # a figure block is checked per kind when the scenario loads, not after the run
+        (
+            {"figures": [{"name": "pareto", "metrics": ["output_throughput"]}]},
+            "figures[0]: pareto needs metrics: [x, y] (two), got 1",
+        ),
+        (
+            {"figures": [{"name": "metrics_vs_param", "metrics": ["request_goodput"]}]},
+            "figures[0]: metrics_vs_param needs param (a dotted scenario path) and metrics",
+        ),
+        (
+            {"figures": [{"name": "timeline", "metrics": ["p99_ttft_ms"]}]},
+            "figures[0]: timeline does not use metrics (it takes: title, variant)",
+        ),
+        (
+            {"figures": [{"name": "cdf", "metric": "p99_ttft_ms"}]},
+            "figures[0]: metric: got 'p99_ttft_ms', must be one of ['ttft_ms', 'tpot_ms', ",
+        ),
+        (
+            {"figures": [{"name": "grouped_bars"}]},
+            "figures[0]: grouped_bars needs metrics (one panel each)",
+        ),
+        (
+            {
+                "figures": [
+                    {
+                        "name": "metrics_vs_param",
+                        "param": "seed",
+                        "metrics": ["a"],
+                        "reference": "b",
+                    }
+                ]
+            },
+            "figures[0]: reference needs series",
+        ),
     ],
 )
 def test_bad_value_names_path_value_and_rule(error_of, changes, expected):

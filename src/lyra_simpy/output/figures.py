@@ -51,8 +51,7 @@ def cdf_figure(results_dir: Path, spec: FigureSpec) -> Figure:
 
 
 def metrics_vs_param_figure(results_dir: Path, spec: FigureSpec) -> Figure:
-    if spec.param is None or not spec.metrics:
-        raise ValueError("metrics_vs_param needs param and metrics")
+    assert spec.param is not None  # (FigureSpec checks it at load)
     if spec.series is not None:
         return _series_vs_param_figure(results_dir, spec, spec.param, spec.series)
     points = []
@@ -104,8 +103,6 @@ def pareto_front(xs: Sequence[float], ys: Sequence[float]) -> list[int]:
 def pareto_figure(results_dir: Path, spec: FigureSpec) -> Figure:
     """Every variant at (``metrics[0]``, ``metrics[1]``), e.g. throughput against p99
     TPOT, coloured by *series*, with the latency–throughput Pareto front connected."""
-    if len(spec.metrics) != 2:
-        raise ValueError("pareto needs metrics: [x, y]")
     x, y = spec.metrics
     points: dict[str, tuple[list[float], list[float]]] = {}
     for folder in _variants(results_dir):
@@ -175,8 +172,6 @@ def grouped_bars_figure(results_dir: Path, spec: FigureSpec) -> Figure:
     """Summary *metrics* as bars: variants labelled ``<group>.<series>`` (e.g.
     ``poisson.fcfs``) give one cluster per group with one bar per series, in run order;
     a label without a dot is a group of its own."""
-    if not spec.metrics:
-        raise ValueError("grouped_bars needs metrics")
     groups: dict[str, dict[str, dict[str, float]]] = {}
     for folder in _variants(results_dir):
         group, _, series = folder.name.rpartition(".")

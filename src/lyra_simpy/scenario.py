@@ -234,12 +234,6 @@ class Scenario(Closed):
         kv = self.kv_cache
         if kv.num_blocks != "auto":
             return self
-        derive = getattr(self.cost, "kv_blocks", None)
-        if derive is None:
-            raise ValueError(
-                f"kv_cache.num_blocks: got 'auto' with cost {self.cost.name!r}, needs a "
-                "catalog cost model (cost.name: roofline) or a number of blocks"
-            )
         used = {
             "mem_fraction": MEM_FRACTION if kv.mem_fraction is None else kv.mem_fraction,
             "activation_reserve_gib": ACTIVATION_RESERVE_GIB
@@ -247,13 +241,19 @@ class Scenario(Closed):
             else kv.activation_reserve_gib,
         }
         try:
-            blocks = derive(kv.block_size, max_running=self.scheduler.max_batch, **used)
+            blocks = self.cost.kv_blocks(
+                kv.block_size, max_running=self.scheduler.max_batch, **used
+            )
         except CatalogError as exc:
             raise ValueError(f"kv_cache.num_blocks: auto: {exc}") from None
+        if blocks is None:
+            raise ValueError(
+                f"kv_cache.num_blocks: got 'auto' with cost {self.cost.name!r}, needs a "
+                "catalog cost model (cost.name: roofline) or a number of blocks"
+            )
         # frozen: the resolved value (and the memory figures it used) replaces "auto"
         # once, here, before anything reads it; the manifest shows all three
         object.__setattr__(self, "kv_cache", kv.model_copy(update={"num_blocks": blocks, **used}))
-        return self
         return self
 
     @field_validator("admission")
@@ -313,7 +313,7 @@ class Scenario(Closed):
         if self.grid is not None:
             variants.extend(self.grid.variants())
         if self.whatif is not None:
-            variants.extend(self.whatif.variants(getattr(self.cost, "jitter", None) is not None))
+            variants.extend(self.whatif.variants(self.cost.jitter is not None))
         if not variants:
             return [self]
         out = []

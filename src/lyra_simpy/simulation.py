@@ -28,7 +28,7 @@ from lyra_simpy.engine.replica import Policies, Replica, Rules
 from lyra_simpy.engine.request import RECORD_FIELDS, RejectReason, Request
 from lyra_simpy.engine.speculative import Speculator
 from lyra_simpy.metrics.collector import REASON_CODES, STATUS_CODES, Collector
-from lyra_simpy.metrics.fairness import alone_chunk_tokens, fairness_summary, unloaded_service_s
+from lyra_simpy.metrics.fairness import fairness_summary, unloaded_service_s
 from lyra_simpy.metrics.summary import summarize
 from lyra_simpy.policies import ADMISSIONS, SCHEDULERS, Admission, Limits
 from lyra_simpy.policies.prefix_cache import PREFIX_CACHES, PrefixCache
@@ -108,9 +108,9 @@ def _admission(scenario: Scenario, spec: ReplicaSpec, cost: CostModel) -> Admiss
         scenario.slo.ttft_ms,
         scenario.slo.tpot_ms,
         sched.max_batch,
-        getattr(sched, "max_num_batched_tokens", None),
+        sched.token_budget,
         spec.kv_cache.capacity_blocks * spec.kv_cache.block_size,
-        alone_chunk_tokens(sched) if sched.name == "chunked_prefill" else None,
+        sched.alone_chunk_tokens if sched.name == "chunked_prefill" else None,
     )
     admission: Admission = ADMISSIONS[scenario.admission.name](scenario.admission, cost, limits)
     return admission
@@ -119,7 +119,7 @@ def _admission(scenario: Scenario, spec: ReplicaSpec, cost: CostModel) -> Admiss
 def _with_bound(summary: dict[str, Any], scenario: Scenario, source: Any) -> dict[str, Any]:
     """Add ``prefix_cache_hit_rate_bound``: the unlimited-cache hit rate of the workload
     (0 when its prompts share nothing)."""
-    keys = getattr(source, "keys", None)
+    keys = source.keys
     bound = 0.0
     if keys is not None:
         unit = unit_tokens(scenario.workload.prefix, scenario.kv_cache.block_size)
@@ -352,7 +352,7 @@ def _unloaded(
             out[mine] = unloaded_service_s(
                 expected(replica.cost), records["input_tokens"][mine],
                 records["output_tokens"][mine],
-                alone_chunk_tokens(spec.scheduler),
+                spec.scheduler.alone_chunk_tokens,
                 records["cached_tokens"][mine],
             )  # fmt: skip
     return out

@@ -23,7 +23,7 @@ from lyra_simpy import Results, scenario_from_dict, simulate
 from lyra_simpy.cost import COST_MODELS
 from lyra_simpy.engine.kv import blocks_for
 from lyra_simpy.engine.request import REJECT_REASONS
-from lyra_simpy.metrics.fairness import alone_chunk_tokens, unloaded_service_s
+from lyra_simpy.metrics.fairness import unloaded_service_s
 from lyra_simpy.metrics.io import write_jsonl
 from lyra_simpy.scenario import set_path
 
@@ -460,7 +460,7 @@ def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
     # slowdown: no request is served faster than alone on an idle replica (with CUDA-graph
     # padding a lone decode can cost more than a mixed iteration: not checked there)
     cost = COST_MODELS[res.scenario.cost.name](res.scenario.cost, width)
-    budget = alone_chunk_tokens(res.scenario.scheduler)
+    budget = res.scenario.scheduler.alone_chunk_tokens
     unloaded = unloaded_service_s(
         cost, rec["input_tokens"], rec["output_tokens"], budget, rec["cached_tokens"]
     )

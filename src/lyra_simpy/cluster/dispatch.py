@@ -219,8 +219,7 @@ class Dispatcher:
     def peek_s(self, k: int) -> float | None:
         """The arrival time *k* arrivals after the cluster's next one, as far as known
         (None: no arrival is known)."""
-        peek = getattr(self.upstream, "peek_s", None)
-        return peek(k) if peek is not None else self.upstream.next_s()
+        return self.upstream.peek_s(k)
 
     def on_finish(self, now: float) -> None:
         """A request ended on some replica (closed loops send the next one: routed in

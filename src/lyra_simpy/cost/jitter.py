@@ -177,7 +177,7 @@ class JitteredCost:
 def with_jitter(base: CostModel, config: Any, streams: Streams, replica: int) -> CostModel:
     """*base* wrapped in its config's ``jitter`` (itself when there is none or it is
     all zero), drawing from the stream ``jitter<replica>.<session>``."""
-    jitter: JitterConfig | None = getattr(config, "jitter", None)
+    jitter: JitterConfig | None = config.jitter
     if jitter is None or not jitter.active:
         return base
     sigma = jitter.sigma

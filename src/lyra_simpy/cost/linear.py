@@ -49,6 +49,16 @@ class LinearCostConfig(Closed):
     """Seeded step-time noise on every iteration (default none: exact times); see
     :mod:`~lyra_simpy.cost.jitter`."""
 
+    def calibration(self) -> str:
+        """Where the coefficients came from, for the run's manifest."""
+        return "coefficients given in the scenario YAML"
+
+    def kv_blocks(
+        self, block_size: int, mem_fraction: float, activation_reserve_gib: float, max_running: int
+    ) -> int | None:
+        """None: no model or device to size the KV pool from (``num_blocks: auto``)."""
+        return None
+
     @model_validator(mode="after")
     def _jitter_has_no_fit(self) -> LinearCostConfig:
         refuse_fitted_without_fit(self.jitter, "the linear cost model")

@@ -111,6 +111,12 @@ class ProfileCostConfig(Closed):
         assert self._fit is not None
         return self._fit
 
+    def kv_blocks(
+        self, block_size: int, mem_fraction: float, activation_reserve_gib: float, max_running: int
+    ) -> int | None:
+        """None: a profile names no device to size the KV pool from."""
+        return None
+
     def calibration(self) -> dict[str, Any]:
         """Where the coefficients came from, for the run's manifest."""
         fit = self.fit

@@ -130,9 +130,16 @@ class RooflineCostConfig(Closed):
             raise ValueError(f"tp: got {self.tp}, must divide the model's {heads} heads")
         return self
 
+    def calibration(self) -> str:
+        """Where the numbers came from, for the run's manifest."""
+        return (
+            "package catalogs lyra_simpy/data/hardware.yaml and models.yaml (published "
+            "figures, sources inline); efficiencies as in parameters"
+        )
+
     def kv_blocks(
         self, block_size: int, mem_fraction: float, activation_reserve_gib: float, max_running: int
-    ) -> int:
+    ) -> int | None:
         """KV blocks that fit beside the weights (``kv_cache.num_blocks: auto``)."""
         return kv_capacity_blocks(
             hardware_catalog()[self.hardware],

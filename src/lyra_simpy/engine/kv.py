@@ -109,8 +109,8 @@ class BlockPool:
     def attach(self, cache: PrefixCache | None) -> None:
         """Use *cache*'s unreferenced units as free blocks, evicted by its rule."""
         self.cache = cache
-        if cache is not None and getattr(cache, "free_queue", False):
-            cache.free_clock = self._clock  # type: ignore[attr-defined]
+        if cache is not None and cache.free_queue:
+            cache.free_clock = self._clock
             free = self.num_blocks - self.used - cache.evictable_blocks
             self._queue = deque([[0, free]] if free else [])
             self._queued = free

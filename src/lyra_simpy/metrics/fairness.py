@@ -63,19 +63,6 @@ def prefill_alone_s(
     return total
 
 
-def alone_chunk_tokens(scheduler: Any) -> int | None:
-    """The largest prompt chunk *scheduler* (a config) runs for a request alone: the
-    token budget or ``long_prefill_token_threshold`` if smaller (vLLM), SGLang's
-    ``chunked_prefill_size``; None: whole prompts."""
-    if scheduler.name == "prefill_first":
-        return scheduler.chunked_prefill_size  # type: ignore[no-any-return]
-    chunk: int | None = getattr(scheduler, "max_num_batched_tokens", None)
-    threshold = getattr(scheduler, "long_prefill_token_threshold", 0)
-    if chunk is not None and threshold:
-        chunk = min(chunk, threshold)
-    return chunk
-
-
 def unloaded_service_s(
     cost: CostModel,
     input_tokens: npt.NDArray[np.int64],

@@ -47,22 +47,14 @@ def git_revision() -> str:
 def cost_provenance(scenario: Scenario) -> dict[str, Any]:
     """Which cost model, with which numbers, calibrated from where."""
     cfg = scenario.cost
-    # A fitted or catalog-based model says where its numbers came from.
-    calibration = getattr(cfg, "calibration", None)
     out: dict[str, Any] = {
         "name": cfg.name,
         "parameters": cfg.model_dump(mode="json"),
-        "calibration": (
-            calibration() if callable(calibration) else "coefficients given in the scenario YAML"
-        ),
+        "calibration": cfg.calibration(),  # each cost model says where its numbers came from
     }
     if cfg.name == "roofline":
         from lyra_simpy.cost.roofline import RooflineCost
 
-        out["calibration"] = (
-            "package catalogs lyra_simpy/data/hardware.yaml and models.yaml (published "
-            "figures, sources inline); efficiencies as in parameters"
-        )
         out["catalog"] = RooflineCost(cfg, scenario.scheduler.max_batch).describe()
         out["kv_cache"] = scenario.kv_cache.model_dump(mode="json")
     return out

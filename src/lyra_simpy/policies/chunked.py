@@ -44,6 +44,13 @@ class ChunkedPrefillConfig(TokenBudgetConfig):
     """Cap on one request's chunk in an iteration (vLLM
     ``--long-prefill-token-threshold``; 0 = no cap beyond the budget)."""
 
+    @property
+    def alone_chunk_tokens(self) -> int | None:
+        """The token budget, or ``long_prefill_token_threshold`` if smaller (vLLM)."""
+        threshold = self.long_prefill_token_threshold
+        budget = self.max_num_batched_tokens
+        return min(budget, threshold) if threshold else budget
+
 
 class ChunkedPrefill(ContinuousBatching):
     """Stall-free batching: running requests in admission order (decodes take a token,

@@ -60,6 +60,18 @@ class TokenBudgetConfig(Closed):
     def max_batch(self) -> int:
         return self.max_num_seqs
 
+    @property
+    def token_budget(self) -> int | None:
+        """Tokens one iteration may compute (None: no budget)."""
+        return self.max_num_batched_tokens
+
+    @property
+    def alone_chunk_tokens(self) -> int | None:
+        """The largest prompt chunk a request alone runs in one iteration (None: its
+        whole prompt): the budget (without chunking a prompt that fits runs whole, and
+        a longer one is refused)."""
+        return self.max_num_batched_tokens
+
 
 class ContinuousConfig(TokenBudgetConfig):
     """Continuous batching without chunking."""

@@ -80,6 +80,17 @@ class PrefillFirstConfig(Closed):
     def max_batch(self) -> int:
         return self.max_running_requests
 
+    @property
+    def token_budget(self) -> int | None:
+        """No budget shared by decodes and prompts: prefill iterations have their own
+        (``max_prefill_tokens``)."""
+        return None
+
+    @property
+    def alone_chunk_tokens(self) -> int | None:
+        """``chunked_prefill_size`` (None: whole prompts)."""
+        return self.chunked_prefill_size
+
 
 class PrefillFirst:
     """Separate prefill and decode iterations, prefill first (SGLang's default)."""

@@ -94,6 +94,10 @@ class PrefixCache(Protocol):
     """Blocks held by cached units that no running request references."""
     units: int
     """Units cached (referenced or not)."""
+    free_queue: bool
+    """Evicted through the pool's single free queue (vLLM), not by :meth:`evict`."""
+    free_clock: Iterator[int]
+    """Stamps freed units in the free queue's order (the pool sets its own clock)."""
 
     def lookup(self, req: Request) -> tuple[int, int]:
         """(units of *req*'s prefix that hit, how many of them are unreferenced)."""
@@ -134,6 +138,7 @@ class _Base:
         self.evictable_blocks = 0
         self.units = 0
         """Units cached (referenced or not)."""
+        self.free_clock: Iterator[int] = count(1)
         self._tick = 0
 
     def _touch(self, unit: _Unit) -> None:
@@ -235,8 +240,6 @@ class BlockHashCache(_Base):
         self._free_queue: OrderedDict[_Unit, int] = OrderedDict()
         """Unreferenced units in the order freed, each with its stamp."""
         self.free_queue = config is None or config.eviction == "free_queue"
-        self.free_clock: Iterator[int] = count(1)
-        """Stamps freed units; the pool sets its own clock (its free blocks share it)."""
 
     def _child(self, parent: _Unit | None, key: int) -> _Unit | None:
         return self._table.get(key)

@@ -52,6 +52,16 @@ class StaticConfig(Closed):
     Lab 02's classroom engine (an iteration "advances every sequence in the batch one
     decode step, or processes a prefill"; with 1, one request per prefill)."""
 
+    @property
+    def token_budget(self) -> int | None:
+        """No token budget: a batch's prompts run whole."""
+        return None
+
+    @property
+    def alone_chunk_tokens(self) -> int | None:
+        """Whole prompts (None)."""
+        return None
+
 
 class StaticBatching:
     """Run-to-completion batches of up to ``max_batch`` requests."""

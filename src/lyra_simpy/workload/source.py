@@ -115,6 +115,13 @@ class Source(Feed, Protocol):
     """Arrival time of every request (NaN for closed-loop requests not sent yet)."""
     input_tokens: npt.NDArray[np.int64]
     output_tokens: npt.NDArray[np.int64]
+    keys: Keys | None
+    """Each drawn request's prefix keys (None: prompts share nothing)."""
+
+    def peek_s(self, k: int) -> float | None:
+        """Time of the arrival *k* after the next one, as far as known (the next one's
+        when nothing further is known; None: none known)."""
+        ...
 
     def on_grow(self, listener: Callable[[int], None]) -> None:
         """Call *listener* with the new number of requests whenever more are drawn
@@ -236,6 +243,9 @@ class ClosedLoopSource:
 
     def on_grow(self, listener: Callable[[int], None]) -> None:
         self._listeners.append(listener)
+
+    def peek_s(self, k: int) -> float | None:
+        return self.next_s()  # a client's next send is known only once it is scheduled
 
     def draw_all(self) -> None:
         """Draw every request now (what a replay that sends them all needs)."""

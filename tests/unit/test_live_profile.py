@@ -51,7 +51,9 @@ def test_profile_against_a_vllm_stream_sends_the_served_name(tmp_path: Path) -> 
         bodies = srv.received
     assert (rows, source) == (5, "client")
     assert {b["model"] for b in bodies} == {"tiny"}  # vLLM 404s any other name
-    assert all(8.0 < ms < 60.0 for ms in read_profile(out).latency_ms[2:4])
+    # the stand-in sleeps 10 ms per token: a step can't be shorter (a loaded machine can
+    # make it longer, so the upper bound only catches a gross error)
+    assert all(8.0 < ms < 1000.0 for ms in read_profile(out).latency_ms[2:4])
     meta = yaml.safe_load(out.with_suffix(".yaml").read_text())  # /v1/models, /version
     assert (meta["engine"], meta["version"], meta["model"]) == ("vllm", "0.32.0", "tiny-llama")
 

@@ -28,7 +28,11 @@ if TYPE_CHECKING:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="lyra-simpy", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="lyra-simpy",
+        description="Simulate LLM serving with SimPy: scenarios, sweeps, capacity, "
+        "calibration from profiles and live endpoints.",
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="simulate scenario files: results, tables, figures")

@@ -227,3 +227,22 @@ def test_a_model_name_vllm_does_not_serve_is_a_404_per_request(
         replay(sc, cfg.model_copy(update={"endpoint": srv.url}), tmp_path / "r")
     rows = read_jsonl(tmp_path / "r" / "requests.jsonl")
     assert [(r["status"], r["error"]) for r in rows] == [("unfinished", "HTTP 404")] * 2
+
+
+def test_replay_help_and_config_share_one_set_of_defaults():
+    """The command line gives ReplayConfig only what the user typed (issue 15: the
+    defaults lived twice, in the parser and in the config)."""
+    import re
+
+    from lyra_simpy.cli import _parser
+    from lyra_simpy.live.replay import ReplayConfig
+
+    args = _parser().parse_args(["replay", "s.yaml", "--endpoint", "http://127.0.0.1:1"])
+    assert all(getattr(args, k) is None for k in ("api", "timeout_s", "max_in_flight"))
+    helps = {
+        a.dest: a.help for a in _parser()._subparsers._group_actions[0].choices["replay"]._actions
+    }
+    defaults = ReplayConfig(endpoint="http://127.0.0.1:1")
+    for dest in ("timeout_s", "time_limit_s", "max_in_flight"):
+        (shown,) = re.findall(r"ReplayConfig: (\d+)", helps[dest])
+        assert float(shown) == getattr(defaults, dest)

@@ -18,14 +18,15 @@ def add_live_parsers(sub: Any) -> None:
     rep = sub.add_parser("replay", help="send a scenario's workload to a live endpoint")
     rep.add_argument("scenario", type=Path, help="scenario YAML (one variant)")
     rep.add_argument("--endpoint", required=True, help="e.g. http://127.0.0.1:8080")
-    rep.add_argument("--api", choices=["openai", "sglang"], default="openai")
+    # (no defaults here: what is not given takes ReplayConfig's, the one place they live)
+    rep.add_argument("--api", choices=["openai", "sglang"], help="request format (openai)")
     rep.add_argument("--out", type=Path, help="results folder (default results/live/NAME)")
     rep.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE")
     rep.add_argument("--quick", action="store_true", help="apply the file's quick: block")
-    rep.add_argument("--timeout-s", type=seconds, default=60.0, help="per request (60)")
-    rep.add_argument("--time-limit-s", type=seconds, default=1800.0, help="whole run (1800)")
-    rep.add_argument("--max-in-flight", type=count, default=256, help="requests at once")
-    rep.add_argument("--extra-body", type=_json_object, default={}, help="JSON merged into bodies")
+    rep.add_argument("--timeout-s", type=seconds, help="per request (ReplayConfig: 60)")
+    rep.add_argument("--time-limit-s", type=seconds, help="whole run (ReplayConfig: 1800)")
+    rep.add_argument("--max-in-flight", type=count, help="requests at once (ReplayConfig: 256)")
+    rep.add_argument("--extra-body", type=_json_object, help="JSON merged into bodies")
     rep.add_argument(
         "--token-ids", type=_id_range, help="prompt ids LOW:HIGH (default 1000:30000, fitted)"
     )
@@ -84,16 +85,16 @@ def _replay(args: argparse.Namespace) -> int:
     variants = scenario.expand()
     if len(variants) != 1:
         raise LyraError(f"{args.scenario}: has {len(variants)} variants, replay takes one")
-    cfg = ReplayConfig(
-        endpoint=args.endpoint,
-        api=args.api,
-        timeout_s=args.timeout_s,
-        time_limit_s=args.time_limit_s,
-        max_in_flight=args.max_in_flight,
-        extra_body=args.extra_body,
-        token_ids=args.token_ids,
-        vocab_size=args.vocab_size,
-    )
+    given = {
+        "api": args.api,
+        "timeout_s": args.timeout_s,
+        "time_limit_s": args.time_limit_s,
+        "max_in_flight": args.max_in_flight,
+        "extra_body": args.extra_body,
+        "token_ids": args.token_ids,
+        "vocab_size": args.vocab_size,
+    }
+    cfg = ReplayConfig(endpoint=args.endpoint, **{k: v for k, v in given.items() if v is not None})
     out = args.out or Path("results") / "live" / scenario.name
     try:
         summary, complete = replay(variants[0], cfg, out, str(args.scenario))

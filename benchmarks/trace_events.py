@@ -41,7 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     speed = _speed_module()
     raw = speed.workload(speed.trace_path(), args.requests, True)
-    res = lyra_simpy.simulate(lyra_simpy.scenario_from_dict(raw, base_dir=speed.REPO_ROOT))
+    scenario = lyra_simpy.scenario_from_dict(raw, base_dir=speed.REPO_ROOT)
+    t = time.perf_counter()
+    lyra_simpy.simulate(scenario)
+    plain_s = time.perf_counter() - t
+    t = time.perf_counter()
+    res = lyra_simpy.simulate(scenario, request_log=True)  # as --trace-events runs it
+    logged_s = time.perf_counter() - t
     with tempfile.TemporaryDirectory() as tmp:
         trace, jsonl = Path(tmp) / "trace_events.json", Path(tmp) / "requests.jsonl"
         t = time.perf_counter()
@@ -58,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         jsonl_mib = jsonl.stat().st_size / 2**20
     print(f"requests            {args.requests}")
     print(f"engine iterations   {res.engine['iterations']}")
+    print(f"simulate()          {plain_s:.2f} s; with the request log {logged_s:.2f} s")
     print(f"trace events        {events}")
     print(f"trace_events.json   {mib:.1f} MiB, written in {trace_s:.2f} s")
     print(f"requests.jsonl      {jsonl_mib:.1f} MiB, written in {jsonl_s:.2f} s")

@@ -27,7 +27,7 @@ from lyra_simpy.engine.kv import BlockPool
 from lyra_simpy.engine.replica import Policies, Replica, Rules
 from lyra_simpy.engine.request import RECORD_FIELDS, RejectReason, Request
 from lyra_simpy.engine.speculative import Speculator
-from lyra_simpy.metrics.collector import REASON_CODES, STATUS_CODES, Collector
+from lyra_simpy.metrics.collector import REASON_CODES, STATUS_CODES, Collector, RequestLog
 from lyra_simpy.metrics.fairness import fairness_summary, unloaded_service_s
 from lyra_simpy.metrics.summary import summarize
 from lyra_simpy.policies import ADMISSIONS, SCHEDULERS, Admission, Limits
@@ -53,6 +53,9 @@ class Results:
     itl_s: tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]
     """Pooled inter-token latencies as (value in seconds, how many) pairs."""
     engine: dict[str, Any] = field(default_factory=dict)
+    request_log: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
+    """With ``simulate(..., request_log=True)``: every prompt chunk and preemption
+    (:class:`~lyra_simpy.metrics.collector.RequestLog`); empty otherwise."""
     """Engine counters: iterations, simulated end time, peak KV blocks."""
     transfers: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
     """Disaggregation: per handed-off request, ``request_id``, ``decode_replica``,
@@ -165,11 +168,15 @@ def _build_replica(
 def simulate(
     scenario: Scenario,
     watch: Callable[[simpy.Environment], AbstractContextManager[None]] | None = None,
+    *,
+    request_log: bool = False,
 ) -> Results:
     """Run *scenario* (one variant: see :meth:`Scenario.expand`) and return its results.
 
     *watch*, given the environment, returns a context held while the clock runs (an
-    observer such as :mod:`lyra_simpy.output.progress`; it must not schedule events)."""
+    observer such as :mod:`lyra_simpy.output.progress`; it must not schedule events).
+    *request_log*: keep every prompt chunk and preemption (``Results.request_log``, what
+    a timeline draws)."""
     streams = Streams(scenario.seed)
     specs = scenario.replica_specs()
     # Past the stop, a replica sees its next arrival and a router routes at most
@@ -185,6 +192,8 @@ def simulate(
     )
     collector = Collector(len(source.input_tokens), scenario.simulation.timeseries)
     source.on_grow(collector.grow)
+    if request_log:
+        collector.log = RequestLog()
     env = simpy.Environment()
     until = scenario.simulation.until_s
     replicas: list[Replica] = []
@@ -258,6 +267,7 @@ def simulate(
             **({"replicas": _per_replica(records, replicas, dispatcher)} if dispatcher else {}),
         },
         transfers=_transfer_table(handoff) if handoff is not None else {},
+        request_log=collector.log.arrays() if collector.log is not None else {},
     )
 
 

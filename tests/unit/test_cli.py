@@ -179,13 +179,16 @@ def test_run_writes_contract_files(tiny_file, tmp_path, capsys):
         check_variant(folder / label, label, i, n_requests=4)
 
 
-def check_variant(folder: Path, label: str, index: int, n_requests: int | None = None) -> None:
+def check_variant(
+    folder: Path, label: str, index: int, n_requests: int | None = None, trace: bool = False
+) -> None:
     assert sorted(p.name for p in folder.iterdir()) == [
         "itl.csv",
         "manifest.json",
         "requests.jsonl",
         "summary.json",
         "timeseries.npz",
+        *(["trace_events.json"] if trace else []),
     ]
     rows = [json.loads(line) for line in (folder / "requests.jsonl").read_text().splitlines()]
     if n_requests is not None:
@@ -219,8 +222,8 @@ def test_run_every_scenario_quick_with_figures(quick_run_all):
     for i, label in enumerate(["static", "continuous"]):
         check_variant(static_cont / label, label, i, n_requests=150)
     goodput = out_dir / "lab02_goodput_vs_batch"
-    for i, depth in enumerate([4, 8, 16, 32, 64]):
-        check_variant(goodput / str(depth), str(depth), i, n_requests=150)
+    for i, depth in enumerate([4, 8, 16, 32, 64]):  # (its scenario asks for timelines)
+        check_variant(goodput / str(depth), str(depth), i, n_requests=150, trace=True)
     figures = sorted(p.name for p in fig_dir.iterdir())
     assert {
         "lab02_goodput_vs_batch_vs_max_num_seqs.png",

@@ -3,6 +3,7 @@ run they came from; fused and stepped runs give the same file byte for byte."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import defaultdict
 from typing import Any
@@ -196,3 +197,63 @@ def test_rejected_request_is_an_instant_with_its_reason(make_scenario, tmp_path)
         want = None if reasons is None else reasons[e["tid"]]
         assert e["args"] == {"reject_reason": want}
     assert not any(e["ph"] == "X" and e["pid"] == 2 for e in events)
+
+
+def test_logged_run_shows_every_chunk_and_preemption(make_scenario, tmp_path):
+    """With the request log (what --trace-events switches on) a request's thread shows
+    each prompt chunk an iteration computed and each preemption: under chunked prefill
+    with a 16-token budget and a tight KV pool, the chunks of a request add up to its
+    prompt plus every recompute, and the preempted instants match the records."""
+    sc = make_scenario(
+        {
+            "scheduler": {
+                "name": "chunked_prefill",
+                "max_num_seqs": 4,
+                "max_num_batched_tokens": 16,
+            },
+            "kv_cache.num_blocks": 12,
+            "workload.num_requests": 30,
+        }
+    )
+    res = simulate(sc, request_log=True)
+    assert simulate(sc).records["finish_s"].tolist() == res.records["finish_s"].tolist()
+    events = _load(res, tmp_path)
+    tracks = _check_structure(events)
+    preempted = [e for e in events if e["ph"] == "i" and e["name"] == "preempted"]
+    assert len(preempted) == res.records["preemptions"].sum() > 0
+    log = res.request_log
+    recomputed = 0
+    for rid in range(len(res.records["request_id"])):
+        if res.records["status"][rid] != "ok":
+            continue
+        parts = tracks[(2, rid)]
+        chunks = [p for p in parts if p["name"] == "prefill"]
+        mine = log["chunk_request"] == rid
+        assert [c["args"]["tokens"] for c in chunks] == log["chunk_tokens"][mine].tolist()
+        prompt = int(res.records["input_tokens"][rid])
+        fresh = sum(c["args"]["tokens"] for c in chunks if not c["args"].get("recompute"))
+        again = [c["args"]["tokens"] for c in chunks if c["args"].get("recompute")]
+        if res.records["preemptions"][rid] == 0:
+            assert (fresh, again) == (prompt, [])  # the prompt, chunk by chunk, once
+        else:  # a recompute covers the prompt and what it had generated
+            assert fresh <= prompt
+            assert sum(again) >= prompt
+        recomputed += sum(again)
+        # the thread covers arrival to finish without gaps, and decodes after its first token
+        assert parts[0]["ts"] == round(res.records["arrival_s"][rid] * 1e6, 3)
+        for a, b in itertools.pairwise(parts):
+            assert abs(a["ts"] + a["dur"] - b["ts"]) < 1e-2
+        # (a request whose last token comes from a chunk ends on it: no decode after)
+        assert parts[-1]["name"] in ("decode", "prefill")
+        assert abs(parts[-1]["ts"] + parts[-1]["dur"] - res.records["finish_s"][rid] * 1e6) < 1e-2
+    assert recomputed > 0
+    assert max(int(t) for t in log["chunk_tokens"]) <= 16
+
+
+def test_logged_trace_is_the_same_fused_and_stepped(make_scenario, tmp_path):
+    extra = {"simulation.fuse_iterations": False}
+    fused = simulate(make_scenario(DECODE_HEAVY), request_log=True)
+    stepped = simulate(make_scenario({**DECODE_HEAVY, **extra}), request_log=True)
+    write_trace_events(fused, tmp_path / "a.json")
+    write_trace_events(stepped, tmp_path / "b.json")
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()

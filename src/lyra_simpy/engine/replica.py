@@ -225,7 +225,7 @@ class Replica:
             plan = self.scheduler.plan(view)
             self._rows = plan.rows
             if plan.preempt:
-                self._preempt(plan)
+                self._preempt(plan, now)
             if plan.empty:
                 if plan.preempt:
                     continue
@@ -277,9 +277,12 @@ class Replica:
             reason = self.handoff.refusal(req)
         return reason
 
-    def _preempt(self, plan: BatchPlan) -> None:
+    def _preempt(self, plan: BatchPlan, now: float) -> None:
         requeue = self.waiting.append if plan.preempt_to_back else self.waiting.appendleft
+        log = self.collector.log
         for victim in plan.preempt:
+            if log is not None:
+                log.preempt(victim, now)
             if victim.member_of is not None:
                 self.decoding.leave(victim)
             self._release(victim)
@@ -399,12 +402,16 @@ class Replica:
         handoff = self.handoff
         leaving: list[Request] = []
         emitted: list[Request] = []
+        log = collector.log
         for req, tokens in prefill:
             prefill_tokens += tokens
             req.computed_tokens += tokens
             if cache is not None and req.keys:  # its full units are cached as computed
                 self.kv.release(-cache.insert(req, req.computed_tokens // cache.unit_tokens))
-            if req.computed_tokens == req.input_tokens + req.generated_tokens:
+            complete = req.computed_tokens == req.input_tokens + req.generated_tokens
+            if log is not None:
+                log.chunk(req, start, end, tokens, complete)
+            if complete:
                 common += self._emit(req, start, end, done)
                 emitted.append(req)
         if common:

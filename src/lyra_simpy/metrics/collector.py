@@ -64,6 +64,47 @@ class _Runs:
         return {name: np.repeat(rows[:, i], counts) for i, name in enumerate(_RLE_FIELDS)}
 
 
+class RequestLog:
+    """What happened to each request between its timestamps, for timelines
+    (:mod:`lyra_simpy.output.trace_events`): every prompt chunk an iteration computed and
+    every preemption. Kept only when asked for (``Collector.log``): the engine's cost is one
+    check per iteration when it is off, and nothing per token either way."""
+
+    def __init__(self) -> None:
+        self.chunk_request: array[int] = array("q")
+        self.chunk_start_s: array[float] = array("d")
+        self.chunk_end_s: array[float] = array("d")
+        self.chunk_tokens: array[int] = array("q")
+        self.chunk_done: array[int] = array("b")
+        """1: the chunk completed the request's prompt (or its recompute)."""
+        self.preempt_request: array[int] = array("q")
+        self.preempt_s: array[float] = array("d")
+
+    def chunk(self, req: Request, start_s: float, end_s: float, tokens: int, done: bool) -> None:
+        self.chunk_request.append(req.index)
+        self.chunk_start_s.append(start_s)
+        self.chunk_end_s.append(end_s)
+        self.chunk_tokens.append(tokens)
+        self.chunk_done.append(done)
+
+    def preempt(self, req: Request, now_s: float) -> None:
+        self.preempt_request.append(req.index)
+        self.preempt_s.append(now_s)
+
+    def arrays(self) -> dict[str, npt.NDArray[np.generic]]:
+        """The log as columns (``chunk_*`` one row per chunk, ``preempt_*`` one per
+        preemption, each in the order they happened)."""
+        return {
+            "chunk_request": np.frombuffer(self.chunk_request, dtype=np.int64),
+            "chunk_start_s": np.frombuffer(self.chunk_start_s, dtype=np.float64),
+            "chunk_end_s": np.frombuffer(self.chunk_end_s, dtype=np.float64),
+            "chunk_tokens": np.frombuffer(self.chunk_tokens, dtype=np.int64),
+            "chunk_done": np.frombuffer(self.chunk_done, dtype=np.int8).astype(bool),
+            "preempt_request": np.frombuffer(self.preempt_request, dtype=np.int64),
+            "preempt_s": np.frombuffer(self.preempt_s, dtype=np.float64),
+        }
+
+
 class Collector:
     """Records what the engine reports; *n* is the number of requests in the workload."""
 
@@ -86,6 +127,8 @@ class Collector:
         self.itl_values: array[float] = array("d")
         self.itl_weights: array[int] = array("q")
         self.iterations = 0
+        self.log: RequestLog | None = None
+        """Prompt chunks and preemptions per request (None: not kept)."""
 
     _COLUMNS = (
         ("first_token_s", np.nan),

@@ -10,12 +10,15 @@ nothing is recorded for it during the run, so it costs the simulation nothing:
   ``decode_seqs`` as args, and two counters (``ph: "C"``): ``kv_blocks`` (in use) and
   ``waiting`` (queue length), emitted when they change;
 - one process ``requests`` with a thread per request (``tid`` = ``request_id``):
-  ``waiting`` from arrival to the start of the iteration that completed its prompt,
-  ``prefill`` for that iteration, ``decode`` from the first token to the last, then an
-  instant ``finished``; a rejected request is an instant ``rejected`` at its arrival with
-  its ``reject_reason`` (when the results carry one). Under chunked prefill the earlier
-  chunks, and any recompute after a preemption, fall inside ``waiting``: the results
-  keep a request's timestamps and preemption count (an arg), not every chunk;
+  ``waiting`` from arrival to its first prompt chunk, one ``prefill`` slice per chunk
+  an iteration computed (its ``tokens`` as an arg; chunked prefill shows every chunk),
+  ``decode`` from the first token to the last, then an instant ``finished``; a
+  preemption ends the slice under way with an instant ``preempted``, and the request
+  waits again until its recompute's chunks (``recompute: true``); a rejected request
+  is an instant ``rejected`` at its arrival with its ``reject_reason``. The chunks and
+  preemptions come from the run's request log (``simulate(..., request_log=True)``,
+  which ``--trace-events`` and ``output.trace_events`` switch on); results without one
+  show a single ``prefill`` slice, the iteration that emitted the first token;
 - in a disaggregated run, ``handoff_wait`` and ``kv_transfer`` slices on the request's
   thread between its first token and its decode, and a process ``kv link`` with each
   transfer as an async slice (transfers may overlap on the link).
@@ -121,6 +124,52 @@ def _slice(name: str, pid: int, tid: int, start: float, end: float, args: str = 
     )
 
 
+def _by_request(log: dict[str, npt.NDArray[Any]], n: int) -> list[list[tuple[Any, ...]]]:
+    """Each request's chunks ``("c", start, end, tokens, done)`` and preemptions
+    ``("p", at)``, in the order they happened."""
+    out: list[list[tuple[Any, ...]]] = [[] for _ in range(n)]
+    cols = [log[k].tolist() for k in (
+        "chunk_request", "chunk_start_s", "chunk_end_s", "chunk_tokens", "chunk_done")]  # fmt: skip
+    for rid, start, end, tokens, done in zip(*cols, strict=True):
+        if rid < n:
+            out[rid].append(("c", start, end, tokens, done))
+    for rid, at in zip(log["preempt_request"].tolist(), log["preempt_s"].tolist(), strict=True):
+        if rid < n:
+            out[rid].append(("p", at))
+    for events in out:
+        if len(events) > 1:
+            # (a preemption happens at a scheduling point: before the chunks that start then)
+            events.sort(key=lambda e: (e[1], e[0] == "c"))
+    return out
+
+
+def _logged(
+    pid: int, rid: int, arrival: float, info: str, events: list[tuple[Any, ...]],
+    decode_from: float, finish: float, end_s: float,
+) -> Iterator[str]:  # fmt: skip
+    """A request's thread from its log: waiting, each chunk, decoding, preemptions."""
+    t, state, recompute, first = arrival, "waiting", False, True
+    for event in events:
+        at = event[1]
+        if at > t:
+            yield _slice(state, pid, rid, t, at, info if first else "")
+            first = False
+        if event[0] == "p":
+            yield f'{{"ph":"i","name":"preempted","s":"t","pid":{pid},"tid":{rid},"ts":{_us(at)}}}'
+            t, state, recompute = at, "waiting", True
+            continue
+        _, start, end, tokens, done = event
+        args = f'"tokens":{tokens}' + (',"recompute":true' if recompute else "")
+        yield _slice("prefill", pid, rid, start, end, f"{info},{args}" if first else args)
+        first = False
+        t, state = end, ("decode" if done else "waiting")
+    stop = finish if finish == finish else end_s
+    if state == "decode" and decode_from > t:  # (disaggregated: it decodes elsewhere)
+        t = decode_from
+    if stop > t:
+        yield _slice(state, pid, rid, t, stop, info if first else "")
+
+
 def _request_events(res: Results, pid: int, link_pid: int) -> Iterator[str]:
     rec = res.records
     n = len(rec["request_id"])
@@ -135,6 +184,7 @@ def _request_events(res: Results, pid: int, link_pid: int) -> Iterator[str]:
                                         t["kv_transfer_ms"].tolist(), strict=True):  # fmt: skip
             handed[rid] = (dec, wait / 1000.0, xfer / 1000.0)
     end_s = float(res.engine.get("end_s", np.nanmax(rec["finish_s"], initial=0.0)))
+    logs = _by_request(res.request_log, n) if res.request_log else None
     cols = [rec[k].tolist() for k in (
         "request_id", "arrival_s", "first_token_s", "finish_s", "status", "replica",
         "input_tokens", "output_tokens", "cached_tokens", "preemptions")]  # fmt: skip
@@ -152,6 +202,14 @@ def _request_events(res: Results, pid: int, link_pid: int) -> Iterator[str]:
             f'"replica":{replica},"input_tokens":{n_in},"output_tokens":{n_out},'
             f'"cached_tokens":{cached},"preemptions":{preempt},"status":"{status}"'
         )
+        if logs is not None and rid not in handed:
+            yield from _logged(pid, rid, arrival, info, logs[rid], first, finish, end_s)
+            if finish == finish:
+                yield (
+                    f'{{"ph":"i","name":"finished","s":"t","pid":{pid},"tid":{rid},'
+                    f'"ts":{_us(finish)}}}'
+                )
+            continue
         if first != first:  # NaN: never produced a token (unfinished)
             yield _slice("waiting", pid, rid, arrival, end_s, info)
             continue

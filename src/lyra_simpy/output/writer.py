@@ -135,7 +135,9 @@ def run_scenario(
     with RunProgress(scenario.name, len(variants), progress) as bars:
         for variant in variants:
             t0 = time.perf_counter()
-            res = simulate(variant, bars.watch(variant.label, variant.simulation.until_s))
+            watch = bars.watch(variant.label, variant.simulation.until_s)
+            timeline = trace_events or variant.output.trace_events
+            res = simulate(variant, watch, request_log=timeline)
             res.engine["wall_s"] = round(time.perf_counter() - t0, 3)
             results.append(res)
             bars.done()

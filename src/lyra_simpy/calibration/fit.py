@@ -208,7 +208,14 @@ def design_matrix(profile: Profile) -> npt.NDArray[np.float64]:
     prompt_tokens = np.where(pre, b * i, np.where(mixed, i, 0.0))
     attention = np.where(pre, b * i * (c + i), np.where(mixed, i * i, 0.0))
     steps = np.ones_like(b) if profile.steps is None else profile.steps.astype(np.float64)
-    columns = [steps, np.where(dec, b, 0.0), np.where(dec, b * c, 0.0), prompt_tokens, attention]
+    # A row over several steps (llama.cpp's checkpoint split) decodes its batch in each.
+    columns = [
+        steps,
+        np.where(dec, b * steps, 0.0),
+        np.where(dec, b * c * steps, 0.0),
+        prompt_tokens,
+        attention,
+    ]
     if profile.passes is not None or profile.checkpoints is not None:
         passes = steps if profile.passes is None else profile.passes.astype(np.float64)
         checkpoints = (

@@ -11,10 +11,10 @@ engine.flags.X=…`` and variants rely on.
 
 :func:`apply_engine` is one pure step run before validation (raw mapping → raw mapping):
 each engine's function in ``ENGINES`` (:mod:`.sglang`, :mod:`.vllm`, :mod:`.llamacpp`)
-turns the flags into scenario knobs (``scheduler``, ``kv_cache``, ``prefix_cache``, ``cost.padding``,
-``cost.kv_dtype``, ``cost.tp``, ``cost.weight_dtype``), using the engine's own default
-for every flag left out. So the resolved scenario, and the manifest, show both the
-``engine`` block as given and every knob it produced.
+turns the flags into scenario knobs (``scheduler``, ``kv_cache``, ``prefix_cache``,
+``cost.padding``, ``cost.kv_dtype``, ``cost.tp``, ``cost.weight_dtype``), using the
+engine's own default for every flag left out. So the resolved scenario, and the
+manifest, show both the ``engine`` block as given and every knob it produced.
 
 Precedence (a modelling-free rule, stated once):
 

@@ -218,15 +218,18 @@ class LlamaCppServer:
         slots, started = self.slots, self._started
         bs = view.block_size
         reserved = 0
+        here = {id(r) for r in view.running}
         for i, req in enumerate(slots):
             if req is None:
                 continue
-            if started[i] and not req.running:  # finished (or handed off): release
+            if started[i] and id(req) not in here:  # finished (or handed off): release
                 slots[i] = None
                 started[i] = False
                 self.last_used_s[i] = req.last_token_s
             else:
                 reserved += blocks_for(req.input_tokens + req.output_tokens, bs) - req.blocks
+        if len(here) > sum(started):  # requests handed over running (disaggregation)
+            self._adopt(view)
         if view.waiting:
             self._assign(view, view.free_blocks - reserved)
         plan = BatchPlan()
@@ -243,7 +246,8 @@ class LlamaCppServer:
                     break
                 if req is None or (started[i] and _decoding(req)):
                     continue
-                left = req.input_tokens - req.computed_tokens
+                # (a request handed over by a prefill replica has one token pending)
+                left = req.input_tokens + req.generated_tokens - req.computed_tokens
                 take = prompt_chunk(left, room, self._stops)
                 plan.prefill.append((req, take))
                 segments.append((i, take))
@@ -254,6 +258,16 @@ class LlamaCppServer:
         if segments:
             plan.passes = passes(segments, c.batch_tokens, c.ubatch_tokens, c.kv_unified)
         return plan
+
+    def _adopt(self, view: EngineView) -> None:
+        """Give slots to running requests that have none: a decode replica of a
+        disaggregated cluster receives them running, with their prompt's KV."""
+        held = {id(r) for r in self.slots if r is not None}
+        for req in view.running:
+            slot = self.free_slot() if id(req) not in held else None
+            if slot is not None:
+                self.slots[slot] = req
+                self._started[slot] = True
 
     def _assign(self, view: EngineView, free: int) -> None:
         """Give idle slots to waiting requests in queue order while the KV pool holds
@@ -266,7 +280,8 @@ class LlamaCppServer:
             slot = self.free_slot()
             if slot is None:
                 return
-            need = blocks_for(req.input_tokens + req.output_tokens, bs)
+            # (a request handed over by a prefill replica holds its prompt's blocks)
+            need = blocks_for(req.input_tokens + req.output_tokens, bs) - req.blocks
             if need > free:
                 return
             free -= need

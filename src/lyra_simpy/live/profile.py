@@ -300,6 +300,11 @@ def profile(
         )
     llama = llamacpp_config(flags, grid) if isinstance(slots, int) else None
     if llama is not None:
+        if llama.n_parallel != slots:
+            raise LyraError(
+                f"profile --flags: -np {llama.n_parallel} (or its default), but the server "
+                f"has {slots} slots: give the flags it was started with"
+            )
         _check_slots(grid, llama)
     prober = _Prober(url, api, grid, ids, limits.body(grid.extra_body))
     prober.pin = llama is not None

@@ -18,6 +18,8 @@ defaults for every flag not listed) and each length regime of :data:`REGIMES`:
 The scenarios are written from :func:`scenario` into the results folder: ``engine:
 {name: llamacpp, command: ...}`` with the launch flags, so the preset sets every knob.
 ``LYRA_QUICK=1``: the default configuration and the short regime only, fewer requests.
+Run it with ``tox -e validate-cpu -- --matrix`` (or ``python validation/validate_cpu.py
+--matrix``).
 Numbers go to ``results/validation-llamacpp/matrix.json``; :func:`write_section` puts the
 tables into ``docs/VALIDATION.md`` between markers.
 """
@@ -273,8 +275,11 @@ def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any]) -> 
                 machine = "; ".join(f"{x['before'].split()[0]}→{x['after'].split()[0]}" for x in m)
                 lines.append(f"| {load} | " + " | ".join(cells) + f" | {machine} |")
         lines.append("")
-        lines.append(f"Capacity (simulated, {cfg}): {res['capacity_req_s']:.3f} req/s. Fits: "
-                     f"probes {res['fits']['probes']}; runs {res['fits']['runs']}.")  # fmt: skip
+        fits = {k: ", ".join(f"{t} {v:.3g}" for t, v in c.items() if v > 1e-9)
+                for k, c in res["fits"].items()}  # fmt: skip
+        cap = res["capacity_req_s"]
+        lines.append(f"Capacity (simulated, {cfg}): {cap:.3f} req/s. Fit from probes: "
+                     f"{fits['probes']}. Fit on runs: {fits['runs']}.")  # fmt: skip
     lines += ["", END]
     text = doc.read_text() if doc.is_file() else ""
     if START in text and END in text:

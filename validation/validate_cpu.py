@@ -9,6 +9,10 @@ compares; stops the server (also on SIGTERM or Ctrl-C) and writes ``docs/VALIDAT
 (:mod:`validation_doc`), keeping its numbers in ``results/validation/validation.json``
 (``--doc-only`` rewrites the document from them).
 
+``--matrix`` runs :mod:`llamacpp_matrix` instead: the ``llamacpp`` engine model (its
+preset from the launch flags, llama.cpp's defaults otherwise) over server
+configurations, length regimes and loads.
+
 Environment: ``LYRA_QUICK=1`` uses each scenario's ``quick:`` block (a trial run);
 ``LYRA_VALIDATE_REPEATS`` changes the number of real runs (default 3).
 """
@@ -82,6 +86,10 @@ def _stop(signum: int, frame: object) -> None:
 
 def main() -> int:
     os.chdir(ROOT)
+    if sys.argv[1:] == ["--matrix"]:  # the llamacpp engine model's matrix (issue 12)
+        from llamacpp_matrix import main as matrix
+
+        return matrix()
     out = ROOT / "results" / "validation"
     saved = out / "validation.json"
     if sys.argv[1:] == ["--doc-only"]:  # rewrite the document from the last run's numbers

@@ -136,10 +136,10 @@ def _check_replica(spec: ReplicaSpec, workload: WorkloadConfig, where: str) -> N
             "replica group (only the scenario's own kv_cache derives it from the catalog)"
         )
     if spec.prefix_cache is not None:
-        if spec.scheduler.name == "static":
+        if spec.scheduler.name in ("static", "llamacpp"):
             raise ValueError(
-                f"{where}prefix_cache: got a cache with scheduler 'static', must be used "
-                "with continuous, chunked_prefill or prefill_first"
+                f"{where}prefix_cache: got a cache with scheduler {spec.scheduler.name!r}, "
+                "must be used with continuous, chunked_prefill or prefill_first"
             )
         unit = unit_tokens(workload.prefix, spec.kv_cache.block_size)
         if unit % spec.kv_cache.block_size:
@@ -147,6 +147,13 @@ def _check_replica(spec: ReplicaSpec, workload: WorkloadConfig, where: str) -> N
                 f"workload.prefix.unit_tokens: got {unit}, must be a multiple of "
                 f"{where}kv_cache.block_size ({spec.kv_cache.block_size})"
             )
+    shared = workload.prefix.name != "none"
+    if spec.scheduler.name == "llamacpp" and spec.scheduler.cache_prompt and shared:
+        raise ValueError(
+            f"{where}scheduler.cache_prompt: got true with shared prefixes "
+            "(workload.prefix); llama.cpp's per-slot prompt reuse is not modelled: set "
+            "cache_prompt: false (and send it so), or drop the prefixes"
+        )
     chunk = getattr(spec.scheduler, "chunked_prefill_size", None)
     page = spec.kv_cache.block_size
     if chunk is not None and chunk % page:
@@ -213,10 +220,11 @@ class Scenario(Closed):
     def _replicas_fit(self) -> Scenario:
         for where, spec in self.replica_specs_named():
             _check_replica(spec, self.workload, where)
-            if self.speculative is not None and spec.scheduler.name == "static":
+            if self.speculative is not None and spec.scheduler.name in ("static", "llamacpp"):
                 raise ValueError(
-                    f"speculative: got a draft with {where}scheduler 'static', must be "
-                    "used with continuous, chunked_prefill or prefill_first"
+                    f"speculative: got a draft with {where}scheduler "
+                    f"{spec.scheduler.name!r}, must be used with continuous, chunked_prefill "
+                    "or prefill_first"
                 )
         d = self.cluster.disaggregation if self.cluster is not None else None
         if d is not None and d.link.kv_bytes_per_token is None:

@@ -107,11 +107,23 @@ def _scenarios(count: int = 150, seed: int = 7) -> list[dict[str, Any]]:
             "slo": {"ttft_ms": 200, "tpot_ms": 30},
             "simulation": {},
         }
+        drawn = scheduler["name"]
+        if len(out) % 5 == 4:  # every fifth: llama.cpp's server (no extra draws)
+            raw["scheduler"] = scheduler = {
+                "name": "llamacpp",
+                "n_parallel": min(width, 8),
+                "kv_unified": len(out) % 2 == 0,  # (-kvu: fused; per-slot: never fused)
+                "n_batch": max(block_size * 8, 16),
+                "n_ubatch": 8,
+                "sliding_window": len(out) % 3 == 0,
+                "cache_prompt": False,
+            }
         if len(out) % 4 == 3:  # every fourth: the fitted profile model (no extra draws)
             raw["cost"] = {"name": "profile", "path": FIT, "padding": raw["cost"]["padding"]}
         if rng.random() < 0.3:
             raw["simulation"]["until_s"] = float(rng.uniform(0.5, 10))
-        if scheduler["name"] != "static" and rng.random() < 0.4:  # shared prefixes, cached
+        shares = drawn != "static" and rng.random() < 0.4
+        if shares and scheduler["name"] != "llamacpp":  # shared prefixes, cached
             raw["workload"]["prefix"] = [
                 {"name": "system_prompt", "groups": 3, "prefix_tokens": 64, "share": 0.8},
                 {"name": "conversation", "turns": 3, "concurrent": 4},
@@ -137,7 +149,7 @@ def _run(raw: dict[str, Any], fuse: bool) -> Results:
 @pytest.mark.parametrize("block", range(5))
 def test_fused_equals_unfused_on_a_seeded_sweep(block, policy):
     for i, raw in enumerate(_scenarios()[block * 30 : (block + 1) * 30]):
-        if raw["scheduler"]["name"] != "prefill_first":  # (SGLang's order: fcfs | lpm)
+        if raw["scheduler"]["name"] not in ("prefill_first", "llamacpp"):  # (own orders)
             raw["scheduler"]["queue_policy"] = policy  # the same draws under either order
         fused, unfused = _run(raw, True), _run(raw, False)
         where = f"scenario {block * 30 + i}: {json.dumps(raw)}"

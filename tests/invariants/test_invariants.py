@@ -25,6 +25,7 @@ from lyra_simpy.engine.kv import blocks_for
 from lyra_simpy.engine.request import REJECT_REASONS
 from lyra_simpy.metrics.fairness import unloaded_service_s
 from lyra_simpy.metrics.io import write_jsonl
+from lyra_simpy.policies.llamacpp import LlamaCppConfig
 from lyra_simpy.scenario import set_path
 
 # -- strategies ----------------------------------------------------------------------
@@ -65,7 +66,23 @@ queue_policies = st.sampled_from(["fcfs", "shortest_prompt_first"])
 
 @st.composite
 def schedulers(draw: st.DrawFn) -> dict[str, Any]:
-    kind = draw(st.sampled_from(["continuous", "chunked_prefill", "prefill_first", "static"]))
+    kind = draw(
+        st.sampled_from(["continuous", "chunked_prefill", "prefill_first", "static", "llamacpp"])
+    )
+    if kind == "llamacpp":
+        return {
+            "name": "llamacpp",
+            "n_parallel": draw(st.integers(1, 6)),
+            "n_ctx": draw(st.sampled_from([0, 64, 300, 1024])),
+            "n_ctx_train": draw(st.sampled_from([96, 32768])),
+            "kv_unified": draw(st.booleans()),
+            "n_batch": draw(st.integers(1, 96)),
+            "n_ubatch": draw(st.integers(1, 32)),
+            "ctx_checkpoints": draw(st.sampled_from([0, 32])),
+            "sliding_window": draw(st.booleans()),
+            "cont_batching": draw(st.booleans()),
+            "cache_prompt": False,
+        }
     if kind in ("continuous", "chunked_prefill"):
         seqs = draw(st.integers(1, 8))
         sched = {
@@ -176,7 +193,7 @@ def scenarios(draw: st.DrawFn, until: bool = False) -> dict[str, Any]:
         # zero think time crashes static batching when a request is rejected:
         # test_closed_loop_think0_rejection_with_static_batching
         arrival["think_time_s"] = max(arrival["think_time_s"], 0.001)
-    width = sched.get("max_num_seqs", sched.get("max_batch", sched.get("max_running_requests")))
+    width = _width(sched)
     raw: dict[str, Any] = {
         "seed": draw(st.integers(0, 2**32 - 1)),
         "workload": {
@@ -199,7 +216,7 @@ def scenarios(draw: st.DrawFn, until: bool = False) -> dict[str, Any]:
         ),
         "admission": draw(admissions),
     }
-    if sched["name"] != "static":
+    if sched["name"] not in ("static", "llamacpp"):  # (llamacpp: no prefix cache)
         raw["workload"]["prefix"] = draw(prefixes)
         cache = draw(st.sampled_from([None, "block_hash", "radix"]))
         raw["prefix_cache"] = None if cache is None else {"name": cache}
@@ -207,7 +224,7 @@ def scenarios(draw: st.DrawFn, until: bool = False) -> dict[str, Any]:
             raw["prefix_cache"]["eviction"] = draw(st.sampled_from(["free_queue", "when_full"]))
         if sched["name"] == "prefill_first":
             sched["schedule_policy"] = draw(st.sampled_from(["fcfs", "lpm"]))
-    if sched["name"] != "static" and draw(st.integers(0, 3)) == 0:  # speculative decoding
+    if sched["name"] not in ("static", "llamacpp") and draw(st.integers(0, 3)) == 0:
         steps = draw(st.integers(1, 3))
         raw["speculative"] = {
             "num_steps": steps,
@@ -255,6 +272,14 @@ def scenarios(draw: st.DrawFn, until: bool = False) -> dict[str, Any]:
 
 
 # -- helpers ---------------------------------------------------------------------------
+
+
+def _width(sched: dict[str, Any]) -> int:
+    """Most requests the scheduler runs at once."""
+    for key in ("max_num_seqs", "max_batch", "max_running_requests", "n_parallel"):
+        if key in sched:
+            return int(sched[key])
+    raise KeyError(sched["name"])
 
 
 def run(raw: dict[str, Any], **changes: Any) -> Results:
@@ -307,6 +332,9 @@ def _runs(
     elif sched["name"] == "prefill_first":
         longest = inp + out - 1
         ok = inp + out <= kv["num_blocks"] * kv["block_size"]
+    elif sched["name"] == "llamacpp":  # the whole context within a slot's
+        longest = inp + (1 if prompt_only else out)
+        ok = longest <= LlamaCppConfig(**sched).slot_ctx
     else:
         longest = inp + out
         ok = np.ones(len(inp), dtype=bool)
@@ -435,7 +463,7 @@ def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
         assert (start[1:] >= end[:-1]).all()
     # batch limits
     sched = raw["scheduler"]
-    width = sched.get("max_num_seqs", sched.get("max_batch", sched.get("max_running_requests")))
+    width = _width(sched)
     assert (ts["batch_seqs"] <= width).all()
     if sched["name"] == "prefill_first" and not sched["enable_mixed_chunk"]:
         # SGLang's default: an iteration prefills or decodes, never both
@@ -446,6 +474,11 @@ def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
         assert (batch[prefilling] <= sched["chunked_prefill_size"]).all()
     if sched["name"] in ("continuous", "chunked_prefill"):
         assert (ts["prefill_tokens"] + ts["decode_seqs"] <= sched["max_num_batched_tokens"]).all()
+    if sched["name"] == "llamacpp":  # a step's prompt tokens stop at n_batch (update_slots)
+        prefilling = ts["prefill_tokens"] > 0
+        batch = ts["prefill_tokens"] + ts["decode_seqs"]
+        assert (batch[prefilling] <= res.scenario.scheduler.batch_tokens).all()
+        assert res.summary["total_preemptions"] == 0  # llama.cpp never preempts
     # the summary agrees with the records
     s = res.summary
     assert s["completed"] == int(ok.sum())
@@ -505,7 +538,7 @@ def check_full_run(raw: dict[str, Any]) -> None:
     # emits one token per scheduled sequence, except a prefill chunk that is not the last
     emitted = int(rec["output_tokens"][ok].sum())
     rows = int(fused.timeseries["batch_seqs"].sum())
-    chunking = raw["scheduler"]["name"] in ("chunked_prefill", "prefill_first")
+    chunking = raw["scheduler"]["name"] in ("chunked_prefill", "prefill_first", "llamacpp")
     if raw.get("speculative"):  # a decode row emits 1 + the accepted drafts
         assert chunking or rows <= emitted
     elif chunking:

@@ -27,12 +27,17 @@ GRID = ProfileGrid(
 def test_profile_writes_the_contract_and_says_how_it_timed(tmp_path: Path) -> None:
     out = tmp_path / "p.csv"
     with StreamServer(ttft_s=0.02, itl_s=0.01) as srv:
-        rows, source = profile(srv.url, "openai", GRID, out, "test box", "-np 2")
-    assert rows == 5
+        rows, source = profile(srv.url, "openai", GRID, out, "test box", "-np 4")
+        bodies = srv.received
+    # llama.cpp: the decode batch of 2 again in slots 0 and 2 (two passes per step)
+    assert rows == 6
     assert source == "client"
     prof = read_profile(out)
-    assert prof.phase.tolist() == ["prefill", "prefill", "decode", "decode", "mixed"]
-    assert prof.context_len.tolist()[2:4] == [10, 10]
+    assert prof.phase.tolist() == ["prefill", "prefill", "decode", "decode", "decode", "mixed"]
+    assert prof.context_len.tolist()[2:5] == [10, 10, 10]
+    assert prof.passes is not None
+    assert prof.passes.tolist() == [1, 1, 1, 1, 2, 2]  # the mixed probe shares slot 0's pass
+    assert {b.get("id_slot") for b in bodies} == {0, 1, 2}  # every probe pinned
     decode_ms = prof.latency_ms[2:4]
     assert all(8.0 < ms < 60.0 for ms in decode_ms)  # the server's 10 ms per token
     assert prof.latency_ms[0] >= 20.0  # client TTFT
@@ -40,8 +45,13 @@ def test_profile_writes_the_contract_and_says_how_it_timed(tmp_path: Path) -> No
     assert meta["engine"] == "llama.cpp"
     assert meta["version"] == "test-1"
     assert meta["hardware"] == "test box"
-    assert meta["flags"] == "-np 2"
+    assert meta["flags"] == "-np 4"
     assert meta["timing_source"]["prefill"] == "client TTFT"
+
+
+def test_profile_flags_must_match_the_servers_slots(tmp_path: Path) -> None:
+    with StreamServer(ttft_s=0.02, itl_s=0.01) as srv, pytest.raises(LyraError, match="-np 2"):
+        profile(srv.url, "openai", GRID, tmp_path / "p.csv", "test box", "-np 2")
 
 
 def test_profile_against_a_vllm_stream_sends_the_served_name(tmp_path: Path) -> None:

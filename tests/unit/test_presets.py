@@ -307,7 +307,7 @@ def test_unknown_flag_names_it_and_lists_the_known_ones():
 @pytest.mark.parametrize(
     ("engine", "want"),
     [
-        ({"name": "tgi"}, "engine.name: got 'tgi', must be one of ['sglang', 'vllm']"),
+        ({"name": "tgi"}, "engine.name: got 'tgi', must be one of ['llamacpp', 'sglang', 'vllm']"),
         ("sglang", "engine: got 'sglang', must be a mapping with name and flags"),
         ({"name": "vllm", "flag": {}}, "engine.flag: unknown field"),
         ({"name": "vllm", "flags": [1]}, "engine.flags: got [1], must be a mapping"),

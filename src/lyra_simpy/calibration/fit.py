@@ -7,6 +7,12 @@ The model has one non-negative coefficient per physical term (milliseconds)::
          + per_context_token_ms × Σ context tokens   KV read by decode attention
          + per_prefill_token_ms × prompt tokens      GEMMs over the new prompt tokens
          + per_prefill_attention_ms × Σ new × (cached + new)   prefill attention (quadratic)
+         + per_extra_pass_ms × (passes − steps)      llama.cpp: ubatches beyond one a step
+         + per_checkpoint_ms × checkpoints           llama.cpp: context checkpoint copies
+
+The first term is charged once per engine step the row covers (``steps``, 1 unless the
+profile says otherwise); the last two only for a profile with ``passes``/``checkpoints``
+columns (:data:`~lyra_simpy.calibration.profiles.STEP_COLUMNS`).
 
 A profile row maps onto the terms as DESIGN §4 defines the phases: a ``prefill`` row is
 ``batch_size`` prompts of ``input_tokens`` new tokens after ``context_len`` cached ones;
@@ -61,12 +67,19 @@ TERMS = (
     "per_prefill_token_ms",
     "per_prefill_attention_ms",
 )
+STEP_TERMS = ("per_extra_pass_ms", "per_checkpoint_ms")
+"""llama.cpp's terms, fitted only from a profile with ``passes``/``checkpoints`` columns
+(:data:`~lyra_simpy.calibration.profiles.STEP_COLUMNS`); otherwise absent from the fit's
+columns and 0 in its coefficients."""
+ALL_TERMS = TERMS + STEP_TERMS
 UNITS = {
     "fixed_ms": "ms per step",
     "per_decode_seq_ms": "ms per decode sequence",
     "per_context_token_ms": "ms per context token read by decode attention",
     "per_prefill_token_ms": "ms per prompt token computed",
     "per_prefill_attention_ms": "ms per (new x (cached + new)) prompt token pair",
+    "per_extra_pass_ms": "ms per forward pass beyond a step's first (llama.cpp ubatch)",
+    "per_checkpoint_ms": "ms per context checkpoint copied (llama.cpp)",
 }
 FORMAT = "lyra-simpy/profile-fit/1"
 Loss = Literal["nnls", "soft_l1"]
@@ -92,6 +105,8 @@ class Coefficients(_Closed):
     per_context_token_ms: NonNegativeFloat = 0.0
     per_prefill_token_ms: NonNegativeFloat = 0.0
     per_prefill_attention_ms: NonNegativeFloat = 0.0
+    per_extra_pass_ms: NonNegativeFloat = 0.0
+    per_checkpoint_ms: NonNegativeFloat = 0.0
 
 
 class PhaseFit(_Closed):
@@ -192,15 +207,22 @@ def design_matrix(profile: Profile) -> npt.NDArray[np.float64]:
     mixed = profile.phase == "mixed"
     prompt_tokens = np.where(pre, b * i, np.where(mixed, i, 0.0))
     attention = np.where(pre, b * i * (c + i), np.where(mixed, i * i, 0.0))
-    return np.column_stack(
-        [
-            np.ones_like(b),
-            np.where(dec, b, 0.0),
-            np.where(dec, b * c, 0.0),
-            prompt_tokens,
-            attention,
-        ]
-    )
+    steps = np.ones_like(b) if profile.steps is None else profile.steps.astype(np.float64)
+    # A row over several steps (llama.cpp's checkpoint split) decodes its batch in each.
+    columns = [
+        steps,
+        np.where(dec, b * steps, 0.0),
+        np.where(dec, b * c * steps, 0.0),
+        prompt_tokens,
+        attention,
+    ]
+    if profile.passes is not None or profile.checkpoints is not None:
+        passes = steps if profile.passes is None else profile.passes.astype(np.float64)
+        checkpoints = (
+            np.zeros_like(b) if profile.checkpoints is None else profile.checkpoints.astype(float)
+        )
+        columns += [passes - steps, checkpoints]
+    return np.column_stack(columns)
 
 
 def r_squared(
@@ -239,7 +261,7 @@ def fit_coefficients(
         )
         solution = np.maximum(robust.x, 0.0)
     coef[used] = solution / scale[used]
-    return coef, [t for t, u in zip(TERMS, used, strict=True) if not u]
+    return coef, [t for t, u in zip(ALL_TERMS[: x.shape[1]], used, strict=True) if not u]
 
 
 RUN_PHASES = tuple(f"runs:{p}" for p in PHASES)
@@ -310,7 +332,7 @@ def fit_profile(profile: Profile, loss: Loss = "nnls") -> ProfileFit:
     predicted = rowwise_dot(x, coef)
     return ProfileFit(
         method=METHODS[loss],
-        coefficients=Coefficients(**dict(zip(TERMS, coef.tolist(), strict=True))),
+        coefficients=coefficients_of(coef),
         profile=ProfileSource(
             path=str(profile.path),
             sha256=hashlib.sha256(profile.path.read_bytes()).hexdigest(),
@@ -323,6 +345,12 @@ def fit_profile(profile: Profile, loss: Loss = "nnls") -> ProfileFit:
         noise=noise_fit(profile.latency_ms, predicted),
         decode_batch_residual_ms=decode_residuals(profile, predicted),
     )
+
+
+def coefficients_of(coef: Floats) -> Coefficients:
+    """:class:`Coefficients` of a fitted vector (the base terms, then the llama.cpp terms
+    when the design matrix had their columns)."""
+    return Coefficients(**dict(zip(ALL_TERMS, coef.tolist(), strict=False)))
 
 
 def noise_fit(measured_ms: Floats, predicted_ms: Floats) -> NoiseFit | None:
@@ -348,7 +376,8 @@ def decode_residuals(profile: Any, predicted: Floats) -> dict[int, float]:
 def predict_ms(fit: ProfileFit, profile: Profile) -> npt.NDArray[np.float64]:
     """The fitted model's latency for every row of *profile*."""
     c = fit.coefficients
-    return rowwise_dot(design_matrix(profile), np.array([getattr(c, t) for t in TERMS]))
+    x = design_matrix(profile)
+    return rowwise_dot(x, np.array([getattr(c, t) for t in ALL_TERMS[: x.shape[1]]]))
 
 
 def rowwise_dot(x: Floats, coef: Floats) -> Floats:

@@ -22,13 +22,12 @@ import numpy.typing as npt
 
 from lyra_simpy.calibration.fit import (
     METHODS,
-    TERMS,
-    Coefficients,
     Loss,
     ProfileFit,
     ProfileSource,
     RunsSource,
     _grid,
+    coefficients_of,
     decode_residuals,
     design_matrix,
     fit_coefficients,
@@ -61,6 +60,8 @@ def _join(profile: Profile | None, steps: Steps) -> tuple[_Rows, np.ndarray, np.
         }
     )
     xs = ([design_matrix(profile)] if profile is not None else []) + [steps.design_matrix()]
+    width = max(x.shape[1] for x in xs)  # rebuilt steps: one pass, no checkpoint each
+    xs = [np.pad(x, ((0, 0), (0, width - x.shape[1]))) for x in xs]
     lines = [np.arange(len(profile), dtype=np.int64) + 2] if profile is not None else []
     lines.append(np.arange(len(steps), dtype=np.int64))
     return rows, np.vstack(xs), np.concatenate(lines)
@@ -103,7 +104,7 @@ def fit_runs(
         )
     return ProfileFit(
         method=METHODS[loss],
-        coefficients=Coefficients(**dict(zip(TERMS, coef.tolist(), strict=True))),
+        coefficients=coefficients_of(coef),
         profile=source,
         runs=RunsSource(
             folders=[rel(f) for f in folders],

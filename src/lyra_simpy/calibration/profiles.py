@@ -10,7 +10,8 @@ One row per measured step, header required:
 * ``mixed``: ``batch_size`` decoding sequences at ``context_len`` together with
   ``input_tokens`` prompt tokens being prefilled in the same step.
 
-Extra columns are allowed and ignored. The metadata (``hardware``, ``model``, ``engine``,
+Extra columns are allowed and ignored, except the optional ``steps``, ``passes`` and
+``checkpoints`` (:data:`STEP_COLUMNS`). The metadata (``hardware``, ``model``, ``engine``,
 ``version``, ``tp``, ``date``, anything else) lives beside the CSV in a YAML file of the
 same stem (``x.csv`` → ``x.yaml``, or ``x.meta.yaml``). Every problem is one line naming
 the file, the row, the column, the value and what is allowed
@@ -33,6 +34,9 @@ from lyra_simpy.errors import TraceError
 
 COLUMNS = ("phase", "batch_size", "input_tokens", "context_len", "latency_ms")
 """The contract's columns, in order (DESIGN §4)."""
+STEP_COLUMNS = ("steps", "passes", "checkpoints")
+"""Optional extra columns that the fit reads (``lyra-simpy profile`` writes them for
+llama.cpp; see :class:`Profile`): integers >= 1, >= 1 and >= 0."""
 PHASES = ("prefill", "decode", "mixed")
 METADATA_KEYS = ("hardware", "model", "engine", "version", "tp", "date")
 """What the metadata YAML should say (missing keys are reported as ``unknown``)."""
@@ -51,6 +55,14 @@ class Profile:
     metadata: dict[str, Any] = field(default_factory=dict)
     """The metadata YAML's mapping (``{}`` when there is none)."""
     metadata_path: Path | None = None
+    steps: npt.NDArray[np.int64] | None = None
+    """Optional column ``steps``: engine iterations the row's latency covers (a llama.cpp
+    prompt split for a context checkpoint is two); None: one each."""
+    passes: npt.NDArray[np.int64] | None = None
+    """Optional column ``passes``: forward passes (llama.cpp ubatches) in those steps
+    together; None: one per step."""
+    checkpoints: npt.NDArray[np.int64] | None = None
+    """Optional column ``checkpoints``: llama.cpp context checkpoints copied; None: 0."""
 
     def __len__(self) -> int:
         return len(self.latency_ms)
@@ -131,6 +143,8 @@ def read_profile(path: str | Path) -> Profile:
                 f"{','.join(COLUMNS)} (DESIGN §4)"
             )
         at = [header.index(c) for c in COLUMNS]
+        opt = {c: header.index(c) for c in STEP_COLUMNS if c in header}
+        counts: dict[str, list[int]] = {c: [] for c in opt}
         for line, row in enumerate(reader, start=2):
             if not row or all(not cell.strip() for cell in row):
                 continue
@@ -149,6 +163,8 @@ def read_profile(path: str | Path) -> Profile:
             c = _int(p, line, "context_len", ctx, 0)
             _check_row(p, line, phase, b, i)
             rows.append((phase, b, i, c, _latency(p, line, lat)))
+            for name, k in opt.items():
+                counts[name].append(_int(p, line, name, row[k].strip(), _LOW[name]))
     if not rows:
         raise TraceError(f"{p}: no rows after the header; a profile needs measured steps")
     meta_path = metadata_path_of(p)
@@ -162,7 +178,11 @@ def read_profile(path: str | Path) -> Profile:
         latency_ms=np.array(l_col, dtype=np.float64),
         metadata=read_metadata(meta_path) if meta_path else {},
         metadata_path=meta_path,
+        **{name: np.array(values, dtype=np.int64) for name, values in counts.items()},
     )
+
+
+_LOW = {"steps": 1, "passes": 1, "checkpoints": 0}
 
 
 def write_profile(path: Path, rows: list[dict[str, Any]], extra: tuple[str, ...] = ()) -> None:

@@ -35,6 +35,14 @@ class BatchShape:
     same number for every decoding sequence (``num_steps`` each). They run through the
     model like prompt tokens and attend to their sequence's context; a decode-only
     iteration with them is still a decode iteration (a CUDA graph in SGLang and vLLM)."""
+    passes: int = 1
+    """Forward passes the iteration runs: llama.cpp splits a batch into ubatches, one
+    pass each (:mod:`~lyra_simpy.policies.ubatch`); 1 for every other engine. Only the
+    ``profile`` cost model charges extra passes (``per_extra_pass_ms``)."""
+    checkpoints: int = 0
+    """Context checkpoints copied before the iteration (llama.cpp on a sliding-window
+    model, :mod:`~lyra_simpy.policies.llamacpp`); charged by ``profile`` only
+    (``per_checkpoint_ms``)."""
 
 
 def verify_rows_tokens(shape: BatchShape, rows: int) -> int:

@@ -8,9 +8,13 @@ scenario's folder. The terms and how they are fitted are in
 
     t_ms = fixed + per_decode_seq × rows + per_context_token × Σ context
          + per_prefill_token × prompt tokens + per_prefill_attention × Σ new × (cached + new)
+         + per_extra_pass × (passes − 1) + per_checkpoint × checkpoints
 
 where *rows* is the decode row count, padded (:mod:`~lyra_simpy.cost.padding`) in
-decode-only iterations as for ``linear``. Outside the profile's measured grid each term
+decode-only iterations as for ``linear``. The last two terms are llama.cpp's: forward
+passes beyond the first and context checkpoints of an iteration
+(``BatchShape.passes``/``checkpoints``); they are 0 in fits of profiles that do not
+measure them. Outside the profile's measured grid each term
 extends linearly; with non-negative coefficients time never falls as a batch grows.
 The file is read (and a CSV fitted) while the scenario is validated, so a missing or
 malformed profile fails before anything is simulated.
@@ -148,6 +152,8 @@ class ProfileCost:
         self._per_ctx = c.per_context_token_ms
         self._per_prefill = c.per_prefill_token_ms
         self._per_attention = c.per_prefill_attention_ms
+        self._per_pass = c.per_extra_pass_ms
+        self._per_checkpoint = c.per_checkpoint_ms
         self._pad = Padder(config.padding, max_batch)
         table = config.fit.decode_batch_residual_ms if config.decode_table else {}
         self._sizes = np.array(sorted(table), dtype=np.float64)
@@ -156,7 +162,13 @@ class ProfileCost:
         """Row count → fixed part of a decode-only iteration (ms), computed once."""
 
     def iteration_s(self, shape: BatchShape) -> float:
+        passes, checkpoints = shape.passes, shape.checkpoints
+        extra = passes != 1 or checkpoints != 0
         if not shape.prefill_seqs and not shape.verify_tokens:
+            if extra:  # (never fused: see BatchShape.passes)
+                fixed = self.decode_span_s(shape.decode_rows, 0, 0, 1)[0] * 1000.0
+                ms = fixed + self._per_ctx * shape.decode_context_tokens
+                return (ms + self._extra_ms(passes, checkpoints)) / 1000.0
             return self.decode_span_s(shape.decode_rows, shape.decode_context_tokens, 0, 1)[0]
         rows = shape.decode_rows if shape.prefill_seqs else self._pad(shape.decode_rows)
         verify = verify_rows_tokens(shape, rows)
@@ -172,7 +184,13 @@ class ProfileCost:
             ms += self._per_attention * per_seq * shape.decode_context_tokens
             if not shape.prefill_seqs:
                 ms += self._residual_ms(rows)
+        if extra:
+            ms += self._extra_ms(passes, checkpoints)
         return ms / 1000.0
+
+    def _extra_ms(self, passes: int, checkpoints: int) -> float:
+        """llama.cpp's extra forward passes and context checkpoints (BatchShape)."""
+        return self._per_pass * (passes - 1) + self._per_checkpoint * checkpoints
 
     def _residual_ms(self, rows: int) -> float:
         """The decode table's correction at *rows* (0 without the table)."""

@@ -150,8 +150,8 @@ class Replica:
         """Most requests it runs at once."""
         self.spec = policies.speculator
         self._lookahead = self.spec.lookahead if self.spec is not None else 0
-        if self.spec is not None:  # sequences advance by different numbers of tokens
-            self.fuse = False
+        if self.spec is not None or not scheduler.fusable:
+            self.fuse = False  # (sequences advance unevenly; or the scheduler says so)
         self._holds_back = scheduler.holds_back_until_change
         """The scheduler keeps waiting requests out until a request finishes or is
         preempted once a plan decoded everyone and admitted nothing (so the decodes
@@ -342,8 +342,11 @@ class Replica:
             )
             assert self.spec is not None
             duration = self.cost.iteration_s(shape) + self.spec.draft_s
-        elif prefill:
-            shape = BatchShape(len(prefill), prefill_tokens, attention, n_dec, rows, context)
+        elif prefill or plan.passes != 1 or plan.checkpoints:
+            shape = BatchShape(
+                len(prefill), prefill_tokens, attention, n_dec, rows, context, 0,
+                plan.passes, plan.checkpoints,
+            )  # fmt: skip
             duration = self.cost.iteration_s(shape)
         else:
             duration = self.cost.decode_span_s(rows, context, n_dec, 1)[0]

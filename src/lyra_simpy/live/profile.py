@@ -20,6 +20,27 @@ Three kinds of measurement, each repeated ``repeats`` times (the median is kept)
 
 The metadata YAML beside the CSV says engine, version, model, hardware, flags, date and
 which timing each phase used (``timing_source``).
+
+**llama.cpp** (the endpoint has ``/props`` ``total_slots`` and ``--flags`` gives its launch
+flags, read by :mod:`lyra_simpy.presets.llamacpp`): every probe pins its requests to
+slots (the request field ``id_slot``; decoders in slots 0..B−1, a mixed probe in slot B),
+so the forward passes of each step are known, and every row gets the extra columns
+``steps``, ``passes`` and ``checkpoints`` (:data:`~lyra_simpy.calibration.profiles.STEP_COLUMNS`)
+that :mod:`~lyra_simpy.policies.llamacpp` says the server runs for it: a prompt split for
+a context checkpoint is two steps and a checkpoint (on a model with sliding-window
+attention: ``grid.sliding_window``), a prompt beside the decoders shares a pass with the
+slot before it. Two probes measure what those mechanics cost:
+
+* ``fragmented_decode_batch``: *B* decoders in every other slot (0, 2, 4, ...): the same
+  decode batch as the contiguous one, but *B* forward passes instead of one with per-slot
+  KV — the difference is the cost of a pass (``per_extra_pass_ms``);
+* prefill rows of ``checkpoint_prompt_tokens`` (default 4 and 8): a prompt of 4 tokens is
+  one step, one of 8 is two (4 + 4) with a checkpoint between — beside the other prefill
+  rows they separate a step's fixed cost from a checkpoint's (``per_checkpoint_ms``).
+
+``lyra-simpy calibrate`` fits those columns with the same relative-error loss as the
+rest (``--loss soft_l1`` for the robust one); every row is already a median of
+``repeats`` measurements.
 """
 
 from __future__ import annotations
@@ -43,6 +64,8 @@ from lyra_simpy.live.limits import endpoint_limits, token_range, with_vocab
 from lyra_simpy.live.workload import TokenIds
 from lyra_simpy.machine import cpu_model
 from lyra_simpy.metrics.io import atomic_write
+from lyra_simpy.policies.llamacpp import LlamaCppConfig, prompt_chunk
+from lyra_simpy.policies.ubatch import passes
 
 
 class ProfileGrid(BaseModel):
@@ -62,6 +85,15 @@ class ProfileGrid(BaseModel):
     mixed_context: PositiveInt = 128
     repeats: PositiveInt = 3
     timeout_s: PositiveFloat = 120.0
+    fragmented_decode_batch: list[PositiveInt] = [2]
+    """llama.cpp with per-slot KV: decode batches measured again in every other slot
+    (module docstring); each needs 2B − 1 slots."""
+    checkpoint_prompt_tokens: list[PositiveInt] = [4, 8]
+    """llama.cpp on a sliding-window model: extra prefill rows around the checkpoint stop."""
+    sliding_window: bool = False
+    """The model has sliding-window attention (Gemma 3): llama.cpp checkpoints prompts."""
+    n_ctx_train: PositiveInt = 32768
+    """The model's training context (for a server started with ``-c 0`` or without ``-c``)."""
     token_ids: TokenIds | None = None
     """Prompt id range (None: the default, fitted to the vocabulary)."""
     extra_body: dict[str, Any] = {}
@@ -87,15 +119,23 @@ class _Prober:
         self.url, self.api, self.grid, self.ids, self.extra = url, api, grid, ids, extra
         self.rng = np.random.Generator(np.random.PCG64(20260101))
         self.engine_timed: set[str] = set()
+        self.pin = False
+        """Pin requests to llama.cpp slots (``id_slot``)."""
 
     def _prompt(self, n: int) -> list[int]:
         ids = self.ids
         return [int(x) for x in self.rng.integers(ids.low, ids.high, size=n)]
 
     async def _send(
-        self, n_in: int, n_out: int, t0: float, first: asyncio.Event | None = None
+        self,
+        n_in: int,
+        n_out: int,
+        t0: float,
+        first: asyncio.Event | None = None,
+        slot: int | None = None,
     ) -> Outcome:
         client = new_client()
+        extra = self.extra if slot is None or not self.pin else {**self.extra, "id_slot": slot}
         try:
             out = await send(
                 client,
@@ -105,7 +145,7 @@ class _Prober:
                 n_out,
                 self.grid.timeout_s,
                 t0,
-                self.extra,
+                extra,
                 first,
             )
         finally:
@@ -121,12 +161,14 @@ class _Prober:
         return (out.chunk_s[0] - out.sent_s) * 1000.0
 
     async def prefill(self, p: int) -> float:
-        return self._prompt_ms(await self._send(p, 1, time.perf_counter()), "prefill")
+        return self._prompt_ms(await self._send(p, 1, time.perf_counter(), slot=0), "prefill")
 
-    async def decode(self, b: int, ctx: int) -> tuple[float, float]:
+    async def decode(self, b: int, ctx: int, stride: int = 1) -> tuple[float, float]:
         t0 = time.perf_counter()
         steps = self.grid.decode_steps
-        outs = await asyncio.gather(*(self._send(ctx, steps, t0) for _ in range(b)))
+        outs = await asyncio.gather(
+            *(self._send(ctx, steps, t0, slot=k * stride) for k in range(b))
+        )
         gaps = np.concatenate([np.diff(o.chunk_s) for o in outs]) * 1000.0
         engine = [
             float(o.timings["predicted_per_token_ms"])
@@ -140,15 +182,67 @@ class _Prober:
         ctx, steps = self.grid.mixed_context, self.grid.decode_steps
 
         firsts = [asyncio.Event() for _ in range(b)]
-        decoders = [asyncio.create_task(self._send(ctx, steps * 2, t0, e)) for e in firsts]
+        decoders = [
+            asyncio.create_task(self._send(ctx, steps * 2, t0, e, slot=k))
+            for k, e in enumerate(firsts)
+        ]
         # The probe joins once every decoder's prompt is in (then each step is decodes).
         await asyncio.wait_for(asyncio.gather(*(e.wait() for e in firsts)), self.grid.timeout_s)
         await asyncio.sleep(0.02)
-        probe = await self._send(p, 1, t0)
+        probe = await self._send(p, 1, t0, slot=b)
         outs = await asyncio.gather(*decoders)
         probe_at = probe.sent_s
         done_before = [sum(1 for s in o.chunk_s if s <= probe_at) for o in outs]
         return self._prompt_ms(probe, "mixed"), ctx + int(statistics.median(done_before))
+
+
+def llamacpp_config(flags: str, grid: ProfileGrid) -> LlamaCppConfig | None:
+    """The llama.cpp server's scheduler knobs from its launch *flags* (None when they are
+    not a llama.cpp launch line, e.g. empty)."""
+    from lyra_simpy.presets import apply_engine
+
+    if not flags.strip():
+        return None
+    raw: dict[str, Any] = {
+        "engine": {"name": "llamacpp", "command": "llama-server " + flags},
+        "scheduler": {"name": "llamacpp", "n_ctx_train": grid.n_ctx_train},
+    }
+    try:
+        sched = apply_engine(raw)["scheduler"]
+    except LyraError as exc:
+        raise LyraError(f"profile --flags: {exc}") from None
+    sched["sliding_window"] = grid.sliding_window and sched.get("sliding_window", True)
+    return LlamaCppConfig.model_validate(sched)
+
+
+def _check_slots(grid: ProfileGrid, llama: LlamaCppConfig) -> None:
+    need = max([*grid.decode_batch, *(2 * b - 1 for b in grid.fragmented_decode_batch)])
+    if need > llama.n_parallel:
+        raise LyraError(
+            f"grid.decode_batch / fragmented_decode_batch: need {need} slots, the server "
+            f"has {llama.n_parallel} (-np): requests pinned to a slot would wait"
+        )
+
+
+def _passes(llama: LlamaCppConfig, segments: list[tuple[int, int]]) -> int:
+    return passes(segments, llama.batch_tokens, llama.ubatch_tokens, llama.kv_unified)
+
+
+def prompt_steps(llama: LlamaCppConfig, prompt: int, decoders: int) -> tuple[int, int, int]:
+    """(steps, passes, checkpoints) llama.cpp runs for a prompt of *prompt* tokens in slot
+    *decoders*, beside *decoders* sequences decoding in slots 0..decoders−1 in each step
+    (:mod:`~lyra_simpy.policies.llamacpp`)."""
+    stops, nub = llama.checkpoint_stops, llama.ubatch_tokens
+    done = steps = n_passes = checkpoints = 0
+    while done < prompt:
+        take = prompt_chunk(prompt - done, llama.batch_tokens - decoders, stops)
+        segments = [(k, 1) for k in range(decoders)] + [(decoders, take)]
+        n_passes += _passes(llama, segments)
+        if stops and done and prompt - done - take < nub:
+            checkpoints += 1
+        done += take
+        steps += 1
+    return steps, n_passes, checkpoints
 
 
 def _cpu() -> str:
@@ -204,22 +298,41 @@ def profile(
             f"grid.mixed_batch: got {max(grid.mixed_batch)}, must be < the server's "
             f"{slots} slots (the probe needs a slot of its own beside the decoders)"
         )
+    llama = llamacpp_config(flags, grid) if isinstance(slots, int) else None
+    if llama is not None:
+        if llama.n_parallel != slots:
+            raise LyraError(
+                f"profile --flags: -np {llama.n_parallel} (or its default), but the server "
+                f"has {slots} slots: give the flags it was started with"
+            )
+        _check_slots(grid, llama)
     prober = _Prober(url, api, grid, ids, limits.body(grid.extra_body))
+    prober.pin = llama is not None
     rows: list[tuple[str, int, int, int, float, float]] = []
+    counts: list[tuple[int, int, int]] = []
+    """(steps, passes, checkpoints) of each row (llama.cpp only)."""
 
     def med(values: list[float]) -> float:
         return float(statistics.median(values))
 
     async def measure() -> None:
         await prober.prefill(8)  # warm-up
-        for p in grid.prefill_tokens:
+        extra_prefill = grid.checkpoint_prompt_tokens if llama and llama.checkpoint_stops else []
+        for p in sorted(set(grid.prefill_tokens) | set(extra_prefill)):
             lat = med([await prober.prefill(p) for _ in range(grid.repeats)])
             rows.append(("prefill", 1, p, 0, lat, float("nan")))
-        for b in grid.decode_batch:
+            if llama is not None:
+                counts.append(prompt_steps(llama, p, 0))
+        fragmented = grid.fragmented_decode_batch if llama and not llama.kv_unified else []
+        decodes = [(b, 1) for b in grid.decode_batch] + [(b, 2) for b in fragmented]
+        for b, stride in decodes:
             for ctx in grid.decode_context:
-                got = [await prober.decode(b, ctx) for _ in range(grid.repeats)]
+                got = [await prober.decode(b, ctx, stride) for _ in range(grid.repeats)]
                 lat, eng = med([g[0] for g in got]), med([g[1] for g in got])
                 rows.append(("decode", b, 0, ctx + grid.decode_steps // 2, lat, eng))
+                if llama is not None:
+                    segments = [(k * stride, 1) for k in range(b)]
+                    counts.append((1, _passes(llama, segments), 0))
         for b in grid.mixed_batch:
             for p in grid.mixed_prompt_tokens:
                 got2 = [await prober.mixed(b, p) for _ in range(grid.repeats)]
@@ -233,6 +346,8 @@ def profile(
                         float("nan"),
                     )
                 )
+                if llama is not None:
+                    counts.append(prompt_steps(llama, p, b))
 
     asyncio.run(measure())
     sources = {
@@ -246,9 +361,13 @@ def profile(
     }
 
     def write_csv(tmp: Path) -> None:
-        lines = ["phase,batch_size,input_tokens,context_len,latency_ms,engine_ms"]
-        for ph, b, i, c, lat, eng in rows:
-            lines.append(f"{ph},{b},{i},{c},{lat:.4f},{'' if eng != eng else f'{eng:.4f}'}")
+        head = "phase,batch_size,input_tokens,context_len,latency_ms,engine_ms"
+        lines = [head + (",steps,passes,checkpoints" if counts else "")]
+        for k, (ph, b, i, c, lat, eng) in enumerate(rows):
+            line = f"{ph},{b},{i},{c},{lat:.4f},{'' if eng != eng else f'{eng:.4f}'}"
+            if counts:
+                line += ",{},{},{}".format(*counts[k])
+            lines.append(line)
         tmp.write_text("\n".join(lines) + "\n")
 
     meta = _metadata(props, url, api, hardware, flags, sources)

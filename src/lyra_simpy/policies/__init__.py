@@ -23,11 +23,12 @@ from lyra_simpy.policies.admission import (
 from lyra_simpy.policies.base import BatchPlan, EngineView, Scheduler
 from lyra_simpy.policies.chunked import ChunkedPrefill, ChunkedPrefillConfig
 from lyra_simpy.policies.continuous import ContinuousBatching, ContinuousConfig
+from lyra_simpy.policies.llamacpp import LlamaCppConfig, LlamaCppServer
 from lyra_simpy.policies.prefill_first import PrefillFirst, PrefillFirstConfig
 from lyra_simpy.policies.static import StaticBatching, StaticConfig
 
 SchedulerConfig = Annotated[
-    StaticConfig | ContinuousConfig | ChunkedPrefillConfig | PrefillFirstConfig,
+    StaticConfig | ContinuousConfig | ChunkedPrefillConfig | PrefillFirstConfig | LlamaCppConfig,
     Field(discriminator="name"),
 ]
 AdmissionConfig = Annotated[AlwaysConfig | SLOAdmissionConfig, Field(discriminator="name")]
@@ -37,6 +38,7 @@ SCHEDULERS: dict[str, Callable[[Any], Scheduler]] = {
     "continuous": ContinuousBatching,
     "chunked_prefill": ChunkedPrefill,
     "prefill_first": PrefillFirst,
+    "llamacpp": LlamaCppServer,
 }
 
 ADMISSIONS: dict[str, Callable[[Any, CostModel, Limits], Admission]] = {
@@ -59,6 +61,8 @@ __all__ = [
     "Decision",
     "EngineView",
     "Limits",
+    "LlamaCppConfig",
+    "LlamaCppServer",
     "PrefillFirst",
     "PrefillFirstConfig",
     "SLOAdmission",

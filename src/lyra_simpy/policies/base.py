@@ -74,6 +74,12 @@ class BatchPlan:
     of the front (vLLM)."""
     wait_until_s: float | None = None
     """With an empty plan: wake at this time (or on the next arrival, if sooner)."""
+    passes: int = 1
+    """Forward passes the iteration runs (llama.cpp: one per ubatch,
+    :mod:`~lyra_simpy.policies.ubatch`); the cost model reads it as ``BatchShape.passes``."""
+    checkpoints: int = 0
+    """Context checkpoints copied before the iteration (llama.cpp on a sliding-window
+    model); the cost model reads it as ``BatchShape.checkpoints``."""
 
     @property
     def empty(self) -> bool:
@@ -95,6 +101,10 @@ class Scheduler(Protocol):
 
     holds_back_until_change: bool
     """See above (False: decodes are fused only while nothing waits)."""
+    fusable: bool
+    """Decode iterations may be fused at all (False: every iteration is planned; for a
+    scheduler whose decode cost depends on more than the rows and contexts the fused
+    run knows, e.g. llama.cpp's passes per run of slot ids)."""
 
     @property
     def max_batch(self) -> int:

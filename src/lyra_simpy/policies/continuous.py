@@ -84,6 +84,8 @@ class ContinuousBatching:
 
     holds_back_until_change = True
     """Admission needs a free slot, budget and KV (see ``Scheduler``)."""
+    fusable = True
+    """Decode iterations may be fused (``Scheduler``)."""
     chunks = False
     """Whether a prompt may start with a part of it (chunked prefill)."""
 

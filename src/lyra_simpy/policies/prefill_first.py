@@ -98,6 +98,8 @@ class PrefillFirst:
     holds_back_until_change = False
     """A waiting prompt may be admitted whenever a prefill iteration fits it, so decodes
     that follow a plan admitting nothing are not fused while requests wait."""
+    fusable = True
+    """Decode iterations may be fused (``Scheduler``)."""
 
     def __init__(self, config: PrefillFirstConfig) -> None:
         self.config = config

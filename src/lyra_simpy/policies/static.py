@@ -68,6 +68,8 @@ class StaticBatching:
 
     holds_back_until_change = True
     """A new batch forms only once the running one has ended (see ``Scheduler``)."""
+    fusable = True
+    """Decode iterations may be fused (``Scheduler``)."""
 
     def __init__(self, config: StaticConfig) -> None:
         self.config = config

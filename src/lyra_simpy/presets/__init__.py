@@ -1,6 +1,6 @@
 """Engine presets: a real engine's launch flags → the simulator's knobs.
 
-A scenario may carry ``engine: {name: sglang|vllm, flags: {...}}`` and/or
+A scenario may carry ``engine: {name: sglang|vllm|llamacpp, flags: {...}}`` and/or
 ``command: "python -m sglang.launch_server --max-running-requests 64 ..."`` (parsed
 with :mod:`shlex`; ``\\``-continued lines are fine). Flags are spelt as on the command
 line or with underscores (``--chunked-prefill-size``, ``chunked-prefill-size`` and
@@ -10,11 +10,11 @@ line or with underscores (``--chunked-prefill-size``, ``chunked-prefill-size`` a
 engine.flags.X=…`` and variants rely on.
 
 :func:`apply_engine` is one pure step run before validation (raw mapping → raw mapping):
-each engine's function in ``ENGINES`` (:mod:`.sglang`, :mod:`.vllm`) turns the flags
-into scenario knobs (``scheduler``, ``kv_cache``, ``prefix_cache``, ``cost.padding``,
-``cost.kv_dtype``, ``cost.tp``, ``cost.weight_dtype``), using the engine's own default
-for every flag left out. So the resolved scenario, and the manifest, show both the
-``engine`` block as given and every knob it produced.
+each engine's function in ``ENGINES`` (:mod:`.sglang`, :mod:`.vllm`, :mod:`.llamacpp`)
+turns the flags into scenario knobs (``scheduler``, ``kv_cache``, ``prefix_cache``,
+``cost.padding``, ``cost.kv_dtype``, ``cost.tp``, ``cost.weight_dtype``), using the
+engine's own default for every flag left out. So the resolved scenario, and the
+manifest, show both the ``engine`` block as given and every knob it produced.
 
 Precedence (a modelling-free rule, stated once):
 
@@ -45,12 +45,13 @@ from pydantic import BaseModel, Field, ValidationError
 
 from lyra_simpy.dotted import MISSING, get_path, set_path
 from lyra_simpy.errors import ScenarioError, from_validation_error
-from lyra_simpy.presets import sglang, vllm
+from lyra_simpy.presets import llamacpp, sglang, vllm
 from lyra_simpy.presets.common import Knob, Knobs
+from lyra_simpy.presets.llamacpp import LlamaCppEngine
 from lyra_simpy.presets.sglang import SGLangEngine
 from lyra_simpy.presets.vllm import VLLMEngine
 
-EngineConfig = Annotated[SGLangEngine | VLLMEngine, Field(discriminator="name")]
+EngineConfig = Annotated[SGLangEngine | VLLMEngine | LlamaCppEngine, Field(discriminator="name")]
 
 _Spec = tuple[
     type[BaseModel], Callable[[Any, dict[str, Any]], Knobs], frozenset[str], dict[str, str]
@@ -59,6 +60,7 @@ _Spec = tuple[
 ENGINES: dict[str, _Spec] = {
     "sglang": (sglang.SGLangFlags, sglang.knobs, sglang.NO_EFFECT, sglang.ALIASES),
     "vllm": (vllm.VLLMFlags, vllm.knobs, vllm.NO_EFFECT, vllm.ALIASES),
+    "llamacpp": (llamacpp.LlamaCppFlags, llamacpp.knobs, llamacpp.NO_EFFECT, llamacpp.ALIASES),
 }
 """Engine name → (flag model, flags → knobs function, ignored flags, flag aliases)."""
 

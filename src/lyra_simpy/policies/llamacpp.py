@@ -1,0 +1,288 @@
+"""llama.cpp's server (``llama-server``): slots, per-slot KV, ubatch passes, checkpoints.
+
+Read in llama.cpp commit 0c1e570 (vendored by ``llama-cpp-python==0.3.36``, the build
+``tox -e validate-cpu`` uses); file and function named with each rule.
+
+* **Slots** (``-np``): at most ``n_parallel`` requests run; a request waits for a slot.
+  ``tools/server/server-context.cpp``, ``get_available_slot``: without prompt
+  similarity to go by, a new request takes the idle slot *least recently released*
+  (``t_last_used``, set in ``server_slot::release``); ties (slots never used, or released
+  in the same step) go to the highest slot id (the scan keeps the last slot with
+  ``t_last_used <= best``). So an idle server fills slots 3, 2, 1, 0 (``-np 4``). Slots are
+  given at the start of the step after the request arrives (``process_single_task`` runs
+  between ``update_slots`` calls), in queue order.
+* **Context per slot**: with a KV stream per sequence (the default once ``-np`` is given:
+  ``common/common.h`` ``kv_unified = false``; only ``-np`` left out (auto) turns on 4
+  slots with a unified buffer, ``tools/server/server.cpp`` ``main``) each slot owns
+  ``n_ctx_seq = pad256(pad256(n_ctx) / n_parallel)`` cells (``src/llama-context.cpp``,
+  ``llama_context`` constructor); with ``-kvu`` every slot may use the whole ``n_ctx``.
+  Both are capped by the model's training context (``n_ctx_slot``). A request whose prompt
+  plus output does not fit its slot's context is **refused** on arrival
+  (``never_fits_kv``). llama.cpp refuses a prompt of ``n_ctx_slot`` tokens or more
+  (``update_slots``: "exceeds the available context size") and stops an output that would
+  overflow at ``n_ctx_slot − prompt`` tokens (``process_token``: ``STOP_TYPE_LIMIT``);
+  modelling choice: the simulator refuses such a request rather than change its length.
+  There is no preemption.
+* **The step's batch** (``update_slots``): the sampled token of every generating slot in
+  slot order, then — always with ``cont_batching`` (``-cb``, default on), else only when
+  no slot is generating — prompt tokens of the slots processing a prompt, in slot order,
+  while the batch holds fewer than ``n_batch`` tokens (``-b``, default 2048): a long
+  prompt is chunked over steps. Its first token comes at the end of the step that
+  computes its last prompt token.
+* **Context checkpoints** (``--ctx-checkpoints``, default 32) on a model with
+  sliding-window attention (``n_swa > 0``, e.g. Gemma 3; not with ``--swa-full``): the
+  prompt loop of ``update_slots`` stops ``min(n_batch, 4 + n_ubatch)`` and
+  ``min(n_batch, 4)`` tokens before a prompt's end, so those tokens run in steps of their
+  own, and a checkpoint of the slot's state (``create_checkpoint``) is copied before a
+  step whose chunk ends within ``n_ubatch`` tokens of the prompt's end when the slot
+  already holds tokens. A prompt of 300 tokens is thus two steps (296, then 4 with a
+  checkpoint); its TTFT two steps and a copy.
+* **Forward passes** (:mod:`~lyra_simpy.policies.ubatch`): a step's batch runs as one
+  pass per ubatch — with per-slot KV one per run of consecutive slot ids (``split_equal``),
+  with ``-kvu`` one per ``n_ubatch`` tokens. The plan tells the cost model
+  (``BatchPlan.passes``, ``BatchPlan.checkpoints``).
+
+Modelling choices, beside the refusal above: with ``-kvu`` llama.cpp admits without
+looking at the free cells and, when the buffer fills, fails every running request
+("Context size has been exceeded"); here a request gets a slot only once the pool can hold
+its whole prompt and output next to what the running requests will still need, so that
+state is never reached. Prompt reuse (``cache_prompt``, slot choice by prompt
+similarity) is not modelled: a scenario with shared prefixes and ``cache_prompt: true`` is
+refused when loaded. Fused decode runs: with per-slot KV the passes of a decode step
+depend on which slots are still generating, which changes inside a run as requests
+finish, so this scheduler is not fused (``fusable``); with ``-kvu`` and ``n_ubatch >=
+n_parallel`` a decode step is always one pass, and it is.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import ConfigDict, NonNegativeInt, PositiveInt
+
+from lyra_simpy.config import Closed
+from lyra_simpy.engine.kv import blocks_for
+from lyra_simpy.engine.request import RejectReason, Request
+from lyra_simpy.policies.base import BatchPlan, EngineView
+from lyra_simpy.policies.ubatch import passes
+
+PAD = 256
+"""``GGML_PAD(n_ctx, 256)`` and ``GGML_PAD(n_ctx_seq, 256)`` in ``llama_context``."""
+END_STOP = 4
+"""Tokens before a prompt's end where the prompt loop stops for a checkpoint (with a
+second stop ``4 + n_ubatch`` before it; ``update_slots``, ``checkpoint_offsets``)."""
+
+
+def _pad(n: int) -> int:
+    return -(-n // PAD) * PAD
+
+
+class LlamaCppConfig(Closed):
+    """Knobs of ``llama-server`` (its flag names; defaults at commit 0c1e570)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Literal["llamacpp"] = "llamacpp"
+    n_parallel: PositiveInt = 4
+    """Slots (``-np``/``--parallel``; left out, the server uses 4 with ``-kvu``)."""
+    n_ctx: NonNegativeInt = 0
+    """KV cells of all slots together (``-c``/``--ctx-size``; 0: the model's training
+    context, ``n_ctx_train``)."""
+    n_ctx_train: PositiveInt = 32768
+    """The model's training context (GGUF ``context_length``; 32768 for Gemma 3 270M):
+    ``-c 0`` means it, and it caps a slot's context."""
+    kv_unified: bool = False
+    """One KV buffer shared by all slots (``-kvu``); False: a KV stream per slot."""
+    n_batch: PositiveInt = 2048
+    """Logical batch: tokens per step (``-b``/``--batch-size``, default 2048)."""
+    n_ubatch: PositiveInt = 512
+    """Physical batch: tokens per forward pass (``-ub``/``--ubatch-size``, default 512)."""
+    ctx_checkpoints: NonNegativeInt = 32
+    """Context checkpoints per slot (``--ctx-checkpoints``, default 32; 0: none)."""
+    sliding_window: bool = False
+    """The model has sliding-window attention layers (Gemma 2/3, ...; not a flag: a
+    property of the model) and the server runs without ``--swa-full``: only then are
+    checkpoints made."""
+    cont_batching: bool = True
+    """New prompts join steps that decode (``-cb``, default; ``-nocb``: only steps
+    without a generating slot take prompt tokens)."""
+    cache_prompt: bool = True
+    """The requests' ``cache_prompt`` (default true); see the module docstring."""
+
+    @property
+    def ctx_total(self) -> int:
+        """KV cells of the server (``n_ctx`` as ``llama_context`` resolves it)."""
+        total = _pad(self.n_ctx or self.n_ctx_train)
+        if self.kv_unified:
+            return total
+        return _pad(total // self.n_parallel) * self.n_parallel
+
+    @property
+    def slot_ctx(self) -> int:
+        """Context one slot may hold (``n_ctx_slot``)."""
+        per = self.ctx_total if self.kv_unified else self.ctx_total // self.n_parallel
+        return min(per, self.n_ctx_train)
+
+    @property
+    def batch_tokens(self) -> int:
+        """Effective ``n_batch``: at most the context (``llama_context``: causal models)."""
+        return min(self.n_batch, self.ctx_total)
+
+    @property
+    def ubatch_tokens(self) -> int:
+        """Effective ``n_ubatch``: at most ``n_batch``."""
+        return min(self.n_ubatch, self.batch_tokens)
+
+    @property
+    def checkpoint_stops(self) -> tuple[int, ...]:
+        """Tokens before a prompt's end where its chunk stops (empty: no checkpoints)."""
+        if not self.ctx_checkpoints or not self.sliding_window:
+            return ()
+        nb = self.batch_tokens
+        return (min(nb, END_STOP + self.ubatch_tokens), min(nb, END_STOP))
+
+    @property
+    def max_batch(self) -> int:
+        return self.n_parallel
+
+    @property
+    def token_budget(self) -> int | None:
+        """Tokens one step computes, decodes included (``n_batch``)."""
+        return self.batch_tokens
+
+    @property
+    def alone_chunk_tokens(self) -> int | None:
+        """The largest prompt chunk a request alone runs in one step (``n_batch``)."""
+        return self.batch_tokens
+
+
+def prompt_chunk(remaining: int, room: int, stops: tuple[int, ...]) -> int:
+    """Prompt tokens a slot with *remaining* prompt tokens adds to a batch with *room*
+    tokens left (``update_slots``' prompt loop: a token at a time, stopping when the
+    tokens still to come equal one of *stops*, after adding at least one)."""
+    take = min(room, remaining)
+    below = [s for s in stops if s < remaining]
+    if below:
+        take = min(take, remaining - max(below))
+    return take
+
+
+def _decoding(req: Request) -> bool:
+    return req.generated_tokens > 0
+
+
+class LlamaCppServer:
+    """``llama-server``'s ``update_slots``: slots, chunked prompts, passes (module doc)."""
+
+    holds_back_until_change = True
+    """A waiting request needs a slot (or KV, with ``-kvu``): only a finish gives one."""
+
+    def __init__(self, config: LlamaCppConfig) -> None:
+        self.config = config
+        n = config.n_parallel
+        self.slots: list[Request | None] = [None] * n
+        """The request each slot serves (None: idle)."""
+        self._started = [False] * n
+        """Whether the slot's request has computed prompt tokens (is in ``running``)."""
+        self.last_used_s = [-1.0] * n
+        """When each slot was last released (``t_last_used``; -1: never used)."""
+        self.fusable = config.kv_unified and config.ubatch_tokens >= n
+        """Decode steps may be fused (module docstring)."""
+        self._stops = config.checkpoint_stops
+
+    @property
+    def max_batch(self) -> int:
+        """Most requests it runs at once (``Scheduler``)."""
+        return self.config.n_parallel
+
+    def refusal(
+        self, request: Request, num_blocks: int, block_size: int, prompt_only: bool = False
+    ) -> RejectReason | None:
+        out = 1 if prompt_only else request.output_tokens
+        tokens = request.input_tokens + out
+        if tokens > self.config.slot_ctx or blocks_for(tokens, block_size) > num_blocks:
+            return "never_fits_kv"
+        return None
+
+    def free_slot(self) -> int | None:
+        """The slot a new request gets (``get_available_slot``, LRU; None: all busy)."""
+        best: int | None = None
+        best_s = 0.0
+        for i, req in enumerate(self.slots):
+            if req is None and (best is None or self.last_used_s[i] <= best_s):
+                best, best_s = i, self.last_used_s[i]
+        return best
+
+    def plan(self, view: EngineView) -> BatchPlan:
+        c = self.config
+        slots, started = self.slots, self._started
+        bs = view.block_size
+        reserved = 0
+        here = {id(r) for r in view.running}
+        for i, req in enumerate(slots):
+            if req is None:
+                continue
+            if started[i] and id(req) not in here:  # finished (or handed off): release
+                slots[i] = None
+                started[i] = False
+                self.last_used_s[i] = req.last_token_s
+            else:
+                reserved += blocks_for(req.input_tokens + req.output_tokens, bs) - req.blocks
+        if len(here) > sum(started):  # requests handed over running (disaggregation)
+            self._adopt(view)
+        if view.waiting:
+            self._assign(view, view.free_blocks - reserved)
+        plan = BatchPlan()
+        segments: list[tuple[int, int]] = []
+        for i, req in enumerate(slots):
+            if req is not None and started[i] and _decoding(req):
+                plan.decode.append(req)
+                segments.append((i, 1))
+        room = c.batch_tokens - len(segments)
+        if c.cont_batching or not segments:
+            nub = c.ubatch_tokens
+            for i, req in enumerate(slots):
+                if room <= 0:
+                    break
+                if req is None or (started[i] and _decoding(req)):
+                    continue
+                # (a request handed over by a prefill replica has one token pending)
+                left = req.input_tokens + req.generated_tokens - req.computed_tokens
+                take = prompt_chunk(left, room, self._stops)
+                plan.prefill.append((req, take))
+                segments.append((i, take))
+                room -= take
+                if self._stops and req.computed_tokens and left - take < nub:
+                    plan.checkpoints += 1
+                started[i] = True
+        if segments:
+            plan.passes = passes(segments, c.batch_tokens, c.ubatch_tokens, c.kv_unified)
+        return plan
+
+    def _adopt(self, view: EngineView) -> None:
+        """Give slots to running requests that have none: a decode replica of a
+        disaggregated cluster receives them running, with their prompt's KV."""
+        held = {id(r) for r in self.slots if r is not None}
+        for req in view.running:
+            slot = self.free_slot() if id(req) not in held else None
+            if slot is not None:
+                self.slots[slot] = req
+                self._started[slot] = True
+
+    def _assign(self, view: EngineView, free: int) -> None:
+        """Give idle slots to waiting requests in queue order while the KV pool holds
+        each one's whole context beside what is reserved (module docstring)."""
+        held = {id(r) for r in self.slots if r is not None}
+        bs = view.block_size
+        for req in view.waiting:
+            if id(req) in held:
+                continue
+            slot = self.free_slot()
+            if slot is None:
+                return
+            # (a request handed over by a prefill replica holds its prompt's blocks)
+            need = blocks_for(req.input_tokens + req.output_tokens, bs) - req.blocks
+            if need > free:
+                return
+            free -= need
+            self.slots[slot] = req

@@ -1,0 +1,374 @@
+"""llama.cpp's server (issue 12): slots, ubatch passes, checkpoint stops, the preset,
+the per-pass cost and its fit — with numbers worked out by hand from the source rules
+(policies/llamacpp.py, policies/ubatch.py)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from builders import waiting_req
+from lyra_simpy import ScenarioError, scenario_from_dict, simulate
+from lyra_simpy.calibration.fit import fit_profile, predict_ms
+from lyra_simpy.calibration.profiles import read_profile
+from lyra_simpy.cost.base import BatchShape
+from lyra_simpy.cost.profiled import ProfileCost, ProfileCostConfig
+from lyra_simpy.engine.request import Request
+from lyra_simpy.live.profile import ProfileGrid, llamacpp_config, prompt_steps
+from lyra_simpy.policies import EngineView, LlamaCppConfig, LlamaCppServer
+from lyra_simpy.policies.llamacpp import prompt_chunk
+from lyra_simpy.policies.ubatch import passes, split_equal, split_simple, ubatches
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def view(waiting=(), running=(), free=10**6, now_s=1.0) -> EngineView:
+    return EngineView(now_s, list(waiting), list(running), free, 1, True)
+
+
+# -- slots ------------------------------------------------------------------------------
+
+
+def test_an_idle_server_fills_slots_from_the_highest_id():
+    # get_available_slot: LRU by t_last_used (-1 for all), ties to the last slot scanned
+    s = LlamaCppServer(LlamaCppConfig(n_parallel=4))
+    w = [waiting_req(i, 10) for i in range(5)]
+    plan = s.plan(view(waiting=w))
+    assert s.slots == [w[3], w[2], w[1], w[0]]  # slot 3 took the first request
+    assert [r.index for r, _ in plan.prefill] == [3, 2, 1, 0]  # batch in slot order
+    assert plan.prefill == [(w[3], 10), (w[2], 10), (w[1], 10), (w[0], 10)]
+
+
+def test_a_released_slot_is_reused_least_recently_released_first():
+    s = LlamaCppServer(LlamaCppConfig(n_parallel=4))
+    w = [waiting_req(i, 10) for i in range(4)]
+    s.plan(view(waiting=w))  # slots 3, 2, 1, 0
+    for r in w:
+        r.running = True
+    # slot 3's request (w0) ends at 5 s, slot 1's (w2) at 6 s
+    w[0].running = False
+    w[0].last_token_s = 5.0
+    w[2].running = False
+    w[2].last_token_s = 6.0
+    new = [waiting_req(10, 10), waiting_req(11, 10)]
+    s.plan(view(waiting=new, running=[w[1], w[3]], now_s=7.0))
+    assert s.last_used_s == [-1.0, 6.0, -1.0, 5.0]
+    assert s.slots == [w[3], new[1], w[1], new[0]]  # slot 3 (5 s) before slot 1 (6 s)
+
+
+def test_requests_wait_for_a_slot():
+    s = LlamaCppServer(LlamaCppConfig(n_parallel=2))
+    w = [waiting_req(i, 10) for i in range(3)]
+    plan = s.plan(view(waiting=w))
+    assert [r for r, _ in plan.prefill] == [w[1], w[0]]
+
+
+def test_a_request_beyond_its_slots_context_is_refused():
+    # -c 4096 -np 4: 1024 cells per slot (pad256(4096 / 4))
+    s = LlamaCppServer(LlamaCppConfig(n_parallel=4, n_ctx=4096))
+    assert s.refusal(Request(0, 0, 0.0, 1000, 24), 4096, 1) is None
+    assert s.refusal(Request(0, 0, 0.0, 1000, 25), 4096, 1) == "never_fits_kv"
+    unified = LlamaCppServer(LlamaCppConfig(n_parallel=4, n_ctx=4096, kv_unified=True))
+    assert unified.refusal(Request(0, 0, 0.0, 4000, 96), 4096, 1) is None
+
+
+@pytest.mark.parametrize(
+    ("n_ctx", "n_parallel", "unified", "total", "slot"),
+    [
+        (4096, 4, False, 4096, 1024),
+        (4096, 3, False, 4608, 1536),  # 4096 / 3 = 1365 -> padded to 1536 per slot
+        (4000, 4, False, 4096, 1024),  # n_ctx padded to 4096 first
+        (4096, 4, True, 4096, 4096),
+        (0, 4, False, 32768, 8192),  # -c 0: the training context
+        (65536, 1, False, 65536, 32768),  # a slot never exceeds the training context
+    ],
+)
+def test_context_per_slot(n_ctx, n_parallel, unified, total, slot):
+    c = LlamaCppConfig(n_ctx=n_ctx, n_parallel=n_parallel, kv_unified=unified)
+    assert (c.ctx_total, c.slot_ctx) == (total, slot)
+
+
+# -- passes -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("slots", "n"),
+    [([0, 1, 2, 3], 1), ([0, 2, 3], 2), ([1, 2], 1), ([0, 2], 2), ([0, 3], 2), ([0], 1)],
+)
+def test_one_pass_per_run_of_consecutive_decoding_slots(slots, n):
+    segments = [(s, 1) for s in slots]
+    assert passes(segments, 2048, 512, unified=False) == n
+    assert passes(segments, 2048, 512, unified=True) == 1
+
+
+def test_split_equal_takes_as_many_tokens_from_each_slot_of_a_run():
+    # decode in slot 0, prompt of 10 in slot 1: one token each, then the prompt's 9
+    assert split_equal([(0, 1), (1, 10)], 512) == [[(0, 1), (1, 1)], [(1, 9)]]
+    # prompts of 100 (slot 0) and 300 (slot 1): 100 each, then slot 1's 200
+    assert split_equal([(0, 100), (1, 300)], 512) == [[(0, 100), (1, 100)], [(1, 200)]]
+    # three slots with 400 each: at most 512 // 3 = 170 each per ubatch
+    assert split_equal([(0, 400), (1, 400), (2, 400)], 512)[0] == [(0, 170), (1, 170), (2, 170)]
+    # decodes in slots 0 and 2 with a prompt in slot 1 behind them (batch order!)
+    assert split_equal([(0, 1), (2, 1), (1, 5)], 512) == [
+        [(0, 1), (1, 1)],
+        [(2, 1)],
+        [(1, 4)],
+    ]
+
+
+def test_ubatch_splits_of_long_prompts():
+    assert split_equal([(0, 1200)], 512) == [[(0, 512)], [(0, 512)], [(0, 176)]]
+    assert split_simple([(0, 1), (2, 1), (1, 600)], 512) == [
+        [(0, 1), (2, 1), (1, 510)],
+        [(1, 90)],
+    ]
+    # n_batch 256 cuts the batch into views first: 256 + 44 tokens, 128 per ubatch
+    assert ubatches([(0, 300)], 256, 128, unified=True) == [
+        [(0, 128)],
+        [(0, 128)],
+        [(0, 44)],
+    ]
+    assert passes([(0, 300)], 256, 128, unified=True) == 3
+
+
+def test_the_plan_counts_passes_of_fragmented_slots():
+    s = LlamaCppServer(LlamaCppConfig(n_parallel=4))
+    w = [waiting_req(i, 10, 50) for i in range(3)]
+    s.plan(view(waiting=w))  # slots 3, 2, 1
+    for r in w:
+        r.running, r.computed_tokens, r.generated_tokens = True, 10, 1
+    w[1].running = False  # slot 2 finished
+    w[1].last_token_s = 0.5
+    plan = s.plan(view(running=[w[0], w[2]]))
+    assert plan.decode == [w[2], w[0]]  # slots 1 and 3
+    assert plan.passes == 2
+
+
+# -- checkpoint stops -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("prompt", "n_batch", "chunks"),
+    [
+        (300, 2048, [296, 4]),
+        (1000, 2048, [484, 512, 4]),  # stops 516 and 4 tokens before the end
+        (4, 2048, [4]),
+        (5, 2048, [1, 4]),
+        (300, 256, [44, 252, 4]),  # stops min(256, 516) = 256 and 4
+        (3000, 2048, [2048, 436, 512, 4]),
+    ],
+)
+def test_prompt_chunks_stop_before_the_end_for_checkpoints(prompt, n_batch, chunks):
+    c = LlamaCppConfig(n_batch=n_batch, sliding_window=True)
+    got, left = [], prompt
+    while left:
+        take = prompt_chunk(left, c.batch_tokens, c.checkpoint_stops)
+        got.append(take)
+        left -= take
+    assert got == chunks
+
+
+def test_no_stops_without_sliding_window_or_checkpoints():
+    assert LlamaCppConfig().checkpoint_stops == ()
+    assert LlamaCppConfig(sliding_window=True, ctx_checkpoints=0).checkpoint_stops == ()
+    assert prompt_chunk(300, 2048, ()) == 300
+
+
+def test_prompt_steps_of_probes():
+    c = LlamaCppConfig(n_parallel=4, n_ctx=4096, sliding_window=True)
+    assert prompt_steps(c, 300, 0) == (2, 2, 1)  # 296 then 4 with a checkpoint
+    assert prompt_steps(c, 4, 0) == (1, 1, 0)
+    assert prompt_steps(c, 1000, 0) == (3, 3, 2)  # 484, 512 (+ckpt), 4 (+ckpt)
+    # beside 3 decoders in slots 0-2, the prompt in slot 3 shares their first pass
+    assert prompt_steps(c, 64, 3) == (2, 4, 1)
+
+
+def _run(sliding: bool, ckpt_ms: float = 0.0) -> float:
+    raw = {
+        "seed": 1,
+        "workload": {
+            "num_requests": 1,
+            "arrival": {"name": "constant", "rate_per_s": 1.0},
+            "input_tokens": {"name": "fixed", "tokens": 300},
+            "output_tokens": {"name": "fixed", "tokens": 3},
+        },
+        "scheduler": {"name": "llamacpp", "sliding_window": sliding, "n_ctx": 4096},
+        "kv_cache": {"block_size": 1, "num_blocks": 4096},
+        "cost": {"name": "linear", "base_ms": 10.0, "per_prefill_token_ms": 0.1},
+    }
+    return float(simulate(scenario_from_dict(raw)).records["ttft_ms"][0])
+
+
+def test_the_checkpoint_step_adds_a_step_to_ttft():
+    # one step of 10 + 300 x 0.1 = 40 ms; split: (10 + 29.6) + (10 + 0.4) = 50 ms
+    assert _run(False) == pytest.approx(40.0)
+    assert _run(True) == pytest.approx(50.0)
+
+
+# -- cost -------------------------------------------------------------------------------
+
+
+def _fit_with(tmp_path: Path, **coef: float) -> Path:
+    fit = yaml.safe_load((DATA / "synthetic_fit.yaml").read_text())
+    fit["coefficients"].update(coef)
+    fit["profile"] = None
+    path = tmp_path / "fit.yaml"
+    path.write_text(yaml.safe_dump(fit))
+    return path
+
+
+def test_profile_cost_charges_extra_passes_and_checkpoints(tmp_path):
+    path = _fit_with(tmp_path, per_extra_pass_ms=2.0, per_checkpoint_ms=3.0)
+    cfg = ProfileCostConfig.model_validate({"name": "profile", "path": str(path)})
+    cost = ProfileCost(cfg, 4)
+    # decode of 3 rows at 100 context each: 5 + 0.5 x 3 + 0.002 x 300 = 7.1 ms
+    one = BatchShape(0, 0, 0, 3, 3, 300)
+    assert cost.iteration_s(one) == pytest.approx(7.1e-3)
+    three = BatchShape(0, 0, 0, 3, 3, 300, 0, 3, 0)
+    assert cost.iteration_s(three) == pytest.approx(11.1e-3)  # + 2 x 2 ms
+    # a 4-token final chunk with a checkpoint: 5 + 0.05 x 4 + 1e-4 x 4 x 300 + 3
+    last = BatchShape(1, 4, 4 * 300, 0, 0, 0, 0, 1, 1)
+    assert cost.iteration_s(last) == pytest.approx((5 + 0.2 + 0.12 + 3) / 1000)
+
+
+def test_calibrate_fits_pass_and_checkpoint_terms_from_the_extra_columns(tmp_path):
+    f, seq, pre, per_pass, ckpt = 5.0, 0.5, 0.05, 2.0, 3.0
+    rows = ["phase,batch_size,input_tokens,context_len,latency_ms,steps,passes,checkpoints"]
+    for p, steps, ck in [(4, 1, 0), (8, 2, 1), (64, 2, 1), (300, 2, 1)]:
+        rows.append(f"prefill,1,{p},0,{steps * f + pre * p + ck * ckpt},{steps},{steps},{ck}")
+    for b, n in [(1, 1), (2, 1), (4, 1), (2, 2), (3, 2)]:
+        rows.append(f"decode,{b},0,0,{f + seq * b + per_pass * (n - 1)},1,{n},0")
+    path = tmp_path / "p.csv"
+    path.write_text("\n".join(rows) + "\n")
+    fit = fit_profile(read_profile(path))
+    c = fit.coefficients
+    assert c.fixed_ms == pytest.approx(f)
+    assert c.per_decode_seq_ms == pytest.approx(seq)
+    assert c.per_prefill_token_ms == pytest.approx(pre)
+    assert c.per_extra_pass_ms == pytest.approx(per_pass)
+    assert c.per_checkpoint_ms == pytest.approx(ckpt)
+    np.testing.assert_allclose(predict_ms(fit, read_profile(path)), read_profile(path).latency_ms)
+    robust = fit_profile(read_profile(path), loss="soft_l1").coefficients
+    assert robust.per_extra_pass_ms == pytest.approx(per_pass, rel=1e-3)
+
+
+def test_profiles_without_the_columns_fit_as_before():
+    fit = fit_profile(read_profile(DATA / "synthetic_profile.csv"))
+    assert fit.coefficients.per_extra_pass_ms == 0.0
+    assert "per_extra_pass_ms" not in fit.fit.unmeasured_terms
+
+
+# -- preset -----------------------------------------------------------------------------
+
+
+def _raw(command: str | None = None, **flags: Any) -> dict[str, Any]:
+    engine: dict[str, Any] = {"name": "llamacpp"}
+    if command is not None:
+        engine["command"] = command
+    if flags:
+        engine["flags"] = flags
+    return {
+        "seed": 1,
+        "engine": engine,
+        "workload": {
+            "num_requests": 5,
+            "arrival": {"name": "poisson", "rate_per_s": 2.0},
+            "input_tokens": {"name": "fixed", "tokens": 20},
+            "output_tokens": {"name": "fixed", "tokens": 5},
+        },
+        "cost": {"name": "linear", "base_ms": 10.0},
+    }
+
+
+def _sched(raw: dict[str, Any]) -> tuple[LlamaCppConfig, Any]:
+    s = scenario_from_dict(copy.deepcopy(raw))
+    assert isinstance(s.scheduler, LlamaCppConfig)
+    return s.scheduler, s.kv_cache
+
+
+def test_preset_defaults_are_llama_cpps():
+    c, kv = _sched(_raw("llama-server -m model.gguf"))
+    # -np auto: 4 slots, unified KV; -c 0: the training context (32768 cells)
+    assert (c.n_parallel, c.kv_unified, c.n_ctx) == (4, True, 0)
+    assert (c.n_batch, c.n_ubatch, c.ctx_checkpoints, c.cont_batching) == (2048, 512, 32, True)
+    assert c.cache_prompt is True
+    assert (kv.block_size, kv.num_blocks) == (1, 32768)
+
+
+def test_preset_np_given_means_per_slot_kv():
+    c, kv = _sched(_raw("llama-server -m m.gguf -np 4 -c 4096 -t 2 --host 127.0.0.1"))
+    assert (c.n_parallel, c.kv_unified, c.n_ctx, c.slot_ctx) == (4, False, 4096, 1024)
+    assert kv.num_blocks == 4096
+
+
+def test_preset_explicit_flags():
+    line = (
+        "llama-server -np 3 -c 4096 -kvu -b 512 -ub 128 --ctx-checkpoints 0 -nocb "
+        "--no-cache-prompt --cache-ram 0 -fa on"
+    )
+    c, kv = _sched(_raw(line))
+    assert (c.n_parallel, c.kv_unified, c.n_batch, c.n_ubatch) == (3, True, 512, 128)
+    assert (c.ctx_checkpoints, c.cont_batching, c.cache_prompt) == (0, False, False)
+    assert kv.num_blocks == 4096
+    c2, kv2 = _sched(_raw("llama-server -np 3 -c 4096 --no-kv-unified"))
+    assert (c2.kv_unified, kv2.num_blocks) == (False, 4608)
+
+
+def test_preset_swa_full_turns_checkpoints_off_and_flags_edit_the_command():
+    raw = _raw("llama-server -np 2", swa_full=None)
+    raw["scheduler"] = {"name": "llamacpp"}
+    c, _ = _sched(raw)
+    assert c.sliding_window is False
+    c2, _ = _sched(_raw("llama-server -np 2 -b 512", batch_size=1024))
+    assert c2.n_batch == 1024
+    raw = _raw("llama-server -np 2")
+    raw["scheduler"] = {"name": "llamacpp", "sliding_window": True, "n_ctx_train": 8192}
+    c3, kv3 = _sched(raw)
+    assert (c3.sliding_window, kv3.num_blocks) == (True, 8192)  # -c 0: 8192 cells
+
+
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [
+        (_raw("llama-server --bogus 3"), "engine.flags.bogus: unknown llamacpp flag"),
+        (_raw("llama-server -np 0"), "engine.flags.n_parallel"),
+        (_raw(None, ubatch_size=0), "engine.flags.ubatch_size"),
+    ],
+)
+def test_preset_errors_are_one_line(raw, words):
+    with pytest.raises(ScenarioError) as info:
+        scenario_from_dict(copy.deepcopy(raw))
+    assert words in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_preset_conflict_with_the_scenario_is_an_error():
+    raw = _raw("llama-server -np 4")
+    raw["scheduler"] = {"name": "llamacpp", "n_parallel": 8}
+    with pytest.raises(ScenarioError, match=r"scheduler.n_parallel: got 8, but engine.flags"):
+        scenario_from_dict(raw)
+
+
+def test_shared_prefixes_with_cache_prompt_are_refused():
+    raw = _raw("llama-server -np 2")
+    raw["workload"]["prefix"] = {"name": "system_prompt", "groups": 2, "prefix_tokens": 8}
+    with pytest.raises(ScenarioError, match="cache_prompt: got true with shared prefixes"):
+        scenario_from_dict(copy.deepcopy(raw))
+    raw["engine"]["command"] += " --no-cache-prompt"
+    scenario_from_dict(raw)
+
+
+def test_profile_reads_the_server_flags():
+    grid = ProfileGrid(sliding_window=True)
+    c = llamacpp_config("-np 4 -c 4096 -t 2", grid)
+    assert c is not None
+    assert (c.n_parallel, c.kv_unified, c.sliding_window) == (4, False, True)
+    assert llamacpp_config("", grid) is None
+    off = llamacpp_config("-np 4 --swa-full", grid)
+    assert off is not None
+    assert off.checkpoint_stops == ()

@@ -1,0 +1,289 @@
+"""``python validation/validate_cpu.py --matrix``: the ``llamacpp`` engine model against a
+real ``llama-server`` over server configurations × length regimes × loads (issue 12).
+
+For each server configuration of :data:`CONFIGS` (launched as a user would: llama.cpp's
+defaults for every flag not listed) and each length regime of :data:`REGIMES`:
+
+1. start the server, ``lyra-simpy profile`` it (slots pinned, the extra columns
+   ``steps``/``passes``/``checkpoints``; :mod:`lyra_simpy.live.profile`) and ``calibrate``
+   it with the robust ``soft_l1`` loss (Table 1's fit: probes alone);
+2. simulate a closed loop of ``-np`` clients to get the capacity, then every load of
+   :data:`LOADS` (Poisson at 0.3/0.6/0.9 of it, closed loops of 4 and 8): simulate, replay
+   :data:`REPEATS` times on the server (the load average read before and after each real
+   run), compare (median of the real runs, their spread);
+3. Table 2: ``calibrate --from-runs`` on the real runs of the medium Poisson load (with
+   the profile), then simulate every load again with that fit and compare to the same
+   real runs.
+
+The scenarios are written from :func:`scenario` into the results folder: ``engine:
+{name: llamacpp, command: ...}`` with the launch flags, so the preset sets every knob.
+``LYRA_QUICK=1``: the default configuration and the short regime only, fewer requests.
+Run it with ``tox -e validate-cpu -- --matrix`` (or ``python validation/validate_cpu.py
+--matrix``).
+Numbers go to ``results/validation-llamacpp/matrix.json``; :func:`write_section` puts the
+tables into ``docs/VALIDATION.md`` between markers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lyra_simpy.cli import main as cli_main
+from lyra_simpy.live import llamacpp
+from lyra_simpy.machine import cpu_model, load_average
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "results" / "validation-llamacpp"
+CONFIGS: dict[str, list[str]] = {
+    "default": ["-np", "4", "-c", "4096", "-t", "2"],
+    "kvu": ["-np", "4", "-c", "4096", "-t", "2", "-kvu"],
+    "np2_b64": ["-np", "2", "-c", "4096", "-t", "2", "-b", "64"],
+}
+"""Launch flags beyond ``-m``/``--host``/``--port``: per-slot KV and context checkpoints
+on (llama.cpp's defaults once ``-np`` is given); one unified KV buffer; fewer slots and a
+logical batch that chunks the longer prompts."""
+REGIMES: dict[str, dict[str, Any]] = {
+    "short": {"input": (16, 64), "output": (8, 32), "requests": 40, "quick": 16},
+    "long": {"input": (200, 400), "output": (80, 120), "requests": 24, "quick": 10},
+}
+LOADS = {
+    "poisson_0.3": 0.3,
+    "poisson_0.6": 0.6,
+    "poisson_0.9": 0.9,
+    "closed_4": 4,
+    "closed_8": 8,
+}
+FIT_LOAD = "poisson_0.6"
+"""The load whose real runs Table 2 calibrates on."""
+REPEATS = int(os.environ.get("LYRA_VALIDATE_REPEATS", "3"))
+EXTRA_BODY = '{"cache_prompt": false}'
+METRICS = (
+    "output_throughput",
+    "median_ttft_ms",
+    "median_tpot_ms",
+    "median_e2el_ms",
+    "p90_ttft_ms",
+    "p90_tpot_ms",
+    "p90_e2el_ms",
+)
+
+
+def scenario(name: str, flags: list[str], regime: dict[str, Any], quick: bool, fit: str,
+             load: str, capacity: float | None) -> dict[str, Any]:  # fmt: skip
+    """The scenario of one point (the preset reads the launch flags)."""
+    value = LOADS[load]
+    if load.startswith("closed"):
+        arrival: dict[str, Any] = {"name": "closed_loop", "concurrency": int(value),
+                                   "think_time_s": 0.005}  # fmt: skip
+    else:
+        assert capacity is not None
+        arrival = {"name": "poisson", "rate_per_s": round(value * capacity, 4)}
+    lo, hi = regime["input"]
+    olo, ohi = regime["output"]
+    return {
+        "name": name,
+        "description": f"llama-server {' '.join(flags)}: {load}",
+        "seed": 11,
+        "engine": {"name": "llamacpp", "command": "llama-server " + " ".join(flags)},
+        "workload": {
+            "num_requests": regime["quick" if quick else "requests"],
+            "arrival": arrival,
+            "input_tokens": {"name": "uniform", "low": lo, "high": hi},
+            "output_tokens": {"name": "uniform", "low": olo, "high": ohi},
+        },
+        # Gemma 3 has sliding-window layers (llama.cpp checkpoints its prompts) and a
+        # 32768-token training context; cache_prompt: false is what the replay sends
+        "scheduler": {"name": "llamacpp", "sliding_window": True, "cache_prompt": False},
+        "cost": {"name": "profile", "path": fit, "decode_table": True},
+    }
+
+
+def grid(flags: list[str], regime: dict[str, Any]) -> dict[str, Any]:
+    """The profile grid for a server with *flags*, covering *regime*'s lengths."""
+    slots = int(flags[flags.index("-np") + 1])
+    lo, hi = regime["input"]
+    prompts = sorted({lo, (lo + hi) // 2, hi, 2 * hi})
+    return {
+        "prefill_tokens": prompts,
+        "decode_batch": [b for b in (1, 2, 3, 4) if b <= slots],
+        "decode_context": [lo, hi],
+        "decode_steps": 16,
+        "mixed_batch": [b for b in (1, 3) if b < slots],
+        "mixed_prompt_tokens": [lo, hi],
+        "mixed_context": lo,
+        "fragmented_decode_batch": [2] if slots >= 3 else [],
+        "sliding_window": True,
+        "repeats": 3,
+        "extra_body": {"cache_prompt": False},
+    }
+
+
+def run(*args: str, log: list[str]) -> None:
+    log.append("lyra-simpy " + " ".join(shlex.quote(a) for a in args))
+    print("\n$ " + log[-1], flush=True)
+    code = cli_main(list(args))
+    if code != 0:
+        raise SystemExit(f"matrix: `lyra-simpy {args[0]}` exited {code}")
+
+
+def _sim(folder: Path) -> Path:
+    found = [p for p in folder.iterdir() if (p / "summary.json").is_file()]
+    assert len(found) == 1, folder
+    return found[0]
+
+
+def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
+    """Profile, calibrate, simulate, replay and compare one (configuration, regime)."""
+    flags, regime = CONFIGS[cfg], REGIMES[reg]
+    here = OUT / f"{cfg}_{reg}"
+    here.mkdir(parents=True, exist_ok=True)
+    (here / "grid.yaml").write_text(yaml.safe_dump(grid(flags, regime)))
+    binary, model = llamacpp.server_binary(), llamacpp.model_file()
+    out: dict[str, Any] = {"flags": flags, "loads": {}, "table2": {}}
+    with llamacpp.Server(binary, model, flags, here / "llama-server.log") as srv:
+        prof, fit = here / "profile.csv", here / "fit_probes.yaml"
+        out["load_profile"] = load_average()
+        run("profile", "--endpoint", srv.url, "--out", str(prof), "--grid",
+            str(here / "grid.yaml"), "--flags", " ".join(flags), log=log)  # fmt: skip
+        run("calibrate", str(prof), "--out", str(fit), "--loss", "soft_l1", log=log)
+        # capacity: every slot always busy (a closed loop of -np clients)
+        cap_raw = scenario("capacity", flags, regime, quick, str(fit), "closed_4", None)
+        cap_raw["workload"]["arrival"]["concurrency"] = int(flags[flags.index("-np") + 1])
+        cap_file = here / "capacity.yaml"
+        cap_file.write_text(yaml.safe_dump(cap_raw))
+        run("run", str(cap_file), "--out", str(here / "capacity"), "--no-figures", log=log)
+        capacity = json.loads((_sim(here / "capacity" / "capacity") / "summary.json")
+                              .read_text())["request_throughput"]  # fmt: skip
+        out["capacity_req_s"] = capacity
+        reals: dict[str, list[str]] = {}
+        for load in LOADS:
+            raw = scenario(load, flags, regime, quick, str(fit), load, capacity)
+            path = here / f"{load}.yaml"
+            path.write_text(yaml.safe_dump(raw))
+            run("run", str(path), "--out", str(here / "sim"), "--no-figures", log=log)
+            runs, loads = [], []
+            for k in range(REPEATS):
+                real = here / "real" / load / f"run{k + 1}"
+                before = load_average()
+                t0 = time.time()
+                run("replay", str(path), "--endpoint", srv.url, "--out", str(real),
+                    "--timeout-s", "300", "--time-limit-s", "1200", "--extra-body",
+                    EXTRA_BODY, log=log)  # fmt: skip
+                loads.append({"before": before, "after": load_average(),
+                              "wall_s": round(time.time() - t0, 1)})  # fmt: skip
+                runs.append(str(real))
+            reals[load] = runs
+            table = here / f"{load}_compare.json"
+            run("compare", str(_sim(here / "sim" / load)), *runs, "--json", str(table), log=log)
+            out["loads"][load] = {"table": json.loads(table.read_text()), "machine": loads}
+    # Table 2: fitted on the real runs of one load, predicting every load
+    fit2 = here / "fit_runs.yaml"
+    run("calibrate", "--from-runs", *reals[FIT_LOAD], "--profile", str(here / "profile.csv"),
+        "--out", str(fit2), "--loss", "soft_l1", log=log)  # fmt: skip
+    for load in LOADS:
+        raw = scenario(load, flags, regime, quick, str(fit2), load, out["capacity_req_s"])
+        path = here / f"{load}_t2.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        run("run", str(path), "--out", str(here / "sim_t2"), "--no-figures", log=log)
+        table = here / f"{load}_t2_compare.json"
+        run("compare", str(_sim(here / "sim_t2" / load)), *reals[load], "--json", str(table),
+            log=log)  # fmt: skip
+        out["table2"][load] = json.loads(table.read_text())
+    out["fits"] = {
+        "probes": yaml.safe_load(fit.read_text())["coefficients"],
+        "runs": yaml.safe_load(fit2.read_text())["coefficients"],
+    }
+    return out
+
+
+def main() -> int:
+    os.chdir(ROOT)
+    quick = os.environ.get("LYRA_QUICK") == "1"
+    configs = ["default"] if quick else list(CONFIGS)
+    regimes = ["short"] if quick else list(REGIMES)
+    facts: dict[str, Any] = {"quick": quick, "repeats": REPEATS, "cpu": cpu_model(),
+                             "cores": os.cpu_count(), "load_start": load_average()}  # fmt: skip
+    log: list[str] = []
+    results: dict[str, Any] = {}
+    started = time.time()
+    for cfg in configs:
+        for reg in regimes:
+            results[f"{cfg}/{reg}"] = point(cfg, reg, quick, log)
+            facts["load_end"] = load_average()
+            facts["wall_min"] = round((time.time() - started) / 60, 1)
+            OUT.mkdir(parents=True, exist_ok=True)
+            (OUT / "matrix.json").write_text(
+                json.dumps({"facts": facts, "results": results, "commands": log}, indent=1)
+            )
+    write_section(ROOT / "docs" / "VALIDATION.md", facts, results)
+    return 0
+
+
+START, END = "<!-- llamacpp-matrix:start -->", "<!-- llamacpp-matrix:end -->"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:+.1f} %"
+
+
+def _row(row: dict[str, Any]) -> tuple[str, bool]:
+    """The cell for one metric and whether it meets the target: throughput within 5 %;
+    p50s within 10 % or the real spread, whichever is wider; p90s within the spread."""
+    err, spread, name = row["error"], row["spread"], row["metric"]
+    if name == "output_throughput":
+        ok = abs(err) <= 0.05
+    elif name.startswith("median"):
+        ok = abs(err) <= max(0.10, spread)
+    else:
+        ok = abs(err) <= spread
+    return f"{_pct(err)} (±{100 * spread:.0f} %){'' if ok else ' ✗'}", ok
+
+
+def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any]) -> None:
+    """Put the matrix tables into *doc* between :data:`START` and :data:`END`."""
+    lines = [START, "", "## llama.cpp engine model (`engine: llamacpp`), issue 12", ""]
+    lines.append(
+        f"Machine: {facts.get('cpu')} ({facts.get('cores')} cores), shared; load average "
+        f"(1/5/15 min) {facts.get('load_start')} at the start, {facts.get('load_end')} at the "
+        f"end; {facts.get('repeats')} real runs per point; wall time {facts.get('wall_min')} "
+        f"min{'; **quick mode**' if facts.get('quick') else ''}. Each cell: simulator error "
+        "against the median real run (the real runs' own ± spread); ✗ = outside the target "
+        "(throughput 5 %; p50 10 % or the spread, whichever is wider; p90 the spread)."
+    )
+    head = "| load | " + " | ".join(METRICS) + " | load avg before→after |"
+    sep = "|" + "---|" * (len(METRICS) + 2)
+    for key, res in results.items():
+        cfg, reg = key.split("/")
+        flags = " ".join(res["flags"])
+        for title, tables in (
+            ("Table 1 — calibrated from probes alone", {
+                k: v["table"] for k, v in res["loads"].items()}),
+            (f"Table 2 — calibrated on the real runs of {FIT_LOAD}", res["table2"]),
+        ):  # fmt: skip
+            lines += ["", f"### `{flags}`, {reg} requests: {title}", "", head, sep]
+            for load, table in tables.items():
+                by = {r["metric"]: r for r in table}
+                cells = [_row(by[m])[0] for m in METRICS]
+                m = res["loads"][load]["machine"]
+                machine = "; ".join(f"{x['before'].split()[0]}→{x['after'].split()[0]}" for x in m)
+                lines.append(f"| {load} | " + " | ".join(cells) + f" | {machine} |")
+        lines.append("")
+        fits = {k: ", ".join(f"{t} {v:.3g}" for t, v in c.items() if v > 1e-9)
+                for k, c in res["fits"].items()}  # fmt: skip
+        cap = res["capacity_req_s"]
+        lines.append(f"Capacity (simulated, {cfg}): {cap:.3f} req/s. Fit from probes: "
+                     f"{fits['probes']}. Fit on runs: {fits['runs']}.")  # fmt: skip
+    lines += ["", END]
+    text = doc.read_text() if doc.is_file() else ""
+    if START in text and END in text:
+        text = text[: text.index(START)] + "\n".join(lines) + text[text.index(END) + len(END) :]
+    else:
+        text = text.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n"
+    doc.write_text(text)

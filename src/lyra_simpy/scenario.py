@@ -227,6 +227,14 @@ class Scenario(Closed):
                     "or prefill_first"
                 )
         d = self.cluster.disaggregation if self.cluster is not None else None
+        if d is not None:
+            for where, spec in self.replica_specs_named():
+                if spec.scheduler.name == "llamacpp":
+                    raise ValueError(
+                        f"{where}scheduler: got 'llamacpp' in a disaggregated cluster; "
+                        "llama-server has no prefill/decode hand-off to model: use "
+                        "continuous, chunked_prefill or prefill_first there"
+                    )
         if d is not None and d.link.kv_bytes_per_token is None:
             prefill = self.replica_specs()[0]
             if prefill.cost.name != "roofline":

@@ -248,7 +248,7 @@ def scenarios(draw: st.DrawFn, until: bool = False) -> dict[str, Any]:
         if n > 1 and draw(st.booleans()):  # a replica with a KV pool of its own
             del raw["cluster"]["replicas"]
             raw["cluster"]["groups"] = [{"count": 1, **pool()}, {"count": n - 1}]
-    elif kind == 1 and sched["name"] != "static":  # prefill and decode pools
+    elif kind == 1 and sched["name"] not in ("static", "llamacpp"):  # prefill and decode pools
         raw["cluster"] = {
             "router": {"name": draw(routers)},
             "disaggregation": {

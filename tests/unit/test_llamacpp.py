@@ -372,3 +372,26 @@ def test_profile_reads_the_server_flags():
     off = llamacpp_config("-np 4 --swa-full", grid)
     assert off is not None
     assert off.checkpoint_stops == ()
+
+
+def test_a_disaggregated_cluster_of_llamacpp_replicas_is_refused(make_scenario):
+    """llama-server has no prefill/decode hand-off: the combination is a one-line error,
+    not a model of something that does not exist (the thorough property run found
+    requests lost and KV overrun when it was allowed)."""
+    from lyra_simpy.errors import ScenarioError
+
+    disagg = {
+        "disaggregation": {
+            "prefill": {"count": 1},
+            "decode": {"count": 1},
+            "link": {"bandwidth_gb_s": 1.0, "kv_bytes_per_token": 1000},
+        }
+    }
+    with pytest.raises(ScenarioError, match="got 'llamacpp' in a disaggregated cluster"):
+        make_scenario(
+            {
+                "scheduler": {"name": "llamacpp", "n_parallel": 2, "n_ctx_train": 4096},
+                "kv_cache": {"block_size": 1, "num_blocks": 4096},
+                "cluster": disagg,
+            }
+        )

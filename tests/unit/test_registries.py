@@ -12,6 +12,7 @@ from lyra_simpy import COST_MODELS, SCHEDULERS
 from lyra_simpy.cost import LinearCost, LinearCostConfig
 from lyra_simpy.policies import ADMISSIONS, Limits
 from lyra_simpy.presets import ENGINES, EngineConfig
+from lyra_simpy.processes import PROCESSES, ProcessConfig
 from lyra_simpy.scenario import AdmissionConfig, CostConfig, SchedulerConfig
 from lyra_simpy.workload import ARRIVALS, LENGTHS
 from lyra_simpy.workload.arrivals import ArrivalConfig
@@ -40,8 +41,9 @@ def union_names(annotated: object) -> list[str]:
         (LengthConfig, LENGTHS),
         (AdmissionConfig, ADMISSIONS),
         (EngineConfig, ENGINES),
+        (ProcessConfig, PROCESSES),
     ],
-    ids=["scheduler", "cost", "arrival", "length", "admission", "engine"],
+    ids=["scheduler", "cost", "arrival", "length", "admission", "engine", "process"],
 )
 def test_union_names_equal_registry_keys(union, registry):
     names = union_names(union)
@@ -87,6 +89,8 @@ def test_public_api():
         "ScenarioError",
         "ADMISSIONS",
         "Admission",
+        "PROCESSES",
+        "Cluster",
     }
     for name in lyra_simpy.__all__:
         assert getattr(lyra_simpy, name) is not None

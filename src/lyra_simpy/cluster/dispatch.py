@@ -203,6 +203,7 @@ class Dispatcher:
         self.finished = env.event()
         """Triggered, when managed, once the workload is over and every request ended."""
         self._soon = False
+        self._told_done = False
         self.ahead: deque[tuple[float, RoutedSource]] = deque()
         """Requests routed ahead and not yet arrived: (arrival time, their source)."""
         self.sources: list[RoutedSource] = []
@@ -372,8 +373,11 @@ class Dispatcher:
         if self.ahead and (nxt is None or self.ahead[0][0] < nxt):
             nxt = self.ahead[0][0]
         if nxt is None:
-            if self.upstream.done and not self.exhausted and self.failover is None:
-                self.exhausted = True
+            if self.upstream.done and not self.exhausted and not self._told_done:
+                # (managed: a failed replica's requests may still come back, so the
+                # replicas are told, for a static batch not to wait, but go on)
+                self.exhausted = self.failover is None
+                self._told_done = True
                 for source in self.sources:
                     source.wake()
             return

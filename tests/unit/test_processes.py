@@ -302,6 +302,9 @@ def test_desired_replicas_follows_the_signal():
     assert desired_replicas(cfg, up, 20) == 8  # + 20 held at the router, capped
     steady = [ReplicaStatus(i, "serving", 4, 1, 5, 100) for i in range(2)]
     assert desired_replicas(cfg, steady, 0) == 2  # within tolerance
+    both = AutoscalerConfig(max_replicas=8, target=4.0, signal="concurrency")
+    assert desired_replicas(both, steady, 0) == 3  # ceil(2 × (4 + 1) / 4)
+    assert desired_replicas(both, steady, 6) == 4
     kv = AutoscalerConfig(max_replicas=8, target=0.5, signal="kv")
     assert desired_replicas(kv, [ReplicaStatus(0, "serving", 0, 0, 90, 100)], 0) == 2
     assert desired_replicas(kv, [ReplicaStatus(0, "down", 0, 0, 90, 100)], 0) == 1
@@ -439,3 +442,28 @@ def test_processes_refuse_a_disaggregated_cluster():
     expected = r"processes\.faults: got 'faults' with cluster\.disaggregation, must be"
     with pytest.raises(ScenarioError, match=expected):
         scenario_from_dict(raw)
+
+
+# -- the documented example ----------------------------------------------------------------
+
+
+def test_the_example_in_docs_extending_runs_as_the_package_s_own(monkeypatch):
+    """docs/extending.md's complete process, executed from the page: it registers and
+    behaves exactly as the shipped ``load_spike``."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "extending.md").read_text()
+    section = text.split("## A process of your own", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert len(code.strip().splitlines()) <= 30
+    namespace: dict[str, Any] = {}
+    exec(compile(code, "docs/extending.md", "exec"), namespace)
+    raw = make(
+        **{"workload.arrival": {"name": "constant", "rate_per_s": 1.0}},
+        **{"workload.num_requests": 12, "workload.output_tokens": {"name": "fixed", "tokens": 2}},
+        processes={"load_spike": {"at_s": 4.0, "for_s": 2.0, "factor": 2.0}},
+    )
+    shipped = run(raw).records
+    monkeypatch.setitem(PROCESSES, "load_spike", namespace["load_spike"])
+    documented = run(raw).records
+    assert documented["arrival_s"].tolist() == [0, 1, 2, 3, 4, 4.5, 5, 5.5, 6, 7, 8, 9]
+    for name in shipped:
+        np.testing.assert_array_equal(documented[name], shipped[name])

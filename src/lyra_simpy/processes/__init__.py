@@ -93,6 +93,7 @@ __all__ = [
     "FaultsConfig",
     "LoadSpikeConfig",
     "Outage",
+    "Process",
     "ProcessConfig",
     "ProcessFunction",
     "ReplicaStatus",

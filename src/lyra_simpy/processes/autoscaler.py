@@ -2,13 +2,21 @@
 
 Every ``interval_s`` it reads one signal summed over the serving replicas — ``queue``
 (requests routed and not running yet, plus those held at the router for want of a
-replica), ``running`` (requests holding KV) or ``kv`` (the fraction of each replica's KV
-blocks in use) — and computes Kubernetes' Horizontal Pod Autoscaler rule:
+replica), ``running`` (requests holding KV), ``concurrency`` (both: the requests in
+flight, Knative's default autoscaling metric) or ``kv`` (the fraction of each replica's
+KV blocks in use) — and computes Kubernetes' Horizontal Pod Autoscaler rule:
 ``desired = ceil(load / target)``, clamped to [``min_replicas``, ``max_replicas``], and
 no change while ``load / (target × serving)`` is within ``tolerance`` of 1
 (kubernetes.io, "Horizontal Pod Autoscaling", algorithm details; the defaults of
 ``interval_s``, ``cooldown_s`` and ``tolerance`` are HPA's: a 15 s sync period, a 300 s
 scale-down stabilization window, 0.1).
+
+The signals differ in what they can see. ``queue`` measures only the work beyond what
+the replicas hold: once a backlog is cleared it reads 0 and asks for ``min_replicas``
+even at a load that needs more, so it oscillates under a sustained burst. ``running``
+saturates at the replicas' batch width: it never asks for more than about
+``serving × max_batch / target``, so a large burst is met one step at a time.
+``concurrency`` counts both: the backlog while there is one, the running work after.
 
 Scaling up starts replicas at once (the slots that are off, lowest index first); each
 serves ``startup_s`` later — the cold start of loading weights and warming up (the
@@ -41,10 +49,10 @@ class AutoscalerConfig(Closed):
     min_replicas: PositiveInt = 1
     max_replicas: PositiveInt
     """Also the replica slots the cluster has (``cluster.replicas`` serve at the start)."""
-    signal: Literal["queue", "running", "kv"] = "queue"
+    signal: Literal["queue", "running", "concurrency", "kv"] = "concurrency"
     target: PositiveFloat
-    """The signal per serving replica to hold: requests (``queue``, ``running``) or a
-    fraction of the KV pool (``kv``, at most 1)."""
+    """The signal per serving replica to hold: requests (``queue``, ``running``,
+    ``concurrency``) or a fraction of the KV pool (``kv``, at most 1)."""
     interval_s: PositiveFloat = 15.0
     """Time between evaluations (HPA's sync period)."""
     cooldown_s: NonNegativeFloat = 300.0
@@ -77,6 +85,8 @@ def desired_replicas(config: AutoscalerConfig, status: list[ReplicaStatus], held
         load = float(sum(s.queued for s in serving) + held)
     elif config.signal == "running":
         load = float(sum(s.running for s in serving))
+    elif config.signal == "concurrency":
+        load = float(sum(s.queued + s.running for s in serving) + held)
     else:
         load = sum(s.kv_used_blocks / s.kv_blocks for s in serving)
     n = len(serving)

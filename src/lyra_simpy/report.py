@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, PositiveFloat
 
 from lyra_simpy.config import Closed
 
@@ -59,6 +59,7 @@ class FigureSpec(Closed):
         "grouped_bars",
         "pareto",
         "whatif",
+        "over_time",
     ]
     metric: str = "ttft_ms"
     """``cdf``: per-request field to plot (ttft_ms, tpot_ms, e2el_ms), or ``itl_ms``
@@ -87,6 +88,11 @@ class FigureSpec(Closed):
     the first panel (its value in the first variant: e.g. a bound)."""
     tail: bool = False
     """``cdf``: draw the complementary CDF on a log scale (the tail, p90 to p99.9)."""
+    labels: list[str] = Field(default_factory=list)
+    """``over_time``: the variants drawn, in this order (default: every one)."""
+    bin_s: PositiveFloat | None = None
+    """``over_time``: width of the time bins of the arrival rate and the TTFT
+    percentiles (default: the run in 100 bins)."""
 
     def file_stem(self, scenario: str) -> str:
         if self.name == "cdf":
@@ -101,6 +107,8 @@ class FigureSpec(Closed):
             return f"{scenario}_bars_{(self.metrics or ['none'])[0].removesuffix('_ms')}"
         if self.name == "whatif":
             return f"{scenario}_speedups"
+        if self.name == "over_time":
+            return f"{scenario}_over_time"
         return f"{scenario}_timeline_{self.variant or 'first'}"
 
 

@@ -295,6 +295,60 @@ def test_autoscaler_drains_after_the_cooldown_and_loses_nothing():
     assert res.summary["retried"] == res.summary["failed"] == 0
 
 
+class _Stub:
+    """What the autoscaler reads of a cluster, with *running(t)* requests in flight
+    spread over the serving replicas."""
+
+    def __init__(self, env: Any, n: int, running: Any) -> None:
+        self.env, self.running = env, running
+        self.states = ["serving"] * n
+        self.log: list[tuple[float, str, int]] = []
+
+    @property
+    def now_s(self) -> float:
+        return float(self.env.now)
+
+    def wait(self, delay_s: float) -> Any:
+        return self.env.timeout(delay_s)
+
+    def replicas(self) -> list[ReplicaStatus]:
+        up = self.states.count("serving")
+        share = self.running(self.now_s) / max(up, 1)
+        return [ReplicaStatus(i, s, 0, int(share) if s == "serving" else 0, 0, 100)
+                for i, s in enumerate(self.states)]  # fmt: skip
+
+    def waiting_for_replica(self) -> int:
+        return 0
+
+    def drain(self, i: int) -> bool:
+        self.states[i] = "off"
+        self.log.append((self.now_s, "drain", i))
+        return True
+
+    def add_replica(self, startup_s: float = 0.0) -> int | None:
+        i = self.states.index("off")
+        self.states[i] = "serving"
+        self.log.append((self.now_s, "add", i))
+        return i
+
+
+def test_a_dip_inside_the_stabilization_window_drains_nothing():
+    import simpy
+
+    from lyra_simpy.processes.autoscaler import autoscale
+
+    env = simpy.Environment()
+    # 40 in flight (4 replicas at target 10), a dip to 5 at t = 5 only, then 5 from t = 10
+    stub = _Stub(env, 4, lambda t: 5 if t == 5 or t >= 10 else 40)
+    cfg = AutoscalerConfig(max_replicas=4, signal="running", target=10.0, interval_s=1.0,
+                           cooldown_s=3.0, tolerance=0.0)  # fmt: skip
+    env.process(autoscale(env, stub, cfg))  # type: ignore[arg-type]
+    env.run(until=20)
+    # the recommendation of 1 at t = 5 is outvoted by the 4s of the window [2, 5]; from
+    # t = 10 every recommendation is 1, and at t = 13 the window [10, 13] holds no other
+    assert stub.log == [(13.0, "drain", 3), (13.0, "drain", 2), (13.0, "drain", 1)]
+
+
 def test_desired_replicas_follows_the_signal():
     cfg = AutoscalerConfig(max_replicas=8, target=4.0, signal="queue")
     up = [ReplicaStatus(i, "serving", 10, 1, 5, 100) for i in range(2)]

@@ -240,8 +240,10 @@ def _over_time(
     replicas = folder / "replicas.csv"
     if replicas.is_file():
         table = read_series_csv(replicas)
-        t = np.append(table["time_s"], end_s)
-        out["replicas serving"] = (t, np.append(table["serving"], table["serving"][-1]))
+        last = np.append(table["time_s"][1:] != table["time_s"][:-1], True)  # of an instant
+        t = np.append(table["time_s"][last], end_s)
+        serving = table["serving"][last]
+        out["replicas serving"] = (t, np.append(serving, serving[-1]))
     out["waiting for a first token"] = (times[keep], waiting[keep])
     out["p99 TTFT (ms)"] = (mids, p99)
     return out

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import numpy.typing as npt
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from lyra_simpy.output.style import HEIGHT_IN, STYLE, WIDTH_IN, save
 
@@ -154,6 +155,8 @@ def panels_vs_param(
             ax.set_ylabel(label_of(metric))
             if log_x:
                 ax.set_xscale("log", base=2)
+            elif all(isinstance(v, int) for x, _ in lines.values() for v in x):
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # no 2.5 replicas
             if metric in log_y:
                 ax.set_yscale("log")
             if reference is not None and ax is axes[0][0]:

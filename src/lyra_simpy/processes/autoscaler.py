@@ -21,15 +21,18 @@ saturates at the replicas' batch width: it never asks for more than about
 Scaling up starts replicas at once (the slots that are off, lowest index first); each
 serves ``startup_s`` later — the cold start of loading weights and warming up (the
 replicas starting count as provisioned, so it does not start them twice). Scaling
-down waits until ``cooldown_s`` have passed since the last scaling action (the run's
-start counts as one), stops replicas still starting first, then drains the serving
-replicas with the least work (ties: the highest index): a draining replica takes no
-new request and runs what it holds to the end, so nothing is lost.
+down follows HPA's stabilization window: it goes only to the highest count recommended
+over the last ``cooldown_s`` (the count at the start counts as a recommendation at 0),
+so a dip of the signal does not drain replicas the next evaluation wants back. It
+stops replicas still starting first, then drains the serving replicas with the least
+work (ties: the highest index): a draining replica takes no new request and runs what
+it holds to the end, so nothing is lost.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Literal
 
 import simpy
@@ -56,8 +59,8 @@ class AutoscalerConfig(Closed):
     interval_s: PositiveFloat = 15.0
     """Time between evaluations (HPA's sync period)."""
     cooldown_s: NonNegativeFloat = 300.0
-    """No scale-down within this long of the last scaling action (HPA's scale-down
-    stabilization window); scale-ups are not held back."""
+    """Scale-down stabilization window: a scale-down goes to the highest count
+    recommended within this long (HPA's default 300 s); scale-ups are not held back."""
     startup_s: NonNegativeFloat = 0.0
     """Cold start: a replica serves this long after it is started."""
     tolerance: NonNegativeFloat = 0.1
@@ -99,21 +102,28 @@ def desired_replicas(config: AutoscalerConfig, status: list[ReplicaStatus], held
 
 def autoscale(env: simpy.Environment, cluster: Cluster, config: AutoscalerConfig) -> Process:
     """Evaluate every ``interval_s`` and start or drain replicas."""
-    last_action_s = 0.0
+    first = cluster.replicas()
+    history = deque([(cluster.now_s, sum(s.state in ("serving", "starting") for s in first))])
+    """Recommendations within the stabilization window: (time, count)."""
     while True:
         yield cluster.wait(config.interval_s)
+        now = cluster.now_s
         status = cluster.replicas()
         desired = desired_replicas(config, status, cluster.waiting_for_replica())
+        history.append((now, desired))
+        while history[0][0] < now - config.cooldown_s:
+            history.popleft()
         starting = [s.replica for s in status if s.state == "starting"]
         serving = [s for s in status if s.state == "serving"]
         provisioned = len(starting) + len(serving)
         if desired > provisioned:
             for _ in range(desired - provisioned):
                 cluster.add_replica(config.startup_s)
-            last_action_s = cluster.now_s
-        elif desired < provisioned and cluster.now_s - last_action_s >= config.cooldown_s:
-            excess = provisioned - desired
+            continue
+        stable = max(count for _, count in history)
+        if stable < provisioned:
             idle_first = sorted(serving, key=lambda s: (s.queued + s.running, -s.replica))
-            for i in [*reversed(starting), *(s.replica for s in idle_first)][:excess]:
+            for i in [*reversed(starting), *(s.replica for s in idle_first)][
+                : provisioned - stable
+            ]:
                 cluster.drain(i)
-            last_action_s = cluster.now_s

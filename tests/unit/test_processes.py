@@ -521,3 +521,42 @@ def test_the_example_in_docs_extending_runs_as_the_package_s_own(monkeypatch):
     assert documented["arrival_s"].tolist() == [0, 1, 2, 3, 4, 4.5, 5, 5.5, 6, 7, 8, 9]
     for name in shipped:
         np.testing.assert_array_equal(documented[name], shipped[name])
+
+
+def test_the_handle_s_state_machine(monkeypatch):
+    seen: list[Any] = []
+
+    def script(env: Any, cluster: Cluster, config: Any) -> Process:
+        yield cluster.wait(0.5)
+        seen.append(cluster.bring_up(0))  # not down: nothing happens
+        i = cluster.add_replica(startup_s=2.0)
+        seen.append((i, [s.state for s in cluster.replicas()]))
+        seen.append(cluster.add_replica())  # no slot left off
+        yield cluster.wait(1.0)
+        seen.append(cluster.drain(1))  # still starting: off at once, never serves
+        seen.append(cluster.drain(1))  # off already
+        yield cluster.wait(2.0)  # (its start would have completed by now)
+        seen.append([s.state for s in cluster.replicas()])
+        seen.append(cluster.take_down(1))  # off: a failure does nothing
+        seen.append(cluster.take_down(0))
+        seen.append(cluster.take_down(0))  # down already
+        seen.append(cluster.waiting_for_replica())
+        yield cluster.wait(0.5)
+        seen.append(cluster.waiting_for_replica())  # arrivals held while none serves
+        seen.append(cluster.bring_up(0))
+
+    monkeypatch.setitem(PROCESSES, "load_spike", script)
+    raw = make(
+        processes={
+            "load_spike": {"at_s": 0, "for_s": 1, "factor": 1},
+            "autoscaler": {"max_replicas": 2, "target": 1e9, "interval_s": 1e6},
+        }
+    )
+    res = run(raw)
+    assert seen == [
+        False, (1, ["serving", "starting"]), None, True, False, ["serving", "off"], False,
+        True, False, 0, 5, True,
+    ]  # fmt: skip
+    assert 1 not in res.records["replica"].tolist()  # replica 1 never served
+    table = res.replicas
+    assert [STATES[s] for s in table["state"][table["replica"] == 1]] == ["off", "starting", "off"]

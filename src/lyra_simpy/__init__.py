@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         EngineView,
         Scheduler,
     )
+    from lyra_simpy.processes import PROCESSES, Cluster
     from lyra_simpy.scenario import Scenario, load_scenario, scenario_from_dict
     from lyra_simpy.simulation import Results, simulate
     from lyra_simpy.sweep import load_sweep, load_table, run_sweep
@@ -45,6 +46,8 @@ _WHERE = {
     "BatchPlan": "lyra_simpy.policies",
     "EngineView": "lyra_simpy.policies",
     "Scheduler": "lyra_simpy.policies",
+    "PROCESSES": "lyra_simpy.processes",
+    "Cluster": "lyra_simpy.processes",
     "run_scenario": "lyra_simpy.output.writer",
     "Scenario": "lyra_simpy.scenario",
     "load_scenario": "lyra_simpy.scenario",
@@ -61,10 +64,12 @@ _WHERE = {
 __all__ = [
     "ADMISSIONS",
     "COST_MODELS",
+    "PROCESSES",
     "SCHEDULERS",
     "Admission",
     "BatchPlan",
     "BatchShape",
+    "Cluster",
     "CostModel",
     "EngineView",
     "LyraError",

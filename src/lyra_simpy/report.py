@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, PositiveFloat, model_validator
 
 from lyra_simpy.config import Closed
 
@@ -54,6 +54,7 @@ FIGURE_FIELDS: dict[str, frozenset[str]] = {
     "grouped_bars": frozenset({"metrics", "log_y"}),
     "pareto": frozenset({"metrics", "series"}),
     "whatif": frozenset(),
+    "over_time": frozenset({"labels", "bin_s"}),
 }
 """The fields each kind of figure reads (besides ``name`` and ``title``): a field given to a
 kind that ignores it is refused when the scenario loads, not after it has run."""
@@ -76,6 +77,7 @@ class FigureSpec(Closed):
         "grouped_bars",
         "pareto",
         "whatif",
+        "over_time",
     ]
     metric: str = "ttft_ms"
     """``cdf``: per-request field to plot (ttft_ms, tpot_ms, e2el_ms), or ``itl_ms``
@@ -104,6 +106,11 @@ class FigureSpec(Closed):
     the first panel (its value in the first variant: e.g. a bound)."""
     tail: bool = False
     """``cdf``: draw the complementary CDF on a log scale (the tail, p90 to p99.9)."""
+    labels: list[str] = Field(default_factory=list)
+    """``over_time``: the variants drawn, in this order (default: every one)."""
+    bin_s: PositiveFloat | None = None
+    """``over_time``: width of the time bins of the arrival rate and the TTFT
+    percentiles (default: the run in 100 bins)."""
 
     @model_validator(mode="after")
     def _fits_its_kind(self) -> FigureSpec:
@@ -147,4 +154,6 @@ class FigureSpec(Closed):
             return f"{scenario}_bars_{(self.metrics or ['none'])[0].removesuffix('_ms')}"
         if self.name == "whatif":
             return f"{scenario}_speedups"
+        if self.name == "over_time":
+            return f"{scenario}_over_time"
         return f"{scenario}_timeline_{self.variant or 'first'}"

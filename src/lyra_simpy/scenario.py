@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from lyra_simpy.cluster.disagg import LinkConfig
+from lyra_simpy.cluster.dispatch import FailoverConfig
 from lyra_simpy.cluster.routing import RoundRobinConfig, RouterConfig
 from lyra_simpy.config import Closed
 from lyra_simpy.cost import CostConfig
@@ -50,6 +51,8 @@ from lyra_simpy.policies import (
 )
 from lyra_simpy.policies.prefix_cache import PrefixCacheConfig
 from lyra_simpy.presets import EngineConfig, apply_engine
+from lyra_simpy.processes import ProcessConfig
+from lyra_simpy.processes import check as check_processes
 from lyra_simpy.report import FigureSpec, OutputConfig, ReportConfig
 from lyra_simpy.variants import Grid, Variant
 from lyra_simpy.whatif import WhatIf
@@ -117,6 +120,8 @@ class ClusterConfig(Closed):
     """Routes arrivals over the replicas (the prefill pool when disaggregated)."""
     disaggregation: DisaggregationConfig | None = None
     """Prefill/decode pools instead of ``replicas``/``groups`` (None: colocated)."""
+    failover: FailoverConfig = Field(default_factory=FailoverConfig)
+    """Retries and waiting when replicas fail or none serves (with ``processes`` only)."""
 
 
 @dataclass(frozen=True)
@@ -192,6 +197,10 @@ class Scenario(Closed):
     :mod:`lyra_simpy.engine.speculative`)."""
     """Which arrivals enter the scheduler's queue (``always``, or ``slo``: needs an SLO)."""
     simulation: SimulationConfig = Field(default_factory=SimulationConfig)
+    processes: dict[str, ProcessConfig] = Field(default_factory=dict)
+    """Processes acting while the run goes on — replica ``faults``, an ``autoscaler``,
+    a ``load_spike`` — by label (the label is the ``name`` unless one is given); see
+    :mod:`lyra_simpy.processes`. Empty: none (the engine pays nothing for them)."""
     variants: list[Variant] = Field(default_factory=list)
     grid: Grid | None = None
     whatif: WhatIf | None = None
@@ -242,6 +251,26 @@ class Scenario(Closed):
                     "cluster.disaggregation.link.kv_bytes_per_token: got None, must be set "
                     f"unless the prefill pool's cost is roofline (it is {prefill.cost.name!r})"
                 )
+        return self
+
+    @field_validator("processes", mode="before")
+    @classmethod
+    def _process_names(cls, value: Any) -> Any:
+        """An entry's ``name`` defaults to its key (``processes: {faults: {...}}``)."""
+        if not isinstance(value, dict):
+            return value
+        return {k: {"name": k, **v} if isinstance(v, dict) else v for k, v in value.items()}
+
+    @model_validator(mode="after")
+    def _processes_fit(self) -> Scenario:
+        if self.processes:
+            cluster = self.cluster
+            check_processes(
+                self.processes,
+                len(self.replica_specs()),
+                bool(cluster is not None and cluster.groups),
+                cluster is not None and cluster.disaggregation is not None,
+            )
         return self
 
     @model_validator(mode="after")

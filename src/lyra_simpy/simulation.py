@@ -19,8 +19,9 @@ import numpy.typing as npt
 import simpy
 
 from lyra_simpy.cluster.disagg import HandOff
-from lyra_simpy.cluster.dispatch import Dispatcher, HandedSource, replica_loads
-from lyra_simpy.cluster.routing import ROUTERS
+from lyra_simpy.cluster.dispatch import Dispatcher, FailoverConfig, HandedSource, replica_loads
+from lyra_simpy.cluster.lifecycle import Fleet, state_summary
+from lyra_simpy.cluster.routing import ROUTERS, RoundRobinConfig
 from lyra_simpy.cost import COST_MODELS, CostModel
 from lyra_simpy.cost.jitter import expected, with_jitter
 from lyra_simpy.engine.kv import BlockPool
@@ -29,9 +30,10 @@ from lyra_simpy.engine.request import RECORD_FIELDS, RejectReason, Request
 from lyra_simpy.engine.speculative import Speculator
 from lyra_simpy.metrics.collector import REASON_CODES, STATUS_CODES, Collector, RequestLog
 from lyra_simpy.metrics.fairness import fairness_summary, unloaded_service_s
-from lyra_simpy.metrics.summary import summarize
+from lyra_simpy.metrics.summary import failure_summary, summarize
 from lyra_simpy.policies import ADMISSIONS, SCHEDULERS, Admission, Limits
 from lyra_simpy.policies.prefix_cache import PREFIX_CACHES, PrefixCache
+from lyra_simpy.processes import PROCESSES, Cluster, replica_slots
 from lyra_simpy.rng import Streams
 from lyra_simpy.scenario import ReplicaSpec, Scenario
 from lyra_simpy.workload import build_source
@@ -61,6 +63,10 @@ class Results:
     """Disaggregation: per handed-off request, ``request_id``, ``decode_replica``,
     ``handoff_wait_ms`` (first token to transfer start) and ``kv_transfer_ms`` (empty
     otherwise)."""
+    replicas: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
+    """With processes: every change of a replica's state — ``time_s``, ``replica``,
+    ``state`` (code into :data:`~lyra_simpy.cluster.lifecycle.STATES`), ``serving``
+    (replicas serving after it) — from the first state of each at 0 (empty otherwise)."""
 
     def requests(self) -> Iterator[dict[str, Any]]:
         """The per-request records as dicts (JSONL field order; NaN becomes None)."""
@@ -145,13 +151,7 @@ def _build_replica(
     cost = with_jitter(exact, spec.cost, streams, i)
     kv_cfg = spec.kv_cache
     kv = BlockPool(kv_cfg.capacity_blocks, kv_cfg.block_size)
-    cache: PrefixCache | None = None
-    if spec.prefix_cache is not None:
-        cache = PREFIX_CACHES[spec.prefix_cache.name](
-            unit_tokens(scenario.workload.prefix, kv_cfg.block_size),
-            kv_cfg.block_size,
-            spec.prefix_cache,
-        )
+    cache = _prefix_cache(spec, scenario)
     # A closed loop's next request may reach any replica of a cluster when another one
     # finishes: no replica can know its next arrival, so none fuses iterations.
     fuse = fuse and scenario.simulation.fuse_iterations
@@ -163,6 +163,17 @@ def _build_replica(
     policies = Policies(scheduler, cost, _admission(scenario, spec, exact), cache, speculator)
     rules = Rules(fuse, scenario.simulation.until_s, strict_horizon)
     return Replica(env, i, policies, kv, source, collector, rules, handoff)
+
+
+def _prefix_cache(spec: ReplicaSpec, scenario: Scenario) -> PrefixCache | None:
+    """An empty prefix cache for a replica of *spec* (None: no cache)."""
+    if spec.prefix_cache is None:
+        return None
+    block = spec.kv_cache.block_size
+    cache: PrefixCache = PREFIX_CACHES[spec.prefix_cache.name](
+        unit_tokens(scenario.workload.prefix, block), block, spec.prefix_cache
+    )
+    return cache
 
 
 def simulate(
@@ -179,15 +190,20 @@ def simulate(
     a timeline draws)."""
     streams = Streams(scenario.seed)
     specs = scenario.replica_specs()
+    managed = bool(scenario.processes)  # replicas come and go (lyra_simpy.processes)
+    initial = len(specs)
+    if managed:  # slots an autoscaler may start, off at first
+        specs += [specs[0]] * (replica_slots(scenario.processes, initial) - initial)
     # Past the stop, a replica sees its next arrival and a router routes at most
     # AHEAD_PER_REPLICA per replica ahead: that many are drawn beyond it, no more.
+    # (With processes the whole workload is drawn: one may change the rate.)
     spare = 1 + (Dispatcher.AHEAD_PER_REPLICA * len(specs) if scenario.cluster else 0)
     source = build_source(
         scenario.workload,
         streams,
         scenario.base_dir,
         specs[0].kv_cache.block_size,
-        scenario.simulation.until_s,
+        None if managed else scenario.simulation.until_s,
         spare,
     )
     collector = Collector(len(source.input_tokens), scenario.simulation.timeseries)
@@ -199,35 +215,53 @@ def simulate(
     replicas: list[Replica] = []
     dispatcher = None
     handoff = None
-    if scenario.cluster is None:
+    fleet = None
+    if scenario.cluster is None and not managed:
         replicas.append(
             _build_replica(0, specs[0], scenario, env, source, collector, streams, in_cluster=False)
         )
-    elif scenario.cluster.disaggregation is not None:
+    elif scenario.cluster is not None and scenario.cluster.disaggregation is not None:
         dispatcher, handoff = _disaggregated(scenario, specs, env, source, collector, streams)
         replicas = dispatcher.replicas + handoff.decode
     else:
-        router_cfg = scenario.cluster.router
+        cluster = scenario.cluster
+        router_cfg = cluster.router if cluster is not None else RoundRobinConfig()
         router = ROUTERS[router_cfg.name](router_cfg, len(specs), streams.get("router"))
         loads = functools.partial(replica_loads, replicas)
-        dispatcher = Dispatcher(env, source, router, loads, lookahead=True)
+        failover = None
+        if managed:
+            failover = cluster.failover if cluster is not None else FailoverConfig()
+        dispatcher = Dispatcher(env, source, router, loads, True, failover, collector)
         for i, spec in enumerate(specs):
             routed = dispatcher.add_replica()
             replicas.append(
                 _build_replica(i, spec, scenario, env, routed, collector, streams, in_cluster=True)
             )
+            if managed and spec.prefix_cache is not None:
+                replicas[-1].cold_cache = functools.partial(_prefix_cache, spec, scenario)
         dispatcher.replicas = replicas
         dispatcher.mixed = _mixed(specs)
+        if managed:
+            fleet = Fleet(env, replicas, dispatcher, collector, initial)
     if dispatcher is not None:
         dispatcher.start()
-    for replica in replicas:
+    for i, replica in enumerate(replicas):
         replica.carry = dispatcher is not None and dispatcher.carry
-        replica.process = env.process(replica.run())
+        replica.process = env.process(fleet.loop(i) if fleet is not None else replica.run())
+    if fleet is not None:
+        for key, cfg in scenario.processes.items():
+            handle = Cluster(env, fleet, source, streams, key)
+            env.process(PROCESSES[cfg.name](env, handle, cfg))
     with nullcontext() if watch is None else watch(env):
-        env.run(until=until)
+        if fleet is not None and until is None:  # processes may go on for ever
+            _run_until_finished(env, fleet)
+        else:
+            env.run(until=until)
     for replica in replicas:
         for req in chain(replica.waiting, replica.running, replica.deferred):
             collector.leave_unfinished(req)
+    if fleet is not None:
+        _end_waiting(fleet, until is None)
     # Requests due by the stop but not yet taken by a replica still arrived: they are
     # recorded as unfinished (closed-loop ones get their arrival time when taken).
     source.pop_until(float(env.now))
@@ -245,6 +279,19 @@ def simulate(
     if handoff is not None:
         summary.update(_transfer_summary(handoff))
     summary.update(fairness_summary(records, _unloaded(records, specs, replicas)))
+    end_s = float(env.now)
+    summary.update(
+        failure_summary(
+            records, collector.retries[: len(records["status"])], scenario.slo.model_dump(),
+            summary["duration"],
+        )
+    )  # fmt: skip
+    summary.update(
+        fleet.summary(end_s)
+        if fleet is not None
+        else state_summary([0.0] * len(replicas), range(len(replicas)),
+                           ["serving"] * len(replicas), len(replicas), end_s)
+    )  # fmt: skip
     busy = any(r.running for r in replicas) or (handoff is not None and handoff.busy)
     return Results(
         scenario=scenario,
@@ -268,7 +315,32 @@ def simulate(
         },
         transfers=_transfer_table(handoff) if handoff is not None else {},
         request_log=collector.log.arrays() if collector.log is not None else {},
+        replicas=fleet.table() if fleet is not None else {},
     )
+
+
+def _run_until_finished(env: simpy.Environment, fleet: Fleet) -> None:
+    """Run until every request ended (the processes' own events may go on for ever),
+    or until nothing is left to happen (requests held for want of a replica)."""
+    try:
+        env.run(until=fleet.dispatcher.finished)
+    except RuntimeError as exc:  # SimPy: the queue emptied before the event triggered
+        if "No scheduled events left" not in str(exc):
+            raise
+
+
+def _end_waiting(fleet: Fleet, ended: bool) -> None:
+    """Requests still held at the router for want of a replica: ``failed`` (``no_replica``)
+    when the run ended by itself, left ``unfinished`` when ``until_s`` stopped it."""
+    dispatcher = fleet.dispatcher
+    waiting = [req for req, _ in dispatcher.held] + list(dispatcher.retrying)
+    dispatcher.held.clear()
+    dispatcher.retrying.clear()
+    for req in waiting:
+        if ended:
+            dispatcher.collector.fail(req, "no_replica")  # type: ignore[union-attr]
+        else:
+            dispatcher.collector.leave_unfinished(req)  # type: ignore[union-attr]
 
 
 def _disaggregated(

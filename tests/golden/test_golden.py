@@ -447,3 +447,40 @@ def test_sglang_b200_whatif_finds_where_the_effort_pays():
         assert score[c] == 0.0
     assert all(sp["graphs_and_acceptance"][w] > 1.12 for w in decode_heavy)
     assert geo["graphs_and_acceptance"]["concurrent"] > 1.35
+
+
+def test_failures_need_one_replica_more():
+    runs = variants("failures_n_plus_one")  # quick: 5 min, failures every 5 min for 1
+    assert list(runs) == [f"{s}_{n}" for n in (2, 3, 4) for s in ("no_failures", "failures")]
+    for n in (2, 3, 4):
+        calm, hit = runs[f"no_failures_{n}"], runs[f"failures_{n}"]
+        assert (calm["failed"], calm["retried"], calm["availability"]) == (0, 0, 1.0)
+        assert hit["failed"] > 0
+        assert hit["failed"] == hit["failed_replica_failure"]  # a replica always serves
+        assert hit["availability"] < 0.95
+        # nothing refused, nothing cut off: every arrival ended ok or failed
+        assert hit["rejected"] == hit["unfinished"] == 0
+        assert hit["completed"] + hit["failed"] == calm["completed"]
+    # without failures 3 replicas carry 9 req/s; with them 3 do not, 4 nearly do
+    assert runs["no_failures_3"]["p99_ttft_ms"] < 300.0
+    assert runs["failures_3"]["p99_ttft_ms"] > 100 * runs["no_failures_3"]["p99_ttft_ms"]
+    assert runs["failures_3"]["request_goodput"] < 0.6 * runs["no_failures_3"]["request_goodput"]
+    four = runs["failures_4"]["request_goodput"]
+    assert four > 0.95 * runs["no_failures_4"]["request_goodput"]
+    # the direct loss is small next to the queueing a failure causes at N
+    lost = runs["no_failures_3"]["request_goodput"] - runs["failures_3"]["request_goodput"]
+    assert runs["failures_3"]["goodput_lost_to_failures"] < 0.1 * lost
+
+
+def test_cold_starts_cost_tail_latency_that_spare_capacity_buys_back():
+    runs = variants("autoscaling_burst")  # quick: 8 min, a 2 min burst
+    assert list(runs) == ["target14_0", "target8_0", "target14_90", "target8_90"]
+    for s in runs.values():  # a drain loses nothing
+        assert s["failed"] == s["retried"] == s["rejected"] == s["unfinished"] == 0
+        assert s["availability"] == 1.0
+    tight, spare = "target14", "target8"
+    assert runs[f"{tight}_90"]["p99_ttft_ms"] > 5 * runs[f"{tight}_0"]["p99_ttft_ms"]
+    for start in (0, 90):
+        assert runs[f"{spare}_{start}"]["p99_ttft_ms"] < runs[f"{tight}_{start}"]["p99_ttft_ms"]
+        assert runs[f"{spare}_{start}"]["replica_hours"] > runs[f"{tight}_{start}"]["replica_hours"]
+    assert runs[f"{spare}_90"]["p99_ttft_ms"] < 0.1 * runs[f"{tight}_90"]["p99_ttft_ms"]

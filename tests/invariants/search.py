@@ -3,7 +3,9 @@
 
 It draws random scenarios from the property tests' strategies (every scheduler, prefix
 cache, admission, router, disaggregation, speculative decoding, tiny KV pools and pool
-overrides, zero and tiny costs, open and closed loops; one in four cut by ``until_s``)
+overrides, zero and tiny costs, open and closed loops, rate schedules, and processes —
+replica faults, an autoscaler, load spikes — switched on at random; one in four cut by
+``until_s``)
 and runs each through the same checks as ``test_invariants.py``. Unlike the property
 test it does not stop at the first failure: it prints how many scenarios ran, how
 they were spread over the policies, and how many violated which check (the failing
@@ -51,6 +53,8 @@ def _kind(raw: dict[str, Any]) -> dict[str, str]:
         "speculative": "yes" if raw.get("speculative") else "no",
         "cost": f"{cost['name']}{'(zero/tiny)' if free else ''}",
         "kv_pool": "tiny(<=8 blocks)" if raw["kv_cache"]["num_blocks"] <= 8 else "small",
+        "processes": "+".join(sorted(raw.get("processes") or {})) or "none",
+        "rate_schedule": "yes" if raw["workload"].get("rate_schedule") else "no",
     }
 
 

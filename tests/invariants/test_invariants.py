@@ -1,8 +1,11 @@
 """Invariants over random small scenarios (DESIGN §6, STYLE §12b).
 
-Every arrival ends ok|rejected|unfinished; KV never exceeds capacity; time never goes
-backwards; the same scenario and seed give byte-identical JSONL; fused and unfused
-decode spans give the same observables (DESIGN §6); tokens are conserved.
+Every arrival ends ok|rejected|failed|unfinished, with a reason when refused or failed;
+KV never exceeds capacity; time never goes backwards; the same scenario and seed give
+byte-identical JSONL; fused and unfused decode spans give the same observables (DESIGN
+§6); tokens are conserved. Processes (replica failures, an autoscaler, load spikes,
+rate schedules: :mod:`lyra_simpy.processes`) are switched on at random, and one
+property always switches them on.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ from hypothesis import strategies as st
 
 from builders import routers_reading_state, runs_carried
 from lyra_simpy import Results, scenario_from_dict, simulate
+from lyra_simpy.cluster.lifecycle import STATES
 from lyra_simpy.cost import COST_MODELS
 from lyra_simpy.engine.kv import blocks_for
-from lyra_simpy.engine.request import REJECT_REASONS
+from lyra_simpy.engine.request import FAIL_REASONS, REJECT_REASONS
 from lyra_simpy.metrics.fairness import unloaded_service_s
 from lyra_simpy.metrics.io import write_jsonl
 from lyra_simpy.policies.llamacpp import LlamaCppConfig
@@ -182,7 +186,63 @@ def costs(draw: st.DrawFn, width: int) -> dict[str, Any]:
 
 
 @st.composite
-def scenarios(draw: st.DrawFn, until: bool = False) -> dict[str, Any]:
+def processes(draw: st.DrawFn, replicas: int, open_loop: bool) -> dict[str, Any]:
+    """Some of: replica faults (random or scheduled), an autoscaler, a load spike, and
+    the router's failover (retries, waiting for a replica) — at the time scale of the
+    small runs (milliseconds to a few seconds)."""
+    out: dict[str, Any] = {}
+    which = draw(st.sets(st.sampled_from(["faults", "autoscaler", "load_spike"]), min_size=1))
+    if not open_loop:
+        which.discard("load_spike")
+        which.add("faults")
+    slots = replicas
+    if "autoscaler" in which:
+        hi = draw(st.integers(replicas, replicas + 2))
+        signal = draw(st.sampled_from(["queue", "running", "concurrency", "kv"]))
+        slots = hi
+        out["autoscaler"] = {
+            "min_replicas": draw(st.integers(1, replicas)),
+            "max_replicas": hi,
+            "signal": signal,
+            "target": draw(st.sampled_from([0.3, 0.8] if signal == "kv" else [0.3, 1.0, 3.0])),
+            "interval_s": draw(st.sampled_from([0.005, 0.03, 0.2])),
+            "cooldown_s": draw(st.sampled_from([0.0, 0.05, 0.5])),
+            "startup_s": draw(st.sampled_from([0.0, 0.01, 0.1])),
+            "tolerance": draw(st.sampled_from([0.0, 0.1])),
+        }
+    if "faults" in which:
+        if draw(st.booleans()):
+            out["faults"] = {
+                "mtbf_s": draw(st.sampled_from([0.01, 0.1, 0.5, 2.0])),
+                "mttr_s": draw(st.sampled_from([0.002, 0.03, 0.3])),
+            }
+        else:
+            outages = draw(
+                st.lists(
+                    st.tuples(st.integers(0, slots - 1), st.floats(0, 1), st.floats(0.001, 0.5)),
+                    min_size=1,
+                    max_size=4,
+                )
+            )
+            schedule, ends = [], {}
+            for r, at, length in sorted(outages):
+                at = max(at, ends.get(r, 0.0))
+                schedule.append({"replica": r, "at_s": at, "for_s": length})
+                ends[r] = at + length
+            out["faults"] = {"schedule": schedule}
+    if "load_spike" in which:
+        out["load_spike"] = {
+            "at_s": draw(st.floats(0, 0.5)),
+            "for_s": draw(st.floats(0.01, 1.0)),
+            "factor": draw(st.sampled_from([0.25, 2.0, 5.0])),
+        }
+    return out
+
+
+@st.composite
+def scenarios(
+    draw: st.DrawFn, until: bool = False, with_processes: bool | None = None
+) -> dict[str, Any]:
     sched = draw(schedulers())
     if until:
         # closed loops lose requests under until_s: test_closed_loop_arrival_before_until_s
@@ -266,6 +326,34 @@ def scenarios(draw: st.DrawFn, until: bool = False) -> dict[str, Any]:
     chunk = sched.get("chunked_prefill_size")
     if chunk is not None:  # SGLang: a whole number of pages
         sched["chunked_prefill_size"] = chunk * raw["kv_cache"]["block_size"]
+    open_loop = arrival["name"] != "closed_loop"
+    if open_loop and draw(st.integers(0, 4)) == 0:  # load that changes over time
+        raw["workload"]["rate_schedule"] = {
+            "shape": draw(st.sampled_from(["step", "linear"])),
+            "points": [
+                {"at_s": 0.0, "factor": draw(st.sampled_from([0.5, 1.0]))},
+                {"at_s": draw(st.floats(0.01, 0.5)), "factor": draw(st.sampled_from([0.0, 3.0]))},
+                {"at_s": 1.0, "factor": draw(st.sampled_from([0.2, 1.0, 4.0]))},
+            ],
+        }
+    cluster = raw.get("cluster") or {}
+    on = with_processes if with_processes is not None else draw(st.integers(0, 3)) == 0
+    if on and not cluster.get("disaggregation"):
+        n = len(_pools(raw))
+        if cluster.get("groups"):  # an autoscaler starts copies of one replica
+            del cluster["groups"]
+            cluster["replicas"] = n
+        raw["processes"] = draw(processes(n, open_loop))
+        auto = raw["processes"].get("autoscaler")
+        if auto is not None:
+            cluster = raw.setdefault("cluster", {"replicas": 1})
+            cluster.setdefault("replicas", 1)
+        if draw(st.booleans()):
+            raw.setdefault("cluster", {"replicas": n})["failover"] = {
+                "max_retries": draw(st.integers(0, 2)),
+                "retry_streaming": draw(st.booleans()),
+                "no_replica_timeout_s": draw(st.sampled_from([None, 0.0, 0.05])),
+            }
     if until:
         raw["simulation"] = {"until_s": draw(st.floats(0.005, 1.0))}
     return raw
@@ -343,9 +431,13 @@ def _runs(
 
 
 def _pools(raw: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """(role, KV pool) of every replica, in order: role ``any``, ``prefill``, ``decode``."""
+    """(role, KV pool) of every replica, in order: role ``any``, ``prefill``, ``decode``
+    (with an autoscaler, every slot it may start)."""
     own = raw["kv_cache"]
     cluster = raw.get("cluster") or {}
+    auto = (raw.get("processes") or {}).get("autoscaler")
+    if auto is not None:
+        return [("any", own)] * max(int(cluster.get("replicas", 1)), auto["max_replicas"])
     d = cluster.get("disaggregation")
     if d is not None:
         return [("prefill", d["prefill"].get("kv_cache", own))] * d["prefill"]["count"] + [
@@ -410,10 +502,17 @@ def _unit_blocks(raw: dict[str, Any]) -> int:
     return 1
 
 
+def _processes(raw: dict[str, Any]) -> bool:
+    return bool(raw.get("processes"))
+
+
 def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
     rec = res.records
     status = rec["status"]
-    assert set(status.tolist()) <= {"ok", "rejected", "unfinished"}
+    assert set(status.tolist()) <= {"ok", "rejected", "failed", "unfinished"}
+    if not _processes(raw):
+        assert "failed" not in status.tolist()
+        assert res.replicas == {}
     np.testing.assert_array_equal(rec["request_id"], np.arange(len(status)))
     ok = status == "ok"
     arrival, first, finish = rec["arrival_s"], rec["first_token_s"], rec["finish_s"]
@@ -425,8 +524,10 @@ def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
     # every rejection has a reason, nothing else has one (issue 13)
     reason = rec["reject_reason"]
     rejected = status == "rejected"
+    failed = status == "failed"
     assert set(reason[rejected].tolist()) <= set(REJECT_REASONS)
-    assert all(r is None for r in reason[~rejected])
+    assert set(reason[failed].tolist()) <= set(FAIL_REASONS)
+    assert all(r is None for r in reason[~rejected & ~failed])
     if raw.get("admission", {"name": "always"})["name"] == "always":
         assert set(reason[rejected].tolist()) <= {"never_fits_kv", "exceeds_token_budget"}
     assert np.isnan(finish[~ok]).all()
@@ -452,8 +553,10 @@ def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
     assert res.engine["peak_kv_blocks"] <= pools.sum()
     assert len(ts["start_s"]) == res.engine["iterations"]
     # every arrival served on exactly one replica (records hold one replica each)
-    served_on = rec["replica"][status != "unfinished"]
+    served_on = rec["replica"][(status != "unfinished") & (reason != "no_replica")]
     assert ((served_on >= 0) & (served_on < n_replicas)).all()
+    # (one retried after a failure keeps the replica that failed under it)
+    assert (rec["replica"][reason == "no_replica"] >= -1).all()
     for i in range(n_replicas):  # per replica: time runs forward, iterations don't overlap
         mine = ts["replica"] == i
         start, end = ts["start_s"][mine], ts["end_s"][mine]
@@ -484,8 +587,12 @@ def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
     assert s["completed"] == int(ok.sum())
     assert s["rejected"] == int((status == "rejected").sum())
     assert s["unfinished"] == int((status == "unfinished").sum())
+    assert s["failed"] == int(failed.sum())
     for name in REJECT_REASONS:
         assert s[f"rejected_{name}"] == int((reason == name).sum())
+    for name in FAIL_REASONS:
+        assert s[f"failed_{name}"] == int((reason == name).sum())
+    check_cluster(raw, res)
     assert s["total_output_tokens"] == int(rec["output_tokens"][ok].sum())
     assert s["total_preemptions"] == int(rec["preemptions"].sum())
     assert 0.0 <= s["slo_attainment"] <= 1.0
@@ -506,6 +613,40 @@ def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
         assert 1.0 / timed.sum() - 1e-12 <= s["fairness_jain_slowdown"] <= 1.0 + 1e-12
 
 
+def check_cluster(raw: dict[str, Any], res: Results) -> None:
+    """What the processes did: the replicas' states, and no work on a replica while it
+    was down."""
+    s, rec = res.summary, res.records
+    end = res.engine["end_s"]
+    slots = _replicas(raw)
+    assert s["availability"] is None or 0.0 <= s["availability"] <= 1.0
+    assert s["replica_hours"] <= slots * end / 3600.0 * (1 + 1e-12)
+    assert s["mean_replicas_serving"] is None or s["mean_replicas_serving"] <= slots + 1e-12
+    assert s["retried"] >= 0
+    if not _processes(raw):
+        assert (s["retried"], s["failed"]) == (0, 0)
+        assert s["availability"] in (1.0, None)
+        return
+    table = res.replicas
+    times, who, states = table["time_s"], table["replica"], table["state"]
+    assert (np.diff(times) >= 0).all()
+    assert set(states.tolist()) <= set(range(len(STATES)))
+    assert sorted(who[:slots].tolist()) == list(range(slots))  # each replica's first state
+    down = STATES.index("down")
+    ts = res.timeseries
+    ok = rec["status"] == "ok"
+    for r in range(slots):
+        mine = who == r
+        fails = times[mine][states[mine] == down]
+        starts, ends = ts["start_s"][ts["replica"] == r], ts["end_s"][ts["replica"] == r]
+        served = ok & (rec["replica"] == r)
+        first, finish = rec["first_token_s"][served], rec["finish_s"][served]
+        for t in fails:
+            # no committed iteration spans a failure, no request served across one
+            assert not ((starts < t) & (ends > t)).any()
+            assert not ((first < t) & (finish > t)).any()
+
+
 # -- invariants ------------------------------------------------------------------------
 
 
@@ -519,6 +660,11 @@ def test_until_s_leaves_unfinished_and_loses_nobody(raw):
     check_until_run(raw)
 
 
+@given(scenarios(with_processes=True))
+def test_processes_keep_every_invariant_and_fused_equals_unfused(raw):
+    check_full_run(raw)
+
+
 def check_full_run(raw: dict[str, Any]) -> None:
     """The invariants of a run that is not cut short (also run by search.py)."""
     fused = run(raw)
@@ -530,22 +676,25 @@ def check_full_run(raw: dict[str, Any]) -> None:
     assert len(status) == raw["workload"]["num_requests"]
     assert "unfinished" not in status.tolist()
     can_serve = served(raw, rec["input_tokens"], rec["output_tokens"])
+    failed = status == "failed"
     if raw["admission"]["name"] == "always":
-        np.testing.assert_array_equal(ok, can_serve)
+        np.testing.assert_array_equal(ok | failed, can_serve | failed)
+        assert not (ok & ~can_serve).any()
     else:  # admission may turn away more, never serve what cannot be served
         assert not (ok & ~can_serve).any()
+    touched = _processes(raw) and (failed.any() or fused.summary["retried"] > 0)
     # token conservation: tokens generated before a preemption are kept; each iteration
     # emits one token per scheduled sequence, except a prefill chunk that is not the last
     emitted = int(rec["output_tokens"][ok].sum())
     rows = int(fused.timeseries["batch_seqs"].sum())
     chunking = raw["scheduler"]["name"] in ("chunked_prefill", "prefill_first", "llamacpp")
     if raw.get("speculative"):  # a decode row emits 1 + the accepted drafts
-        assert chunking or rows <= emitted
-    elif chunking:
+        assert chunking or touched or rows <= emitted
+    elif chunking or touched:  # (a failure loses the work of the requests it hit)
         assert rows >= emitted
     else:
         assert rows == emitted
-    if fused.summary["total_preemptions"] == 0:
+    if fused.summary["total_preemptions"] == 0 and not touched:
         # the chunks of every prompt add up to the prompt, less what the cache served
         prefilled = int(fused.timeseries["prefill_tokens"].sum())
         assert prefilled == int((rec["input_tokens"] - rec["cached_tokens"])[ok].sum())
@@ -557,13 +706,16 @@ def check_full_run(raw: dict[str, Any]) -> None:
     # ITL pairs: one gap per token after the first, summing to finish - first token
     values, weights = fused.itl_s
     gaps = int((rec["output_tokens"][ok] - 1).sum())
-    if raw.get("speculative"):  # one gap per chunk of tokens
+    if touched:  # requests a failure hit streamed gaps too
+        assert raw.get("speculative") or int(weights.sum()) >= gaps
+    elif raw.get("speculative"):  # one gap per chunk of tokens
         assert int(weights.sum()) <= gaps
     else:
         assert int(weights.sum()) == gaps
-    assert float((values * weights).sum()) == pytest.approx(
-        float((rec["finish_s"][ok] - rec["first_token_s"][ok]).sum()), rel=1e-9, abs=1e-12
-    )
+    if not touched:
+        assert float((values * weights).sum()) == pytest.approx(
+            float((rec["finish_s"][ok] - rec["first_token_s"][ok]).sum()), rel=1e-9, abs=1e-12
+        )
 
     # same scenario + seed: byte-identical JSONL and identical everything else
     assert_same_results(run(raw), fused)

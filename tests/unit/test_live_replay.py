@@ -66,9 +66,13 @@ def test_open_loop_replay_writes_the_contract(tmp_path: Path, tiny_raw: dict[str
     _, counts = read_itl_csv(tmp_path / "r" / "itl.csv")
     assert counts.sum() == sum(n - 1 for n in plan.output_tokens)
     assert summary["completed"] == 12
-    # The same names as a simulation, but for the model-based slowdown and cache bound.
+    # The same names as a simulation, but for the model-based slowdown and cache bound,
+    # and what the simulated cluster's replicas did (failures, retries, replica-hours).
     missing = set(simulate(sc).summary) - set(summary)
-    assert all("slowdown" in k or k == "prefix_cache_hit_rate_bound" for k in missing)
+    cluster = {"retried", "goodput_lost_to_failures", "availability", "replica_hours",
+               "mean_replicas_serving"}  # fmt: skip
+    assert all("slowdown" in k or k == "prefix_cache_hit_rate_bound" or k in cluster
+               for k in missing)  # fmt: skip
     assert set(summary) <= set(simulate(sc).summary)
     man = json.loads((tmp_path / "r" / "manifest.json").read_text())
     assert man["complete"] is True

@@ -14,6 +14,7 @@ from lyra_simpy.cost import LinearCost, LinearCostConfig
 from lyra_simpy.policies import ADMISSIONS, Limits
 from lyra_simpy.policies.prefix_cache import PREFIX_CACHES, PrefixCacheConfig
 from lyra_simpy.presets import ENGINES, EngineConfig
+from lyra_simpy.processes import PROCESSES, ProcessConfig
 from lyra_simpy.scenario import AdmissionConfig, CostConfig, SchedulerConfig
 
 
@@ -39,8 +40,9 @@ def union_names(annotated: object) -> list[str]:
         (EngineConfig, ENGINES),
         (RouterConfig, ROUTERS),
         (PrefixCacheConfig, PREFIX_CACHES),
+        (ProcessConfig, PROCESSES),
     ],
-    ids=["scheduler", "cost", "admission", "engine", "router", "prefix_cache"],
+    ids=["scheduler", "cost", "admission", "engine", "router", "prefix_cache", "process"],
 )
 def test_union_names_equal_registry_keys(union, registry):
     names = union_names(union)
@@ -86,6 +88,8 @@ def test_public_api():
         "ScenarioError",
         "ADMISSIONS",
         "Admission",
+        "PROCESSES",
+        "Cluster",
     }
     for name in lyra_simpy.__all__:
         assert getattr(lyra_simpy, name) is not None

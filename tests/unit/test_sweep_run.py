@@ -154,7 +154,8 @@ def test_a_sweep_killed_with_sigkill_resumes_without_losing_or_repeating_points(
     proc = subprocess.Popen([*cmd, "--workers", "2", "--quiet"], env=env, start_new_session=True)
     points = out / "points"
     try:
-        while proc.poll() is None and len(list(points.glob("*.json"))) < 3:
+        # (finished points only: a point being written is a hidden ``.*.json`` temporary)
+        while proc.poll() is None and len(list(points.glob("[!.]*.json"))) < 3:
             time.sleep(0.01)
         proc.send_signal(signal.SIGKILL)  # `kill -9 PID`: the sweep, not its workers
         proc.wait()

@@ -14,6 +14,15 @@ arrivals (``Dispatcher.carry``): a run's finishes and KV use are planned ahead, 
 loads at an arrival are read from the plan without ending it, and only the replica the
 arrival goes to ends its run there, where a stepped engine would take it. One routing
 event per arrival time, none per token.
+
+With processes (:mod:`lyra_simpy.processes`) replicas come and go: the dispatcher is
+*managed* (:class:`FailoverConfig`). It routes only to serving replicas (never to one
+that is down, starting, draining or off), routes at each arrival (never ahead: a
+replica may fail before the request arrives) and carries fused runs across arrivals
+whatever the router. A request finding no replica serving waits at the router until
+one serves (or fails ``no_replica`` after ``no_replica_timeout_s``); the requests a
+failed replica held come back here to be routed again, up to ``max_retries`` times. The
+run ends when the workload is over and every request has ended (:attr:`Dispatcher.finished`).
 """
 
 from __future__ import annotations
@@ -23,11 +32,33 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import simpy
+from pydantic import ConfigDict, NonNegativeFloat, NonNegativeInt
 
 from lyra_simpy.cluster.routing import ReplicaLoad, Router
+from lyra_simpy.config import Closed
 from lyra_simpy.engine.request import Request
 from lyra_simpy.engine.timing import ROUTE_PRIORITY, PhaseEvent, delay_at_least
+from lyra_simpy.metrics.collector import Collector
 from lyra_simpy.workload.source import Source
+
+
+class FailoverConfig(Closed):
+    """What the router does when replicas fail or none serves (``cluster.failover``;
+    used only when processes are on, :mod:`lyra_simpy.processes`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_retries: NonNegativeInt = 1
+    """Times a request on a failed replica is routed again before it ends ``failed``
+    (``replica_failure``). Default 1: Envoy's retry policy default (``num_retries: 1``)."""
+    retry_streaming: bool = False
+    """Retry a request that already streamed tokens too (its stream starts over: its
+    TTFT becomes the retry's first token). Default off: a gateway such as Envoy retries
+    only before the response started, so such a request fails with its replica."""
+    no_replica_timeout_s: NonNegativeFloat | None = None
+    """A request finding no replica serving waits at the router for one; after this many
+    seconds it ends ``failed`` (``no_replica``). None: it waits as long as it takes (at
+    the end of a run with no ``until_s`` a request still waiting fails ``no_replica``)."""
 
 
 class RoutedSource:
@@ -40,9 +71,12 @@ class RoutedSource:
         self._event: simpy.Event | None = None
         self.feedback = dispatcher.upstream.feedback
 
+        self.closed = False
+        """No request will be routed here any more (the replica drains)."""
+
     @property
     def done(self) -> bool:
-        return self._dispatcher.exhausted and not self.queue
+        return (self._dispatcher.exhausted or self.closed) and not self.queue
 
     def pop_until(self, now_s: float) -> list[Request]:
         queue = self.queue
@@ -140,17 +174,36 @@ class Dispatcher:
         router: Router,
         loads: Callable[[], Sequence[ReplicaLoad]],
         lookahead: bool = False,
+        failover: FailoverConfig | None = None,
+        collector: Collector | None = None,
     ) -> None:
         self.env = env
         self.upstream = upstream
         self.router = router
         self._loads = loads
-        self.lookahead = lookahead and not router.reads_state and not upstream.feedback
-        self.carry = lookahead and router.reads_state and not upstream.feedback and self.CARRY_RUNS
-        """The replicas' fused runs go on across arrivals (a router reading state, an
-        open-loop source); the loads are read from the runs' plans, and a run is cut
-        where an arrival is routed to its replica
+        managed = failover is not None
+        self.lookahead = (
+            lookahead and not router.reads_state and not upstream.feedback and not managed
+        )
+        self.carry = (lookahead or managed) and not upstream.feedback
+        self.carry = self.carry and (managed or (router.reads_state and self.CARRY_RUNS))
+        """The replicas' fused runs go on across arrivals (a router reading state, or a
+        managed cluster; an open-loop source); the loads are read from the runs' plans,
+        and a run is cut where an arrival is routed to its replica
         (:meth:`~lyra_simpy.engine.replica.Replica.cut_run`)."""
+        self.failover = failover
+        """Managed (processes on): replicas come and go (see the module docstring)."""
+        self.collector = collector
+        self.held: deque[tuple[Request, float]] = deque()
+        """Requests waiting for a replica to serve, with when they give up (inf: never)."""
+        self.retrying: deque[Request] = deque()
+        """Requests of a failed replica, to be routed again in this instant's routing."""
+        self.outstanding = 0
+        """Requests taken from the workload and not ended (managed)."""
+        self.finished = env.event()
+        """Triggered, when managed, once the workload is over and every request ended."""
+        self._soon = False
+        self._told_done = False
         self.ahead: deque[tuple[float, RoutedSource]] = deque()
         """Requests routed ahead and not yet arrived: (arrival time, their source)."""
         self.sources: list[RoutedSource] = []
@@ -174,6 +227,7 @@ class Dispatcher:
 
     def start(self) -> None:
         self._schedule()
+        self._check_finished()
 
     def route_ahead(self, source: RoutedSource) -> float | None:
         """Route arrivals ahead until one is for *source* (or a bound is reached): the
@@ -186,6 +240,7 @@ class Dispatcher:
                 break
             for req in upstream.pop_until(nxt):
                 target = self._assign(req)
+                assert target is not None
                 target.queue.append(req)
                 self.ahead.append((req.arrival_s, target))
         return upstream.next_s()
@@ -196,17 +251,99 @@ class Dispatcher:
         ahead = self.ahead
         while ahead and ahead[0][0] <= now:
             ahead.popleft()[1].wake()
+        if self.failover is not None:
+            self._route_managed(now)
+            return
         while due := self.upstream.pop_until(now):
             for req in due:
-                self._assign(req).push(req)
+                self._assign(req).push(req)  # type: ignore[union-attr]
 
-    def _assign(self, req: Request) -> RoutedSource:
+    def _route_managed(self, now: float) -> None:
+        """Route the requests waiting for a replica (if one serves now), those of a
+        failed replica, then the arrivals due."""
+        if self.held and any(r.state == "serving" for r in self.replicas):
+            held, self.held = self.held, deque()
+            for req, _ in held:
+                self._assign(req).push(req)  # type: ignore[union-attr]
+        while self.retrying:
+            self._route_or_hold(self.retrying.popleft(), now)
+        while due := self.upstream.pop_until(now):
+            self.outstanding += len(due)
+            for req in due:
+                self._route_or_hold(req, now)
+
+    def _route_or_hold(self, req: Request, now: float) -> None:
+        target = self._assign(req)
+        if target is not None:
+            target.push(req)
+            return
+        assert self.failover is not None
+        timeout = self.failover.no_replica_timeout_s
+        self.held.append((req, now + timeout if timeout is not None else float("inf")))
+        if timeout is not None:
+            event = PhaseEvent(self.env, delay_at_least(now, now + timeout), ROUTE_PRIORITY)
+            assert event.callbacks is not None
+            event.callbacks.append(self._expire)
+
+    def _expire(self, _event: simpy.Event) -> None:
+        """Requests that waited ``no_replica_timeout_s`` for a replica end ``failed``."""
+        now = self.env.now
+        while self.held and self.held[0][1] <= now:
+            self.fail(self.held.popleft()[0], "no_replica")
+
+    def fail(self, req: Request, reason: Any) -> None:
+        """*req* ends ``failed`` now."""
+        assert self.collector is not None
+        self.collector.fail(req, reason)
+        self.on_finish(self.env.now)
+
+    def resubmit(self, req: Request) -> None:
+        """*req* comes back from a failed replica: route it again at this instant."""
+        self.retrying.append(req)
+        self.route_soon()
+
+    def route_soon(self) -> None:
+        """Route at this instant (a replica started serving, or requests came back)."""
+        if self._soon:
+            return
+        self._soon = True
+        event = PhaseEvent(self.env, 0.0, ROUTE_PRIORITY)
+        assert event.callbacks is not None
+        event.callbacks.append(self._wake)
+
+    def arrivals_changed(self) -> None:
+        """The workload's times not yet due moved (a process changed the rate)."""
+        self._schedule()
+
+    def _check_finished(self) -> None:
+        if (
+            self.failover is not None
+            and self.upstream.done
+            and not self.outstanding
+            and not self.held
+            and not self.retrying
+            and not self.finished.triggered
+        ):
+            self.finished.succeed()
+
+    def _assign(self, req: Request) -> RoutedSource | None:
         """The replica's source *req* goes to, counted; the replicas' loads are read
-        only for a router that reads them."""
+        only for a router that reads them. Managed: among the serving replicas (None:
+        none serves)."""
         allowed = None
+        if self.failover is not None:
+            up = [r.state == "serving" for r in self.replicas]
+            if not any(up):
+                return None
+            if not all(up):
+                allowed = up
         if self.mixed:
             can = [r.refusal(req) is None for r in self.replicas]
-            if any(can) and not all(can):
+            if allowed is not None:
+                both = [a and c for a, c in zip(allowed, can, strict=True)]
+                if any(both):
+                    allowed = both
+            elif any(can) and not all(can):
                 allowed = can
         loads = self._loads() if self.router.reads_state else ()
         router = self.router
@@ -226,14 +363,20 @@ class Dispatcher:
         this instant's routing phase)."""
         self.upstream.on_finish(now)
         self._schedule()
+        if self.failover is not None:
+            self.outstanding -= 1
+            self._check_finished()
 
     def _schedule(self) -> None:
         nxt = self.upstream.next_s()
         if self.ahead and (nxt is None or self.ahead[0][0] < nxt):
             nxt = self.ahead[0][0]
         if nxt is None:
-            if self.upstream.done and not self.exhausted:
-                self.exhausted = True
+            if self.upstream.done and not self.exhausted and not self._told_done:
+                # (managed: a failed replica's requests may still come back, so the
+                # replicas are told, for a static batch not to wait, but go on)
+                self.exhausted = self.failover is None
+                self._told_done = True
                 for source in self.sources:
                     source.wake()
             return
@@ -246,6 +389,7 @@ class Dispatcher:
         event.callbacks.append(self._wake)
 
     def _wake(self, _event: simpy.Event) -> None:
+        self._soon = False
         now = self.env.now
         self._wakes = {t for t in self._wakes if t > now}
         self.route_due(self.env.now)

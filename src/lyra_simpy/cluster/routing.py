@@ -24,8 +24,10 @@ that instant, so a state-reading router sees what a real one would.
 Ties go to the lowest index, so results are deterministic per seed. When some replicas
 can never serve a request (a smaller KV pool, another scheduler) and others can, the
 dispatcher passes *allowed* and every router chooses among the replicas allowed only,
-by its own rule (a round robin moves on to the next allowed replica); when none can,
-the request goes where the router sends it and is rejected there, with the reason.
+by its own rule (a round robin moves on to the next allowed replica; cache-aware
+routing weighs the load imbalance among them); when none can, the request goes where
+the router sends it and is rejected there, with the reason. With processes on, only the
+replicas serving are allowed (:mod:`lyra_simpy.cluster.dispatch`).
 """
 
 from __future__ import annotations
@@ -211,7 +213,8 @@ class CacheAware:
     ) -> int:
         c = self.config
         load = [x.outstanding for x in loads]
-        hi, lo = max(load), min(load)
+        among = load if allowed is None else [x for x, ok in zip(load, allowed, strict=True) if ok]
+        hi, lo = max(among), min(among)
         if hi - lo > c.balance_abs_threshold and hi > c.balance_rel_threshold * lo:
             target = _argmin(load, allowed)
         else:

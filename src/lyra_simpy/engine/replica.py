@@ -31,6 +31,7 @@ scheduler.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -62,6 +63,10 @@ from lyra_simpy.policies.prefix_cache import PrefixCache
 from lyra_simpy.workload.source import Feed, RoutedFeed
 
 Process = Generator[simpy.Event, Any, Any]
+
+FAILURE = "failure"
+"""The cause of the interrupt that fails a replica (:mod:`lyra_simpy.cluster.lifecycle`);
+a carried fused run's cut (:meth:`Replica.cut_run`) has none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +175,11 @@ class Replica:
         self.live: DecodeRun | None = None
         """The carried fused run under way (:meth:`cut_run`)."""
         self.process: simpy.Process | None = None
+        self.state = "serving"
+        """Where the replica is in its life (:mod:`lyra_simpy.cluster.lifecycle`): only
+        processes change it; without them it serves all run."""
+        self.cold_cache: Callable[[], PrefixCache | None] | None = None
+        """Makes the empty prefix cache a failed replica comes back with (None: none)."""
 
     @property
     def deferred(self) -> deque[Request]:
@@ -563,7 +573,9 @@ class Replica:
             self.live = run
             try:
                 yield self.env.timeout(delay)
-            except simpy.Interrupt:  # cut_run: a request was routed here
+            except simpy.Interrupt as exc:  # cut_run: a request was routed here
+                if exc.cause is not None:  # a failure: stop() ends the run
+                    raise
                 yield timeout_at(self.env, run.ends_s[-1])
             self.live = None
         kv.note_peak(max(run.kv_blocks))
@@ -578,6 +590,44 @@ class Replica:
         if run is not None and run.cut_at(now_s):
             assert self.process is not None
             self.process.interrupt()
+
+    def stop(self) -> list[Request]:
+        """The replica fails now (its process was interrupted with :data:`FAILURE`).
+
+        The iterations that ended by now are committed: a fused run's, as stepping
+        would have (a stepped iteration ending now was committed before any process
+        acts, :data:`~lyra_simpy.engine.timing.PROCESS_PRIORITY`); the one in flight is
+        lost, its tokens never emitted. Every request it holds leaves it and is returned
+        — running (in admission order), waiting, deferred, then routed here and not yet
+        taken — and its KV pool and prefix cache come back empty (cold)."""
+        now = self.env.now
+        run = self.live
+        kv = self.kv
+        if run is not None:
+            self.live = None
+            ends = run.ends_s
+            k = bisect_right(ends, now)
+            if k < len(ends) and (ends[k - 1] if k else run.start_s) < now:
+                kv.note_peak(run.kv_blocks[k])  # in flight: it held its blocks
+            if k:
+                run.truncate(k)
+                kv.note_peak(max(run.kv_blocks))
+                self._commit_run(run)
+        routed = self.routed
+        held = [*self.running, *self.waiting, *self.deferred]
+        if routed is not None:
+            held += routed.pop_until(float("inf"))
+        self.running.clear()
+        self.waiting.clear()
+        self.deferred.clear()
+        self.decoding = DecodeSet(kv.block_size)
+        self._rows = 0
+        fresh = BlockPool(kv.num_blocks, kv.block_size)
+        fresh.peak_used = kv.peak_used
+        self.kv = fresh
+        self.cache = self.cold_cache() if self.cold_cache is not None else None
+        fresh.attach(self.cache)
+        return held
 
     def _commit_run(self, run: DecodeRun) -> None:
         """Emit the run's tokens: every member decodes until its last token or the end."""

@@ -22,7 +22,7 @@ class SharedClock(Protocol):
     last_emit_s: float
 
 
-Status = Literal["ok", "rejected", "unfinished"]
+Status = Literal["ok", "rejected", "failed", "unfinished"]
 
 #: Why a request was refused: the ``reject_reason`` of its record (DESIGN §4), one
 #: name per cause. The summary counts each as ``rejected_<name>`` (always present, 0
@@ -40,6 +40,21 @@ REJECT_REASONS: dict[str, str] = {
     "slo_defer_timeout": "SLO admission deferred it for max_defer_ms without admitting it",
 }
 RejectReason = Literal["never_fits_kv", "exceeds_token_budget", "slo", "slo_defer_timeout"]
+
+#: Why an admitted request ended ``failed``: its record's ``reject_reason`` (the one
+#: reason field of DESIGN §4), one name per cause, counted as ``failed_<name>`` (always
+#: present, 0 when none). Failures come from the processes of :mod:`lyra_simpy.processes`.
+FAIL_REASONS: dict[str, str] = {
+    "replica_failure": (
+        "the replica holding it failed, and it had no retry left (``max_retries``) or had "
+        "already streamed tokens (``retry_streaming: false``)"
+    ),
+    "no_replica": (
+        "no replica was serving when it arrived (or was retried), and none served within "
+        "``cluster.no_replica_timeout_s`` (or before the run ended)"
+    ),
+}
+FailReason = Literal["replica_failure", "no_replica"]
 
 #: Field order of one JSONL record, exactly as DESIGN §4 names them.
 RECORD_FIELDS = (
@@ -94,6 +109,7 @@ class Request:
         "output_tokens",
         "preemptions",
         "request_id",
+        "retries",
         "running",
     )
 
@@ -143,6 +159,8 @@ class Request:
         """Units of its content already in the prefix cache (held)."""
         self.finish_epoch = 0
         """The set's clock at which the request emits its last token."""
+        self.retries = 0
+        """Times it was sent to another replica after its replica failed."""
 
     def __repr__(self) -> str:
         return (

@@ -1,8 +1,9 @@
 """Time in the engine: landing exactly on a float, and ordering what happens at one instant.
 
 Fused runs must land on exactly the times the unfused engine reaches by adding
-durations one by one (:func:`exact_delay`). A cluster orders each instant in three
-phases — replicas commit the iterations ending then, the dispatcher routes the arrivals
+durations one by one (:func:`exact_delay`). A cluster orders each instant in four
+phases — replicas commit the iterations ending then, the processes of
+:mod:`lyra_simpy.processes` act (``Cluster.wait``), the dispatcher routes the arrivals
 due, replicas plan — with :class:`PhaseEvent` priorities (SimPy processes ``URGENT`` = 0,
 then ``NORMAL`` = 1 events; ours come after).
 """
@@ -16,10 +17,13 @@ import simpy
 
 from lyra_simpy.errors import SimulationError
 
-ROUTE_PRIORITY = simpy.events.EventPriority(2)
-"""A cluster routes the arrivals of an instant after every replica committed the
-iterations ending then (SimPy processes ``NORMAL`` = 1 events first)..."""
-PLAN_PRIORITY = simpy.events.EventPriority(3)
+PROCESS_PRIORITY = simpy.events.EventPriority(2)
+"""A process (failures, an autoscaler) acts after every replica committed the iterations
+ending at its instant (SimPy processes ``NORMAL`` = 1 events first), so it reads and
+changes what a stepped engine shows then..."""
+ROUTE_PRIORITY = simpy.events.EventPriority(3)
+"""... a cluster routes the arrivals of the instant after that ..."""
+PLAN_PRIORITY = simpy.events.EventPriority(4)
 """... and its replicas plan their next iterations after that."""
 
 

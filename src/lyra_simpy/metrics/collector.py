@@ -16,12 +16,19 @@ from array import array
 import numpy as np
 import numpy.typing as npt
 
-from lyra_simpy.engine.request import REJECT_REASONS, RejectReason, Request
+from lyra_simpy.engine.request import (
+    FAIL_REASONS,
+    REJECT_REASONS,
+    FailReason,
+    RejectReason,
+    Request,
+)
 
-STATUS_CODES = ("ok", "rejected", "unfinished")
-OK, REJECTED, UNFINISHED = 0, 1, 2
-REASON_CODES: tuple[str | None, ...] = (None, *REJECT_REASONS)
-"""``reject_reason`` by code: 0 is none (served or unfinished)."""
+STATUS_CODES = ("ok", "rejected", "unfinished", "failed")
+OK, REJECTED, UNFINISHED, FAILED = 0, 1, 2, 3
+REASON_CODES: tuple[str | None, ...] = (None, *REJECT_REASONS, *FAIL_REASONS)
+"""``reject_reason`` by code: 0 is none (served or unfinished); a refusal's reason, then a
+failure's."""
 _REASON_CODE = {name: i for i, name in enumerate(REASON_CODES)}
 
 #: Columns of the per-iteration time series (one row per engine iteration).
@@ -119,6 +126,8 @@ class Collector:
         self.reason = np.zeros(n, dtype=np.int8)
         """Index into ``REASON_CODES`` (0: not rejected)."""
         self.replica = np.full(n, -1, dtype=np.int32)
+        self.retries = np.zeros(n, dtype=np.int32)
+        """Times each request was sent to another replica after its replica failed."""
         self.start_s: array[float] = array("d")
         self.end_s: array[float] = array("d")
         self.decode_seqs: array[int] = array("q")
@@ -138,6 +147,7 @@ class Collector:
         ("status", UNFINISHED),
         ("reason", 0),
         ("replica", -1),
+        ("retries", 0),
     )
 
     def grow(self, n: int) -> None:
@@ -165,6 +175,20 @@ class Collector:
     def reject(self, req: Request, reason: RejectReason) -> None:
         self.status[req.index] = REJECTED
         self.reason[req.index] = _REASON_CODE[reason]
+
+    def fail(self, req: Request, reason: FailReason) -> None:
+        """*req* ends ``failed``; it keeps the first token it streamed, if any."""
+        i = req.index
+        self.status[i] = FAILED
+        self.reason[i] = _REASON_CODE[reason]
+        if req.first_token_s is not None:
+            self.first_token_s[i] = req.first_token_s
+        self.cached_tokens[i] = req.cached_tokens
+        self.preemptions[i] = req.preemptions
+
+    def retry(self, req: Request) -> None:
+        """*req*'s replica failed and it is sent again (counted)."""
+        self.retries[req.index] += 1
 
     def leave_unfinished(self, req: Request) -> None:
         """A request still in the system when the run stopped keeps what it reached."""

@@ -11,7 +11,11 @@ or unfinished request misses). Without SLOs every completed request is good.
 ``rejection_rate`` (not a vLLM name) is rejected / all arrivals; ``rejected_<reason>``
 counts the rejections of each ``reject_reason`` (:data:`~lyra_simpy.engine.request.REJECT_REASONS`;
 every reason always present, 0 when none, so the summary stays flat and every run has
-the same keys), and ``unfinished`` the requests the run's end cut off.
+the same keys), and ``unfinished`` the requests the run's end cut off. ``failed`` counts
+the requests a replica failure or the lack of a serving replica ended
+(:mod:`lyra_simpy.processes`), ``failed_<reason>`` each of
+:data:`~lyra_simpy.engine.request.FAIL_REASONS` (always present, 0 when none); a failed
+request misses every SLO.
 
 A statistic over nothing is None (``null`` in JSON, "—" in tables), never 0: the
 latency statistics of a run that completed no request (TPOT: none with more than one
@@ -26,7 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lyra_simpy.engine.request import REJECT_REASONS
+from lyra_simpy.engine.request import FAIL_REASONS, REJECT_REASONS
 
 PERCENTILES = (("median", 50.0), ("p90", 90.0), ("p99", 99.0))
 
@@ -131,6 +135,8 @@ def summarize(
         "rejected": int((status == "rejected").sum()),
         **rejected_by_reason(records),
         "unfinished": int((status == "unfinished").sum()),
+        "failed": int((status == "failed").sum()),
+        **failed_by_reason(records),
         "total_input_tokens": int(in_tok.sum()),
         "total_output_tokens": int(out_tok.sum()),
         "request_throughput": per_s(done.sum()),
@@ -157,6 +163,26 @@ def summarize(
     return summary
 
 
+def failure_summary(
+    records: dict[str, npt.NDArray[Any]],
+    retries: npt.NDArray[np.int32],
+    slo: dict[str, float | None],
+    duration: float,
+) -> dict[str, Any]:
+    """``retried``: times requests were routed again after their replica failed;
+    ``goodput_lost_to_failures``: requests a failure touched — ended ``failed``, or
+    retried — that are not good, per second of ``duration`` (the direct loss, in the
+    unit of ``request_goodput``; the indirect loss, queueing behind the capacity a
+    failure takes away, shows against the same scenario without failures). None over
+    a run of no duration."""
+    touched = (records["status"] == "failed") | ((retries > 0) & ~good_mask(records, slo))
+    lost = int(touched.sum())
+    return {
+        "retried": int(retries.sum()),
+        "goodput_lost_to_failures": lost / duration if duration > 0 else None,
+    }
+
+
 def number(value: Any) -> float:
     """A summary value as a float for arithmetic and plots: NaN for None (over nothing)."""
     return float("nan") if value is None else float(value)
@@ -171,14 +197,28 @@ def rejected_by_reason(records: dict[str, npt.NDArray[Any]]) -> dict[str, int]:
     return {f"rejected_{name}": int((col == name).sum()) for name in REJECT_REASONS}
 
 
+def failed_by_reason(records: dict[str, npt.NDArray[Any]]) -> dict[str, int]:
+    """``failed_<reason>`` → count for every failure reason (records without a
+    ``reject_reason`` column count none)."""
+    col = records.get("reject_reason")
+    status = records["status"]
+    if col is None:
+        return {f"failed_{name}": 0 for name in FAIL_REASONS}
+    failed = status == "failed"
+    return {f"failed_{name}": int((failed & (col == name)).sum()) for name in FAIL_REASONS}
+
+
 def refusals_line(label: str, summary: dict[str, Any]) -> str | None:
     """One line saying how many requests *label*'s run refused and why (None: none),
-    e.g. ``lab: refused 11 of 20 requests: never_fits_kv 11``; the cut-off ones too."""
+    e.g. ``lab: refused 11 of 20 requests: never_fits_kv 11``; the failed ones (and
+    the retries), and the cut-off ones too."""
     rejected = int(summary.get("rejected", 0))
     unfinished = int(summary.get("unfinished", 0))
-    if not rejected and not unfinished:
+    failed = int(summary.get("failed") or 0)
+    retried = int(summary.get("retried") or 0)
+    if not rejected and not unfinished and not failed and not retried:
         return None
-    total = int(summary.get("completed", 0)) + rejected + unfinished
+    total = int(summary.get("completed", 0)) + rejected + unfinished + failed
     parts = []
     if rejected:
         why = ", ".join(
@@ -187,6 +227,15 @@ def refusals_line(label: str, summary: dict[str, Any]) -> str | None:
             if summary.get(f"rejected_{name}")
         )
         parts.append(f"refused {rejected} of {total} requests: {why}")
+    if failed:
+        why = ", ".join(
+            f"{name} {summary[f'failed_{name}']}"
+            for name in FAIL_REASONS
+            if summary.get(f"failed_{name}")
+        )
+        parts.append(f"failed {failed} of {total} requests: {why}")
+    if retried:
+        parts.append(f"{retried} retries after replica failures")
     if unfinished:
         parts.append(f"{unfinished} of {total} unfinished when the run stopped")
     return f"{label}: " + "; ".join(parts)

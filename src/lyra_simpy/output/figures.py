@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 
 import lyra_simpy.output.plots as plots
 from lyra_simpy.dotted import get_path
-from lyra_simpy.metrics.io import read_itl_csv, read_jsonl, read_series
+from lyra_simpy.metrics.io import read_itl_csv, read_jsonl, read_series, read_series_csv
 from lyra_simpy.metrics.summary import number
 from lyra_simpy.output.style import STYLE, WIDTH_IN
 from lyra_simpy.report import FigureSpec
@@ -184,6 +184,67 @@ def grouped_bars_figure(results_dir: Path, spec: FigureSpec) -> Figure:
     return plots.grouped_bars(values, bool(spec.log_y), spec.title)
 
 
+def over_time_figure(results_dir: Path, spec: FigureSpec) -> Figure:
+    """What happened over the run, per variant: the arrival rate, the replicas serving
+    (``replicas.csv``, with processes), the requests waiting for their first token, and
+    the p99 TTFT of the requests arriving in each time bin."""
+    folders = {f.name: f for f in _variants(results_dir)}
+    names = spec.labels or list(folders)
+    missing = [name for name in names if name not in folders]
+    if missing:
+        raise ValueError(f"over_time: labels {missing} are not variants of {results_dir.name}")
+    lines = {}
+    for name in names:
+        folder = folders[name]
+        rows = read_jsonl(folder / "requests.jsonl")
+        arrival = np.array([r["arrival_s"] for r in rows], dtype=np.float64)
+        first = np.array([number(r["first_token_s"]) for r in rows], dtype=np.float64)
+        ttft = np.array([number(r["ttft_ms"]) for r in rows], dtype=np.float64)
+        ok = np.array([r["status"] == "ok" for r in rows], dtype=bool)
+        end = float(_manifest(folder)["engine"]["end_s"])
+        lines[name] = _over_time(arrival, first, ttft, ok, end, folder, spec.bin_s)
+    return plots.over_time(lines, spec.title)
+
+
+def _over_time(
+    arrival: npt.NDArray[np.float64],
+    first: npt.NDArray[np.float64],
+    ttft: npt.NDArray[np.float64],
+    ok: npt.NDArray[np.bool_],
+    end_s: float,
+    folder: Path,
+    bin_s: float | None,
+) -> dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]]:
+    width = bin_s if bin_s is not None else max(end_s, 1e-9) / 100.0
+    edges = np.arange(0.0, end_s + width, width)
+    mids = (edges[:-1] + edges[1:]) / 2.0
+    rate = np.histogram(arrival, edges)[0] / width
+    which = np.digitize(arrival, edges) - 1
+    p99 = np.full(len(mids), np.nan)
+    for i in range(len(mids)):
+        got = ttft[ok & (which == i)]
+        if len(got):
+            p99[i] = np.percentile(got, 99.0)
+    # waiting for a first token: +1 at arrival, -1 at the first token (never: to the end)
+    stops = np.where(np.isnan(first), np.inf, first)
+    times = np.concatenate((arrival, stops))
+    steps = np.concatenate((np.ones(len(arrival)), -np.ones(len(stops))))
+    order = np.argsort(times, kind="stable")
+    times, waiting = times[order], np.cumsum(steps[order])
+    keep = np.isfinite(times)
+    out = {"arrival rate (req/s)": (mids, rate)}
+    replicas = folder / "replicas.csv"
+    if replicas.is_file():
+        table = read_series_csv(replicas)
+        last = np.append(table["time_s"][1:] != table["time_s"][:-1], True)  # of an instant
+        t = np.append(table["time_s"][last], end_s)
+        serving = table["serving"][last]
+        out["replicas serving"] = (t, np.append(serving, serving[-1]))
+    out["waiting for a first token"] = (times[keep], waiting[keep])
+    out["p99 TTFT (ms)"] = (mids, p99)
+    return out
+
+
 def whatif_figure(results_dir: Path, spec: FigureSpec) -> Figure:
     """The what-if scorecard (``whatif.csv``, ``whatif.json``) as a grid of speedups."""
     doc = json.loads((results_dir / "whatif.json").read_text())
@@ -246,6 +307,7 @@ FIGURES: dict[str, Callable[[Path, FigureSpec], Figure]] = {
     "grouped_bars": grouped_bars_figure,
     "pareto": pareto_figure,
     "whatif": whatif_figure,
+    "over_time": over_time_figure,
 }
 
 

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import numpy.typing as npt
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from lyra_simpy.output.style import HEIGHT_IN, STYLE, WIDTH_IN, save
 
@@ -42,6 +43,11 @@ UNITS = {
     "fairness_jain_slowdown": "Jain's index of slowdown",
     "mean_slowdown": "mean slowdown (x unloaded)",
     "p99_slowdown": "p99 slowdown (x unloaded)",
+    "replicas": "replicas",
+    "startup_s": "cold start (s)",
+    "replica_hours": "replica-hours",
+    "availability": "availability",
+    "goodput_lost_to_failures": "goodput lost to failures (req/s)",
 }
 
 
@@ -149,6 +155,8 @@ def panels_vs_param(
             ax.set_ylabel(label_of(metric))
             if log_x:
                 ax.set_xscale("log", base=2)
+            elif all(isinstance(v, int) for x, _ in lines.values() for v in x):
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # no 2.5 replicas
             if metric in log_y:
                 ax.set_yscale("log")
             if reference is not None and ax is axes[0][0]:
@@ -201,6 +209,38 @@ def timeline(series: Mapping[str, npt.NDArray[Any]], title: str | None = None) -
         axes[-1].set_xlabel("time (s)")
         if title:
             axes[0].set_title(title)
+    return fig
+
+
+def over_time(
+    lines: Mapping[str, Mapping[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]]],
+    title: str | None = None,
+) -> Figure:
+    """Panels stacked over a shared time axis, one line per label: ``lines[label]
+    [panel] = (times, values)``; panels named ``replicas serving`` or ``waiting …`` are
+    drawn as steps, ``… TTFT …`` on a log axis."""
+    panels = list(dict.fromkeys(p for series in lines.values() for p in series))
+    with plt.rc_context(STYLE):  # type: ignore[arg-type]
+        fig, axes = plt.subplots(
+            len(panels), 1, figsize=(WIDTH_IN * 1.6, 0.6 + 1.0 * len(panels)), sharex=True,
+            layout="constrained", squeeze=False,
+        )  # fmt: skip
+        for ax, panel in zip(axes[:, 0], panels, strict=True):
+            for i, (label, series) in enumerate(lines.items()):
+                if panel not in series:
+                    continue
+                t, v = series[panel]
+                if panel.startswith(("replicas", "waiting")):
+                    ax.step(t, v, where="post", linewidth=0.8, color=f"C{i}", label=label)
+                else:
+                    ax.plot(t, v, linewidth=0.8, color=f"C{i}", label=label)
+            if "TTFT" in panel:
+                ax.set_yscale("log")
+            ax.set_ylabel(panel, fontsize=6)
+        axes[0, 0].legend(frameon=False, fontsize=6, ncols=min(len(lines), 4))
+        axes[-1, 0].set_xlabel("time (s)")
+        if title:
+            axes[0, 0].set_title(title)
     return fig
 
 

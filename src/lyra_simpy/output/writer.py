@@ -5,7 +5,10 @@ Layout of ``OUT/<scenario>/``: one folder per variant with ``requests.jsonl``,
 ``lyra_simpy.read_series(folder)`` reads it; ``timeseries.csv`` beside it with
 ``--timeseries-csv``), ``itl.csv`` (inter-token latencies as
 ``itl_ms,count`` pairs), ``transfers.csv`` (disaggregated clusters: each request's KV
-hand-off), ``manifest.json`` and, with ``output.trace_events`` or ``--trace-events``,
+hand-off), ``replicas.csv`` (with processes: every change of a replica's state,
+``time_s,replica,state,serving``; ``state`` codes into
+:data:`~lyra_simpy.cluster.lifecycle.STATES`), ``manifest.json`` and, with
+``output.trace_events`` or ``--trace-events``,
 ``trace_events.json`` (:mod:`lyra_simpy.output.trace_events`), plus ``table.csv`` (the
 printed table). The whole folder is written atomically (see
 :func:`~lyra_simpy.metrics.io.atomic_dir`).
@@ -39,7 +42,7 @@ from lyra_simpy.whatif import format_scorecard, scorecard, write_scorecard
 
 #: Columns added to every table whenever a run has such requests (and the table does not
 #: show them already): a reader can always tell served from refused and cut off.
-ACCOUNTING_COLUMNS = {"rejected": "rejected", "unfinished": "unfinished"}
+ACCOUNTING_COLUMNS = {"rejected": "rejected", "failed": "failed", "unfinished": "unfinished"}
 
 
 def _stderr(line: str) -> None:
@@ -101,6 +104,8 @@ def write_variant(
     write_itl_csv(folder / "itl.csv", *res.itl_s)
     if res.transfers:
         write_series_csv(folder / "transfers.csv", res.transfers)
+    if res.replicas:
+        write_series_csv(folder / "replicas.csv", res.replicas)
     info = manifest(res.scenario, res.engine, source_file)
     info["variant_index"] = index
     write_json(folder / "manifest.json", info)

@@ -145,6 +145,17 @@ PAPER_FIGURES: dict[str, PaperFigure] = {
     "sglang_qwen35_4b_b200_speedups": declared("sglang_qwen35_4b_b200",
         "What-if for SGLang + Qwen3.5-4B on one B200: speedup of each launch change on "
         "every workload of the 5 sequential + 2 concurrent benchmark, class geomeans, score."),
+    "failures_n_plus_one_vs_replicas": declared("failures_n_plus_one",
+        "Goodput and p99 TTFT against replicas at 9 req/s, without failures and with each "
+        "replica failing every 3 h (MTBF) for 10 min (MTTR): 3 replicas without, 4 (N+1) "
+        "with."),
+    "autoscaling_burst_over_time": declared("autoscaling_burst",
+        "A 2.5x burst under an autoscaler (concurrency target 14): arrival rate, replicas "
+        "serving, requests waiting for a first token and p99 TTFT over time, for cold "
+        "starts of 0, 90 and 180 s."),
+    "autoscaling_burst_vs_startup_s": declared("autoscaling_burst",
+        "p99 TTFT and replica-hours against the autoscaler's cold start, for concurrency "
+        "targets of 14 and 8 requests per replica."),
     "calibration_residuals": PaperFigure(
         "Fit of the profile cost model to the A100 Llama-2-7B profile: predicted vs "
         "measured step time and relative error per profile row.",

@@ -43,6 +43,7 @@ from lyra_simpy.workload.prefixes import (
     system_prompt_keys,
     trace_keys,
 )
+from lyra_simpy.workload.rate import RateSchedule
 from lyra_simpy.workload.source import ClosedLoopSource, Drawn, Ints, Keys, OpenLoopSource, Source
 from lyra_simpy.workload.traces import Trace, TraceFormat
 
@@ -67,6 +68,10 @@ class WorkloadConfig(Closed):
     """Cap on input + output per request: longer requests are scaled down in proportion
     (both lengths × cap / total, floored, at least 1 each) — as a server's
     ``max_model_len`` bounds them. None: no cap."""
+    rate_schedule: RateSchedule | None = None
+    """The arrival rate's factor over time, step or linear (a load step, a burst, a
+    daily ramp), applied to any open-loop arrival as a time warp that keeps the shape
+    of its gaps (:mod:`~lyra_simpy.workload.rate`). None: the rate as configured."""
 
     @model_validator(mode="after")
     def _bounded(self) -> WorkloadConfig:
@@ -79,6 +84,12 @@ class WorkloadConfig(Closed):
         if getattr(self.arrival, "exact_rate", False) and self.num_requests is None:
             raise ValueError("arrival.exact_rate needs num_requests")
         loop = self.arrival if isinstance(self.arrival, ClosedLoopArrivals) else None
+        if loop is not None and self.rate_schedule is not None:
+            raise ValueError(
+                "rate_schedule: got a schedule with arrival closed_loop, must be used with "
+                "an open-loop arrival (poisson, gamma, constant, trace): a closed loop has "
+                "no arrival rate"
+            )
         if loop is not None and self.num_requests is None and loop.path is None:
             raise ValueError(
                 "closed_loop needs num_requests or a path (duration_s may stop it earlier)"
@@ -216,12 +227,15 @@ def build_source(
 
     arrival = cfg.arrival
     n = cfg.num_requests
+    warp = cfg.rate_schedule.warp() if cfg.rate_schedule is not None else None
     times: np.ndarray | None = None
     columns: Any = None  # field → the replayed trace rows' lengths, from the first
     hash_ids = None
     if isinstance(arrival, TraceArrivals):
         trace = read(arrival.path, arrival.format, base_dir)
         times = trace_times(arrival, trace.arrival_s, n)
+        if warp is not None:
+            times = warp.inverse(times)
         if cfg.duration_s is not None:
             times = times[times < cfg.duration_s]
         if n is not None:
@@ -255,9 +269,9 @@ def build_source(
             total = n if cfg.duration_s is None else None
         if horizon_s is not None and not in_order and total is None:
             state = rng.bit_generator.state
-            total = len(open_loop_times(arrival, rng, n, cfg.duration_s))
+            total = len(open_loop_times(arrival, rng, n, cfg.duration_s, warp=warp))
             rng.bit_generator.state = state
-        times = open_loop_times(arrival, rng, n, cfg.duration_s, horizon_s, spare)
+        times = open_loop_times(arrival, rng, n, cfg.duration_s, horizon_s, spare, warp)
         n = len(times) if total is None else total
     assert n is not None
     keys_so_far: dict[int, int] = {}  # a conversation's tokens, across chunks
@@ -293,7 +307,9 @@ def build_source(
         return ClosedLoopSource(arrival.concurrency, arrival.think_time_s, requests, cfg.duration_s)
     assert times is not None
     requests.ensure(len(times))
-    return OpenLoopSource(times, requests.input_tokens, requests.output_tokens, requests.keys)
+    source = OpenLoopSource(times, requests.input_tokens, requests.output_tokens, requests.keys)
+    source.warp = warp
+    return source
 
 
 __all__ = ["WorkloadConfig", "build_source", "check_files"]

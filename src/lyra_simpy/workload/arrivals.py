@@ -19,6 +19,7 @@ import numpy.typing as npt
 from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
 from lyra_simpy.config import Closed
+from lyra_simpy.workload.rate import Warp
 from lyra_simpy.workload.traces import TraceFormat
 
 Floats = npt.NDArray[np.float64]
@@ -163,13 +164,17 @@ def open_loop_times(
     duration_s: float | None,
     horizon_s: float | None = None,
     spare: int = 1,
+    warp: Warp | None = None,
 ) -> Floats:
     """Arrival times from 0: *n* of them, or all before *duration_s* (or the fewer).
 
     With *horizon_s* (the time the run stops), only the times up to it are drawn, and
     *spare* more after it: what a replica (or a router routing ahead) may look at
     before the stop; the times kept are those the whole draw would give. Times never
-    decrease, so drawing stops at the first past *duration_s* as well.
+    decrease, so drawing stops at the first past *duration_s* as well. With *warp* (a
+    rate schedule, :mod:`~lyra_simpy.workload.rate`) each chunk of drawn times is
+    moved through it before anything is cut (*duration_s* and *horizon_s* are warped
+    times).
     """
     scale = 1.0
     if not isinstance(cfg, ConstantArrivals) and cfg.exact_rate and n is not None and n > 1:
@@ -184,8 +189,13 @@ def open_loop_times(
             scale = (n - 1) / np.float64(last) / cfg.rate_per_s
     kept: list[Floats] = []
     beyond = 0
-    for chunk in _time_chunks(cfg, rng, n, duration_s):
+    base_duration = duration_s
+    if warp is not None and duration_s is not None:
+        base_duration = warp.cumulative(duration_s)
+    for chunk in _time_chunks(cfg, rng, n, base_duration):
         times = chunk * scale if scale != 1.0 else chunk
+        if warp is not None:
+            times = warp.inverse(times)
         if duration_s is not None:
             times = times[times < duration_s]
         if horizon_s is not None:

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lyra_simpy.engine.request import Request
+from lyra_simpy.workload.rate import Warp
 
 if TYPE_CHECKING:
     import simpy
@@ -173,6 +174,8 @@ class OpenLoopSource:
         self._next = 0
         self.done = len(self._times) == 0
         self.feedback = False
+        self.warp: Warp | None = None
+        """The rate schedule's time warp the times went through (None: none)."""
 
     def pop_until(self, now_s: float) -> list[Request]:
         i, times = self._next, self._times
@@ -200,6 +203,20 @@ class OpenLoopSource:
         if self._next >= len(times):
             return None
         return times[min(self._next + k, len(times) - 1)]
+
+    def scale_from(self, now_s: float, factor: float) -> None:
+        """From *now_s* on, arrivals come at *factor* × the workload's own rate: the
+        times not yet due move through the warp that holds *factor* after *now_s*
+        (:meth:`~lyra_simpy.workload.rate.Warp.hold_from`; none moves before now)."""
+        warp = self.warp if self.warp is not None else Warp.identity()
+        changed = warp.hold_from(now_s, factor)
+        i = self._next
+        future = self.arrival_s[i:]
+        if len(future):
+            times = np.maximum(changed.inverse(warp.cumulative_many(future)), now_s)
+            self.arrival_s[i:] = times
+            self._times[i:] = times.tolist()
+        self.warp = changed
 
     def on_finish(self, now_s: float) -> None:
         return None

@@ -27,6 +27,15 @@ if TYPE_CHECKING:
     from lyra_simpy.scenario import Scenario
 
 
+def _workers(text: str) -> int:
+    """``--workers``: a count, or ``auto`` (one per core)."""
+    if text == "auto":
+        return os.cpu_count() or 1
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"got {text!r}, must be an integer >= 1 or auto")
+    return int(text)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="lyra-simpy",
@@ -53,6 +62,12 @@ def _parser() -> argparse.ArgumentParser:
         "--timeseries-csv",
         action="store_true",
         help="write each run's per-iteration series as timeseries.csv too (beside the .npz)",
+    )
+    run.add_argument(
+        "--workers",
+        type=_workers,
+        default=1,
+        help="run each scenario's variants on N processes ('auto': one per core; default 1)",
     )
     run.add_argument(
         "--trace-events",
@@ -359,6 +374,7 @@ def _run(args: argparse.Namespace) -> int:
             timeseries_csv=args.timeseries_csv,
             trace_events=args.trace_events,
             progress=wanted(),
+            workers=args.workers,
         )
         print()
     return 0

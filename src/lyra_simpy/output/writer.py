@@ -115,6 +115,16 @@ def write_variant(
         write_trace_events(res, folder / "trace_events.json")
 
 
+def _simulate_timed(job: tuple[Scenario, bool]) -> Results:
+    """One variant, with its request log when a timeline is wanted, and its wall time
+    (module level: a worker process runs it)."""
+    variant, timeline = job
+    t0 = time.perf_counter()
+    res = simulate(variant, request_log=timeline)
+    res.engine["wall_s"] = round(time.perf_counter() - t0, 3)
+    return res
+
+
 def run_scenario(
     scenario: Scenario,
     out_root: Path | None = Path("results"),
@@ -125,30 +135,44 @@ def run_scenario(
     timeseries_csv: bool = False,
     trace_events: bool = False,
     progress: bool = False,
+    workers: int = 1,
 ) -> list[Results]:
     """Simulate every variant of *scenario*; write results and figures unless the
     folders are None; print the report table through *echo*, and through *warn*
     (default: stderr) one line per variant that refused or cut off requests
     (*timeseries_csv*: each variant's series as CSV too; *trace_events*: each variant's
-    Perfetto trace; *progress*: bars on stderr, see :mod:`lyra_simpy.output.progress`)."""
+    Perfetto trace; *progress*: bars on stderr, see :mod:`lyra_simpy.output.progress`;
+    *workers* > 1: the variants run on a local process pool of that many, the same
+    numbers and files as one after another, only the progress bar is per variant)."""
     from lyra_simpy.output.progress import RunProgress
 
     if warn is None:
         warn = _stderr
     variants = scenario.expand()
-    results = []
+    jobs = [(v, trace_events or v.output.trace_events) for v in variants]
+    results: list[Results] = []
     with RunProgress(scenario.name, len(variants), progress) as bars:
-        for variant in variants:
-            t0 = time.perf_counter()
-            watch = bars.watch(variant.label, variant.simulation.until_s)
-            timeline = trace_events or variant.output.trace_events
-            res = simulate(variant, watch, request_log=timeline)
-            res.engine["wall_s"] = round(time.perf_counter() - t0, 3)
-            results.append(res)
-            bars.done()
-            line = refusals_line(f"{scenario.name}/{variant.label}", res.summary)
-            if line is not None:
-                warn(line)
+        if workers > 1 and len(variants) > 1:
+            from lyra_simpy.sweep.executors import open_executor
+
+            done: dict[int, Results] = {}
+            with open_executor(min(workers, len(variants))) as pool:
+                for i, res in pool.run(_simulate_timed, jobs):
+                    done[i] = res
+                    bars.done()
+            results = [done[i] for i in range(len(variants))]
+        else:
+            for variant, timeline in jobs:
+                t0 = time.perf_counter()
+                watch = bars.watch(variant.label, variant.simulation.until_s)
+                res = simulate(variant, watch, request_log=timeline)
+                res.engine["wall_s"] = round(time.perf_counter() - t0, 3)
+                results.append(res)
+                bars.done()
+    for variant, res in zip(variants, results, strict=True):
+        line = refusals_line(f"{scenario.name}/{variant.label}", res.summary)
+        if line is not None:
+            warn(line)
     headers, rows = table_rows(scenario, results)
     echo(f"== {scenario.name}" + (f": {scenario.description}" if scenario.description else ""))
     echo(format_table(headers, rows))

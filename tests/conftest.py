@@ -10,6 +10,7 @@ import contextlib
 import copy
 import io
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,12 +114,29 @@ class QuickRun:
 
 @pytest.fixture(scope="session")
 def quick_run_all(tmp_path_factory: pytest.TempPathFactory) -> QuickRun:
+    """Run once for the whole test run: under pytest-xdist the first worker to need it
+    runs it into the folder the workers share, and the others wait for its mark."""
     from lyra_simpy.cli import main
 
-    root = tmp_path_factory.mktemp("quick_all")
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # (each worker's base is a folder of the run's)
+    root = shared / "quick_all"
     out_dir, fig_dir = root / "results", root / "figures"
+    done, stdout = root / "done", root / "stdout.txt"
+    try:
+        root.mkdir()  # the first to get here runs it
+    except FileExistsError:
+        deadline = time.monotonic() + 1800
+        while not done.exists():
+            assert time.monotonic() < deadline, "the quick run of every scenario never ended"
+            time.sleep(0.2)
+        return QuickRun(out_dir, fig_dir, stdout.read_text())
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         argv = ["run", "--quick", str(SCENARIOS_DIR), "--out", str(out_dir)]
-        assert main([*argv, "--figures", str(fig_dir)]) == 0
+        code = main([*argv, "--figures", str(fig_dir)])
+    stdout.write_text(buf.getvalue())
+    done.write_text(str(code))
+    assert code == 0
     return QuickRun(out_dir, fig_dir, buf.getvalue())

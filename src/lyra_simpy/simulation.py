@@ -237,6 +237,10 @@ def simulate(
             replicas.append(
                 _build_replica(i, spec, scenario, env, routed, collector, streams, in_cluster=True)
             )
+            if managed:  # a replica that fails comes back with a fresh scheduler
+                replicas[-1].cold_scheduler = functools.partial(
+                    SCHEDULERS[spec.scheduler.name], spec.scheduler
+                )
             if managed and spec.prefix_cache is not None:
                 replicas[-1].cold_cache = functools.partial(_prefix_cache, spec, scenario)
         dispatcher.replicas = replicas

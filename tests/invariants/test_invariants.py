@@ -13,12 +13,13 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builders import routers_reading_state, runs_carried
@@ -607,7 +608,10 @@ def check_common(raw: dict[str, Any], res: Results, fused: bool = True) -> None:
     timed = ok & (unloaded > 0)
     slowdown = rec["e2el_ms"][timed] / 1000.0 / unloaded[timed]
     if raw["cost"].get("padding", "none") == "none" and not raw.get("speculative"):
-        assert (slowdown >= 1.0 - 1e-9).all()
+        # (e2el is finish - arrival: with nanosecond costs late in a run the rounding of
+        # those two times is a visible share of it)
+        rounding = 4 * np.spacing(rec["finish_s"][timed]) / unloaded[timed]
+        assert (slowdown >= 1.0 - 1e-9 - rounding).all()
     if timed.any():
         assert s["max_slowdown"] == pytest.approx(float(slowdown.max()), rel=1e-12)
         assert 1.0 / timed.sum() - 1e-12 <= s["fairness_jain_slowdown"] <= 1.0 + 1e-12
@@ -660,6 +664,10 @@ def test_until_s_leaves_unfinished_and_loses_nobody(raw):
     check_until_run(raw)
 
 
+# Each example runs its scenario four ways (fused, stepped, twice per seed) with processes
+# on: the default profile keeps a dozen (the thorough one and `tox -e invariants` search
+# far more), so the default `tox` stays fast.
+@settings(max_examples=12 if os.environ.get("HYPOTHESIS_PROFILE") != "thorough" else 500)
 @given(scenarios(with_processes=True))
 def test_processes_keep_every_invariant_and_fused_equals_unfused(raw):
     check_full_run(raw)

@@ -180,6 +180,9 @@ class Replica:
         processes change it; without them it serves all run."""
         self.cold_cache: Callable[[], PrefixCache | None] | None = None
         """Makes the empty prefix cache a failed replica comes back with (None: none)."""
+        self.cold_scheduler: Callable[[], Scheduler] | None = None
+        """Builds the scheduler a failed replica comes back with (its own state — a
+        static batch's members, llama.cpp's slots — is lost with the replica)."""
 
     @property
     def deferred(self) -> deque[Request]:
@@ -626,6 +629,8 @@ class Replica:
         fresh.peak_used = kv.peak_used
         self.kv = fresh
         self.cache = self.cold_cache() if self.cold_cache is not None else None
+        if self.cold_scheduler is not None:
+            self.scheduler = self.cold_scheduler()
         fresh.attach(self.cache)
         return held
 

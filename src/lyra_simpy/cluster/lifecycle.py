@@ -35,9 +35,9 @@ import numpy.typing as npt
 import simpy
 
 from lyra_simpy.cluster.dispatch import Dispatcher
-from lyra_simpy.engine.replica import FAILURE, Process, Replica
+from lyra_simpy.engine.replica import FAILURE, Replica
 from lyra_simpy.engine.request import Request
-from lyra_simpy.engine.timing import PROCESS_PRIORITY, PhaseEvent
+from lyra_simpy.engine.timing import PROCESS_PRIORITY, PhaseEvent, Process
 from lyra_simpy.metrics.collector import Collector
 
 State = Literal["off", "starting", "serving", "draining", "down"]

@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Generator
+from typing import Any
 
 import simpy
 
 from lyra_simpy.errors import SimulationError
+
+Process = Generator[simpy.Event, Any, Any]
+"""A SimPy process body (what ``env.process`` takes)."""
 
 PROCESS_PRIORITY = simpy.events.EventPriority(2)
 """A process (failures, an autoscaler) acts after every replica committed the iterations

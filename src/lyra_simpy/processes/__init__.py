@@ -30,7 +30,7 @@ from typing import Annotated, Any
 import simpy
 from pydantic import Field
 
-from lyra_simpy.engine.replica import Process
+from lyra_simpy.engine.timing import Process
 from lyra_simpy.processes.autoscaler import AutoscalerConfig, autoscale
 from lyra_simpy.processes.faults import FaultsConfig, Outage, fail_and_repair
 from lyra_simpy.processes.handle import Cluster, ReplicaStatus

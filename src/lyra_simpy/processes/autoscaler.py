@@ -39,7 +39,7 @@ import simpy
 from pydantic import ConfigDict, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
 from lyra_simpy.config import Closed
-from lyra_simpy.engine.replica import Process
+from lyra_simpy.engine.timing import Process
 from lyra_simpy.processes.handle import Cluster, ReplicaStatus
 
 

@@ -32,7 +32,7 @@ from pydantic import (
 )
 
 from lyra_simpy.config import Closed
-from lyra_simpy.engine.replica import Process
+from lyra_simpy.engine.timing import Process
 from lyra_simpy.processes.handle import Cluster
 
 

@@ -12,7 +12,7 @@ import simpy
 from pydantic import ConfigDict, NonNegativeFloat, PositiveFloat
 
 from lyra_simpy.config import Closed
-from lyra_simpy.engine.replica import Process
+from lyra_simpy.engine.timing import Process
 from lyra_simpy.processes.handle import Cluster
 
 

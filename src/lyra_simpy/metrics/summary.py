@@ -25,6 +25,7 @@ output token), throughputs of a run of zero duration, ``slo_attainment`` and
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -220,20 +221,15 @@ def refusals_line(label: str, summary: dict[str, Any]) -> str | None:
         return None
     total = int(summary.get("completed", 0)) + rejected + unfinished + failed
     parts = []
+
+    def why(status: str, names: Iterable[str]) -> str:
+        counts = ((name, summary.get(f"{status}_{name}")) for name in names)
+        return ", ".join(f"{name} {n}" for name, n in counts if n)
+
     if rejected:
-        why = ", ".join(
-            f"{name} {summary[f'rejected_{name}']}"
-            for name in REJECT_REASONS
-            if summary.get(f"rejected_{name}")
-        )
-        parts.append(f"refused {rejected} of {total} requests: {why}")
+        parts.append(f"refused {rejected} of {total} requests: {why('rejected', REJECT_REASONS)}")
     if failed:
-        why = ", ".join(
-            f"{name} {summary[f'failed_{name}']}"
-            for name in FAIL_REASONS
-            if summary.get(f"failed_{name}")
-        )
-        parts.append(f"failed {failed} of {total} requests: {why}")
+        parts.append(f"failed {failed} of {total} requests: {why('failed', FAIL_REASONS)}")
     if retried:
         parts.append(f"{retried} retries after replica failures")
     if unfinished:

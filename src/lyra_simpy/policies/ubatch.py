@@ -35,29 +35,24 @@ Segments = Sequence[tuple[int, int]]
 def views(segments: Segments, n_batch: int) -> list[list[tuple[int, int]]]:
     """The batch cut into the ``n_batch``-token views ``update_slots`` decodes one by one
     (a slot's tokens may straddle two views)."""
-    out: list[list[tuple[int, int]]] = [[]]
-    room = n_batch
-    for slot, tokens in segments:
-        while tokens > 0:
-            if room == 0:
-                out.append([])
-                room = n_batch
-            take = min(tokens, room)
-            out[-1].append((slot, take))
-            tokens -= take
-            room -= take
-    return [v for v in out if v]
+    return _cut(segments, n_batch)
 
 
 def split_simple(view: Segments, n_ubatch: int) -> list[list[tuple[int, int]]]:
     """``split_simple``: ubatches of ``n_ubatch`` consecutive tokens (unified KV)."""
+    return _cut(view, n_ubatch)
+
+
+def _cut(segments: Segments, size: int) -> list[list[tuple[int, int]]]:
+    """*segments* (slot, tokens) in order, cut into pieces of *size* tokens (the last may
+    be shorter; a slot's tokens may straddle two pieces)."""
     out: list[list[tuple[int, int]]] = []
     room = 0
-    for slot, tokens in view:
+    for slot, tokens in segments:
         while tokens > 0:
             if room == 0:
                 out.append([])
-                room = n_ubatch
+                room = size
             take = min(tokens, room)
             out[-1].append((slot, take))
             tokens -= take

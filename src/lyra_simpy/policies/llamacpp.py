@@ -222,14 +222,12 @@ class LlamaCppServer:
         for i, req in enumerate(slots):
             if req is None:
                 continue
-            if started[i] and id(req) not in here:  # finished (or handed off): release
+            if started[i] and id(req) not in here:  # finished: release
                 slots[i] = None
                 started[i] = False
                 self.last_used_s[i] = req.last_token_s
             else:
                 reserved += blocks_for(req.input_tokens + req.output_tokens, bs) - req.blocks
-        if len(here) > sum(started):  # requests handed over running (disaggregation)
-            self._adopt(view)
         if view.waiting:
             self._assign(view, view.free_blocks - reserved)
         plan = BatchPlan()
@@ -246,7 +244,6 @@ class LlamaCppServer:
                     break
                 if req is None or (started[i] and _decoding(req)):
                     continue
-                # (a request handed over by a prefill replica has one token pending)
                 left = req.input_tokens + req.generated_tokens - req.computed_tokens
                 take = prompt_chunk(left, room, self._stops)
                 plan.prefill.append((req, take))
@@ -259,16 +256,6 @@ class LlamaCppServer:
             plan.passes = passes(segments, c.batch_tokens, c.ubatch_tokens, c.kv_unified)
         return plan
 
-    def _adopt(self, view: EngineView) -> None:
-        """Give slots to running requests that have none: a decode replica of a
-        disaggregated cluster receives them running, with their prompt's KV."""
-        held = {id(r) for r in self.slots if r is not None}
-        for req in view.running:
-            slot = self.free_slot() if id(req) not in held else None
-            if slot is not None:
-                self.slots[slot] = req
-                self._started[slot] = True
-
     def _assign(self, view: EngineView, free: int) -> None:
         """Give idle slots to waiting requests in queue order while the KV pool holds
         each one's whole context beside what is reserved (module docstring)."""
@@ -280,7 +267,6 @@ class LlamaCppServer:
             slot = self.free_slot()
             if slot is None:
                 return
-            # (a request handed over by a prefill replica holds its prompt's blocks)
             need = blocks_for(req.input_tokens + req.output_tokens, bs) - req.blocks
             if need > free:
                 return

@@ -5,6 +5,8 @@ The intake owns the deferred requests (outside the scheduler's queue, decided ag
 every scheduling point) and appends admitted ones to the replica's waiting queue. A
 request that arrives with its prompt already computed (a decode replica of a
 disaggregated cluster: its KV came from a prefill replica) goes straight to running.
+It holds the replica's ``waiting`` and ``running`` containers themselves: whoever empties
+them clears them in place (``Replica.stop`` does), never rebinds them.
 """
 
 from __future__ import annotations

@@ -99,13 +99,14 @@ def test_continuous_beats_static():
     assert cont["output_throughput"] > 1.2 * static["output_throughput"]
     assert static["p99_ttft_ms"] >= 10 * cont["p99_ttft_ms"]
     assert static["median_ttft_ms"] >= 100 * cont["median_ttft_ms"]
-    # the padded classroom engine: every iteration, prefills included, costs 15 + 16 ms;
+    # the classroom engine: a decode costs 15 + 16 ms (padded), a prompt alone 15 + 1 ms;
     # a static member prefilled j-th of n waits the n - j prefills after its first token
-    # (one per iteration, as the lab's rule has it): its TPOT is 31 ms x (1 + (n - j) /
-    # (output - 1)), a few per cent above 31 for the median request
+    # (one per iteration, as the lab's rule has it): its TPOT is a few per cent above 31
+    # for the median request; continuous decodes every 31 ms, with the prompts of new
+    # arrivals (16 ms each) between its decodes
     assert 31.0 < static["median_tpot_ms"] < 31.0 * 1.1
     assert cont["median_itl_ms"] == pytest.approx(31.0, abs=1e-6)
-    assert cont["median_tpot_ms"] == pytest.approx(31.0, abs=1e-6)
+    assert 31.0 < cont["median_tpot_ms"] < 31.0 * 1.1
     # continuous meets the SLO for most; static for almost nobody
     assert cont["slo_attainment"] >= 0.85
     assert static["slo_attainment"] <= 0.1
@@ -117,11 +118,12 @@ def test_goodput_peaks_at_depth_16():
     goodput = {int(k): v["goodput_token_throughput"] for k, v in runs.items()}
     assert max(goodput, key=goodput.__getitem__) == 16
     assert runs["16"]["slo_attainment"] >= 0.85
-    # 15 + 32 = 47 ms per decode iteration > the 40 ms TPOT SLO: nobody is good
-    assert goodput[32] == 0.0
+    # 15 + 32 = 47 ms per decode iteration > the 40 ms TPOT SLO: only a one-token output
+    # (no TPOT) can be good; the lab prints 0
+    assert goodput[32] < 0.5
     assert runs["32"]["median_tpot_ms"] > 40.0
     assert runs["32"]["median_tpot_ms"] == pytest.approx(47.0, rel=0.05)
-    assert goodput[64] == 0.0
+    assert goodput[64] < 0.5
     # shallow depths saturate: their queues grow and TTFT breaks the SLO
     assert runs["4"]["p99_ttft_ms"] > 300.0
     assert runs["4"]["slo_attainment"] < 0.5

@@ -3,7 +3,9 @@ about half a second): every cell within 10 %, p99 TTFT within 20 %, a cell print
 below 0.5. The targets and the tolerance rule are those the workload search used
 (``validation/lab02_fit.py``); the cells the package does not reproduce yet are
 strict xfails naming the reason (docs/guide/lab02.md), so one that starts passing
-fails the suite and is promoted.
+fails the suite and is promoted. The queueing cells (TTFT, goodput at saturated
+depths) move with the arrival seed: each must also hold the lab's value inside the
+simulator's band over 20 seeds (the workload search ranks on a median over seeds).
 """
 
 from __future__ import annotations
@@ -29,21 +31,26 @@ def _fit_module() -> Any:
 
 fit = _fit_module()
 
-STATIC_TTFT = (
-    "with one prefill per iteration static's throughput and TPOT match; its queue still "
-    "waits ~20 % less than the lab's (p50 28.6 s vs 35.8 s, p99 56 s vs 75 s)"
+SEED_NOISE = (
+    "a queueing cell that moves with the arrival seed; the lab's value lies inside the "
+    "simulator's band over 20 seeds (test_lab02_queueing_cells_inside_the_seed_band)"
 )
-GOODPUT_TAIL = "a handful of requests meet the SLO before the queue builds: seed noise"
 KNOWN_MISSES = {
-    ("static", "median_ttft_ms"): STATIC_TTFT,
-    ("static", "p99_ttft_ms"): STATIC_TTFT,
-    ("continuous", "median_ttft_ms"): (
-        "a prefill iteration at the padded width (31 ms) plus the wait for the running one "
-        "gives ~49 ms against the lab's 33"
-    ),
-    ("continuous", "p99_ttft_ms"): "the lab's queueing tail is longer (1669 ms vs ~840 ms)",
-    ("4", "goodput_token_throughput"): GOODPUT_TAIL,
+    ("continuous", "p99_ttft_ms"): SEED_NOISE,
+    ("4", "goodput_token_throughput"): SEED_NOISE,
+    ("8", "goodput_token_throughput"): SEED_NOISE,
 }
+QUEUEING = [
+    ("static", "median_ttft_ms"),
+    ("static", "p99_ttft_ms"),
+    ("continuous", "median_ttft_ms"),
+    ("continuous", "p99_ttft_ms"),
+    ("4", "goodput_token_throughput"),
+    ("8", "goodput_token_throughput"),
+    ("16", "goodput_token_throughput"),
+]
+"""Cells set by the arrival realisation's queueing (TTFT, goodput of a saturated or
+nearly saturated depth): the lab printed one realisation."""
 
 
 @cache
@@ -70,3 +77,16 @@ def test_lab02_cell(label: str, metric: str) -> None:
     target = fit.TARGETS[label, metric]
     value = cells()[label, metric]
     assert fit.cell_error(metric, target, value) <= 1.0, f"lab {target}, simulated {value:.1f}"
+
+
+@cache
+def seed_band() -> dict[tuple[str, str], list[float]]:
+    return fit.band(None)
+
+
+@pytest.mark.parametrize(("label", "metric"), QUEUEING, ids=[f"{a}-{b}" for a, b in QUEUEING])
+def test_lab02_queueing_cells_inside_the_seed_band(label: str, metric: str) -> None:
+    """The lab's value lies between the 2nd smallest and the 2nd largest of the
+    simulator's values over 20 seeds (a 5-95 % band)."""
+    values = seed_band()[label, metric]
+    assert values[1] <= fit.TARGETS[label, metric] <= values[-2], (values[1], values[-2])

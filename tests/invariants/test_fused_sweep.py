@@ -51,6 +51,8 @@ def _scenarios(count: int = 150, seed: int = 7) -> list[dict[str, Any]]:
                 "max_num_seqs": width,
                 "max_num_batched_tokens": budget,
             }
+            if pick < 0.1:  # prefill-only iterations (Lab 02, SGLang's loop)
+                scheduler["prefills_per_iteration"] = 1 + int(pick * 30)
         elif pick < 0.55:
             scheduler = {
                 "name": "chunked_prefill",

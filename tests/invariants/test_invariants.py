@@ -96,6 +96,8 @@ def schedulers(draw: st.DrawFn) -> dict[str, Any]:
             "max_num_batched_tokens": draw(st.integers(max(seqs, 24), 160)),
             "queue_policy": draw(queue_policies),
         }
+        if kind == "continuous":
+            sched["prefills_per_iteration"] = draw(st.sampled_from([None, None, 1, 3]))
         if kind == "chunked_prefill":
             sched["max_num_batched_tokens"] = draw(st.integers(seqs, 64))
             sched["long_prefill_token_threshold"] = draw(st.sampled_from([0, 1, 7, 32]))

@@ -14,7 +14,8 @@ Every iteration (Orca, OSDI'22; vLLM ``vllm/v1/core/sched/scheduler.py``):
    stops admission (head-of-line order is kept). Queue order is ``queue_policy``'s:
    FCFS by default (see :mod:`~lyra_simpy.policies.queue`).
 
-Prefills and decodes share the iteration (a "mixed" batch). A request whose longest
+Prefills and decodes share the iteration (a "mixed" batch); ``prefills_per_iteration``
+gives prefill-only iterations instead (not vLLM: SGLang's loop, Lab 02's engine). A request whose longest
 possible prefill (prompt plus all but one output token, after a recompute) exceeds the
 token budget can never run and is rejected on arrival, as vLLM refuses prompts longer
 than ``max_model_len`` (which it requires to be ≤ the budget when chunking is off).
@@ -72,11 +73,29 @@ class TokenBudgetConfig(Closed):
         a longer one is refused)."""
         return self.max_num_batched_tokens
 
+    @property
+    def prefills_alone(self) -> int | None:
+        """Prompts a prefill-only iteration computes (None: prompts join the decodes)."""
+        return None
+
 
 class ContinuousConfig(TokenBudgetConfig):
     """Continuous batching without chunking."""
 
     name: Literal["continuous"] = "continuous"
+    prefills_per_iteration: PositiveInt | None = None
+    """None (vLLM): waiting prompts join the running requests' decodes in one mixed
+    iteration. A number: an iteration either computes the prompts of up to that many
+    waiting requests, alone, or decodes the running ones, prompts first whenever one can
+    be admitted. That is the prefill-only iteration of SGLang's prefill-first loop and
+    the rule of Lab 02's classroom engine (an iteration "advances every sequence in the
+    batch one decode step, or processes a prefill"; ``static`` has the same field). Not
+    vLLM's behaviour, so off by default; KV for the decodes that follow is not held back
+    (a full pool preempts them as usual)."""
+
+    @property
+    def prefills_alone(self) -> int | None:
+        return self.prefills_per_iteration
 
 
 class ContinuousBatching:
@@ -91,6 +110,8 @@ class ContinuousBatching:
 
     def __init__(self, config: TokenBudgetConfig) -> None:
         self.config = config
+        self._alone = config.prefills_alone
+        """Prompts of a prefill-only iteration (None: mixed iterations, vLLM's way)."""
         self._cap = config.max_num_batched_tokens
         """Most prompt tokens one request computes in an iteration (the budget here:
         running requests are always decoding without chunking)."""
@@ -119,13 +140,19 @@ class ContinuousBatching:
         free = view.free_blocks
         budget = self.config.max_num_batched_tokens
         plan = BatchPlan()
-        decode, prefill, preempt = plan.decode, plan.prefill, plan.preempt
-        decodes = decode.append
         running = view.running
         n = len(running)  # requests not preempted: victims are taken from the end
+        if self._alone is not None and view.waiting:
+            self._admit(view, plan, n, budget, free, self._alone)
+            if plan.prefill:
+                return plan
+        decode, prefill, preempt = plan.decode, plan.prefill, plan.preempt
+        decodes = decode.append
         need_all = view.decode_blocks
         if need_all is not None and need_all <= free:  # all decode, nothing to preempt
             decode.extend(running)
+            if self._alone is not None:
+                return plan
             return self._admit(view, plan, n, budget - n, free - need_all)
         cap = self._cap
         prefix = view.prefix
@@ -158,17 +185,28 @@ class ContinuousBatching:
                 decodes(req)
             else:
                 prefill.append((req, tokens))
-        if preempt:
-            return plan  # vLLM admits nothing in an iteration that preempted
+        if preempt or self._alone is not None:
+            # vLLM admits nothing in an iteration that preempted; prompts alone were
+            # tried first
+            return plan
         return self._admit(view, plan, n, budget, free)
 
     def _admit(
-        self, view: EngineView, plan: BatchPlan, n_running: int, budget: int, free: int
+        self,
+        view: EngineView,
+        plan: BatchPlan,
+        n_running: int,
+        budget: int,
+        free: int,
+        most: int | None = None,
     ) -> BatchPlan:
-        """Waiting requests in queue order while they fit (step 2 of the docstring);
-        with ``chunks``, each takes as large a chunk as the budget has left."""
+        """Waiting requests in queue order while they fit (step 2 of the docstring), at
+        most *most* of them; with ``chunks``, each takes as large a chunk as the budget
+        has left."""
         bs = view.block_size
         slots = self.config.max_num_seqs - n_running
+        if most is not None:
+            slots = min(slots, most)
         prefix = view.prefix
         chunks, cap = self.chunks, self._cap
         for req in ordered(view.waiting, self.config.queue_policy):

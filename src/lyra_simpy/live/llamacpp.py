@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import platform
 import shutil
 import socket
 import subprocess
@@ -39,6 +40,16 @@ CMAKE_FLAGS = (
     "-DLLAMA_BUILD_TESTS=OFF",
     "-DLLAMA_BUILD_EXAMPLES=OFF",
 )
+NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+"""Compiler flags that leave ggml's AMX kernels out of an x86-64 ``-march=native`` build
+(they come before ``-march=native`` on the command line, and GCC keeps them). Why: on
+these Firecracker VMs the CPU reports AMX and the kernel grants the permission
+(``arch_prctl(ARCH_REQ_XCOMP_PERM)``), yet a worker thread's ``tilezero`` in
+``tinygemm_kernel_amx`` (``ggml/src/ggml-cpu/amx/mmq.cpp``) dies with SIGILL on the first
+prompt. Without AMX, ggml uses its AVX-512/VNNI kernels; the cost model is calibrated on
+whatever the binary does, so nothing else changes."""
+BUILD = f"llama.cpp-{COMMIT}-noamx"
+"""The build folder in the cache (a new name, so that an AMX build is not reused)."""
 MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"
 
 
@@ -89,7 +100,7 @@ def _source(cache: Path, log: IO[str]) -> Path:
 def server_binary(cache: Path | None = None, echo: bool = True) -> Path:
     """The ``llama-server`` binary, built into the cache if it is not there yet."""
     cache = cache or cache_dir()
-    build = cache / f"llama.cpp-{COMMIT}" / "build"
+    build = cache / BUILD / "build"
     binary = build / "bin" / "llama-server"
     if binary.is_file():
         return binary
@@ -101,7 +112,10 @@ def server_binary(cache: Path | None = None, echo: bool = True) -> Path:
     with (cache / "build.log").open("a") as log:
         src = _source(cache, log)
         gen = ["-G", "Ninja"] if _have("ninja") else []
-        _run(["cmake", "-S", str(src), "-B", str(build), *gen, *CMAKE_FLAGS], log)
+        flags = list(CMAKE_FLAGS)
+        if platform.machine() in ("x86_64", "AMD64"):
+            flags += [f"-DCMAKE_C_FLAGS={NO_AMX}", f"-DCMAKE_CXX_FLAGS={NO_AMX}"]
+        _run(["cmake", "-S", str(src), "-B", str(build), *gen, *flags], log)
         jobs = str(os.cpu_count() or 2)
         _run(["nice", "cmake", "--build", str(build), "--target", "llama-server", "-j", jobs], log)
     return binary

@@ -5,8 +5,9 @@ iteration), its request count (400) and its arrival process (Poisson), but not t
 arrival rate nor the length distributions. This script runs both lab scenarios
 (``scenarios/lab02_static_vs_continuous.yaml``, ``scenarios/lab02_goodput_vs_batch.yaml``,
 7 runs in all) for every point of a small grid of workloads and engine readings and
-ranks the points by the cells they miss, then their worst cell: each cell's relative error over its tolerance (10 %, p99 TTFT
-20 %; a cell whose target is 0 must be < 0.5, the lab rounding to integers). Prompt
+ranks the points by the cells they miss, then their worst cell: each cell's relative
+error over its tolerance (10 %, p99 TTFT 20 %; a cell whose target is 0 must be < 0.5,
+the lab rounding to integers). Prompt
 lengths are not searched: under the lab's cost rule a prompt costs its iteration whatever
 its length, and KV never binds, so no cell depends on them.
 

@@ -18,6 +18,8 @@ defaults for every flag not listed) and each length regime of :data:`REGIMES`:
 The scenarios are written from :func:`scenario` into the results folder: ``engine:
 {name: llamacpp, command: ...}`` with the launch flags, so the preset sets every knob.
 ``LYRA_QUICK=1``: the default configuration and the short regime only, fewer requests.
+``--only default/short ...`` runs those points again (say, one disturbed by other work on
+the machine) and keeps the others; ``--doc-only`` rewrites the document from the numbers.
 Run it with ``tox -e validate-cpu -- --matrix`` (or ``python validation/validate_cpu.py
 --matrix``).
 Numbers go to ``results/validation-llamacpp/matrix.json``; :func:`write_section` puts the
@@ -26,9 +28,11 @@ tables into ``docs/VALIDATION.md`` between markers.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shlex
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -203,25 +207,53 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
     return out
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """Run the matrix (``--only CFG/REGIME ...``: those points again, kept beside the
+    others in ``matrix.json``; ``--doc-only``: rewrite the document from it)."""
+    parser = argparse.ArgumentParser(prog="validate_cpu.py --matrix")
+    parser.add_argument("--only", nargs="+", metavar="CFG/REGIME", default=None,
+                        help=f"points to run again, e.g. default/short (of {list(CONFIGS)} "
+                        f"x {list(REGIMES)})")  # fmt: skip
+    parser.add_argument("--doc-only", action="store_true",
+                        help="rewrite docs/VALIDATION.md from results/.../matrix.json")  # fmt: skip
+    args = parser.parse_args(argv or [])
     os.chdir(ROOT)
     quick = os.environ.get("LYRA_QUICK") == "1"
+    stored = OUT / "matrix.json"
+    keep: dict[str, Any] = json.loads(stored.read_text()) if stored.is_file() else {}
+    if args.doc_only:
+        write_section(ROOT / "docs" / "VALIDATION.md", keep["facts"], keep["results"])
+        return 0
     configs = ["default"] if quick else list(CONFIGS)
     regimes = ["short"] if quick else list(REGIMES)
+    points = [f"{c}/{r}" for c in configs for r in regimes]
+    if args.only:
+        bad = [p for p in args.only if p not in [f"{c}/{r}" for c in CONFIGS for r in REGIMES]]
+        if bad:
+            raise SystemExit(f"--only: unknown point {bad[0]!r}; allowed: CFG/REGIME with CFG "
+                             f"in {list(CONFIGS)}, REGIME in {list(REGIMES)}")  # fmt: skip
+        points = args.only
     facts: dict[str, Any] = {"quick": quick, "repeats": REPEATS, "cpu": cpu_model(),
                              "cores": os.cpu_count(), "load_start": load_average()}  # fmt: skip
-    log: list[str] = []
-    results: dict[str, Any] = {}
+    log: list[str] = keep.get("commands", []) if args.only else []
+    results: dict[str, Any] = dict(keep.get("results", {})) if args.only else {}
+    if args.only:
+        facts = {**keep.get("facts", {}), "rerun": args.only}
     started = time.time()
-    for cfg in configs:
-        for reg in regimes:
-            results[f"{cfg}/{reg}"] = point(cfg, reg, quick, log)
-            facts["load_end"] = load_average()
+    for key in points:
+        cfg, reg = key.split("/")
+        if args.only:  # the point's old files go (replay does not overwrite a run)
+            shutil.rmtree(OUT / f"{cfg}_{reg}", ignore_errors=True)
+        results[key] = point(cfg, reg, quick, log)
+        results[key]["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        facts["load_end"] = load_average()
+        facts.setdefault("wall_min", 0)
+        if not args.only:
             facts["wall_min"] = round((time.time() - started) / 60, 1)
-            OUT.mkdir(parents=True, exist_ok=True)
-            (OUT / "matrix.json").write_text(
-                json.dumps({"facts": facts, "results": results, "commands": log}, indent=1)
-            )
+        OUT.mkdir(parents=True, exist_ok=True)
+        stored.write_text(
+            json.dumps({"facts": facts, "results": results, "commands": log}, indent=1)
+        )
     write_section(ROOT / "docs" / "VALIDATION.md", facts, results)
     return 0
 

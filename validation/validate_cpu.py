@@ -86,10 +86,10 @@ def _stop(signum: int, frame: object) -> None:
 
 def main() -> int:
     os.chdir(ROOT)
-    if sys.argv[1:] == ["--matrix"]:  # the llamacpp engine model's matrix (issue 12)
+    if sys.argv[1:2] == ["--matrix"]:  # the llamacpp engine model's matrix (issue 12)
         from llamacpp_matrix import main as matrix
 
-        return matrix()
+        return matrix(sys.argv[2:])
     out = ROOT / "results" / "validation"
     saved = out / "validation.json"
     if sys.argv[1:] == ["--doc-only"]:  # rewrite the document from the last run's numbers

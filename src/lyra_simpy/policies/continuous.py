@@ -15,10 +15,12 @@ Every iteration (Orca, OSDI'22; vLLM ``vllm/v1/core/sched/scheduler.py``):
    FCFS by default (see :mod:`~lyra_simpy.policies.queue`).
 
 Prefills and decodes share the iteration (a "mixed" batch); ``prefills_per_iteration``
-gives prefill-only iterations instead (not vLLM: SGLang's loop, Lab 02's engine). A request whose longest
-possible prefill (prompt plus all but one output token, after a recompute) exceeds the
-token budget can never run and is rejected on arrival, as vLLM refuses prompts longer
-than ``max_model_len`` (which it requires to be ≤ the budget when chunking is off).
+gives prefill-only iterations instead (not vLLM: SGLang's loop, Lab 02's engine).
+
+A request whose longest possible prefill (prompt plus all but one output token, after a
+recompute) exceeds the token budget can never run and is rejected on arrival, as vLLM
+refuses prompts longer than ``max_model_len`` (which it requires to be ≤ the budget when
+chunking is off).
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ The scenarios are written from :func:`scenario` into the results folder: ``engin
 {name: llamacpp, command: ...}`` with the launch flags, so the preset sets every knob.
 ``LYRA_QUICK=1``: the default configuration and the short regime only, fewer requests.
 ``--only default/short ...`` runs those points again (say, one disturbed by other work on
-the machine) and keeps the others; ``--doc-only`` rewrites the document from the numbers.
+the machine) and keeps the others; ``--table2`` redoes Table 2 of every stored point
+from its real runs (no server); ``--doc-only`` rewrites the document from the numbers.
 Run it with ``tox -e validate-cpu -- --matrix`` (or ``python validation/validate_cpu.py
 --matrix``).
 Numbers go to ``results/validation-llamacpp/matrix.json``; :func:`write_section` puts the
@@ -42,6 +43,7 @@ import yaml
 from lyra_simpy.cli import main as cli_main
 from lyra_simpy.live import llamacpp
 from lyra_simpy.machine import cpu_model, load_average
+from lyra_simpy.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "validation-llamacpp"
@@ -150,7 +152,7 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
     here.mkdir(parents=True, exist_ok=True)
     (here / "grid.yaml").write_text(yaml.safe_dump(grid(flags, regime)))
     binary, model = llamacpp.server_binary(), llamacpp.model_file()
-    out: dict[str, Any] = {"flags": flags, "loads": {}, "table2": {}}
+    out: dict[str, Any] = {"flags": flags, "loads": {}, "table2": {}, "fits": {}}
     with llamacpp.Server(binary, model, flags, here / "llama-server.log") as srv:
         prof, fit = here / "profile.csv", here / "fit_probes.yaml"
         out["load_profile"] = load_average()
@@ -187,10 +189,26 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
             table = here / f"{load}_compare.json"
             run("compare", str(_sim(here / "sim" / load)), *runs, "--json", str(table), log=log)
             out["loads"][load] = {"table": json.loads(table.read_text()), "machine": loads}
-    # Table 2: fitted on the real runs of one load, predicting every load
+    table2(cfg, reg, quick, out, reals, log)
+    out["fits"]["probes"] = yaml.safe_load(fit.read_text())["coefficients"]
+    return out
+
+
+def table2(cfg: str, reg: str, quick: bool, out: dict[str, Any], reals: dict[str, list[str]],
+           log: list[str]) -> None:  # fmt: skip
+    """Table 2 of one point into *out*: ``calibrate --from-runs`` on the real runs of
+    :data:`FIT_LOAD` (with the profile, and the prompt stops of the server's context
+    checkpoints), then every load simulated with that fit and compared to its real runs
+    (*reals*). Needs no server: ``--table2`` redoes it from the stored runs."""
+    flags, regime = CONFIGS[cfg], REGIMES[reg]
+    here = OUT / f"{cfg}_{reg}"
     fit2 = here / "fit_runs.yaml"
+    stops = load_scenario(here / f"{FIT_LOAD}.yaml").scheduler.checkpoint_stops
+    extra = ["--prompt-stops", ",".join(map(str, stops))] if stops else []
     run("calibrate", "--from-runs", *reals[FIT_LOAD], "--profile", str(here / "profile.csv"),
-        "--out", str(fit2), "--loss", "soft_l1", log=log)  # fmt: skip
+        "--out", str(fit2), "--loss", "soft_l1", *extra, log=log)  # fmt: skip
+    out["table2"] = {}
+    shutil.rmtree(here / "sim_t2", ignore_errors=True)
     for load in LOADS:
         raw = scenario(load, flags, regime, quick, str(fit2), load, out["capacity_req_s"])
         path = here / f"{load}_t2.yaml"
@@ -200,11 +218,7 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
         run("compare", str(_sim(here / "sim_t2" / load)), *reals[load], "--json", str(table),
             log=log)  # fmt: skip
         out["table2"][load] = json.loads(table.read_text())
-    out["fits"] = {
-        "probes": yaml.safe_load(fit.read_text())["coefficients"],
-        "runs": yaml.safe_load(fit2.read_text())["coefficients"],
-    }
-    return out
+    out.setdefault("fits", {})["runs"] = yaml.safe_load(fit2.read_text())["coefficients"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", metavar="CFG/REGIME", default=None,
                         help=f"points to run again, e.g. default/short (of {list(CONFIGS)} "
                         f"x {list(REGIMES)})")  # fmt: skip
+    parser.add_argument("--table2", action="store_true",
+                        help="redo Table 2 of every stored point from its real runs "
+                        "(no server needed)")  # fmt: skip
     parser.add_argument("--doc-only", action="store_true",
                         help="rewrite docs/VALIDATION.md from results/.../matrix.json")  # fmt: skip
     args = parser.parse_args(argv or [])
@@ -221,7 +238,16 @@ def main(argv: list[str] | None = None) -> int:
     quick = os.environ.get("LYRA_QUICK") == "1"
     stored = OUT / "matrix.json"
     keep: dict[str, Any] = json.loads(stored.read_text()) if stored.is_file() else {}
-    if args.doc_only:
+    if args.table2:
+        log = keep.get("commands", [])
+        for key, res in keep["results"].items():
+            cfg, reg = key.split("/")
+            here = OUT / f"{cfg}_{reg}"
+            runs = range(1, keep["facts"]["repeats"] + 1)
+            reals = {load: [str(here / "real" / load / f"run{k}") for k in runs] for load in LOADS}
+            table2(cfg, reg, keep["facts"]["quick"], res, reals, log)
+        stored.write_text(json.dumps({**keep, "commands": log}, indent=1))
+    if args.doc_only or args.table2:
         write_section(ROOT / "docs" / "VALIDATION.md", keep["facts"], keep["results"])
         return 0
     configs = ["default"] if quick else list(CONFIGS)

@@ -101,7 +101,15 @@ def _parser() -> argparse.ArgumentParser:
         "--step-gap-ms",
         type=milliseconds,
         default=None,
-        help="with --from-runs: token chunks further apart start a new step (default 1)",
+        help="with --from-runs: token chunks further apart start a new step (default: half "
+        "the shortest step each run's streams show)",
+    )
+    cal.add_argument(
+        "--prompt-stops",
+        default=None,
+        metavar="N[,N...]",
+        help="with --from-runs: tokens before a prompt's end where the engine cuts it into "
+        "steps of its own (llama.cpp with context checkpoints: 516,4)",
     )
     cal.add_argument(
         "--idle-start",
@@ -257,8 +265,10 @@ def _calibrate(args: argparse.Namespace) -> int:
         return _calibrate_runs(args, profile)
     if profile is None:
         raise LyraError("calibrate: give a profile CSV, --from-runs DIR..., or both")
-    if args.step_gap_ms is not None or args.idle_start is not None:
-        raise LyraError("calibrate: --step-gap-ms and --idle-start need --from-runs")
+    if args.step_gap_ms is not None or args.idle_start is not None or args.prompt_stops:
+        raise LyraError(
+            "calibrate: --step-gap-ms, --idle-start and --prompt-stops need --from-runs"
+        )
     fit = calibrate(profile, args.out, args.figure, args.loss)
     print(format_report(fit, str(profile)))
     for path in (args.out, args.figure):
@@ -276,7 +286,18 @@ def _calibrate_runs(args: argparse.Namespace, profile: Path | None) -> int:
         raise LyraError("calibrate: --figure draws a profile's residuals; not with --from-runs")
     if args.step_gap_ms is not None and args.step_gap_ms <= 0:
         raise LyraError(f"--step-gap-ms: got {args.step_gap_ms:g}, must be > 0 (ms)")
-    given = {"gap_ms": args.step_gap_ms, "idle_start": args.idle_start}
+    stops = None
+    if args.prompt_stops is not None:
+        try:
+            stops = [int(x) for x in args.prompt_stops.split(",")]
+        except ValueError:
+            stops = [0]
+        if any(x <= 0 for x in stops):
+            raise LyraError(
+                f"--prompt-stops: got {args.prompt_stops!r}; allowed: positive token counts "
+                "separated by commas (e.g. 516,4)"
+            )
+    given = {"gap_ms": args.step_gap_ms, "idle_start": args.idle_start, "prompt_stops": stops}
     rebuild = StepRebuild(**{k: v for k, v in given.items() if v is not None})
     fit = fit_runs(args.from_runs, profile, rebuild, args.loss, args.out)
     print(format_report(fit))

@@ -253,3 +253,75 @@ def test_chunked_prefill_steps_without_a_token_are_merged(tmp_path):
     assert steps.prefill_tokens[steps.prefill_seqs == 1].tolist() == [600] * 6
     one = c["fixed_ms"] + c["per_prefill_token_ms"] * 600 + c["per_prefill_attention_ms"] * 600**2
     assert abs(one - three) > 1.0
+
+
+def test_prompt_split_cuts_at_the_stops():
+    from lyra_simpy.calibration.runs import prompt_split
+
+    assert prompt_split(300, (516, 4)) == [296, 4]
+    assert prompt_split(600, (516, 4)) == [84, 512, 4]
+    assert prompt_split(4, (516, 4)) == [4]
+    assert prompt_split(3, (516, 4)) == [3]
+    assert prompt_split(50, ()) == [50]
+    assert prompt_split(0, ()) == []
+
+
+def test_default_gap_follows_the_run_not_a_fixed_millisecond(runs, tmp_path):
+    # every chunk up to 1.5 ms late (steps are >= 5 ms): a 1 ms cut splits steps, the
+    # default (half the shortest step the streams show) does not
+    res = runs[0][1]
+    jittered = write_run(res, tmp_path / "late", jitter_s=0.0015, seed=3)
+    requests = read_run(jittered)
+    fixed = rebuild_steps(requests, StepRebuild(gap_ms=1.0))
+    auto = rebuild_steps(requests, StepRebuild())
+    iterations = len(res.timeseries["end_s"])
+    assert len(fixed) > iterations + 50
+    assert len(auto) == iterations
+    shortest = np.min(res.timeseries["end_s"] - res.timeseries["start_s"]) * 1000.0
+    assert 1.5 < auto.gap_ms[0] < shortest
+
+
+def llamacpp_scenario(seed: int, rate: float) -> Any:
+    """llama.cpp with one KV buffer and context checkpoints on a sliding-window model:
+    each prompt's last 4 tokens run in a step of their own (emitting the first token)."""
+    raw = scenario(seed, rate).model_dump(mode="json", exclude_none=True)
+    raw["scheduler"] = {
+        "name": "llamacpp",
+        "n_parallel": 8,
+        "kv_unified": True,
+        "sliding_window": True,
+        "cache_prompt": False,
+    }
+    raw.pop("variants", None)
+    return scenario_from_dict(raw)
+
+
+def test_prompt_stops_rebuild_llamacpp_checkpoint_steps(tmp_path):
+    runs = []
+    for k, (seed, rate) in enumerate([(1, 4.0), (2, 9.0)]):
+        res = simulate(llamacpp_scenario(seed, rate))
+        assert (res.records["status"] == "ok").all()
+        runs.append(write_run(res, tmp_path / f"l{k}"))
+    # without the stops, the step that gives a first token is charged the whole prompt;
+    # with them, a few prompts that arrive one step apart are still placed a step off,
+    # which the robust loss shrugs off
+    naive = fit_runs(runs, loss="soft_l1").coefficients.model_dump()
+    assert naive["per_prefill_token_ms"] < 0.8 * TRUE["per_prefill_token_ms"]
+    fit = fit_runs(runs, rebuild=StepRebuild(prompt_stops=(516, 4)), loss="soft_l1")
+    got = fit.coefficients.model_dump()
+    for term in ("fixed_ms", "per_decode_seq_ms", "per_prefill_token_ms"):
+        assert got[term] == pytest.approx(TRUE[term], rel=0.03), term
+
+
+@pytest.mark.parametrize("given", ["0,4", "516,x", "-4"])
+def test_bad_prompt_stops_fail_in_one_line(runs, capsys, given):
+    assert main(["calibrate", "--from-runs", str(runs[0][0]), f"--prompt-stops={given}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"--prompt-stops: got {given!r}; allowed: positive token counts" in err
+    assert len(err.splitlines()) == 1
+
+
+def test_prompt_stops_need_runs(capsys):
+    prof = str(DATA / "synthetic_profile.csv")
+    assert main(["calibrate", prof, "--prompt-stops", "516,4"]) == 2
+    assert "--prompt-stops need --from-runs" in capsys.readouterr().err

@@ -108,7 +108,10 @@ def fit_runs(
         profile=source,
         runs=RunsSource(
             folders=[rel(f) for f in folders],
-            rebuild=rebuild.model_dump(mode="json"),
+            rebuild={
+                **rebuild.model_dump(mode="json"),
+                "gap_ms_used": [round(g, 3) for g in steps.gap_ms],
+            },
             steps=len(steps),
             dropped_steps=steps.dropped,
         ),

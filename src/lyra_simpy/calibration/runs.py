@@ -7,14 +7,18 @@ first token to every sequence whose prompt it finished, all at the end of one st
 the tokens that reach the client at (nearly) the same instant belong to one step:
 
 1. **Cluster.** Every token-carrying chunk of every request, sorted by time; a new step
-   starts where the gap to the previous chunk exceeds ``StepRebuild.gap_ms``, or where a
+   starts where the gap to the previous chunk exceeds ``StepRebuild.gap_ms`` (by default
+   half the shortest step the run's streams show), or where a
    request would get a second chunk in the same step (one chunk per request per step).
 2. **End.** A step ends at the median of its chunks' times (robust to one late chunk).
 3. **Composition.** A request's first chunk is its prefill: ``input_tokens −
-   cached_tokens`` new tokens after ``cached_tokens`` cached (the whole prompt in one
-   step). Its *j*-th chunk (j ≥ 1) is a decode reading ``input_tokens + tokens before the
-   chunk`` context tokens (the engine's KV length as :class:`~lyra_simpy.engine.request.Request`
-   counts it).
+   cached_tokens`` new tokens after ``cached_tokens`` cached — the whole prompt in one
+   step, or, with ``StepRebuild.prompt_stops`` (an engine that cuts a prompt's last
+   tokens into steps of their own, as llama.cpp's context checkpoints do), its last
+   chunk there and each earlier chunk in the step before, or hidden inside this step
+   when no step in between emitted a token. Its *j*-th chunk (j ≥ 1) is a decode
+   reading ``input_tokens + tokens before the chunk`` context tokens (the engine's KV
+   length as :class:`~lyra_simpy.engine.request.Request` counts it).
 4. **Duration** = end − start, where a step starts when the previous step ended, or —
    when a request prefilled in it was sent after that (the engine was idle) — when the
    last such request was sent (``idle_start: arrival``; ``drop`` leaves such steps out,
@@ -29,6 +33,7 @@ chunks emit no token, speculative decoding's several tokens per chunk).
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +41,7 @@ from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import ConfigDict, PositiveFloat
+from pydantic import ConfigDict, PositiveFloat, PositiveInt
 
 from lyra_simpy.config import Closed
 from lyra_simpy.errors import TraceError
@@ -52,16 +57,44 @@ class StepRebuild(Closed):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    gap_ms: PositiveFloat = 1.0
+    gap_ms: PositiveFloat | None = None
     """Chunks further apart than this start a new step. It must exceed the spread with
     which one step's tokens reach the client (the server writing one stream after
-    another, the network, the client's event loop: well under a millisecond on
-    localhost) and be shorter than the shortest step (≈ 15 ms for the llama.cpp CPU
-    decode of docs/VALIDATION.md; a few ms for a GPU engine's small decodes)."""
+    another, the network, the client's event loop) and be shorter than the shortest
+    step. None (default): per run, half the shortest step its streams show — the 5th
+    percentile of the gaps between a request's consecutive chunks (a request gets at
+    most one chunk a step, so each such gap spans at least one step); 1 ms for a run
+    with no such gap. A fixed 1 ms split the steps of llama.cpp on two busy cores, whose
+    tokens of one step reached the client up to ~10 ms apart (issue 12: the 5th
+    percentile there is 22-40 ms, the cut 11-20 ms)."""
     idle_start: Literal["arrival", "drop"] = "arrival"
     """A step the engine started idle, upon a request: ``arrival`` starts it when that
     request was sent (its time then includes the request's trip to the server and its
     parsing, a few ms on localhost); ``drop`` leaves such steps out of the fit."""
+    prompt_stops: tuple[PositiveInt, ...] = ()
+    """Tokens before a prompt's end where the engine cuts it into steps of its own
+    (empty: a prompt is computed in the step that gives its first token). llama.cpp
+    with context checkpoints on a sliding-window model stops ``4 + n_ubatch`` and ``4``
+    tokens before the end (``LlamaCppConfig.checkpoint_stops``: ``[516, 4]`` with its
+    defaults): the earlier chunks run in the steps before the first token's — a step
+    that emitted tokens of other requests, or, when none did (the engine had only this
+    prompt), a step hidden inside the first token's, counted in its ``steps``."""
+
+    def gap_s(self, requests: list[StreamedRequest]) -> float:
+        """The gap that starts a new step, in seconds, for the run of *requests*."""
+        if self.gap_ms is not None:
+            return self.gap_ms / 1000.0
+        gaps = [np.diff(r.chunk_s) for r in requests if len(r.chunk_s) > 1]
+        if not gaps:
+            return 0.001
+        return float(np.percentile(np.concatenate(gaps), 5)) / 2.0
+
+
+def prompt_split(tokens: int, stops: tuple[int, ...]) -> list[int]:
+    """The chunks a prompt of *tokens* is computed in when the engine stops at each of
+    *stops* tokens before its end (``StepRebuild.prompt_stops``), first chunk first."""
+    cuts = sorted(tokens - s for s in set(stops) if 0 < s < tokens)
+    return [b - a for a, b in itertools.pairwise([0, *cuts, tokens]) if b > a]
 
 
 @dataclass(frozen=True)
@@ -70,6 +103,9 @@ class Steps:
     readable by the fit report like profile rows."""
 
     latency_ms: Floats
+    steps: Ints
+    """Engine steps inside the rebuilt one: 1, or more when a prompt's earlier chunks
+    ran in steps that emitted no token (``StepRebuild.prompt_stops``)."""
     decode_seqs: Ints
     decode_context_tokens: Ints
     prefill_seqs: Ints
@@ -80,6 +116,8 @@ class Steps:
     dropped: int = 0
     """Steps found but left out: begun idle under ``idle_start: drop``, or the first of
     a run without a prompt in it (no known start)."""
+    gap_ms: tuple[float, ...] = ()
+    """The gap each run's steps were cut at (``StepRebuild.gap_ms``, resolved)."""
 
     def __len__(self) -> int:
         return len(self.latency_ms)
@@ -112,7 +150,7 @@ class Steps:
         """One column per term of :data:`~lyra_simpy.calibration.fit.TERMS`."""
         return np.column_stack(
             [
-                np.ones(len(self)),
+                self.steps.astype(np.float64),
                 self.decode_seqs.astype(np.float64),
                 self.decode_context_tokens.astype(np.float64),
                 self.prefill_tokens.astype(np.float64),
@@ -121,7 +159,7 @@ class Steps:
         )
 
 
-_COLUMNS = tuple(k for k in Steps.__dataclass_fields__ if k != "dropped")
+_COLUMNS = tuple(k for k in Steps.__dataclass_fields__ if k not in ("dropped", "gap_ms"))
 
 
 @dataclass(frozen=True)
@@ -202,7 +240,7 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
     clusters: list[list[tuple[float, int, int]]] = []
     members: set[int] = set()
     last = -np.inf
-    gap_s = cfg.gap_ms / 1000.0
+    gap_s = cfg.gap_s(requests)
     for t, r, j in events:
         if not clusters or t - last > gap_s or r in members:
             clusters.append([])
@@ -210,46 +248,64 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
         clusters[-1].append((t, r, j))
         members.add(r)
         last = t
+    ends = [float(np.median([t for t, _, _ in c])) for c in clusters]
+    n = len(clusters)
+    hidden, pre, new, att = [0] * n, [0] * n, [0] * n, [0] * n
+    dec, ctx = [0] * n, [0] * n
+    sent = [-np.inf] * n
+    for k, cluster in enumerate(clusters):
+        for _, r, j in cluster:
+            req = requests[r]
+            if j:
+                dec[k] += 1
+                ctx[k] += req.input_tokens + sum(req.chunk_tokens[:j])
+                continue
+            done = req.cached_tokens
+            chunks = prompt_split(req.input_tokens - req.cached_tokens, cfg.prompt_stops) or [0]
+            at = k - (len(chunks) - 1)  # the step each chunk ran in, earliest first
+            inside = 0
+            for size in chunks:
+                # a step before this request arrived cannot hold its chunk: the chunk
+                # ran in a step hidden inside the first token's (no token of its own;
+                # prompts that arrived together share it)
+                place = at if at >= 1 and ends[at - 1] >= req.arrival_s else k
+                if place == k and at < k:
+                    inside += 1
+                pre[place] += 1
+                new[place] += size
+                done += size
+                att[place] += size * done
+                if place == k:
+                    sent[k] = max(sent[k], req.arrival_s)
+                at += 1
+            hidden[k] = max(hidden[k], inside)
     cols: dict[str, list[Any]] = {k: [] for k in _COLUMNS}
     prev_end: float | None = None
     dropped = 0
-    for cluster in clusters:
-        end = float(np.median([t for t, _, _ in cluster]))
-        dec = ctx = pre = new = att = 0
-        sent = -np.inf
-        for _, r, j in cluster:
-            req = requests[r]
-            if j == 0:
-                n = req.input_tokens - req.cached_tokens
-                pre += 1
-                new += n
-                att += n * (req.cached_tokens + n)
-                sent = max(sent, req.arrival_s)
-            else:
-                dec += 1
-                ctx += req.input_tokens + sum(req.chunk_tokens[:j])
-        idle = prev_end is None or sent > prev_end
-        start = sent if idle or prev_end is None else prev_end
-        prev_end = end
+    for k in range(n):
+        idle = prev_end is None or sent[k] > prev_end
+        start = sent[k] if idle or prev_end is None else prev_end
+        end = prev_end = ends[k]
         if (idle and cfg.idle_start == "drop") or not np.isfinite(start) or not end > start:
             dropped += 1  # (a first step without a prompt in it has no known start)
             continue
         cols["latency_ms"].append((end - start) * 1000.0)
-        cols["decode_seqs"].append(dec)
-        cols["decode_context_tokens"].append(ctx)
-        cols["prefill_seqs"].append(pre)
-        cols["prefill_tokens"].append(new)
-        cols["prefill_attention_tokens"].append(att)
+        cols["steps"].append(1 + hidden[k])
+        cols["decode_seqs"].append(dec[k])
+        cols["decode_context_tokens"].append(ctx[k])
+        cols["prefill_seqs"].append(pre[k])
+        cols["prefill_tokens"].append(new[k])
+        cols["prefill_attention_tokens"].append(att[k])
         cols["run"].append(run)
+    ints = {
+        k: np.asarray(cols[k], dtype=np.int64) for k in _COLUMNS if k not in ("latency_ms", "run")
+    }
     return Steps(
         latency_ms=np.asarray(cols["latency_ms"], dtype=np.float64),
-        decode_seqs=np.asarray(cols["decode_seqs"], dtype=np.int64),
-        decode_context_tokens=np.asarray(cols["decode_context_tokens"], dtype=np.int64),
-        prefill_seqs=np.asarray(cols["prefill_seqs"], dtype=np.int64),
-        prefill_tokens=np.asarray(cols["prefill_tokens"], dtype=np.int64),
-        prefill_attention_tokens=np.asarray(cols["prefill_attention_tokens"], dtype=np.int64),
         run=np.asarray(cols["run"], dtype=np.str_),
         dropped=dropped,
+        gap_ms=(gap_s * 1000.0,),
+        **ints,
     )
 
 
@@ -259,4 +315,5 @@ def steps_of_runs(folders: list[Path], cfg: StepRebuild) -> Steps:
     return Steps(
         **{name: np.concatenate([getattr(p, name) for p in parts]) for name in _COLUMNS},
         dropped=sum(p.dropped for p in parts),
+        gap_ms=tuple(g for p in parts for g in p.gap_ms),
     )

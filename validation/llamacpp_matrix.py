@@ -11,9 +11,9 @@ defaults for every flag not listed) and each length regime of :data:`REGIMES`:
    :data:`LOADS` (Poisson at 0.3/0.6/0.9 of it, closed loops of 4 and 8): simulate, replay
    :data:`REPEATS` times on the server (the load average read before and after each real
    run), compare (median of the real runs, their spread);
-3. Table 2: ``calibrate --from-runs`` on the real runs of the medium Poisson load (with
-   the profile), then simulate every load again with that fit and compare to the same
-   real runs.
+3. Table 2: ``calibrate --from-runs`` on the real runs of the medium Poisson load (alone:
+   see :func:`table2`), then simulate every load again with that fit and compare to the
+   same real runs.
 
 The scenarios are written from :func:`scenario` into the results folder: ``engine:
 {name: llamacpp, command: ...}`` with the launch flags, so the preset sets every knob.
@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from lyra_simpy.cli import main as cli_main
@@ -197,16 +198,19 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
 def table2(cfg: str, reg: str, quick: bool, out: dict[str, Any], reals: dict[str, list[str]],
            log: list[str]) -> None:  # fmt: skip
     """Table 2 of one point into *out*: ``calibrate --from-runs`` on the real runs of
-    :data:`FIT_LOAD` (with the profile, and the prompt stops of the server's context
-    checkpoints), then every load simulated with that fit and compared to its real runs
-    (*reals*). Needs no server: ``--table2`` redoes it from the stored runs."""
+    :data:`FIT_LOAD` alone (with the prompt stops of the server's context checkpoints),
+    then every load simulated with that fit and compared to its real runs (*reals*).
+    Not with the profile: a rebuilt step cannot tell its forward passes (the client sees
+    no slot ids), so its extra passes would be fitted as decode cost beside the
+    profile's per-pass cost and charged twice; alone, the fit prices the passes a load
+    run has on average. Needs no server: ``--table2`` redoes it from the stored runs."""
     flags, regime = CONFIGS[cfg], REGIMES[reg]
     here = OUT / f"{cfg}_{reg}"
     fit2 = here / "fit_runs.yaml"
     stops = load_scenario(here / f"{FIT_LOAD}.yaml").scheduler.checkpoint_stops
     extra = ["--prompt-stops", ",".join(map(str, stops))] if stops else []
-    run("calibrate", "--from-runs", *reals[FIT_LOAD], "--profile", str(here / "profile.csv"),
-        "--out", str(fit2), "--loss", "soft_l1", *extra, log=log)  # fmt: skip
+    run("calibrate", "--from-runs", *reals[FIT_LOAD], "--out", str(fit2), "--loss", "soft_l1",
+        *extra, log=log)  # fmt: skip
     out["table2"] = {}
     shutil.rmtree(here / "sim_t2", ignore_errors=True)
     for load in LOADS:
@@ -304,9 +308,33 @@ def _row(row: dict[str, Any]) -> tuple[str, bool]:
     return f"{_pct(err)} (±{100 * spread:.0f} %){'' if ok else ' ✗'}", ok
 
 
+def summary(results: dict[str, Any]) -> list[str]:
+    """One row per configuration and length regime: for each table, the cells inside the
+    target (of loads × :data:`METRICS`) and the median |error| of the p50s and of
+    throughput (the README's fidelity table)."""
+    rows = ["| server flags | requests | Table 1 (probes): cells in target | median p50 "
+            "error | Table 2 (one load run): cells in target | median p50 error |",
+            "|---|---|---:|---:|---:|---:|"]  # fmt: skip
+    for key, res in results.items():
+        cells = [f"`{' '.join(res['flags'])}`", key.split("/")[1]]
+        for tables in ({k: v["table"] for k, v in res["loads"].items()}, res["table2"]):
+            ok = total = 0
+            p50: list[float] = []
+            for table in tables.values():
+                by = {r["metric"]: r for r in table}
+                for m in METRICS:
+                    ok += _row(by[m])[1]
+                    total += 1
+                p50 += [abs(by[m]["error"]) for m in METRICS if m.startswith("median")]
+            cells += [f"{ok} / {total}", f"{100 * float(np.median(p50)):.0f} %"]
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
 def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any]) -> None:
     """Put the matrix tables into *doc* between :data:`START` and :data:`END`."""
     lines = [START, "", "## llama.cpp engine model (`engine: llamacpp`), issue 12", ""]
+    lines += [*summary(results), ""]
     lines.append(
         f"Machine: {facts.get('cpu')} ({facts.get('cores')} cores), shared; load average "
         f"(1/5/15 min) {facts.get('load_start')} at the start, {facts.get('load_end')} at the "

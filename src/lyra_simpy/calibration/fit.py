@@ -162,6 +162,9 @@ class RunsSource(_Closed):
     """Rebuilt steps fitted."""
     dropped_steps: int = 0
     """Rebuilt steps left out (``idle_start: drop``, or no known start)."""
+    approximated_requests: int = 0
+    """Requests whose stream held fewer chunks than tokens (counted by ``usage``): taken
+    at one token a chunk, so the steps in which they decoded silently miss them."""
 
 
 class NoiseFit(_Closed):

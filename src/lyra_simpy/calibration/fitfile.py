@@ -116,6 +116,12 @@ def format_report(fit: ProfileFit, profile_label: str | None = None) -> str:
         lines.append(
             f"runs: {', '.join(fit.runs.folders)} ({fit.runs.steps} rebuilt steps, "
             f"{fit.runs.dropped_steps} left out; "
+            + (
+                f"{fit.runs.approximated_requests} request(s) counted by usage, taken at "
+                "one token a chunk; "
+                if fit.runs.approximated_requests
+                else ""
+            )
             + ", ".join(f"{k}={v}" for k, v in fit.runs.rebuild.items())
             + ")"
         )

@@ -114,6 +114,7 @@ def fit_runs(
             },
             steps=len(steps),
             dropped_steps=steps.dropped,
+            approximated_requests=steps.approximated,
         ),
         metadata=profile.metadata if profile is not None else {},
         grid=_grid(rows),

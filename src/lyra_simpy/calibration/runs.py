@@ -118,6 +118,8 @@ class Steps:
     a run without a prompt in it (no known start)."""
     gap_ms: tuple[float, ...] = ()
     """The gap each run's steps were cut at (``StepRebuild.gap_ms``, resolved)."""
+    approximated: int = 0
+    """Requests taken at one token a chunk (``StreamedRequest.approximate``)."""
 
     def __len__(self) -> int:
         return len(self.latency_ms)
@@ -159,7 +161,9 @@ class Steps:
         )
 
 
-_COLUMNS = tuple(k for k in Steps.__dataclass_fields__ if k not in ("dropped", "gap_ms"))
+_COLUMNS = tuple(
+    k for k in Steps.__dataclass_fields__ if k not in ("dropped", "gap_ms", "approximated")
+)
 
 
 @dataclass(frozen=True)
@@ -172,6 +176,10 @@ class StreamedRequest:
     cached_tokens: int
     chunk_s: list[float]
     chunk_tokens: list[int]
+    approximate: bool = False
+    """The stream held fewer chunks than tokens (``counted_by: usage``, e.g. a token
+    whose text the server held back until the next): taken at one token a chunk, so
+    the steps where it decoded without a chunk miss its decode."""
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -211,12 +219,9 @@ def read_run(folder: Path) -> list[StreamedRequest]:
         if rec is None:
             raise TraceError(f"{tokens_path}: request_id {rid!r} is not in requests.jsonl")
         times, counts = row.get("chunk_s"), row.get("chunk_tokens")
-        if counts is None:
-            raise TraceError(
-                f"{tokens_path}: request {rid}: chunk_tokens is null (its token count came "
-                "from usage, so which chunk carried which token is unknown); steps "
-                "cannot be rebuilt from this run"
-            )
+        approximate = counts is None and isinstance(times, list)
+        if approximate:  # (counted by usage: which chunk carried which token is unknown)
+            counts = [1] * len(times)
         if not isinstance(times, list) or not isinstance(counts, list) or len(times) != len(counts):
             raise TraceError(
                 f"{tokens_path}: request {rid}: chunk_s and chunk_tokens must be lists "
@@ -229,6 +234,7 @@ def read_run(folder: Path) -> list[StreamedRequest]:
                 int(rec.get("cached_tokens") or 0),
                 [float(t) for t in times],
                 [int(n) for n in counts],
+                approximate,
             )
         )
     return out
@@ -305,6 +311,7 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
         run=np.asarray(cols["run"], dtype=np.str_),
         dropped=dropped,
         gap_ms=(gap_s * 1000.0,),
+        approximated=sum(r.approximate for r in requests),
         **ints,
     )
 
@@ -316,4 +323,5 @@ def steps_of_runs(folders: list[Path], cfg: StepRebuild) -> Steps:
         **{name: np.concatenate([getattr(p, name) for p in parts]) for name in _COLUMNS},
         dropped=sum(p.dropped for p in parts),
         gap_ms=tuple(g for p in parts for g in p.gap_ms),
+        approximated=sum(p.approximated for p in parts),
     )

@@ -24,7 +24,7 @@ from its real runs (no server); ``--doc-only`` rewrites the document from the nu
 Run it with ``tox -e validate-cpu -- --matrix`` (or ``python validation/validate_cpu.py
 --matrix``).
 Numbers go to ``results/validation-llamacpp/matrix.json``; :func:`write_section` puts the
-tables into ``docs/VALIDATION.md`` between markers.
+tables into ``docs/VALIDATION-llamacpp.md`` between markers.
 """
 
 from __future__ import annotations
@@ -48,6 +48,12 @@ from lyra_simpy.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "validation-llamacpp"
+DOC = ROOT / "docs" / "VALIDATION-llamacpp.md"
+PUBLISHED = ROOT / "docs" / "validation" / "llamacpp-matrix.json"
+"""A copy of ``matrix.json`` kept with the document (``--doc-only`` reads it in a clone
+without the run's results)."""
+"""Where the tables go (between :data:`START` and :data:`END`; the rest of the file, the
+reading of the tables, is written by hand and kept)."""
 CONFIGS: dict[str, list[str]] = {
     "default": ["-np", "4", "-c", "4096", "-t", "2"],
     "kvu": ["-np", "4", "-c", "4096", "-t", "2", "-kvu"],
@@ -236,12 +242,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="redo Table 2 of every stored point from its real runs "
                         "(no server needed)")  # fmt: skip
     parser.add_argument("--doc-only", action="store_true",
-                        help="rewrite docs/VALIDATION.md from results/.../matrix.json")  # fmt: skip
+                        help="rewrite the document from the stored numbers")  # fmt: skip
     args = parser.parse_args(argv or [])
     os.chdir(ROOT)
     quick = os.environ.get("LYRA_QUICK") == "1"
     stored = OUT / "matrix.json"
-    keep: dict[str, Any] = json.loads(stored.read_text()) if stored.is_file() else {}
+    source = stored if stored.is_file() else PUBLISHED
+    keep: dict[str, Any] = json.loads(source.read_text()) if source.is_file() else {}
     if args.table2:
         log = keep.get("commands", [])
         for key, res in keep["results"].items():
@@ -252,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             table2(cfg, reg, keep["facts"]["quick"], res, reals, log)
         stored.write_text(json.dumps({**keep, "commands": log}, indent=1))
     if args.doc_only or args.table2:
-        write_section(ROOT / "docs" / "VALIDATION.md", keep["facts"], keep["results"])
+        write_section(DOC, keep["facts"], keep["results"])
         return 0
     configs = ["default"] if quick else list(CONFIGS)
     regimes = ["short"] if quick else list(REGIMES)
@@ -284,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         stored.write_text(
             json.dumps({"facts": facts, "results": results, "commands": log}, indent=1)
         )
-    write_section(ROOT / "docs" / "VALIDATION.md", facts, results)
+    write_section(DOC, facts, results)
     return 0
 
 
@@ -332,8 +339,11 @@ def summary(results: dict[str, Any]) -> list[str]:
 
 
 def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any]) -> None:
-    """Put the matrix tables into *doc* between :data:`START` and :data:`END`."""
-    lines = [START, "", "## llama.cpp engine model (`engine: llamacpp`), issue 12", ""]
+    """Put the matrix tables into *doc* between :data:`START` and :data:`END`, and the
+    numbers into :data:`PUBLISHED`."""
+    PUBLISHED.parent.mkdir(parents=True, exist_ok=True)
+    PUBLISHED.write_text(json.dumps({"facts": facts, "results": results}, indent=1))
+    lines = [START, "", "## The tables", ""]
     lines += [*summary(results), ""]
     lines.append(
         f"Machine: {facts.get('cpu')} ({facts.get('cores')} cores), shared; load average "

@@ -20,7 +20,7 @@ def fake_binary(tmp_path: Path) -> Path:
 def test_cache_dir_follows_lyra_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LYRA_CACHE", str(tmp_path))
     assert llamacpp.cache_dir() == tmp_path
-    binary = tmp_path / f"llama.cpp-{llamacpp.COMMIT}" / "build" / "bin" / "llama-server"
+    binary = tmp_path / llamacpp.BUILD / "build" / "bin" / "llama-server"
     binary.parent.mkdir(parents=True)
     binary.write_text("")
     assert llamacpp.server_binary(echo=False) == binary  # reused, never rebuilt

@@ -203,8 +203,8 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def read_run(folder: Path) -> list[StreamedRequest]:
     """The requests of the replayed run in *folder* that got tokens, with their chunk
-    times. A request whose chunks cannot be placed (counted by ``usage``) fails the run:
-    its tokens would be missing from the steps they belong to."""
+    times. A request counted by ``usage`` (its chunks did not match its tokens) is taken
+    at one token a chunk (``StreamedRequest.approximate``)."""
     tokens_path = folder / TOKENS_FILE
     if not tokens_path.is_file():
         raise TraceError(
@@ -219,9 +219,10 @@ def read_run(folder: Path) -> list[StreamedRequest]:
         if rec is None:
             raise TraceError(f"{tokens_path}: request_id {rid!r} is not in requests.jsonl")
         times, counts = row.get("chunk_s"), row.get("chunk_tokens")
-        approximate = counts is None and isinstance(times, list)
-        if approximate:  # (counted by usage: which chunk carried which token is unknown)
-            counts = [1] * len(times)
+        approximate = False
+        if counts is None and isinstance(times, list):
+            # counted by usage: which chunk carried which token is unknown
+            approximate, counts = True, [1] * len(times)
         if not isinstance(times, list) or not isinstance(counts, list) or len(times) != len(counts):
             raise TraceError(
                 f"{tokens_path}: request {rid}: chunk_s and chunk_tokens must be lists "

@@ -277,6 +277,20 @@ def _calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _token_counts(text: str) -> list[int]:
+    """``--prompt-stops``: positive token counts separated by commas."""
+    try:
+        counts = [int(x) for x in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or any(x <= 0 for x in counts):
+        raise LyraError(
+            f"--prompt-stops: got {text!r}; allowed: positive token counts separated by "
+            "commas (e.g. 516,4)"
+        )
+    return counts
+
+
 def _calibrate_runs(args: argparse.Namespace, profile: Path | None) -> int:
     from lyra_simpy.calibration.fitfile import format_report, write_fit
     from lyra_simpy.calibration.fitruns import fit_runs
@@ -286,17 +300,7 @@ def _calibrate_runs(args: argparse.Namespace, profile: Path | None) -> int:
         raise LyraError("calibrate: --figure draws a profile's residuals; not with --from-runs")
     if args.step_gap_ms is not None and args.step_gap_ms <= 0:
         raise LyraError(f"--step-gap-ms: got {args.step_gap_ms:g}, must be > 0 (ms)")
-    stops = None
-    if args.prompt_stops is not None:
-        try:
-            stops = [int(x) for x in args.prompt_stops.split(",")]
-        except ValueError:
-            stops = [0]
-        if any(x <= 0 for x in stops):
-            raise LyraError(
-                f"--prompt-stops: got {args.prompt_stops!r}; allowed: positive token counts "
-                "separated by commas (e.g. 516,4)"
-            )
+    stops = None if args.prompt_stops is None else _token_counts(args.prompt_stops)
     given = {"gap_ms": args.step_gap_ms, "idle_start": args.idle_start, "prompt_stops": stops}
     rebuild = StepRebuild(**{k: v for k, v in given.items() if v is not None})
     fit = fit_runs(args.from_runs, profile, rebuild, args.loss, args.out)

@@ -45,6 +45,7 @@ from pydantic import ConfigDict, PositiveFloat, PositiveInt
 
 from lyra_simpy.config import Closed
 from lyra_simpy.errors import TraceError
+from lyra_simpy.policies.llamacpp import prompt_chunk
 
 TOKENS_FILE = "tokens.jsonl"
 """The replay's side file of per-token times (:mod:`~lyra_simpy.live.replay`)."""
@@ -92,9 +93,14 @@ class StepRebuild(Closed):
 
 def prompt_split(tokens: int, stops: tuple[int, ...]) -> list[int]:
     """The chunks a prompt of *tokens* is computed in when the engine stops at each of
-    *stops* tokens before its end (``StepRebuild.prompt_stops``), first chunk first."""
-    cuts = sorted(tokens - s for s in set(stops) if 0 < s < tokens)
-    return [b - a for a, b in itertools.pairwise([0, *cuts, tokens]) if b > a]
+    *stops* tokens before its end (``StepRebuild.prompt_stops``), first chunk first: the
+    llamacpp scheduler's own rule (:func:`~lyra_simpy.policies.llamacpp.prompt_chunk`)
+    with no batch limit."""
+    chunks = []
+    while tokens > 0:
+        chunks.append(prompt_chunk(tokens, tokens, stops))
+        tokens -= chunks[-1]
+    return chunks
 
 
 @dataclass(frozen=True)
@@ -260,12 +266,14 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
     hidden, pre, new, att = [0] * n, [0] * n, [0] * n, [0] * n
     dec, ctx = [0] * n, [0] * n
     sent = [-np.inf] * n
+    # tokens each request had received before each of its chunks (once, not per chunk)
+    before = [list(itertools.accumulate(r.chunk_tokens, initial=0)) for r in requests]
     for k, cluster in enumerate(clusters):
         for _, r, j in cluster:
             req = requests[r]
             if j:
                 dec[k] += 1
-                ctx[k] += req.input_tokens + sum(req.chunk_tokens[:j])
+                ctx[k] += req.input_tokens + before[r][j]
                 continue
             done = req.cached_tokens
             chunks = prompt_split(req.input_tokens - req.cached_tokens, cfg.prompt_stops) or [0]

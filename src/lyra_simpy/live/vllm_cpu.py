@@ -12,6 +12,12 @@ start, stop (issue 21).
   (tokens ``w3 … w31999`` after ``<unk> <s> </s>``): timing does not depend on what
   the weights are. Built by the environment's own Python into the cache, once.
 * **Server.** ``VLLM_CPU_KVCACHE_SPACE`` GiB of KV, on 127.0.0.1 only, stopped on exit.
+  With ``dev_mode`` also ``VLLM_SERVER_DEV_MODE=1``, which adds vLLM's development
+  routes, among them ``POST /reset_prefix_cache`` (``vllm/entrypoints/serve/dev/cache/
+  api_router.py``): :func:`reset_prefix_cache` empties the prefix cache before each real
+  run, so a run starts as cold as the simulated one (a replay sends the same prompts
+  every time, and vLLM would otherwise serve a repeat's prompts from the last run's
+  blocks).
 * **Counters.** :func:`engine_counters` reads the engine's own totals from ``/metrics``
   (Prometheus text, vLLM 0.32 names in :data:`COUNTERS`): prefix-cache queries and hits
   (tokens) and preemptions; a replay's are the difference of two readings.
@@ -119,6 +125,28 @@ def counter_delta(before: dict[str, float], after: dict[str, float]) -> dict[str
     return delta
 
 
+def reset_prefix_cache(base_url: str, tries: int = 20, wait_s: float = 0.5) -> None:
+    """Empty the server's prefix cache (``POST /reset_prefix_cache``, a development route:
+    the server needs ``VLLM_SERVER_DEV_MODE=1``). vLLM refuses (``success: false``) while
+    blocks are held by running requests: tried *tries* times, *wait_s* apart."""
+    import time
+
+    import httpx
+
+    url = base_url.rstrip("/") + "/reset_prefix_cache"
+    for _ in range(tries):
+        try:
+            resp = httpx.post(url, timeout=10.0)
+        except httpx.HTTPError as exc:
+            raise LyraError(f"{url}: {exc}") from None
+        if resp.status_code == 404:
+            raise LyraError(f"{url}: 404 (start the server with VLLM_SERVER_DEV_MODE=1)")
+        if resp.status_code == 200 and resp.json().get("success"):
+            return
+        time.sleep(wait_s)
+    raise LyraError(f"{url}: the prefix cache was not reset after {tries} tries")
+
+
 def _run(cmd: list[str], log: Path) -> None:
     with log.open("a") as fh:
         fh.write("$ " + " ".join(cmd) + "\n")
@@ -184,11 +212,13 @@ class Server(_Server):
         log: Path,
         kv_space_gib: int = 2,
         port: int | None = None,
+        dev_mode: bool = False,
     ) -> None:
         super().__init__(python, model, flags, log, port)
         self.cmd = [
             "env",
             f"VLLM_CPU_KVCACHE_SPACE={kv_space_gib}",
+            *(["VLLM_SERVER_DEV_MODE=1"] if dev_mode else []),
             *server_command(python, model, self.port, flags),
         ]
         self.launch = " ".join(self.cmd[1:]).replace(str(Path.home()), "~")

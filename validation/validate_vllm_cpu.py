@@ -132,6 +132,14 @@ GRID: dict[str, Any] = {
     "repeats": 3,
 }
 """The probes: prompts up to the long ones, every batch width up to ``--max-num-seqs``."""
+GATE = 0.15
+"""A real run starts once a lone request's decode step is within this fraction of the
+profile's batch-1 step (:func:`wait_for_speed`): this VM's speed changes from minute to
+minute (``validation/host_noise.py``), and a run at another speed than the profile's
+measures the host, not the simulator."""
+GATE_WAIT_S = 90.0
+"""The longest wait for that speed; the run then starts anyway (and shows it)."""
+GATE_PAUSE_S = 15.0
 TARGET = ("output_throughput", "median_ttft_ms", "median_tpot_ms", "median_e2el_ms")
 SHOWN = (*TARGET, "p90_ttft_ms", "p90_tpot_ms")
 """Columns of the tables: the issue's targets, then two tails shown without a target."""
@@ -194,10 +202,41 @@ def _write(path: Path, raw: dict[str, Any]) -> Path:
     return path
 
 
-def point(key: str, loads: list[str], srv: vllm_cpu.Server, quick: bool,
-          log: list[str]) -> dict[str, Any]:  # fmt: skip
+_PROBE_IDS = np.random.default_rng(2026)
+
+
+def speed_probe(url: str) -> float | None:
+    """The server's batch-1 decode step right now: one request of 32 fresh random prompt
+    tokens and 33 output tokens, alone (:func:`~lyra_simpy.live.client.decode_step_ms`)."""
+    from lyra_simpy.live.client import decode_step_ms
+
+    prompt = _PROBE_IDS.integers(1000, 30000, size=32).tolist()
+    return decode_step_ms(url, prompt, 33, extra={"model": vllm_cpu.SERVED_NAME})
+
+
+def wait_for_speed(url: str, ref_ms: float | None) -> list[float | None]:
+    """Probe (:func:`speed_probe`) every :data:`GATE_PAUSE_S` until the step is within
+    :data:`GATE` of *ref_ms* or :data:`GATE_WAIT_S` have passed; every probe taken."""
+    seen: list[float | None] = []
+    deadline = time.monotonic() + GATE_WAIT_S
+    while True:
+        step = speed_probe(url)
+        seen.append(step)
+        if ref_ms is None or (step is not None and abs(step / ref_ms - 1.0) <= GATE):
+            return seen
+        if time.monotonic() > deadline:
+            return seen
+        print(f"validate-vllm-cpu: batch-1 step {step} ms, profiled {ref_ms:.1f} ms: waiting",
+              flush=True)  # fmt: skip
+        time.sleep(GATE_PAUSE_S)
+
+
+def point(key: str, loads: list[str], srv: vllm_cpu.Server, quick: bool, log: list[str],
+          ref_ms: float | None = None) -> dict[str, Any]:  # fmt: skip
     """Capacity, then every load of one configuration/workload: simulate, replay
-    :data:`REPEATS` times (cache emptied, counters read around each), compare."""
+    :data:`REPEATS` times (each once the server runs at the profile's speed
+    *ref_ms*, :func:`wait_for_speed`; cache emptied, counters read around each),
+    compare."""
     cfg, workload = key.split("/")
     here = OUT / f"{cfg}_{workload}"
     here.mkdir(parents=True, exist_ok=True)
@@ -216,13 +255,16 @@ def point(key: str, loads: list[str], srv: vllm_cpu.Server, quick: bool,
         reals, counters, machine = [], [], []
         for k in range(1, REPEATS + 1):
             real = here / "real" / load / f"run{k}"
+            gate = wait_for_speed(srv.url, ref_ms)
             vllm_cpu.reset_prefix_cache(srv.url)
             before, load_before, t0 = vllm_cpu.engine_counters(srv.url), load_average(), time.time()
             run("replay", str(path), "--endpoint", srv.url, "--out", str(real), "--timeout-s",
                 "300", "--time-limit-s", "1200", "--vocab-size", vocab, log=log)  # fmt: skip
             counters.append(vllm_cpu.counter_delta(before, vllm_cpu.engine_counters(srv.url)))
+            after = speed_probe(srv.url)
             machine.append({"before": load_before, "after": load_average(),
-                            "wall_s": round(time.time() - t0, 1)})  # fmt: skip
+                            "wall_s": round(time.time() - t0, 1), "step_before": gate[-1],
+                            "gate_probes": len(gate), "step_after": after})  # fmt: skip
             reals.append(real)
         summary = json.loads((sim / "summary.json").read_text())
         out["loads"][load] = {
@@ -342,8 +384,9 @@ def main(argv: list[str] | None = None) -> int:
                 fit["coefficients"] = fitted["coefficients"]
                 fit["report"] = {k: v for k, v in fitted.items() if k not in ("coefficients",)}
                 fit["launch"] = srv.launch
+            ref = probe_step(PROFILE)
             for key in todo:
-                results[key] = point(key, points[key], srv, quick, log)
+                results[key] = point(key, points[key], srv, quick, log, ref)
                 results[key]["launch"] = srv.launch
                 results[key]["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
                 facts["load_end"] = load_average()
@@ -359,14 +402,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _probe_step_ms() -> str:
-    """The profile's decode step at batch 1 (median over its contexts), as text."""
+def probe_step(csv: Path) -> float | None:
+    """The profile's decode step at batch 1 (median over its contexts), ms."""
     try:
-        rows = PROFILE.read_text().splitlines()[1:]
+        rows = csv.read_text().splitlines()[1:]
     except OSError:
-        return "n/a"
+        return None
     steps = [float(r.split(",")[4]) for r in rows if r.startswith("decode,1,")]
-    return f"{float(np.median(steps)):.1f}" if steps else "n/a"
+    return round(float(np.median(steps)), 1) if steps else None
+
+
+def _ms(x: float | None) -> str:
+    return "—" if x is None else f"{x:.0f}"
 
 
 def _stop(signum: int, frame: object) -> None:
@@ -514,10 +561,10 @@ def write_doc(facts: dict[str, Any], results: dict[str, Any], fit: dict[str, Any
         other = runs_coef.get(name)
         lines.append(f"| `{name}` | {value:.4g} | {'—' if other is None else f'{other:.4g}'} |")
     lines.append("")
-    probe = _probe_step_ms()
+    probe = _ms(probe_step(PROFILE))
     head = "| load | " + " | ".join(SHOWN) + " | hit rate sim vs real | preemptions sim vs " \
-           f"real (each run) | batch-1 step in each run (probe {probe} ms) | " \
-           "load avg before→after |"  # fmt: skip
+           "real (each run) | batch-1 step per run, ms: before · in the run · after " \
+           f"(profile {probe}) | load avg before→after |"  # fmt: skip
     sep = "|" + "---|" * (len(SHOWN) + 5)
     for key, res in results.items():
         cfg, workload = key.split("/")
@@ -530,8 +577,9 @@ def write_doc(facts: dict[str, Any], results: dict[str, Any], fit: dict[str, Any
             hit, preempt, _ = counter_cells(entry)
             machine = "; ".join(f"{m['before'].split()[0]}→{m['after'].split()[0]}"
                                 for m in entry["machine"])  # fmt: skip
-            solo = ", ".join(
-                "—" if x is None else f"{x:.0f}" for x in entry.get("solo_step_ms", [])
+            solo = "; ".join(
+                " · ".join(_ms(x) for x in (m.get("step_before"), s, m.get("step_after")))
+                for m, s in zip(entry["machine"], entry.get("solo_step_ms", []), strict=False)
             )
             for name, table in (("", entry["table"]), (" (Table 2)", entry.get("table2"))):
                 if table is None:

@@ -158,3 +158,15 @@ def test_token_ids_that_are_not_a_list_are_a_malformed_chunk() -> None:
         srv.faults = {0: "bad_ids"}
         out = _send(srv.url, "openai")
     assert out.error == "malformed chunk"
+
+
+def test_decode_step_is_the_median_gap_of_one_lone_request() -> None:
+    from lyra_simpy.live.client import decode_step_ms
+
+    with StreamServer(ttft_s=0.05, itl_s=0.03, style="vllm") as srv:
+        step = decode_step_ms(srv.url, [11, 12, 13], 9, extra={"model": "tiny"})
+        srv.faults[1] = "http500"
+        failed = decode_step_ms(srv.url, [11, 12, 13], 9, extra={"model": "tiny"})
+    assert step is not None
+    assert 30.0 <= step < 60.0  # the 30 ms the server sleeps between tokens, not its TTFT
+    assert failed is None

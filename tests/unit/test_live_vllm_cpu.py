@@ -338,7 +338,8 @@ def test_the_document_is_written_from_the_numbers(tmp_path: Path, monkeypatch: A
     table = [_row("output_throughput", 0.01, 0.02), _row("median_ttft_ms", 0.3, 0.05),
              _row("median_tpot_ms", 0.02, 0.01), _row("median_e2el_ms", -0.05, 0.01),
              _row("p90_ttft_ms", 0.4, 0.1), _row("p90_tpot_ms", 0.0, 0.1)]  # fmt: skip
-    machine = [{"before": "0.5 0.6 0.7", "after": "1.0 0.7 0.7", "wall_s": 9}]
+    machine = [{"before": "0.5 0.6 0.7", "after": "1.0 0.7 0.7", "wall_s": 9,
+                "step_before": 20.6, "gate_probes": 2, "step_after": None}]  # fmt: skip
     counters = [{"prefix_cache_queries": 100.0, "preemptions": 0.0}]
     sim = {"prefix_cache_hit_rate": 0.0, "preemptions": 0}
     entry = {"table": table, "counters": counters, "sim": sim, "machine": machine,
@@ -349,8 +350,8 @@ def test_the_document_is_written_from_the_numbers(tmp_path: Path, monkeypatch: A
     text = (tmp_path / "doc.md").read_text()
     assert "| `--num-gpu-blocks-override 24` | long | 1 | 3 / 4 | 5 % | — | — | 2 / 2 |" in text
     assert "| closed_8 | +1.0 % (±2 %) | +30.0 % (±5 %) ✗ |" in text
-    assert "| batch-1 step in each run (probe 21.0 ms) |" in text
-    assert "0.0 % vs 0.0 % | 0 vs 0 (0) | 23, — | 0.5→1.0 |" in text
+    assert "| batch-1 step per run, ms: before · in the run · after (profile 21) |" in text
+    assert "0.0 % vs 0.0 % | 0 vs 0 (0) | 21 · 23 · — | 0.5→1.0 |" in text
     assert "| `fixed_ms` | 25 | — |" in text
     assert "smoke run" not in text
     assert json.loads((tmp_path / "m.json").read_text())["results"] == results
@@ -415,3 +416,14 @@ def test_the_prefix_cache_is_emptied_or_the_reason_is_one_line() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_real_run_waits_for_the_profiled_speed(monkeypatch: Any) -> None:
+    job = _job()
+    steps = iter([40.0, None, 22.0, 99.0, 50.0])
+    monkeypatch.setattr(job, "speed_probe", lambda url: next(steps))
+    monkeypatch.setattr(job, "GATE_PAUSE_S", 0.0)
+    assert job.wait_for_speed("u", 20.0) == [40.0, None, 22.0]  # 22 is within 15 % of 20
+    monkeypatch.setattr(job, "GATE_WAIT_S", -1.0)  # out of time: the run starts anyway
+    assert job.wait_for_speed("u", 20.0) == [99.0]
+    assert job.wait_for_speed("u", None) == [50.0]  # no profile to compare with: one probe

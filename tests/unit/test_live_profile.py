@@ -101,3 +101,23 @@ def test_mixed_probes_need_a_free_slot(tmp_path: Path) -> None:
     ):
         profile(srv.url, "openai", grid, out)
     assert not out.exists()
+
+
+def test_each_profile_sends_fresh_prompts_unless_a_seed_is_given(tmp_path: Path) -> None:
+    # an engine's prefix cache keeps the last profile's prompts: the same ids again would
+    # be served from it and price prompts far too cheap
+    grid = ProfileGrid(prefill_tokens=[8], decode_batch=[1], decode_context=[8], decode_steps=2,
+                       mixed_batch=[], repeats=1)  # fmt: skip
+    prompts, seeds = [], []
+    with StreamServer(ttft_s=0.0, itl_s=0.001, style="vllm", props=False) as srv:
+        for k, g in enumerate([grid, grid, grid.model_copy(update={"prompt_seed": 7}),
+                               grid.model_copy(update={"prompt_seed": 7})]):  # fmt: skip
+            out = tmp_path / f"p{k}.csv"
+            srv.received.clear()
+            profile(srv.url, "openai", g, out, "test box", "", 32000)
+            prompts.append([b["prompt"] for b in srv.received if "prompt" in b])
+            seeds.append(yaml.safe_load(out.with_suffix(".yaml").read_text())["prompt_seed"])
+    assert prompts[0] != prompts[1]
+    assert seeds[0] != seeds[1]
+    assert prompts[2] == prompts[3]
+    assert seeds[2:] == [7, 7]

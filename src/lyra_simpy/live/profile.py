@@ -49,6 +49,7 @@ import asyncio
 import datetime as dt
 import os
 import platform
+import secrets
 import statistics
 import time
 from pathlib import Path
@@ -97,6 +98,11 @@ class ProfileGrid(BaseModel):
     token_ids: TokenIds | None = None
     """Prompt id range (None: the default, fitted to the vocabulary)."""
     extra_body: dict[str, Any] = {}
+    prompt_seed: int | None = None
+    """Seed of the probes' random prompt ids (None: a fresh one each run, written to the
+    metadata). Fresh by default: an engine with a prefix cache (vLLM's is on by default)
+    keeps the last profile's prompts, and the same ids sent again would be served from
+    it, pricing prompts far too cheap."""
 
 
 def load_grid(path: Path) -> ProfileGrid:
@@ -114,10 +120,16 @@ def load_grid(path: Path) -> ProfileGrid:
 
 class _Prober:
     def __init__(
-        self, url: str, api: Api, grid: ProfileGrid, ids: TokenIds, extra: dict[str, Any]
+        self,
+        url: str,
+        api: Api,
+        grid: ProfileGrid,
+        ids: TokenIds,
+        extra: dict[str, Any],
+        seed: int,
     ) -> None:
         self.url, self.api, self.grid, self.ids, self.extra = url, api, grid, ids, extra
-        self.rng = np.random.Generator(np.random.PCG64(20260101))
+        self.rng = np.random.Generator(np.random.PCG64(seed))
         self.engine_timed: set[str] = set()
         self.pin = False
         """Pin requests to llama.cpp slots (``id_slot``)."""
@@ -306,7 +318,8 @@ def profile(
                 f"has {slots} slots: give the flags it was started with"
             )
         _check_slots(grid, llama)
-    prober = _Prober(url, api, grid, ids, limits.body(grid.extra_body))
+    seed = grid.prompt_seed if grid.prompt_seed is not None else secrets.randbits(63)
+    prober = _Prober(url, api, grid, ids, limits.body(grid.extra_body), seed)
     prober.pin = llama is not None
     rows: list[tuple[str, int, int, int, float, float]] = []
     counts: list[tuple[int, int, int]] = []
@@ -371,6 +384,7 @@ def profile(
         tmp.write_text("\n".join(lines) + "\n")
 
     meta = _metadata(props, url, api, hardware, flags, sources)
+    meta["prompt_seed"] = seed
     atomic_write(out, write_csv)
     atomic_write(
         out.with_suffix(".yaml"), lambda tmp: tmp.write_text(yaml.safe_dump(meta, sort_keys=False))

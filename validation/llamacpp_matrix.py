@@ -49,11 +49,11 @@ from lyra_simpy.scenario import load_scenario
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "validation-llamacpp"
 DOC = ROOT / "docs" / "VALIDATION-llamacpp.md"
+"""Where the tables go (between :data:`START` and :data:`END`; the rest of the file, the
+reading of the tables, is written by hand and kept)."""
 PUBLISHED = ROOT / "docs" / "validation" / "llamacpp-matrix.json"
 """A copy of ``matrix.json`` kept with the document (``--doc-only`` reads it in a clone
 without the run's results)."""
-"""Where the tables go (between :data:`START` and :data:`END`; the rest of the file, the
-reading of the tables, is written by hand and kept)."""
 CONFIGS: dict[str, list[str]] = {
     "default": ["-np", "4", "-c", "4096", "-t", "2"],
     "kvu": ["-np", "4", "-c", "4096", "-t", "2", "-kvu"],

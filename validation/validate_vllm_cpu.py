@@ -204,7 +204,8 @@ def _write(path: Path, raw: dict[str, Any]) -> Path:
     return path
 
 
-_PROBE_IDS = np.random.default_rng(2026)
+_PROBE_IDS = np.random.default_rng()
+"""Fresh ids each process (as ``lyra-simpy profile`` draws them): none a cache could hold."""
 
 
 def speed_probe(url: str) -> float | None:
@@ -301,16 +302,21 @@ def point(key: str, loads: list[str], srv: vllm_cpu.Server, quick: bool, log: li
                             "wall_s": round(time.time() - t0, 1), "step_before": gate[-1],
                             "gate_probes": len(gate), "step_after": after})  # fmt: skip
             reals.append(real)
-        summary = json.loads((sim / "summary.json").read_text())
         out["loads"][load] = {
             "table": compare(sim, reals),
             "counters": counters,
-            "sim": {"prefix_cache_hit_rate": summary.get("prefix_cache_hit_rate"),
-                    "preemptions": summary.get("total_preemptions", 0)},
+            "sim": sim_counters(sim),
             "machine": machine,
             "solo_step_ms": [solo_step_ms(r) for r in reals],
         }  # fmt: skip
     return out
+
+
+def sim_counters(sim: Path) -> dict[str, Any]:
+    """The simulated run's prefix-cache hit rate and preemptions (beside vLLM's)."""
+    summary = json.loads((sim / "summary.json").read_text())
+    return {"prefix_cache_hit_rate": summary.get("prefix_cache_hit_rate"),
+            "preemptions": summary.get("total_preemptions", 0)}  # fmt: skip
 
 
 def solo_step_ms(run_dir: Path) -> float | None:
@@ -345,30 +351,36 @@ def table1(results: dict[str, Any], repeats: int, log: list[str]) -> None:
                 log=log)  # fmt: skip
             sim = _sim(here / "sim" / load)
             entry["table"] = compare(sim, real_runs(key, load, repeats))
-            summary = json.loads((sim / "summary.json").read_text())
-            entry["sim"] = {"prefix_cache_hit_rate": summary.get("prefix_cache_hit_rate"),
-                            "preemptions": summary.get("total_preemptions", 0)}  # fmt: skip
+            entry["sim"] = sim_counters(sim)
+
+
+def probe_and_fit(srv: vllm_cpu.Server, log: list[str],
+                  floor: float | None = None) -> dict[str, Any]:  # fmt: skip
+    """Profile *srv* at the host speed *floor* (:func:`profile_at_floor`) into
+    :data:`PROFILE` and calibrate :data:`FIT` on it (``soft_l1``); what the document
+    says of the fit."""
+    fit: dict[str, Any] = {"load_profile": load_average(), "launch": srv.launch}
+    fit.update(profile_at_floor(srv, _write(OUT / "grid.yaml", GRID), log, floor))
+    run("calibrate", str(PROFILE), "--out", str(FIT), "--loss", "soft_l1", log=log)
+    fitted = yaml.safe_load(FIT.read_text())
+    fit["coefficients"] = fitted["coefficients"]
+    fit["report"] = {k: v for k, v in fitted.items() if k != "coefficients"}
+    return fit
 
 
 def reprofile(keep: dict[str, Any], log: list[str]) -> None:
     """Profile the default server again at the speed the stored runs ran at (the median
-    of their before-probes), calibrate, and redo Table 1 and Table 2 of the stored runs
-    with the new fit."""
+    of their before-probes), calibrate, and redo Table 1 of the stored runs with the new
+    fit (:func:`main` then redoes Table 2)."""
     python = vllm_cpu.env_python()
     model = vllm_cpu.tiny_model(python)
     flags = launch_flags("default")
     with vllm_cpu.Server(python, model, flags, OUT / "vllm-reprofile.log", KV_SPACE_GIB,
                          dev_mode=True) as srv:  # fmt: skip
-        fit: dict[str, Any] = {"load_profile": load_average()}
         before = [m["step_before"] for res in keep["results"].values()
                   for entry in res["loads"].values() for m in entry["machine"]
                   if m.get("step_before") is not None]  # fmt: skip
-        runs_ms = round(float(np.median(before)), 2) if before else None
-        fit.update(profile_at_floor(srv, _write(OUT / "grid.yaml", GRID), log, runs_ms))
-        fit["launch"] = srv.launch
-    run("calibrate", str(PROFILE), "--out", str(FIT), "--loss", "soft_l1", log=log)
-    fitted = yaml.safe_load(FIT.read_text())
-    fit["coefficients"] = fitted["coefficients"]
+        fit = probe_and_fit(srv, log, round(float(np.median(before)), 2) if before else None)
     fit["reprofiled"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     keep["fit"] = fit
     table1(keep["results"], keep["facts"]["repeats"], log)
@@ -420,12 +432,10 @@ def main(argv: list[str] | None = None) -> int:
     stored = OUT / "matrix.json"
     source = stored if stored.is_file() else PUBLISHED
     keep: dict[str, Any] = json.loads(source.read_text()) if source.is_file() else {}
-    if args.reprofile:
+    if args.reprofile or args.table2:  # one log: the commands of both steps are kept
         log = list(keep.get("commands", []))
-        reprofile(keep, log)
-        stored.write_text(json.dumps({**keep, "commands": log}, indent=1, default=str))
-    if args.table2 or args.reprofile:
-        log = list(keep.get("commands", []))
+        if args.reprofile:
+            reprofile(keep, log)
         keep["fit_runs"] = table2(keep["results"], keep["facts"]["repeats"], log)
         stored.write_text(json.dumps({**keep, "commands": log}, indent=1, default=str))
     if args.doc_only or args.table2 or args.reprofile:
@@ -459,14 +469,7 @@ def main(argv: list[str] | None = None) -> int:
         with vllm_cpu.Server(python, model, flags, OUT / f"vllm-{cfg}.log", KV_SPACE_GIB,
                              dev_mode=True) as srv:  # fmt: skip
             if not fit:  # the probes, once, on the first server (the defaults)
-                grid = _write(OUT / "grid.yaml", GRID)
-                fit["load_profile"] = load_average()
-                fit.update(profile_at_floor(srv, grid, log))
-                run("calibrate", str(PROFILE), "--out", str(FIT), "--loss", "soft_l1", log=log)
-                fitted = yaml.safe_load(FIT.read_text())
-                fit["coefficients"] = fitted["coefficients"]
-                fit["report"] = {k: v for k, v in fitted.items() if k not in ("coefficients",)}
-                fit["launch"] = srv.launch
+                fit = probe_and_fit(srv, log)
             ref = probe_step(PROFILE)
             for key in todo:
                 results[key] = point(key, points[key], srv, quick, log, ref)

@@ -306,10 +306,17 @@ def decode_step_ms(
                               extra)  # fmt: skip
 
     out = asyncio.run(one())
-    times = out.chunk_s
-    if out.error is not None or len(times) < 2:
+    if out.error is not None or len(out.chunk_s) < 2:
         return None
-    return round(1000.0 * statistics.median(b - a for a, b in itertools.pairwise(times)), 2)
+    return round(median_gap_ms([out]), 2)
+
+
+def median_gap_ms(outs: list[Outcome]) -> float:
+    """The median gap (ms) between consecutive token chunks over every request of *outs*
+    (each needs two chunks or more): a decode step as the client sees it."""
+    return statistics.median(
+        1000.0 * (b - a) for out in outs for a, b in itertools.pairwise(out.chunk_s)
+    )
 
 
 def check_endpoint(base_url: str, timeout_s: float = 5.0) -> dict[str, Any]:

@@ -60,7 +60,15 @@ import yaml
 from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, ValidationError
 
 from lyra_simpy.errors import LyraError, TraceError, from_validation_error
-from lyra_simpy.live.client import Api, Outcome, check_endpoint, engine_info, new_client, send
+from lyra_simpy.live.client import (
+    Api,
+    Outcome,
+    check_endpoint,
+    engine_info,
+    median_gap_ms,
+    new_client,
+    send,
+)
 from lyra_simpy.live.limits import endpoint_limits, token_range, with_vocab
 from lyra_simpy.live.workload import TokenIds
 from lyra_simpy.machine import cpu_model
@@ -181,13 +189,12 @@ class _Prober:
         outs = await asyncio.gather(
             *(self._send(ctx, steps, t0, slot=k * stride) for k in range(b))
         )
-        gaps = np.concatenate([np.diff(o.chunk_s) for o in outs]) * 1000.0
         engine = [
             float(o.timings["predicted_per_token_ms"])
             for o in outs
             if o.timings and isinstance(o.timings.get("predicted_per_token_ms"), (int, float))
         ]
-        return float(np.median(gaps)), statistics.mean(engine) if engine else float("nan")
+        return median_gap_ms(outs), statistics.mean(engine) if engine else float("nan")
 
     async def mixed(self, b: int, p: int) -> tuple[float, int]:
         t0 = time.perf_counter()

@@ -296,6 +296,11 @@ class Scenario(Closed):
                 f"kv_cache.num_blocks: got 'auto' with cost {self.cost.name!r}, needs a "
                 "catalog cost model (cost.name: roofline) or a number of blocks"
             )
+        if blocks <= kv.reserved_blocks:
+            raise ValueError(
+                f"kv_cache.num_blocks: auto gives {blocks} blocks, not more than "
+                f"reserved_blocks ({kv.reserved_blocks}): no room for any request"
+            )
         # frozen: the resolved value (and the memory figures it used) replaces "auto"
         # once, here, before anything reads it; the manifest shows all three
         object.__setattr__(self, "kv_cache", kv.model_copy(update={"num_blocks": blocks, **used}))

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from builders import stand_in_server
-from lyra_simpy import scenario_from_dict
+from lyra_simpy import scenario_from_dict, simulate
 from lyra_simpy.cost.catalog import kv_bytes_per_token, model_catalog
 from lyra_simpy.errors import LyraError, ScenarioError
 from lyra_simpy.live import vllm_cpu
@@ -154,6 +154,29 @@ def test_an_fp8_kv_cache_halves_the_cpu_pools_bytes_per_token() -> None:
 def test_num_gpu_blocks_override_still_wins_on_cpu() -> None:
     flags = {"device": "cpu", "num_gpu_blocks_override": 40}
     assert _resolved(_raw({"name": "vllm", "flags": flags}))["kv_cache"]["num_blocks"] == 40
+
+
+def test_one_block_of_vllms_pool_is_its_null_block() -> None:
+    # 24 blocks of 128 tokens: V1 holds one back, so 23 take requests (its /metrics KV
+    # usage moves in steps of 1/23). Two requests of 1400 + 40 tokens need 12 blocks
+    # each at the end: 24 fit them both, 23 make one give way (recompute preemption)
+    raw = _raw({"name": "vllm", "flags": {"device": "cpu", "num_gpu_blocks_override": 24}})
+    raw["workload"] = {
+        "num_requests": 2,
+        "arrival": {"name": "poisson", "rate_per_s": 1000.0},
+        "input_tokens": {"name": "fixed", "tokens": 1400},
+        "output_tokens": {"name": "fixed", "tokens": 40},
+    }
+    scenario = scenario_from_dict(copy.deepcopy(raw))
+    assert scenario.resolved()["kv_cache"]["reserved_blocks"] == 1
+    got = simulate(scenario)
+    assert (got.engine["kv_blocks"], got.engine["peak_kv_blocks"]) == (23, 23)
+    assert got.summary["total_preemptions"] >= 1
+    raw["kv_cache"] = {"reserved_blocks": 0}  # as if the pool had no null block
+    got = simulate(scenario_from_dict(copy.deepcopy(raw)))
+    assert (got.engine["peak_kv_blocks"], got.summary["total_preemptions"]) == (24, 0)
+    raw["kv_cache"] = {"reserved_blocks": 24}
+    assert _error(raw) == "kv_cache: reserved_blocks: got 24, must be less than num_blocks (24)"
 
 
 # -- validate-vllm-cpu helpers (src/lyra_simpy/live/vllm_cpu.py), with stand-ins ----------

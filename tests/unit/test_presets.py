@@ -411,6 +411,7 @@ def test_scenario_keys_win_over_engine_defaults():
         "num_blocks": 4000,
         "mem_fraction": None,
         "activation_reserve_gib": None,
+        "reserved_blocks": 1,  # V1's null block, which the preset always sets
     }
     assert got["prefix_cache"] is None
 

@@ -29,7 +29,14 @@ from collections import deque
 from itertools import count
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveInt, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveInt,
+    model_validator,
+)
 
 from lyra_simpy.config import Closed
 from lyra_simpy.errors import SimulationError
@@ -61,6 +68,12 @@ class KVCacheConfig(Closed):
     activation_reserve_gib: NonNegativeFloat | None = None
     """Only with ``auto``: memory kept per device for activations, CUDA graphs and the
     runtime (default ``ACTIVATION_RESERVE_GIB``)."""
+    reserved_blocks: NonNegativeInt = 0
+    """Blocks of ``num_blocks`` the engine keeps for itself and never gives a request.
+    vLLM V1 takes one as its *null block* (``vllm/v1/core/block_pool.py``,
+    ``BlockPool.__init__``: ``self.null_block = self.free_block_queue.popleft()``), so
+    of the ``num_gpu_blocks`` it logs, one fewer hold KV: with 24 blocks its ``/metrics``
+    KV usage moves in steps of 1/23. The ``vllm`` engine preset sets 1; default 0."""
 
     @model_validator(mode="after")
     def _memory_fields_need_auto(self) -> KVCacheConfig:
@@ -68,14 +81,20 @@ class KVCacheConfig(Closed):
             for key in ("mem_fraction", "activation_reserve_gib"):
                 if getattr(self, key) is not None:
                     raise ValueError(f"{key}: only used with num_blocks: auto")
+            if self.reserved_blocks >= self.num_blocks:
+                raise ValueError(
+                    f"reserved_blocks: got {self.reserved_blocks}, must be less than "
+                    f"num_blocks ({self.num_blocks})"
+                )
         return self
 
     @property
     def capacity_blocks(self) -> int:
-        """``num_blocks`` once resolved (the scenario resolves ``auto`` on load)."""
+        """Blocks requests can hold: ``num_blocks`` once resolved (the scenario resolves
+        ``auto`` on load) less ``reserved_blocks``."""
         if isinstance(self.num_blocks, str):
             raise SimulationError("kv_cache.num_blocks 'auto' was not resolved (engine bug)")
-        return self.num_blocks
+        return self.num_blocks - self.reserved_blocks
 
 
 def blocks_for(tokens: int, block_size: int) -> int:

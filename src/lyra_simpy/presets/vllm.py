@@ -26,6 +26,8 @@ gpu_memory_utilization (0.9)        kv_cache.num_blocks: auto, mem_fraction = th
                                     (activation_reserve_gib stays at its default: vLLM's
                                     fraction covers activations and graphs too)
 num_gpu_blocks_override (none)      kv_cache.num_blocks (instead of the memory rule)
+(the null block)                    kv_cache.reserved_blocks: 1 (V1's ``BlockPool``
+                                    keeps one block of the pool as its null block)
 enable_prefix_caching (true)        prefix_cache: block_hash (None when false)
 enforce_eager (false)               cost.padding: none
 max_cudagraph_capture_size          cost.padding: vLLM's capture sizes [1, 2, 4,
@@ -238,6 +240,7 @@ def knobs(f: VLLMFlags, raw: dict[str, Any]) -> Knobs:
         "scheduler.max_num_batched_tokens": knob(f, "max_num_batched_tokens", budget),
         "scheduler.queue_policy": knob(f, "scheduling_policy", "fcfs"),
         "kv_cache.block_size": knob(f, "block_size", block_size),
+        "kv_cache.reserved_blocks": Knob(1),  # V1's null block (KVCacheConfig.reserved_blocks)
         "prefix_cache": knob(
             f,
             "enable_prefix_caching",

@@ -31,6 +31,15 @@ def read_yaml(path: Path, what: str, error: type[LyraError] = ScenarioError) -> 
         raise error(f"{path}:{where} not valid YAML ({getattr(exc, 'problem', exc)})") from None
 
 
+def package_yaml(text: str) -> Any:
+    """A YAML document shipped with the package (its catalogs), parsed by libyaml when
+    PyYAML was built with it: the same constructor, so the same values, about 8× faster
+    than the pure-Python parser (the trace catalog: 2 ms instead of 17 ms at every
+    ``run``). Only for the package's own, tested files: for the user's, the error
+    messages are the pure-Python parser's (:func:`read_yaml`)."""
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def file_version(path: Path) -> tuple[int, int]:
     """(modification time in ns, size in bytes); (0, 0) for a file that cannot be read
     (the reader then reports it)."""

@@ -268,3 +268,18 @@ def test_traces_cli_lists_and_fetches(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.startswith("lyra-simpy: traces fetch: got 'nope', must be one of azure-code-2023")
     assert err.count("\n") == 1
+
+
+def test_the_packaged_yaml_reads_the_same_through_libyaml_and_pure_python():
+    """The catalogs are parsed by libyaml when present (``files.package_yaml``): the
+    values must be exactly the pure-Python parser's."""
+    import yaml
+
+    from lyra_simpy.files import package_yaml
+
+    data = PACKAGE_TRACES.parent
+    files = sorted(data.glob("*.yaml"))
+    assert {f.name for f in files} >= {"hardware.yaml", "models.yaml", "traces.yaml"}
+    for path in files:
+        text = path.read_text()
+        assert package_yaml(text) == yaml.safe_load(text), path.name

@@ -131,3 +131,60 @@ def test_a_bad_row_makes_the_column_reader_hand_over_to_the_row_reader(tmp_path)
     assert traces._fast_csv(path, "csv") is None
     with pytest.raises(TraceError, match=r"t\.csv: line 3: input_tokens '2\.5', must be"):
         traces.read_trace(path, "csv")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'arrival_s,input_tokens,output_tokens\n0,10,5\n"1",12,6\n',  # quoted: csv.reader
+        "arrival_s,input_tokens,output_tokens\r\n0,10,5\r\n1,12,6\r\n",  # CRLF rows
+        "arrival_s,input_tokens,output_tokens\n0,10,5\n1,12,6",  # no final newline
+        "input_tokens,arrival_s,x,output_tokens\n10,0,a,5\n12,1,b,6\n",  # other order
+    ],
+)
+def test_the_plain_split_reads_what_csv_reader_reads(tmp_path, text):
+    from lyra_simpy.workload import traces
+
+    path = tmp_path / "t.csv"
+    path.write_bytes(text.encode())
+    got = traces._fast_csv(path, "csv")
+    assert got is not None
+    assert got.arrival_s.tolist() == [0.0, 1.0]
+    assert got.input_tokens.tolist() == [10, 12]
+    assert got.output_tokens.tolist() == [5, 6]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "arrival_s,input_tokens,output_tokens\n0,10,5\n\n1,12,6\n",  # a blank row
+        "arrival_s,input_tokens,output_tokens\n0,10,5\n1,12\n",  # a short row
+    ],
+)
+def test_a_row_without_every_column_still_goes_to_the_row_reader(tmp_path, text):
+    from lyra_simpy.workload import traces
+
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    assert traces._split_plain(text) is None
+    assert traces._fast_csv(path, "csv") is None
+
+
+def test_azure_times_in_the_fixed_form_and_otherwise_agree():
+    """The byte-array path takes only the usual form; odd strings go the general way
+    and give the values the general path gives."""
+    from lyra_simpy.workload import traces
+
+    usual = ["2023-11-16 18:15:46.6805900", "2023-11-16 18:15:50.9951690"]
+    fixed = traces._azure_times_fixed(usual)
+    assert fixed is not None
+    assert fixed[1] - fixed[0] == pytest.approx(4.314579)
+    for odd in (
+        [" 2023-11-16 18:15:46.6805900", "2023-11-16 18:15:50.9951690 "],  # spaces
+        ["2023-11-16 18:15:46", "2023-11-16 18:15:50.5"],  # no fraction, other widths
+    ):
+        assert traces._azure_times_fixed(odd) is None
+        assert traces._azure_times(odd).tolist() == [
+            traces._azure_times([t.strip()])[0] for t in odd
+        ]
+    assert traces._azure_times_fixed(["2023-11-16 18:15:46,6805900"] * 2) is None

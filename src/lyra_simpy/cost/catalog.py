@@ -19,7 +19,6 @@ import functools
 from importlib import resources
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -33,6 +32,7 @@ from pydantic import (
 
 from lyra_simpy.config import Closed
 from lyra_simpy.errors import LyraError, from_validation_error
+from lyra_simpy.files import package_yaml
 
 Dtype = Literal["bf16", "fp8"]
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp8": 1}
@@ -181,7 +181,7 @@ def parse_models(raw: Any, where: str = "models.yaml") -> dict[str, Model]:
 
 
 def _read(name: str) -> Any:
-    return yaml.safe_load(resources.files("lyra_simpy").joinpath("data").joinpath(name).read_text())
+    return package_yaml(resources.files("lyra_simpy").joinpath("data").joinpath(name).read_text())
 
 
 @functools.cache

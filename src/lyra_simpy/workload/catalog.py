@@ -56,9 +56,9 @@ class KnownTrace:
 @functools.cache
 def known_traces() -> dict[str, KnownTrace]:
     """Name → entry, in the catalog's order."""
-    import yaml
+    from lyra_simpy.files import package_yaml
 
-    raw = yaml.safe_load(CATALOG.read_text())
+    raw = package_yaml(CATALOG.read_text())
     return {entry["name"]: KnownTrace(**entry) for entry in raw["traces"]}
 
 

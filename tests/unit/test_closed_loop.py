@@ -259,3 +259,46 @@ def test_closed_loop_trace_skip_rows_past_the_end(make_scenario, tmp_path):
                 "workload.input_tokens": {"name": "trace"},
             }
         )
+
+
+# -- workload.request_path_ms: the time a request spends outside the engine ---------------
+
+
+def test_the_request_path_delays_an_open_loop_engine_and_counts_in_ttft(make_scenario):
+    base = {"workload.arrival": {"name": "poisson", "rate_per_s": 40.0}}
+    plain = simulate(make_scenario(base)).records
+    path = simulate(make_scenario({**base, "workload.request_path_ms": 7.0})).records
+    # the same sends; the engine runs the same steps 7 ms later, and TTFT and E2E (from
+    # the send) count the 7 ms; TPOT does not
+    np.testing.assert_array_equal(path["arrival_s"], plain["arrival_s"])
+    np.testing.assert_allclose(path["first_token_s"], plain["first_token_s"] + 0.007, atol=1e-9)
+    np.testing.assert_allclose(path["ttft_ms"], plain["ttft_ms"] + 7.0, atol=1e-6)
+    np.testing.assert_allclose(path["e2el_ms"], plain["e2el_ms"] + 7.0, atol=1e-6)
+    np.testing.assert_allclose(path["tpot_ms"], plain["tpot_ms"], atol=1e-6, equal_nan=True)
+
+
+def test_a_closed_loop_client_waits_out_the_request_path(make_scenario):
+    think_s, path_ms = 0.013, 4.0
+    arrival = {"name": "closed_loop", "concurrency": 3, "think_time_s": think_s}
+    sc = {"workload.num_requests": 30, "workload.arrival": arrival}
+    plain = simulate(make_scenario(sc))
+    res = simulate(make_scenario({**sc, "workload.request_path_ms": path_ms}))
+    rec = res.records
+    assert (rec["status"] == "ok").all()
+    # a client sends when it has read the last token (+ think time), and the engine
+    # takes the request in 4 ms later: every TTFT holds the 4 ms
+    assert (rec["arrival_s"][:3] == 0.0).all()
+    ends = rec["finish_s"] + think_s
+    for t in rec["arrival_s"][3:]:
+        assert np.isclose(ends, t, rtol=0, atol=1e-12).any()
+    assert (rec["ttft_ms"] >= path_ms).all()
+    # each cycle is 4 ms longer, so the clients get through fewer requests a second
+    assert res.summary["request_throughput"] < plain.summary["request_throughput"]
+    # one client alone: each request is the plain one 4 ms later in every respect
+    one = {**sc, "workload.arrival": {**arrival, "concurrency": 1}}
+    plain = simulate(make_scenario(one))
+    res = simulate(make_scenario({**one, "workload.request_path_ms": path_ms}))
+    for key in ("ttft_ms", "e2el_ms"):
+        np.testing.assert_allclose(res.records[key], plain.records[key] + path_ms, atol=1e-6)
+    cycle_s = np.diff(res.records["arrival_s"]) - np.diff(plain.records["arrival_s"])
+    np.testing.assert_allclose(cycle_s, path_ms / 1000.0, atol=1e-9)

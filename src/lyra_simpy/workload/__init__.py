@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    model_validator,
+)
 
 from lyra_simpy.config import Closed
 from lyra_simpy.errors import ScenarioError, TraceError
@@ -72,6 +79,18 @@ class WorkloadConfig(Closed):
     """The arrival rate's factor over time, step or linear (a load step, a burst, a
     daily ramp), applied to any open-loop arrival as a time warp that keeps the shape
     of its gaps (:mod:`~lyra_simpy.workload.rate`). None: the rate as configured."""
+    request_path_ms: NonNegativeFloat = 0.0
+    """What a request spends outside the engine, once: from the client's send to the
+    engine taking it in (HTTP, the API server, tokenizing, the hand-off to the engine
+    process) plus from the engine's token to the client reading it (detokenizing, the
+    stream). Arrivals (the arrival process, a trace's times, a closed-loop client's
+    sends) are the client's sends, the engine sees each request this much later, and
+    TTFT and E2E count it: the records' ``arrival_s`` is the send. The two ways are
+    folded into the way in; TPOT and the gaps between tokens, which it does not touch,
+    are the same either way, and so is a closed-loop client's cycle (its next send
+    follows the last token it read). Default 0: the client sits at the engine. A
+    ``vllm`` profile measures it (``lyra-simpy profile``: the client's TTFT less the
+    engine's own prefill time), as the profile's ``request_path_ms``."""
 
     @model_validator(mode="after")
     def _bounded(self) -> WorkloadConfig:
@@ -303,11 +322,16 @@ def build_source(
         return inp, out, keys
 
     requests = Drawn(int(n), draw_chunk)
+    path_s = cfg.request_path_ms / 1000.0
     if isinstance(arrival, ClosedLoopArrivals):
-        return ClosedLoopSource(arrival.concurrency, arrival.think_time_s, requests, cfg.duration_s)
+        return ClosedLoopSource(
+            arrival.concurrency, arrival.think_time_s, requests, cfg.duration_s, path_s
+        )
     assert times is not None
     requests.ensure(len(times))
-    source = OpenLoopSource(times, requests.input_tokens, requests.output_tokens, requests.keys)
+    source = OpenLoopSource(
+        times, requests.input_tokens, requests.output_tokens, requests.keys, path_s
+    )
     source.warp = warp
     return source
 

@@ -155,7 +155,8 @@ class RoutedFeed(Feed, Protocol):
 
 
 class OpenLoopSource:
-    """Arrivals at fixed times *arrival_s* (sorted), with the given lengths."""
+    """Requests sent at fixed times *arrival_s* (sorted), with the given lengths; the
+    engine takes each in *path_s* later (``workload.request_path_ms``)."""
 
     def __init__(
         self,
@@ -163,12 +164,16 @@ class OpenLoopSource:
         input_tokens: npt.NDArray[np.int64],
         output_tokens: npt.NDArray[np.int64],
         keys: list[tuple[int, ...]] | None = None,
+        path_s: float = 0.0,
     ) -> None:
         self.arrival_s = arrival_s
+        """When each request was sent (the records' ``arrival_s``)."""
         self.keys = keys
         self.input_tokens = input_tokens
         self.output_tokens = output_tokens
-        self._times: list[float] = arrival_s.tolist()
+        self.path_s = path_s
+        self._times: list[float] = (arrival_s + path_s if path_s else arrival_s).tolist()
+        """When the engine takes each in (what ``pop_until`` and ``next_s`` go by)."""
         self._inputs: list[int] = input_tokens.tolist()
         self._outputs: list[int] = output_tokens.tolist()
         self._next = 0
@@ -213,9 +218,9 @@ class OpenLoopSource:
         i = self._next
         future = self.arrival_s[i:]
         if len(future):
-            times = np.maximum(changed.inverse(warp.cumulative_many(future)), now_s)
-            self.arrival_s[i:] = times
-            self._times[i:] = times.tolist()
+            sent = np.maximum(changed.inverse(warp.cumulative_many(future)), now_s)
+            self.arrival_s[i:] = sent
+            self._times[i:] = (sent + self.path_s if self.path_s else sent).tolist()
         self.warp = changed
 
     def on_finish(self, now_s: float) -> None:
@@ -231,7 +236,9 @@ class OpenLoopSource:
 class ClosedLoopSource:
     """*concurrency* clients, each sending its next request *think_time_s* after the
     previous one ended, until ``requests.total`` requests were sent or *stop_s* is
-    reached. The requests are drawn a chunk at a time as the clients reach them."""
+    reached; the engine takes each in *path_s* after its send
+    (``workload.request_path_ms``). The requests are drawn a chunk at a time as the
+    clients reach them."""
 
     def __init__(
         self,
@@ -239,6 +246,7 @@ class ClosedLoopSource:
         think_time_s: float,
         requests: Drawn,
         stop_s: float | None = None,
+        path_s: float = 0.0,
     ) -> None:
         self.limit = requests.total
         self._requests = requests
@@ -252,7 +260,9 @@ class ClosedLoopSource:
         self._listeners: list[Callable[[int], None]] = []
         self.think_time_s = think_time_s
         self.stop_s = stop_s
-        self._heap: list[float] = [0.0] * min(concurrency, self.limit)
+        self.path_s = path_s
+        self._heap: list[float] = [path_s] * min(concurrency, self.limit)
+        """When the engine takes in each client's next request (its send + *path_s*)."""
         self._scheduled = len(self._heap)
         self._issued = 0
         self.done = self.limit == 0
@@ -291,7 +301,7 @@ class ClosedLoopSource:
             i = self._issued
             if i >= len(self._inputs):
                 self._grow()
-            self.arrival_s[i] = t
+            self.arrival_s[i] = t - self.path_s if self.path_s else t
             req = Request(i, i, t, self._inputs[i], self._outputs[i])
             if self.keys is not None:
                 req.keys = self.keys[i]
@@ -309,7 +319,7 @@ class ClosedLoopSource:
     def on_finish(self, now_s: float) -> None:
         t = now_s + self.think_time_s
         if self._scheduled < self.limit and (self.stop_s is None or t < self.stop_s):
-            heapq.heappush(self._heap, t)
+            heapq.heappush(self._heap, t + self.path_s)
             self._scheduled += 1
         else:
             self._scheduled = self.limit  # ends come in time order: no client sends again

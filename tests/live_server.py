@@ -21,6 +21,9 @@ As vLLM does, that style answers 404 to a ``model`` other than the served name `
 (``/v1/models`` ``data[0].id``).
 ``vocab_size`` / ``max_model_len`` set what ``/v1/models`` reports (vLLM:
 ``max_model_len``; llama.cpp: ``meta.n_vocab``), ``props`` False hides ``/props``.
+``path_s`` > 0 delays every request that long before its "engine" starts (the request
+path), and the vLLM style then serves ``/metrics`` with vLLM's prefill-time histogram:
+each finished request's ``ttft_s`` (what the engine took, without the path).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class StreamServer:
         vocab_size: int | None = None,
         max_model_len: int | None = None,
         props: bool = True,
+        path_s: float = 0.0,
     ):
         self.ttft_s = ttft_s
         self.itl_s = itl_s
@@ -54,6 +58,9 @@ class StreamServer:
         self.vocab_size = vocab_size
         self.max_model_len = max_model_len
         self.props = props
+        self.path_s = path_s
+        self.prefills: list[float] = []
+        """The engine prefill time of each finished request (``/metrics``)."""
         self.faults: dict[int, str] = {}
         self.received: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -69,6 +76,21 @@ class StreamServer:
                 reply: dict[str, Any] | None = None
                 if self.path == "/props" and server.props:
                     reply = {"build_info": "test-1", "model_path": "fake.gguf", "total_slots": 4}
+                elif self.path == "/metrics" and server.style == "vllm" and server.path_s:
+                    text = "\n".join(
+                        [
+                            "# TYPE vllm:request_prefill_time_seconds histogram",
+                            'vllm:request_prefill_time_seconds_sum{engine="0"} '
+                            f"{sum(server.prefills)}",
+                            'vllm:request_prefill_time_seconds_count{engine="0"} '
+                            f"{len(server.prefills)}.0",
+                        ]
+                    ).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(text)))
+                    self.end_headers()
+                    self.wfile.write(text)
+                    return
                 elif self.path == "/version" and server.style == "vllm":
                     reply = {"version": "0.32.0"}
                 elif self.path == "/v1/models":
@@ -140,6 +162,7 @@ class StreamServer:
             h.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             h.wfile.flush()
 
+        time.sleep(self.path_s)
         time.sleep(self.ttft_s + (self.slow_first_s if fault == "slow_first" else 0.0))
         try:
             if sglang:
@@ -148,6 +171,8 @@ class StreamServer:
                 self._openai_events(event, fault, body, len(prompt), n, h)
         except _DroppedError:
             return
+        with self._lock:
+            self.prefills.append(self.ttft_s)
         h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()
 

@@ -66,6 +66,25 @@ def test_profile_against_a_vllm_stream_sends_the_served_name(tmp_path: Path) -> 
     assert all(8.0 < ms < 1000.0 for ms in read_profile(out).latency_ms[2:4])
     meta = yaml.safe_load(out.with_suffix(".yaml").read_text())  # /v1/models, /version
     assert (meta["engine"], meta["version"], meta["model"]) == ("vllm", "0.32.0", "tiny-llama")
+    assert meta["timing_source"]["prefill"] == "client TTFT"  # no /metrics here
+    assert "request_path_ms" not in meta
+
+
+def test_a_vllm_profile_times_prompts_by_the_engine_and_measures_the_path(
+    tmp_path: Path,
+) -> None:
+    # the stand-in's engine takes 30 ms a prompt, after 40 ms on the way in; its /metrics
+    # says 30 ms, which the prompt rows take, and the rest of the client's TTFT is path
+    out = tmp_path / "p.csv"
+    with StreamServer(ttft_s=0.03, itl_s=0.01, style="vllm", props=False, path_s=0.04) as srv:
+        profile(srv.url, "openai", GRID, out, "test box", "", 32000)
+    prof = read_profile(out)
+    prompts = prof.latency_ms[prof.phase != "decode"]
+    assert prompts.tolist() == pytest.approx([30.0] * 3)  # 2 prefill rows and the mixed one
+    meta = yaml.safe_load(out.with_suffix(".yaml").read_text())
+    assert meta["timing_source"]["prefill"] == "engine /metrics vllm:request_prefill_time_seconds"
+    assert meta["timing_source"]["mixed"].startswith("engine /metrics")
+    assert 40.0 <= meta["request_path_ms"] < 200.0  # 40 ms, and HTTP on a loaded machine
 
 
 def test_profile_bad_grid_file_is_one_line(

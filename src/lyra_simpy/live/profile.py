@@ -55,6 +55,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, ValidationError
@@ -70,11 +71,16 @@ from lyra_simpy.live.client import (
     send,
 )
 from lyra_simpy.live.limits import endpoint_limits, token_range, with_vocab
+from lyra_simpy.live.vllm_cpu import parse_counters
 from lyra_simpy.live.workload import TokenIds
 from lyra_simpy.machine import cpu_model
 from lyra_simpy.metrics.io import atomic_write
 from lyra_simpy.policies.llamacpp import LlamaCppConfig, prompt_chunk
 from lyra_simpy.policies.ubatch import passes
+
+METRICS_WAIT_S = 2.0
+"""How long a probe waits for vLLM's ``/metrics`` to count the request that just
+finished (it is counted when the server has processed its last output)."""
 
 
 class ProfileGrid(BaseModel):
@@ -139,6 +145,12 @@ class _Prober:
         self.url, self.api, self.grid, self.ids, self.extra = url, api, grid, ids, extra
         self.rng = np.random.Generator(np.random.PCG64(seed))
         self.engine_timed: set[str] = set()
+        self.timed_by: dict[str, str] = {}
+        """Phase → which engine figure timed its prompts."""
+        self.path_ms: list[float] = []
+        """Lone prefills' client TTFT less the engine's prompt time."""
+        self.metrics: bool | None = None
+        """Whether the endpoint has vLLM's prefill-time metric (None: not asked yet)."""
         self.pin = False
         """Pin requests to llama.cpp slots (``id_slot``)."""
 
@@ -174,14 +186,63 @@ class _Prober:
             raise LyraError(f"profile: request ({n_in} in, {n_out} out) failed: {out.error}")
         return out
 
-    def _prompt_ms(self, out: Outcome, phase: str) -> float:
+    def _prompt_ms(self, out: Outcome, phase: str, engine_ms: float | None = None) -> float:
+        """The engine's time for *out*'s prompt where it tells it (llama.cpp's
+        ``timings.prompt_ms``, else *engine_ms* from vLLM's ``/metrics``), else the
+        client's TTFT. A lone prefill's TTFT less the engine's time is one sample of
+        the request path (``workload.request_path_ms``)."""
+        ttft_ms = (out.chunk_s[0] - out.sent_s) * 1000.0
         if out.timings and isinstance(out.timings.get("prompt_ms"), (int, float)):
-            self.engine_timed.add(phase)
-            return float(out.timings["prompt_ms"])
-        return (out.chunk_s[0] - out.sent_s) * 1000.0
+            engine_ms = float(out.timings["prompt_ms"])
+            self.timed_by[phase] = "engine timings.prompt_ms"
+        elif engine_ms is not None:
+            self.timed_by[phase] = "engine /metrics vllm:request_prefill_time_seconds"
+        else:
+            return ttft_ms
+        self.engine_timed.add(phase)
+        if phase == "prefill":
+            self.path_ms.append(ttft_ms - engine_ms)
+        return engine_ms
+
+    async def _prefill_seconds(self) -> tuple[float, float] | None:
+        """vLLM's histogram of finished requests' prefill times: (sum in s, count), or
+        None when the endpoint has no such metric (not vLLM, or ``/metrics`` off)."""
+        if self.metrics is False:
+            return None
+        try:
+            async with httpx.AsyncClient(timeout=5.0) as client:
+                resp = await client.get(self.url + "/metrics")
+        except httpx.HTTPError:
+            resp = None
+        got = parse_counters(resp.text) if resp is not None and resp.status_code == 200 else {}
+        if "prefill_time_count" not in got:
+            self.metrics = False
+            return None
+        self.metrics = True
+        return got.get("prefill_time_s", 0.0), got["prefill_time_count"]
+
+    async def _engine_prefill_ms(self, before: tuple[float, float] | None) -> float | None:
+        """The prefill time of the one request that finished since *before* (vLLM's
+        ``/metrics``, which counts a request when it finishes: read until it has, for
+        at most :data:`METRICS_WAIT_S`); None without the metric or when the count
+        did not move by exactly one."""
+        if before is None:
+            return None
+        deadline = time.perf_counter() + METRICS_WAIT_S
+        while True:
+            now = await self._prefill_seconds()
+            if now is None or now[1] > before[1] + 1:
+                return None
+            if now[1] == before[1] + 1:
+                return (now[0] - before[0]) * 1000.0
+            if time.perf_counter() > deadline:
+                return None
+            await asyncio.sleep(0.01)
 
     async def prefill(self, p: int) -> float:
-        return self._prompt_ms(await self._send(p, 1, time.perf_counter(), slot=0), "prefill")
+        before = await self._prefill_seconds()
+        out = await self._send(p, 1, time.perf_counter(), slot=0)
+        return self._prompt_ms(out, "prefill", await self._engine_prefill_ms(before))
 
     async def decode(self, b: int, ctx: int, stride: int = 1) -> tuple[float, float]:
         t0 = time.perf_counter()
@@ -208,11 +269,13 @@ class _Prober:
         # The probe joins once every decoder's prompt is in (then each step is decodes).
         await asyncio.wait_for(asyncio.gather(*(e.wait() for e in firsts)), self.grid.timeout_s)
         await asyncio.sleep(0.02)
+        before = await self._prefill_seconds()
         probe = await self._send(p, 1, t0, slot=b)
+        engine_ms = await self._engine_prefill_ms(before)  # the decoders run on
         outs = await asyncio.gather(*decoders)
         probe_at = probe.sent_s
         done_before = [sum(1 for s in o.chunk_s if s <= probe_at) for o in outs]
-        return self._prompt_ms(probe, "mixed"), ctx + int(statistics.median(done_before))
+        return self._prompt_ms(probe, "mixed", engine_ms), ctx + int(statistics.median(done_before))
 
 
 def llamacpp_config(flags: str, grid: ProfileGrid) -> LlamaCppConfig | None:
@@ -371,12 +434,10 @@ def profile(
 
     asyncio.run(measure())
     sources = {
-        "prefill": "engine timings.prompt_ms"
-        if "prefill" in prober.engine_timed
-        else "client TTFT",
+        "prefill": prober.timed_by.get("prefill", "client TTFT"),
         "decode": "client median inter-chunk gap (engine predicted_per_token_ms in engine_ms)",
-        "mixed": "engine timings.prompt_ms of the probe"
-        if "mixed" in prober.engine_timed
+        "mixed": prober.timed_by["mixed"] + " of the probe"
+        if "mixed" in prober.timed_by
         else "client TTFT of the probe",
     }
 
@@ -392,6 +453,8 @@ def profile(
 
     meta = _metadata(props, url, api, hardware, flags, sources)
     meta["prompt_seed"] = seed
+    if prober.path_ms:  # the client's TTFT beyond the engine's prompt time, lone prefills
+        meta["request_path_ms"] = round(float(statistics.median(prober.path_ms)), 2)
     atomic_write(out, write_csv)
     atomic_write(
         out.with_suffix(".yaml"), lambda tmp: tmp.write_text(yaml.safe_dump(meta, sort_keys=False))

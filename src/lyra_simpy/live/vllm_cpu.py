@@ -80,8 +80,12 @@ COUNTERS = {
     "preemptions": "vllm:num_preemptions_total",
     "prompt_tokens": "vllm:prompt_tokens_total",
     "generation_tokens": "vllm:generation_tokens_total",
+    "prefill_time_s": "vllm:request_prefill_time_seconds_sum",
+    "prefill_time_count": "vllm:request_prefill_time_seconds_count",
 }
-"""Our name → vLLM's counter (``vllm/v1/metrics/loggers.py``; tokens for the cache)."""
+"""Our name → vLLM's counter (``vllm/v1/metrics/loggers.py``; tokens for the cache).
+The last two are the histogram of each finished request's prefill time (engine-side,
+from its first scheduling to its first token): its sum in seconds and its count."""
 
 
 def parse_counters(text: str) -> dict[str, float]:

@@ -204,10 +204,13 @@ def _sweep_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 def _sweep(args: argparse.Namespace) -> int:
     import time
 
-    from lyra_simpy.sweep import load_sweep, run_sweep
+    from lyra_simpy.startup import start_up
 
     t0 = time.perf_counter()
-    sweep = load_sweep(args.sweep, args.overrides, args.quick)
+    with start_up():
+        from lyra_simpy.sweep import load_sweep, run_sweep
+
+        sweep = load_sweep(args.sweep, args.overrides, args.quick)
     progress = False if args.quiet else None
     rep = run_sweep(sweep, args.out, args.workers, args.dask, progress)
     print(
@@ -219,11 +222,14 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _capacity(args: argparse.Namespace) -> int:
-    from lyra_simpy.capacity import find_capacity
-    from lyra_simpy.output.capacity_report import format_capacity, parse_slo, write_capacity
-    from lyra_simpy.scenario import load_scenario
+    from lyra_simpy.startup import start_up
 
-    scenario = load_scenario(args.scenario, args.overrides, args.quick)
+    with start_up():
+        from lyra_simpy.capacity import find_capacity
+        from lyra_simpy.output.capacity_report import format_capacity, parse_slo, write_capacity
+        from lyra_simpy.scenario import load_scenario
+
+        scenario = load_scenario(args.scenario, args.overrides, args.quick)
     slo = parse_slo(args.slo) if args.slo else None
     cap = find_capacity(
         scenario,
@@ -364,11 +370,15 @@ def _explore(args: argparse.Namespace) -> int:
 def _load(args: argparse.Namespace) -> list[tuple[Path, Scenario]]:
     """Every scenario file named (folders expanded), each validated with every variant
     before anything is simulated."""
-    from lyra_simpy.scenario import load_scenario
+    from lyra_simpy.startup import start_up
 
-    return [
-        (path, load_scenario(path, args.overrides, args.quick)) for path in _expand(args.scenarios)
-    ]
+    with start_up():
+        from lyra_simpy.scenario import load_scenario
+
+        return [
+            (path, load_scenario(path, args.overrides, args.quick))
+            for path in _expand(args.scenarios)
+        ]
 
 
 def _validate(args: argparse.Namespace) -> int:

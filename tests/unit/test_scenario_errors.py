@@ -377,6 +377,7 @@ def test_resolved_has_defaults_and_no_expansion_fields(tiny_raw):
         "num_blocks": 64,
         "mem_fraction": None,
         "activation_reserve_gib": None,
+        "reserved_blocks": 0,
     }
     for key in ("quick", "variants", "grid"):
         assert key not in resolved

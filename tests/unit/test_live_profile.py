@@ -75,9 +75,12 @@ def test_a_vllm_profile_times_prompts_by_the_engine_and_measures_the_path(
 ) -> None:
     # the stand-in's engine takes 30 ms a prompt, after 40 ms on the way in; its /metrics
     # says 30 ms, which the prompt rows take, and the rest of the client's TTFT is path
+    # (the mixed probe's decoders stream 40 tokens: they finish after the probe, which
+    # /metrics then counts alone)
     out = tmp_path / "p.csv"
+    grid = GRID.model_copy(update={"decode_steps": 20})
     with StreamServer(ttft_s=0.03, itl_s=0.01, style="vllm", props=False, path_s=0.04) as srv:
-        profile(srv.url, "openai", GRID, out, "test box", "", 32000)
+        profile(srv.url, "openai", grid, out, "test box", "", 32000)
     prof = read_profile(out)
     prompts = prof.latency_ms[prof.phase != "decode"]
     assert prompts.tolist() == pytest.approx([30.0] * 3)  # 2 prefill rows and the mixed one
@@ -140,3 +143,15 @@ def test_each_profile_sends_fresh_prompts_unless_a_seed_is_given(tmp_path: Path)
     assert seeds[0] != seeds[1]
     assert prompts[2] == prompts[3]
     assert seeds[2:] == [7, 7]
+
+
+def test_each_round_walks_the_whole_grid_once(tmp_path: Path) -> None:
+    # repeats are rounds over the grid (a slow spell of the host moves one measurement of
+    # a row, not all of its repeats): the lone prefills come 8, 16, ..., 8, 16, ...
+    grid = GRID.model_copy(update={"repeats": 2, "mixed_batch": []})
+    with StreamServer(ttft_s=0.005, itl_s=0.002) as srv:
+        rows, _ = profile(srv.url, "openai", grid, tmp_path / "p.csv", "test box", "-np 4")
+        bodies = srv.received
+    lone = [len(b["prompt"]) for b in bodies if b["max_tokens"] == 1]
+    assert lone == [8, 8, 16, 8, 16]  # the warm-up, then one prefill of each size a round
+    assert rows == 5

@@ -1,10 +1,17 @@
 """Measure a live engine's step costs and write a profile CSV (DESIGN §4) with metadata.
 
-Three kinds of measurement, each repeated ``repeats`` times (the median is kept):
+Three kinds of measurement, each taken ``repeats`` times (the median is kept). The
+repeats are rounds: the whole grid is walked once a round, so a row's measurements lie
+minutes apart and a slow spell of a shared host moves one of them, not all.
 
 * ``prefill``: one request with a prompt of *P* tokens and one output token, alone on the
-  server. Latency: the engine's ``timings.prompt_ms`` when it reports it (llama.cpp),
-  else the client's TTFT (which adds HTTP and queueing time).
+  server. Latency: the engine's own time when it tells it — llama.cpp's
+  ``timings.prompt_ms``; vLLM's ``/metrics`` histogram ``vllm:request_prefill_time_seconds``
+  (first scheduling to first token), read before and after the request — else the
+  client's TTFT (which adds the request path: HTTP, the API server, the stream). Where the
+  engine timed it, the median of the client's TTFT less the engine's time is written to
+  the metadata as ``request_path_ms``: set it as ``workload.request_path_ms`` for the
+  simulated TTFT and E2E to be what a client reads.
 * ``decode``: *B* requests sent together, each a prompt of *L* tokens and
   ``decode_steps`` output tokens; once their prompts are in, the *B* sequences decode in
   lock-step, one token each per engine step, so a step is the gap between two streamed
@@ -16,7 +23,7 @@ Three kinds of measurement, each repeated ``repeats`` times (the median is kept)
   with a prompt of *P* tokens and one output token; the engine puts the probe's prompt
   into the same step as the *B* decodes (llama.cpp ``update_slots``: sampled tokens of
   decoding slots first, then prompt tokens up to ``n_batch``). Latency: the probe's
-  ``timings.prompt_ms``, else its client TTFT.
+  engine time as for ``prefill``, else its client TTFT.
 
 The metadata YAML beside the CSV says engine, version, model, hardware, flags, date and
 which timing each phase used (``timing_source``).
@@ -398,41 +405,49 @@ def profile(
     def med(values: list[float]) -> float:
         return float(statistics.median(values))
 
+    extra_prefill = grid.checkpoint_prompt_tokens if llama and llama.checkpoint_stops else []
+    fragmented = grid.fragmented_decode_batch if llama and not llama.kv_unified else []
+    decodes = [(b, 1) for b in grid.decode_batch] + [(b, 2) for b in fragmented]
+    plan: list[tuple[str, int, int, int]] = [
+        *(("prefill", 1, p, 1) for p in sorted(set(grid.prefill_tokens) | set(extra_prefill))),
+        *(("decode", b, ctx, stride) for b, stride in decodes for ctx in grid.decode_context),
+        *(("mixed", b, p, 1) for b in grid.mixed_batch for p in grid.mixed_prompt_tokens),
+    ]
+    """The rows: (phase, batch, prompt tokens or decode context, slot stride)."""
+    got: list[list[tuple[float, float]]] = [[] for _ in plan]
+    """Each row's measurements: (latency, the engine's figure or the mixed context)."""
+
     async def measure() -> None:
         await prober.prefill(8)  # warm-up
-        extra_prefill = grid.checkpoint_prompt_tokens if llama and llama.checkpoint_stops else []
-        for p in sorted(set(grid.prefill_tokens) | set(extra_prefill)):
-            lat = med([await prober.prefill(p) for _ in range(grid.repeats)])
-            rows.append(("prefill", 1, p, 0, lat, float("nan")))
-            if llama is not None:
-                counts.append(prompt_steps(llama, p, 0))
-        fragmented = grid.fragmented_decode_batch if llama and not llama.kv_unified else []
-        decodes = [(b, 1) for b in grid.decode_batch] + [(b, 2) for b in fragmented]
-        for b, stride in decodes:
-            for ctx in grid.decode_context:
-                got = [await prober.decode(b, ctx, stride) for _ in range(grid.repeats)]
-                lat, eng = med([g[0] for g in got]), med([g[1] for g in got])
-                rows.append(("decode", b, 0, ctx + grid.decode_steps // 2, lat, eng))
-                if llama is not None:
-                    segments = [(k * stride, 1) for k in range(b)]
-                    counts.append((1, _passes(llama, segments), 0))
-        for b in grid.mixed_batch:
-            for p in grid.mixed_prompt_tokens:
-                got2 = [await prober.mixed(b, p) for _ in range(grid.repeats)]
-                rows.append(
-                    (
-                        "mixed",
-                        b,
-                        p,
-                        int(med([g[1] for g in got2])),
-                        med([g[0] for g in got2]),
-                        float("nan"),
-                    )
-                )
-                if llama is not None:
-                    counts.append(prompt_steps(llama, p, b))
+        # The grid is walked `repeats` times, each row once a round, so that a row's
+        # measurements lie minutes apart: a slow spell of the host (VALIDATION-NOTES;
+        # validation/host_noise.py) then moves one of them, which the median drops,
+        # where back to back it would move them all.
+        for _ in range(grid.repeats):
+            for k, (phase, b, n, stride) in enumerate(plan):
+                if phase == "prefill":
+                    got[k].append((await prober.prefill(n), float("nan")))
+                elif phase == "decode":
+                    got[k].append(await prober.decode(b, n, stride))
+                else:
+                    lat, ctx = await prober.mixed(b, n)
+                    got[k].append((lat, float(ctx)))
 
     asyncio.run(measure())
+    for (phase, b, n, stride), values in zip(plan, got, strict=True):
+        lat, other = med([v[0] for v in values]), med([v[1] for v in values])
+        if phase == "prefill":
+            rows.append(("prefill", 1, n, 0, lat, float("nan")))
+        elif phase == "decode":
+            rows.append(("decode", b, 0, n + grid.decode_steps // 2, lat, other))
+        else:
+            rows.append(("mixed", b, n, int(other), lat, float("nan")))
+        if llama is None:
+            continue
+        if phase == "decode":
+            counts.append((1, _passes(llama, [(k * stride, 1) for k in range(b)]), 0))
+        else:
+            counts.append(prompt_steps(llama, n, 0 if phase == "prefill" else b))
     sources = {
         "prefill": prober.timed_by.get("prefill", "client TTFT"),
         "decode": "client median inter-chunk gap (engine predicted_per_token_ms in engine_ms)",

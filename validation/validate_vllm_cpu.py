@@ -32,7 +32,8 @@ fewer requests, one real run: a smoke run), ``LYRA_VALIDATE_REPEATS`` (default 3
 ``LYRA_CACHE`` (where the environment and model live). Options: ``--only CFG/WORKLOAD``
 reruns those points and keeps the others; ``--table2`` redoes Table 2 from the stored
 runs (no server); ``--reprofile`` profiles the default server again and redoes both
-tables from the stored runs; ``--doc-only`` rewrites the document.
+tables from the stored runs; ``--resimulate`` fits the stored profile again and redoes
+both (after a change to the simulator; no server); ``--doc-only`` rewrites the document.
 """
 
 from __future__ import annotations
@@ -160,11 +161,19 @@ def launch_flags(cfg: str) -> list[str]:
     return [*BASE_FLAGS, *CONFIGS[cfg]]
 
 
+def request_path_ms() -> float:
+    """The request path the profile measured (its metadata's ``request_path_ms``: a lone
+    prompt's client TTFT less vLLM's own prefill time), 0 when it has none."""
+    meta = yaml.safe_load(PROFILE.with_suffix(".yaml").read_text()) if PROFILE.is_file() else {}
+    return float((meta or {}).get("request_path_ms") or 0.0)
+
+
 def scenario(name: str, launch: str, workload: str, load: str, quick: bool,
              capacity: float | None) -> dict[str, Any]:  # fmt: skip
     """The scenario of one load: the server's launch line as ``engine.command`` (the
     preset reads every flag; only the KV pool of ``VLLM_CPU_KVCACHE_SPACE`` needs the
-    model's bytes per token, which a profile fit does not know: given here), the fit."""
+    model's bytes per token, which a profile fit does not know: given here), the fit,
+    the profile's request path."""
     wl = WORKLOADS[workload]
     kind, value = load.split("_")
     if kind == "closed":
@@ -184,6 +193,7 @@ def scenario(name: str, launch: str, workload: str, load: str, quick: bool,
             "input_tokens": wl["input_tokens"],
             "output_tokens": wl["output_tokens"],
             **({"prefix": wl["prefix"]} if "prefix" in wl else {}),
+            "request_path_ms": request_path_ms(),
         },
         "cost": {"name": "profile", "path": str(FIT)},
     }
@@ -347,6 +357,9 @@ def table1(results: dict[str, Any], repeats: int, log: list[str]) -> None:
         cfg, workload = key.split("/")
         here = OUT / f"{cfg}_{workload}"
         for load, entry in res["loads"].items():
+            raw = yaml.safe_load((here / f"{load}.yaml").read_text())
+            raw["workload"]["request_path_ms"] = request_path_ms()
+            _write(here / f"{load}.yaml", raw)
             run("run", str(here / f"{load}.yaml"), "--out", str(here / "sim"), "--no-figures",
                 log=log)  # fmt: skip
             sim = _sim(here / "sim" / load)
@@ -357,14 +370,21 @@ def table1(results: dict[str, Any], repeats: int, log: list[str]) -> None:
 def probe_and_fit(srv: vllm_cpu.Server, log: list[str],
                   floor: float | None = None) -> dict[str, Any]:  # fmt: skip
     """Profile *srv* at the host speed *floor* (:func:`profile_at_floor`) into
-    :data:`PROFILE` and calibrate :data:`FIT` on it (``soft_l1``); what the document
-    says of the fit."""
+    :data:`PROFILE` and calibrate :data:`FIT` on it (:func:`calibrate`); what the
+    document says of the fit."""
     fit: dict[str, Any] = {"load_profile": load_average(), "launch": srv.launch}
     fit.update(profile_at_floor(srv, _write(OUT / "grid.yaml", GRID), log, floor))
+    return calibrate(fit, log)
+
+
+def calibrate(fit: dict[str, Any], log: list[str]) -> dict[str, Any]:
+    """Calibrate :data:`FIT` on :data:`PROFILE` (``soft_l1``); *fit* with its
+    coefficients and report."""
     run("calibrate", str(PROFILE), "--out", str(FIT), "--loss", "soft_l1", log=log)
     fitted = yaml.safe_load(FIT.read_text())
     fit["coefficients"] = fitted["coefficients"]
     fit["report"] = {k: v for k, v in fitted.items() if k != "coefficients"}
+    fit["request_path_ms"] = request_path_ms()
     return fit
 
 
@@ -399,6 +419,8 @@ def table2(results: dict[str, Any], repeats: int, log: list[str]) -> dict[str, A
         for load, entry in res["loads"].items():
             raw = yaml.safe_load((here / f"{load}.yaml").read_text())
             raw["cost"]["path"] = str(FIT_RUNS)
+            # the runs alone: their rebuilt steps hold what the path adds to the first
+            raw["workload"].pop("request_path_ms", None)
             path = _write(here / f"{load}_t2.yaml", raw)
             run("run", str(path), "--out", str(here / "sim_t2"), "--no-figures", log=log)
             reals = real_runs(key, load, repeats)
@@ -425,6 +447,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reprofile", action="store_true",
                         help="profile the default server again, then redo both tables from "
                         "the stored real runs")  # fmt: skip
+    parser.add_argument("--resimulate", action="store_true",
+                        help="fit the stored profile again and redo both tables from the "
+                        "stored real runs (no server): after a change to the "
+                        "simulator")  # fmt: skip
     args = parser.parse_args(argv)
     os.chdir(ROOT)
     signal.signal(signal.SIGTERM, _stop)
@@ -432,13 +458,16 @@ def main(argv: list[str] | None = None) -> int:
     stored = OUT / "matrix.json"
     source = stored if stored.is_file() else PUBLISHED
     keep: dict[str, Any] = json.loads(source.read_text()) if source.is_file() else {}
-    if args.reprofile or args.table2:  # one log: the commands of both steps are kept
+    if args.reprofile or args.table2 or args.resimulate:  # one log: every step's commands
         log = list(keep.get("commands", []))
         if args.reprofile:
             reprofile(keep, log)
+        elif args.resimulate:  # the stored profile, fitted by today's calibrate
+            keep["fit"] = calibrate(keep["fit"], log)
+            table1(keep["results"], keep["facts"]["repeats"], log)
         keep["fit_runs"] = table2(keep["results"], keep["facts"]["repeats"], log)
         stored.write_text(json.dumps({**keep, "commands": log}, indent=1, default=str))
-    if args.doc_only or args.table2 or args.reprofile:
+    if args.doc_only or args.table2 or args.reprofile or args.resimulate:
         write_doc(keep["facts"], keep["results"], keep.get("fit", {}), keep.get("fit_runs", {}))
         return 0
     points = QUICK_POINTS if quick else POINTS
@@ -634,6 +663,15 @@ def write_doc(facts: dict[str, Any], results: dict[str, Any], fit: dict[str, Any
         f"{fit.get('profile_tries', '?')} profile(s); each real run waited (at most "
         f"{GATE_WAIT_S:.0f} s) for a probe within {100 * GATE:.0f} % of the step the profile "
         "it was run against had read",
+        "- request path: "
+        + (
+            f"`workload.request_path_ms: {fit['request_path_ms']}` in every Table 1 scenario, "
+            "from the profile (its lone prompts' client TTFT less vLLM's own prefill time, "
+            "`/metrics` `vllm:request_prefill_time_seconds`; the prompt rows are timed by that "
+            "metric too); Table 2's scenarios have none (the runs alone)"
+            if fit.get("request_path_ms")
+            else "none (0: the profile timed prompts by the client's TTFT)"
+        ),
         "",
         "## Summary",
         "",

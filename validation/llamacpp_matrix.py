@@ -88,9 +88,19 @@ METRICS = (
 )
 
 
+def request_path_ms(fit: str) -> float:
+    """The request path the profile beside *fit* measured (its metadata's
+    ``request_path_ms``: lone prompts' client TTFT less ``timings.prompt_ms``), else 0.
+    Profiles taken before it was measured have none."""
+    meta_path = Path(fit).parent / "profile.yaml"
+    meta = yaml.safe_load(meta_path.read_text()) if meta_path.is_file() else None
+    return float((meta or {}).get("request_path_ms") or 0.0)
+
+
 def scenario(name: str, flags: list[str], regime: dict[str, Any], quick: bool, fit: str,
              load: str, capacity: float | None) -> dict[str, Any]:  # fmt: skip
-    """The scenario of one point (the preset reads the launch flags)."""
+    """The scenario of one point (the preset reads the launch flags), with the request
+    path its profile measured (:func:`request_path_ms`)."""
     value = LOADS[load]
     if load.startswith("closed"):
         arrival: dict[str, Any] = {"name": "closed_loop", "concurrency": int(value),
@@ -110,6 +120,7 @@ def scenario(name: str, flags: list[str], regime: dict[str, Any], quick: bool, f
             "arrival": arrival,
             "input_tokens": {"name": "uniform", "low": lo, "high": hi},
             "output_tokens": {"name": "uniform", "low": olo, "high": ohi},
+            "request_path_ms": request_path_ms(fit),
         },
         # Gemma 3 has sliding-window layers (llama.cpp checkpoints its prompts) and a
         # 32768-token training context; cache_prompt: false is what the replay sends
@@ -223,6 +234,8 @@ def table2(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int,
     shutil.rmtree(here / "sim_t2", ignore_errors=True)
     for load in LOADS:
         raw = scenario(load, flags, regime, quick, str(fit2), load, out["capacity_req_s"])
+        # the runs alone: a step rebuilt from an idle start begins at the send, path included
+        raw["workload"].pop("request_path_ms")
         path = here / f"{load}_t2.yaml"
         path.write_text(yaml.safe_dump(raw))
         run("run", str(path), "--out", str(here / "sim_t2"), "--no-figures", log=log)

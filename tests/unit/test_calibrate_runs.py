@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import yaml
 
 from lyra_simpy import Results, scenario_from_dict, simulate
 from lyra_simpy.calibration.fit import TERMS
@@ -24,28 +23,16 @@ from lyra_simpy.cli import main
 from lyra_simpy.metrics.io import write_jsonl
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-TRUE = {  # tests/data/synthetic_fit.yaml, with a cost per prompt chunk added
+TRUE = {  # tests/data/synthetic_fit.yaml
     "fixed_ms": 5.0,
     "per_decode_seq_ms": 0.5,
     "per_context_token_ms": 0.002,
     "per_prefill_token_ms": 0.05,
     "per_prefill_attention_ms": 1e-4,
-    "per_prefill_seq_ms": 2.0,
 }
 
 
-def true_fit(folder: Path) -> Path:
-    """tests/data/synthetic_fit.yaml with :data:`TRUE`'s coefficients, in *folder*."""
-    raw = yaml.safe_load((DATA / "synthetic_fit.yaml").read_text())
-    raw["coefficients"] = {**raw["coefficients"], **TRUE}
-    raw["profile"]["path"] = str(DATA / raw["profile"]["path"])
-    raw["profile"]["metadata_path"] = str(DATA / raw["profile"]["metadata_path"])
-    path = folder / "true_fit.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
-
-
-def scenario(seed: int, rate: float, n: int = 120, fit: Path = DATA / "synthetic_fit.yaml") -> Any:
+def scenario(seed: int, rate: float, n: int = 120) -> Any:
     return scenario_from_dict(
         {
             "name": "runs",
@@ -58,7 +45,7 @@ def scenario(seed: int, rate: float, n: int = 120, fit: Path = DATA / "synthetic
             },
             "scheduler": {"name": "continuous", "max_num_seqs": 16, "max_num_batched_tokens": 8192},
             "kv_cache": {"block_size": 16, "num_blocks": 4096},
-            "cost": {"name": "profile", "path": str(fit)},
+            "cost": {"name": "profile", "path": str(DATA / "synthetic_fit.yaml")},
         }
     )
 
@@ -108,10 +95,9 @@ def write_run(res: Results, folder: Path, jitter_s: float = 0.0, seed: int = 0) 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Path, Results]]:
     root = tmp_path_factory.mktemp("runs")
-    fit = true_fit(root)
     out = []
     for k, (seed, rate) in enumerate([(1, 6.0), (2, 14.0)]):
-        res = simulate(scenario(seed, rate, fit=fit))
+        res = simulate(scenario(seed, rate))
         assert (res.records["status"] == "ok").all()
         out.append((write_run(res, root / f"run{k}"), res))
     return out
@@ -177,12 +163,10 @@ def test_a_request_never_gets_two_tokens_in_one_step():
     assert steps.decode_context_tokens.tolist() == [0, 11]
 
 
-def test_runs_and_profile_together(tmp_path, capsys):
-    # runs of the profile's own engine (tests/data/synthetic_fit.yaml: no cost per chunk)
-    run = write_run(simulate(scenario(1, 6.0)), tmp_path / "run")
+def test_runs_and_profile_together(runs, tmp_path, capsys):
     out = tmp_path / "fit.yaml"
     prof = DATA / "synthetic_profile.csv"
-    args = ["calibrate", "--from-runs", str(run), "--profile", str(prof)]
+    args = ["calibrate", "--from-runs", str(runs[0][0]), "--profile", str(prof)]
     assert main([*args, "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "rebuilt steps" in text
@@ -193,8 +177,7 @@ def test_runs_and_profile_together(tmp_path, capsys):
     assert set(fit.fit.phases) >= {"decode", "runs:decode"}
     got = fit.coefficients.model_dump()
     for term in TERMS:
-        want = 0.0 if term == "per_prefill_seq_ms" else TRUE[term]
-        assert got[term] == pytest.approx(want, rel=0.01, abs=1e-9), term
+        assert got[term] == pytest.approx(TRUE[term], rel=0.01), term
     # a scenario can use it, and its manifest says where it came from
     sc = scenario(1, 6.0, 10)
     sc2 = scenario_from_dict(

@@ -30,7 +30,6 @@ TRUE = {
     "per_context_token_ms": 0.0003,
     "per_prefill_token_ms": 0.09,
     "per_prefill_attention_ms": 2e-5,
-    "per_prefill_seq_ms": 1.5,
 }
 
 
@@ -65,7 +64,6 @@ def synthetic_rows(rng: np.random.Generator, noise: float) -> list[dict[str, obj
                         c["fixed_ms"]
                         + c["per_prefill_token_ms"] * b * i
                         + c["per_prefill_attention_ms"] * pairs
-                        + c["per_prefill_seq_ms"] * b
                     )
                     add("prefill", b, i, ctx, ms)
     return rows
@@ -188,11 +186,7 @@ def test_unmeasured_terms_are_zero_and_reported(tmp_path):
         for b in (1, 4, 16) for c in (100, 1000)
     ]  # fmt: skip
     fit = fit_profile(read_profile(write(tmp_path, rows)))
-    assert fit.fit.unmeasured_terms == [
-        "per_prefill_token_ms",
-        "per_prefill_attention_ms",
-        "per_prefill_seq_ms",
-    ]
+    assert fit.fit.unmeasured_terms == ["per_prefill_token_ms", "per_prefill_attention_ms"]
     assert fit.coefficients.per_prefill_token_ms == 0.0
     assert "not measured" in format_report(fit)
 
@@ -252,20 +246,6 @@ def test_cost_matches_the_fitted_terms():
     assert model.iteration_s(BatchShape(0, 0, 0, 3, 3, 300)) == pytest.approx(7.1e-3)
     # mixed: 5 + 0.5 × 2 + 0.002 × 100 + 0.05 × 40 + 1e-4 × 1600 = 8.36 ms
     assert model.iteration_s(BatchShape(1, 40, 1600, 2, 2, 100)) == pytest.approx(8.36e-3)
-
-
-def test_each_prompt_chunk_of_a_step_costs_per_prefill_seq(tmp_path):
-    raw = yaml.safe_load(FIT.read_text())
-    raw["coefficients"]["per_prefill_seq_ms"] = 3.0
-    raw["profile"]["path"] = str(DATA / raw["profile"]["path"])
-    raw["profile"]["metadata_path"] = str(DATA / raw["profile"]["metadata_path"])
-    (tmp_path / "fit.yaml").write_text(yaml.safe_dump(raw))
-    model = ProfileCost(ProfileCostConfig(path=str(tmp_path / "fit.yaml")), 8)
-    # the mixed step above with its one prompt chunk: 8.36 + 3 ms; with two: 8.36 + 6 ms
-    assert model.iteration_s(BatchShape(1, 40, 1600, 2, 2, 100)) == pytest.approx(11.36e-3)
-    assert model.iteration_s(BatchShape(2, 40, 1600, 2, 2, 100)) == pytest.approx(14.36e-3)
-    # a decode-only step has no prompt chunk: 7.1 ms as without the term
-    assert model.iteration_s(BatchShape(0, 0, 0, 3, 3, 300)) == pytest.approx(7.1e-3)
 
 
 @pytest.mark.parametrize("padding", ["none", "max_batch", [1, 2, 4]])

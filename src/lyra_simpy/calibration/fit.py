@@ -7,7 +7,6 @@ The model has one non-negative coefficient per physical term (milliseconds)::
          + per_context_token_ms × Σ context tokens   KV read by decode attention
          + per_prefill_token_ms × prompt tokens      GEMMs over the new prompt tokens
          + per_prefill_attention_ms × Σ new × (cached + new)   prefill attention (quadratic)
-         + per_prefill_seq_ms × prompt chunks        per-prompt work of a step
          + per_extra_pass_ms × (passes − steps)      llama.cpp: ubatches beyond one a step
          + per_checkpoint_ms × checkpoints           llama.cpp: context checkpoint copies
 
@@ -20,16 +19,6 @@ A profile row maps onto the terms as DESIGN §4 defines the phases: a ``prefill`
 a ``decode`` row is ``batch_size`` decodes at ``context_len`` each; a ``mixed`` row is
 ``batch_size`` decodes at ``context_len`` plus ``input_tokens`` prompt tokens, taken as
 *one* prompt chunk with nothing cached (the contract does not say how they split).
-
-``per_prefill_seq_ms`` is what a prompt chunk costs a step besides its tokens: the
-per-sequence work of a prompt (its attention metadata and kernel launch, the logits
-and sampling of its last token). Without it the decode rows set ``fixed_ms`` and a
-prompt's overhead has no term but its tokens': on vLLM 0.32's CPU backend (three
-profiles by ``tox -e validate-vllm-cpu`` on this project's machine) a 16-token prompt
-alone costs 30-54 ms against 20-38 ms for one decode, the fit puts the term at
-8.8-11.8 ms, and the prefill rows' median error falls from 9-20 % to 4-6 %. It is
-told apart from ``fixed_ms`` by the decode rows (no prompt) and from the per-token
-term by the prompt sizes.
 
 The fit is non-negative least squares (Lawson–Hanson, ``scipy.optimize.nnls``) on the
 *relative* error: each row is divided by its measured latency, so a 10 ms decode step
@@ -77,7 +66,6 @@ TERMS = (
     "per_context_token_ms",
     "per_prefill_token_ms",
     "per_prefill_attention_ms",
-    "per_prefill_seq_ms",
 )
 STEP_TERMS = ("per_extra_pass_ms", "per_checkpoint_ms")
 """llama.cpp's terms, fitted only from a profile with ``passes``/``checkpoints`` columns
@@ -90,7 +78,6 @@ UNITS = {
     "per_context_token_ms": "ms per context token read by decode attention",
     "per_prefill_token_ms": "ms per prompt token computed",
     "per_prefill_attention_ms": "ms per (new x (cached + new)) prompt token pair",
-    "per_prefill_seq_ms": "ms per prompt chunk in a step",
     "per_extra_pass_ms": "ms per forward pass beyond a step's first (llama.cpp ubatch)",
     "per_checkpoint_ms": "ms per context checkpoint copied (llama.cpp)",
 }
@@ -118,8 +105,6 @@ class Coefficients(_Closed):
     per_context_token_ms: NonNegativeFloat = 0.0
     per_prefill_token_ms: NonNegativeFloat = 0.0
     per_prefill_attention_ms: NonNegativeFloat = 0.0
-    per_prefill_seq_ms: NonNegativeFloat = 0.0
-    """0 in fits made before the term existed."""
     per_extra_pass_ms: NonNegativeFloat = 0.0
     per_checkpoint_ms: NonNegativeFloat = 0.0
 
@@ -226,15 +211,13 @@ def design_matrix(profile: Profile) -> npt.NDArray[np.float64]:
     prompt_tokens = np.where(pre, b * i, np.where(mixed, i, 0.0))
     attention = np.where(pre, b * i * (c + i), np.where(mixed, i * i, 0.0))
     steps = np.ones_like(b) if profile.steps is None else profile.steps.astype(np.float64)
-    # A row over several steps (llama.cpp's checkpoint split) decodes its batch in each,
-    # and splits each of its prompts into a chunk a step.
+    # A row over several steps (llama.cpp's checkpoint split) decodes its batch in each.
     columns = [
         steps,
         np.where(dec, b * steps, 0.0),
         np.where(dec, b * c * steps, 0.0),
         prompt_tokens,
         attention,
-        np.where(pre, b * steps, np.where(mixed, steps, 0.0)),
     ]
     if profile.passes is not None or profile.checkpoints is not None:
         passes = steps if profile.passes is None else profile.passes.astype(np.float64)

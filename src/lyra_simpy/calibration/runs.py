@@ -163,7 +163,6 @@ class Steps:
                 self.decode_context_tokens.astype(np.float64),
                 self.prefill_tokens.astype(np.float64),
                 self.prefill_attention_tokens.astype(np.float64),
-                self.prefill_seqs.astype(np.float64),
             ]
         )
 

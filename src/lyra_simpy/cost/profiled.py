@@ -8,7 +8,6 @@ scenario's folder. The terms and how they are fitted are in
 
     t_ms = fixed + per_decode_seq × rows + per_context_token × Σ context
          + per_prefill_token × prompt tokens + per_prefill_attention × Σ new × (cached + new)
-         + per_prefill_seq × prompt chunks
          + per_extra_pass × (passes − 1) + per_checkpoint × checkpoints
 
 where *rows* is the decode row count, padded (:mod:`~lyra_simpy.cost.padding`) in
@@ -153,7 +152,6 @@ class ProfileCost:
         self._per_ctx = c.per_context_token_ms
         self._per_prefill = c.per_prefill_token_ms
         self._per_attention = c.per_prefill_attention_ms
-        self._per_chunk = c.per_prefill_seq_ms
         self._per_pass = c.per_extra_pass_ms
         self._per_checkpoint = c.per_checkpoint_ms
         self._pad = Padder(config.padding, max_batch)
@@ -180,7 +178,6 @@ class ProfileCost:
             + self._per_ctx * shape.decode_context_tokens
             + self._per_prefill * (shape.prefill_tokens + verify)
             + self._per_attention * shape.prefill_attention_tokens
-            + self._per_chunk * shape.prefill_seqs
         )
         if verify:  # each draft token attends to its sequence's context, like a prompt token
             per_seq = shape.verify_tokens / shape.decode_seqs

@@ -88,6 +88,7 @@ def test_a_vllm_profile_times_prompts_by_the_engine_and_measures_the_path(
     assert meta["timing_source"]["prefill"] == "engine /metrics vllm:request_prefill_time_seconds"
     assert meta["timing_source"]["mixed"].startswith("engine /metrics")
     assert 40.0 <= meta["request_path_ms"] < 200.0  # 40 ms, and HTTP on a loaded machine
+    assert list(meta["request_path_ms_by_prompt"]) == [8, 16]
 
 
 def test_profile_bad_grid_file_is_one_line(

@@ -154,8 +154,8 @@ class _Prober:
         self.engine_timed: set[str] = set()
         self.timed_by: dict[str, str] = {}
         """Phase → which engine figure timed its prompts."""
-        self.path_ms: list[float] = []
-        """Lone prefills' client TTFT less the engine's prompt time."""
+        self.path_ms: dict[int, list[float]] = {}
+        """Prompt size → lone prefills' client TTFT less the engine's prompt time."""
         self.metrics: bool | None = None
         """Whether the endpoint has vLLM's prefill-time metric (None: not asked yet)."""
         self.pin = False
@@ -193,11 +193,13 @@ class _Prober:
             raise LyraError(f"profile: request ({n_in} in, {n_out} out) failed: {out.error}")
         return out
 
-    def _prompt_ms(self, out: Outcome, phase: str, engine_ms: float | None = None) -> float:
+    def _prompt_ms(
+        self, out: Outcome, phase: str, engine_ms: float | None = None, prompt: int = 0
+    ) -> float:
         """The engine's time for *out*'s prompt where it tells it (llama.cpp's
         ``timings.prompt_ms``, else *engine_ms* from vLLM's ``/metrics``), else the
         client's TTFT. A lone prefill's TTFT less the engine's time is one sample of
-        the request path (``workload.request_path_ms``)."""
+        the request path (``workload.request_path_ms``), kept by *prompt* size."""
         ttft_ms = (out.chunk_s[0] - out.sent_s) * 1000.0
         if out.timings and isinstance(out.timings.get("prompt_ms"), (int, float)):
             engine_ms = float(out.timings["prompt_ms"])
@@ -208,7 +210,7 @@ class _Prober:
             return ttft_ms
         self.engine_timed.add(phase)
         if phase == "prefill":
-            self.path_ms.append(ttft_ms - engine_ms)
+            self.path_ms.setdefault(prompt, []).append(ttft_ms - engine_ms)
         return engine_ms
 
     async def _prefill_seconds(self) -> tuple[float, float] | None:
@@ -249,7 +251,7 @@ class _Prober:
     async def prefill(self, p: int) -> float:
         before = await self._prefill_seconds()
         out = await self._send(p, 1, time.perf_counter(), slot=0)
-        return self._prompt_ms(out, "prefill", await self._engine_prefill_ms(before))
+        return self._prompt_ms(out, "prefill", await self._engine_prefill_ms(before), p)
 
     async def decode(self, b: int, ctx: int, stride: int = 1) -> tuple[float, float]:
         t0 = time.perf_counter()
@@ -469,7 +471,12 @@ def profile(
     meta = _metadata(props, url, api, hardware, flags, sources)
     meta["prompt_seed"] = seed
     if prober.path_ms:  # the client's TTFT beyond the engine's prompt time, lone prefills
-        meta["request_path_ms"] = round(float(statistics.median(prober.path_ms)), 2)
+        every = [ms for sizes in prober.path_ms.values() for ms in sizes]
+        meta["request_path_ms"] = round(float(statistics.median(every)), 2)
+        # by prompt size: whether the path grows with the prompt (sent as JSON, parsed)
+        meta["request_path_ms_by_prompt"] = {
+            p: round(float(statistics.median(ms)), 2) for p, ms in sorted(prober.path_ms.items())
+        }
     atomic_write(out, write_csv)
     atomic_write(
         out.with_suffix(".yaml"), lambda tmp: tmp.write_text(yaml.safe_dump(meta, sort_keys=False))

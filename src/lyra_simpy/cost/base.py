@@ -7,15 +7,17 @@ the context those decodes read. Cost models are pure: shape in, seconds out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
 
-@dataclass(slots=True, frozen=True)
-class BatchShape:
-    """The batch of one iteration, as the cost model needs it."""
+class BatchShape(NamedTuple):
+    """The batch of one iteration, as the cost model needs it.
+
+    A named tuple rather than a frozen dataclass: the engine makes one per iteration
+    that prefills, and a frozen dataclass's ``__init__`` (one ``object.__setattr__`` per
+    field) costs about four times as much to build; read-only either way."""
 
     prefill_seqs: int
     """Sequences computing prompt tokens (a whole prompt, or a chunk of one)."""
@@ -80,8 +82,12 @@ def affine_span_s(
     """``decode_span_s`` of a model whose decode step is ``fixed_ms + per_context_ms ×
     context`` (linear, profile): element *j* is bit for bit the single-step value."""
     if k <= SHORT_SPAN:
+        if not growth:  # (every element the same expression of the same numbers)
+            return [(fixed_ms + per_context_ms * context_tokens) / 1000.0] * k
+        # context_tokens + growth * j, j = 0 … k-1, as range() counts it (the same ints)
+        stop = context_tokens + growth * k
         return [
-            (fixed_ms + per_context_ms * (context_tokens + growth * j)) / 1000.0 for j in range(k)
+            (fixed_ms + per_context_ms * c) / 1000.0 for c in range(context_tokens, stop, growth)
         ]
     context = context_tokens + growth * np.arange(k, dtype=np.int64)
     out: list[float] = ((fixed_ms + per_context_ms * context) / 1000.0).tolist()

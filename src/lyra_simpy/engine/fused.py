@@ -83,6 +83,45 @@ class DecodeRun:
         return True
 
 
+SPAN_CHUNK = 32
+"""Iterations a run's segment is first costed for when an arrival is due: a segment
+runs to the next member's last token, often hundreds of iterations, but the arrival
+ends the run after a few dozen here (the benchmark: ~13 on average), so the segment is
+costed in chunks of doubling size from this one until an iteration ends at or after
+the arrival. The times are those of costing it whole (the cost protocol: a span's
+element *j* is the single step's time; the sum runs left to right either way)."""
+
+
+def _segment_ends(
+    cost: CostModel,
+    rows: int,
+    context_tokens: int,
+    growth: int,
+    length: int,
+    start_s: float,
+    horizon_s: float | None,
+) -> tuple[float, list[float]]:
+    """(The first iteration's time, the end times) of *length* decode iterations from
+    *start_s* (``decode_span_s(rows, context_tokens, growth, length)`` summed), or of
+    as many as reach *horizon_s* (see :data:`SPAN_CHUNK`)."""
+    k = length if horizon_s is None else min(length, SPAN_CHUNK)
+    durations = cost.decode_span_s(rows, context_tokens, growth, k)
+    ends = list(accumulate(durations, initial=start_s))
+    del ends[0]
+    while horizon_s is not None and k < length and ends[-1] < horizon_s:
+        more = min(length - k, k)
+        tail = list(
+            accumulate(
+                cost.decode_span_s(rows, context_tokens + growth * k, growth, more),
+                initial=ends[-1],
+            )
+        )
+        del tail[0]
+        ends += tail
+        k += more
+    return durations[0], ends
+
+
 def plan_run(
     members: DecodeSet,
     absorb_finishes: bool,
@@ -119,24 +158,25 @@ def plan_run(
     run = DecodeRun(start_s, 0.0, [], [], [], kv_used)
     ends, seqs, kvs = run.ends_s, run.seqs, run.kv_blocks
     ahead = sorted(groups) if absorb_finishes else [epoch + members.fewest_left()]
-    boundaries = [f - epoch for f in ahead]  # iterations until a member's last token
     t = start_s
     a = 0
-    for b in boundaries:
+    for finish in ahead:
+        b = finish - epoch  # iterations until a member's last token
         length = b - a
-        durations = cost.decode_span_s(n if n > rows else rows, sum_c + n * a, n, length)
+        first, seg_ends = _segment_ends(
+            cost, n if n > rows else rows, sum_c + n * a, n, length, t, horizon_s
+        )
         if not a:
-            run.first_s = durations[0]
-        seg_ends = list(accumulate(durations, initial=t))
-        del seg_ends[0]
+            run.first_s = first
+        m = len(seg_ends)  # (fewer than length when the horizon came first)
         # Blocks in use at each step: one more for each request whose token lands on a
         # block boundary there (steps a+1, a+2, ... read hist from (a+1) mod bs on).
         shift = (a + 1) % bs
         inc = hist[shift:] + hist[:shift]
-        inc *= (length - 1) // bs + 1
-        del inc[length - 1 :]
+        inc *= (m - 1) // bs + 1
+        del inc[m - 1 :]
         seg_kv = list(accumulate(inc, initial=used))
-        cut = length
+        cut = m
         arrived = horizon_s is not None and seg_ends[-1] >= horizon_s
         if arrived:
             cut = bisect_left(seg_ends, horizon_s or 0.0) + (0 if strict_horizon else 1)

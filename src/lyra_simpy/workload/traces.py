@@ -225,7 +225,7 @@ def _fast_csv_rows(path: Path, fmt: TraceFormat) -> Trace | None:
     ``csv.reader``."""
     with path.open(newline="") as fh:
         reader = csv.reader(fh)
-        k_t, k_i, k_o = _column_indices(path, fmt, next(reader, None) or [])
+        k_t, k_i, k_o = _column_indices(path, fmt, next(reader, []))
         try:
             rows = [(r[k_t], r[k_i], r[k_o]) for r in reader]
         except IndexError:

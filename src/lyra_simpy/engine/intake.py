@@ -59,8 +59,11 @@ class Intake:
         if self.deferred:
             self._redecide(now)
         # A rejection ends a closed-loop request at once; its client's next request may
-        # be due now too, so take arrivals until none is due.
-        while due := source.pop_until(now):
+        # be due now too, so take arrivals until none is due (a source without feedback
+        # gave every due one the first time).
+        again = source.feedback
+        due = source.pop_until(now)
+        while due:
             for req in due:
                 if req.computed_tokens:  # its KV came from a prefill replica: it decodes
                     req.running = True
@@ -75,6 +78,7 @@ class Intake:
                     self.waiting.append(req)
                 else:
                     self._admit(req, now)
+            due = source.pop_until(now) if again else ()
 
     def _admit(self, req: Request, now: float) -> None:
         """Ask the admission about *req*: queue, reject or defer it."""

@@ -78,7 +78,7 @@ class Intake:
                     self.waiting.append(req)
                 else:
                     self._admit(req, now)
-            due = source.pop_until(now) if again else ()
+            due = source.pop_until(now) if again else []
 
     def _admit(self, req: Request, now: float) -> None:
         """Ask the admission about *req*: queue, reject or defer it."""

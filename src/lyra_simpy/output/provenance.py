@@ -7,6 +7,7 @@ import functools
 import platform
 import subprocess
 import sys
+import threading
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,20 @@ def git_revision() -> str:
         return "unknown"
 
 
+_asking: threading.Thread | None = None
+"""The thread asking git ahead (:func:`ask_git_revision`), None until one is started."""
+
+
+def ask_git_revision() -> None:
+    """Ask git now, on a thread, what :func:`git_revision` answers: the two git
+    processes take 10–20 ms, which the run's simulation then hides; the manifest waits
+    for the answer (:func:`manifest`). Nothing when git was asked already."""
+    global _asking
+    if _asking is None and not git_revision.cache_info().currsize:
+        _asking = threading.Thread(target=git_revision, name="git-revision", daemon=True)
+        _asking.start()
+
+
 def cost_provenance(scenario: Scenario) -> dict[str, Any]:
     """Which cost model, with which numbers, calibrated from where."""
     cfg = scenario.cost
@@ -62,6 +77,8 @@ def cost_provenance(scenario: Scenario) -> dict[str, Any]:
 
 def manifest(scenario: Scenario, engine: dict[str, Any], source_file: str | None) -> dict[str, Any]:
     """Provenance of one run of *scenario*."""
+    if _asking is not None:
+        _asking.join()  # (then git_revision() reads its cached answer)
     return {
         "scenario": scenario.resolved(),
         "scenario_file": source_file,

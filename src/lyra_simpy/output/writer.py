@@ -34,7 +34,7 @@ from lyra_simpy.metrics.io import (
     write_series_npz,
 )
 from lyra_simpy.metrics.summary import refusals_line
-from lyra_simpy.output.provenance import manifest
+from lyra_simpy.output.provenance import ask_git_revision, manifest
 from lyra_simpy.output.tables import format_table, format_value
 from lyra_simpy.scenario import Scenario
 from lyra_simpy.simulation import Results, simulate
@@ -162,6 +162,8 @@ def run_scenario(
                     bars.done()
             results = [done[i] for i in range(len(variants))]
         else:
+            if out_root is not None:  # (not before a process pool forks: no thread then)
+                ask_git_revision()
             for variant, timeline in jobs:
                 t0 = time.perf_counter()
                 watch = bars.watch(variant.label, variant.simulation.until_s)

@@ -22,8 +22,8 @@ skipped. Times are made relative to the first row.
 CSV traces are read column-wise: only the three columns used, converted and checked
 with array operations (the Azure conversation trace's 19 366 rows in a few ms, where
 parsing each timestamp with ``datetime`` took 0.3 s); a plain file (no quotes, every row
-as wide as the header) is split with ``str.split`` rather than ``csv.reader``. Only when a check fails is the
-file read again row by row, to name the line that broke it.
+as wide as the header) is split with ``str.split`` rather than ``csv.reader``. Only when
+a check fails is the file read again row by row, to name the line that broke it.
 """
 
 from __future__ import annotations

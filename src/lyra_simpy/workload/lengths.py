@@ -126,7 +126,8 @@ LengthConfig = Annotated[
     | MixtureLength,
     Field(discriminator="name"),
 ]
-MixtureComponent.model_rebuild()
+# MixtureComponent names LengthConfig before it exists: its validator, built when first
+# used (config.Closed: ``defer_build``), finds it in this module then.
 
 
 @dataclass

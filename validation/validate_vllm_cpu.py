@@ -120,8 +120,12 @@ POINTS: dict[str, list[str]] = {
 }  # fmt: skip
 """(configuration/workload) → loads: light to saturation and a closed loop beyond
 ``--max-num-seqs`` on the defaults; each mechanism on and off beside it."""
-QUICK_POINTS = {"default/short": ["poisson_0.3", "closed_8"]}
-REPEATS = int(os.environ.get("LYRA_VALIDATE_REPEATS", "3"))
+QUICK_POINTS = {"default/short": [FIT_LOAD, "closed_8"]}
+"""``LYRA_QUICK=1``: one point at two loads, Table 2's among them."""
+REPEATS = int(
+    os.environ.get("LYRA_VALIDATE_REPEATS", "1" if os.environ.get("LYRA_QUICK") == "1" else "3")
+)
+"""Real runs per load (``LYRA_VALIDATE_REPEATS``; 3, or 1 in quick mode)."""
 THINK_S = 0.005
 """A closed-loop client's pause (as validation/closed_loop_8.yaml explains)."""
 GRID: dict[str, Any] = {

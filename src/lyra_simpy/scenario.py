@@ -14,17 +14,13 @@ path, the value and what is allowed (:class:`~lyra_simpy.errors.ScenarioError`).
 from __future__ import annotations
 
 import copy
-import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import yaml
 from pydantic import (
     ConfigDict,
     Field,
     PositiveFloat,
-    PositiveInt,
     PrivateAttr,
     ValidationError,
     ValidationInfo,
@@ -32,13 +28,11 @@ from pydantic import (
     model_validator,
 )
 
-from lyra_simpy.cluster.disagg import LinkConfig
-from lyra_simpy.cluster.dispatch import FailoverConfig
-from lyra_simpy.cluster.routing import RoundRobinConfig, RouterConfig
+from lyra_simpy.cluster.config import ClusterConfig, ReplicaSpec, check_replica
 from lyra_simpy.config import Closed
 from lyra_simpy.cost import CostConfig
 from lyra_simpy.cost.catalog import CatalogError
-from lyra_simpy.dotted import set_path
+from lyra_simpy.dotted import deep_merge, parse_override, set_path
 from lyra_simpy.engine.kv import ACTIVATION_RESERVE_GIB, MEM_FRACTION, KVCacheConfig
 from lyra_simpy.engine.speculative import SpeculativeConfig
 from lyra_simpy.errors import ScenarioError, from_validation_error
@@ -57,7 +51,6 @@ from lyra_simpy.report import FigureSpec, OutputConfig, ReportConfig
 from lyra_simpy.variants import Grid, Variant
 from lyra_simpy.whatif import WhatIf
 from lyra_simpy.workload import WorkloadConfig, check_files
-from lyra_simpy.workload.prefixes import unit_tokens
 
 
 class SLOConfig(Closed):
@@ -81,91 +74,6 @@ class SimulationConfig(Closed):
     """Advance runs of unchanged decode iterations as one event (identical results)."""
     timeseries: bool = True
     """Keep the per-iteration time series (one compact row per iteration)."""
-
-
-class ReplicaGroup(Closed):
-    """*count* identical replicas; a part left out is the scenario's own."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    count: PositiveInt = 1
-    scheduler: SchedulerConfig | None = None
-    kv_cache: KVCacheConfig | None = None
-    cost: CostConfig | None = None
-    prefix_cache: PrefixCacheConfig | None = None
-
-
-class DisaggregationConfig(Closed):
-    """Separate prefill and decode pools joined by a KV link (:mod:`lyra_simpy.cluster.disagg`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    prefill: ReplicaGroup
-    decode: ReplicaGroup
-    link: LinkConfig
-    decode_router: Literal["least_outstanding", "least_kv"] = "least_outstanding"
-    """How a decode replica is picked among those with room."""
-
-
-class ClusterConfig(Closed):
-    """Several replicas behind a router (see :mod:`lyra_simpy.cluster.dispatch`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    replicas: PositiveInt = 1
-    """Copies of the scenario's replica (when ``groups`` is empty)."""
-    groups: list[ReplicaGroup] = Field(default_factory=list)
-    """Heterogeneous replicas: each group's count of replicas, in order."""
-    router: RouterConfig = Field(default_factory=RoundRobinConfig)
-    """Routes arrivals over the replicas (the prefill pool when disaggregated)."""
-    disaggregation: DisaggregationConfig | None = None
-    """Prefill/decode pools instead of ``replicas``/``groups`` (None: colocated)."""
-    failover: FailoverConfig = Field(default_factory=FailoverConfig)
-    """Retries and waiting when replicas fail or none serves (with ``processes`` only)."""
-
-
-@dataclass(frozen=True)
-class ReplicaSpec:
-    """What one replica is made of."""
-
-    scheduler: Any
-    kv_cache: KVCacheConfig
-    cost: Any
-    prefix_cache: Any
-
-
-def _check_replica(spec: ReplicaSpec, workload: WorkloadConfig, where: str) -> None:
-    if where and spec.kv_cache.num_blocks == "auto":
-        raise ValueError(
-            f"{where}kv_cache.num_blocks: got 'auto', must be a number of blocks in a "
-            "replica group (only the scenario's own kv_cache derives it from the catalog)"
-        )
-    if spec.prefix_cache is not None:
-        if spec.scheduler.name in ("static", "llamacpp"):
-            raise ValueError(
-                f"{where}prefix_cache: got a cache with scheduler {spec.scheduler.name!r}, "
-                "must be used with continuous, chunked_prefill or prefill_first"
-            )
-        unit = unit_tokens(workload.prefix, spec.kv_cache.block_size)
-        if unit % spec.kv_cache.block_size:
-            raise ValueError(
-                f"workload.prefix.unit_tokens: got {unit}, must be a multiple of "
-                f"{where}kv_cache.block_size ({spec.kv_cache.block_size})"
-            )
-    shared = workload.prefix.name != "none"
-    if spec.scheduler.name == "llamacpp" and spec.scheduler.cache_prompt and shared:
-        raise ValueError(
-            f"{where}scheduler.cache_prompt: got true with shared prefixes "
-            "(workload.prefix); llama.cpp's per-slot prompt reuse is not modelled: set "
-            "cache_prompt: false (and send it so), or drop the prefixes"
-        )
-    chunk = getattr(spec.scheduler, "chunked_prefill_size", None)
-    page = spec.kv_cache.block_size
-    if chunk is not None and chunk % page:
-        raise ValueError(
-            f"{where}scheduler.chunked_prefill_size: got {chunk}, must be a multiple of "
-            f"{where}kv_cache.block_size ({page}), as SGLang requires of its page size"
-        )
 
 
 class Scenario(Closed):
@@ -228,7 +136,7 @@ class Scenario(Closed):
     @model_validator(mode="after")
     def _replicas_fit(self) -> Scenario:
         for where, spec in self.replica_specs_named():
-            _check_replica(spec, self.workload, where)
+            check_replica(spec, self.workload, where)
             if self.speculative is not None and spec.scheduler.name in ("static", "llamacpp"):
                 raise ValueError(
                     f"speculative: got a draft with {where}scheduler "
@@ -407,34 +315,6 @@ class Scenario(Closed):
 VARIANT_BLOCKS = ("variants", "grid", "whatif")
 """The blocks of a scenario that make variants (each variant is the scenario without them,
 plus its own changes)."""
-
-
-def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """*base* with *extra* merged in (mappings merge, everything else replaces)."""
-    out = copy.deepcopy(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-_EXPONENT_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """``path=value`` with *value* read as YAML (``64`` → int, ``[1, 2]`` → list)."""
-    path, sep, value = text.partition("=")
-    if not sep or not path.strip():
-        raise ScenarioError(f"--set: got {text!r}, must be path=value")
-    try:
-        parsed = yaml.safe_load(value)
-        if isinstance(parsed, str) and _EXPONENT_NUMBER.match(parsed):
-            parsed = float(parsed)  # YAML 1.1 reads 2.5e2 (no dot) as a string
-        return path.strip(), parsed
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"--set {path.strip()}: value {value!r} is not valid YAML") from exc
 
 
 def _validate(raw: dict[str, Any], base_dir: Path, prefix: str = "") -> Scenario:

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import simpy
 
+from lyra_simpy.cluster.config import ReplicaSpec
 from lyra_simpy.cluster.disagg import HandOff
 from lyra_simpy.cluster.dispatch import Dispatcher, FailoverConfig, HandedSource, replica_loads
 from lyra_simpy.cluster.lifecycle import Fleet, state_summary
@@ -35,7 +36,7 @@ from lyra_simpy.policies import ADMISSIONS, SCHEDULERS, Admission, Limits
 from lyra_simpy.policies.prefix_cache import PREFIX_CACHES, PrefixCache
 from lyra_simpy.processes import PROCESSES, Cluster, replica_slots
 from lyra_simpy.rng import Streams
-from lyra_simpy.scenario import ReplicaSpec, Scenario
+from lyra_simpy.scenario import Scenario
 from lyra_simpy.workload import build_source
 from lyra_simpy.workload.prefixes import reuse_bound, unit_tokens
 from lyra_simpy.workload.source import Feed

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from lyra_simpy import Scenario, ScenarioError, load_scenario, scenario_from_dict
-from lyra_simpy.scenario import deep_merge, parse_override, set_path
+from lyra_simpy.dotted import deep_merge, parse_override, set_path
 
 
 @pytest.fixture

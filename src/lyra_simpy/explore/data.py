@@ -261,7 +261,7 @@ def seats_and_budget(scheduler: dict[str, Any]) -> tuple[int | None, int | None]
 def rerun_raw(info: dict[str, Any], knobs: dict[str, Any], base: Path) -> dict[str, Any]:
     """The scenario of a manifest, in quick mode (the file's ``quick:`` block when the
     file is found), with *knobs* applied; ``None`` knobs are left as they were."""
-    from lyra_simpy.scenario import deep_merge
+    from lyra_simpy.dotted import deep_merge
 
     raw: dict[str, Any] = json.loads(json.dumps(info["scenario"]))
     raw.pop("engine", None)  # its flags are already resolved into the knobs below

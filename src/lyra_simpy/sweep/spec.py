@@ -42,10 +42,11 @@ from typing import Any
 from pydantic import ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
 from lyra_simpy.config import Closed
+from lyra_simpy.dotted import deep_merge
 from lyra_simpy.errors import LyraError, ScenarioError, from_validation_error
 from lyra_simpy.files import per_file_version, read_yaml
 from lyra_simpy.output.provenance import package_version
-from lyra_simpy.scenario import Scenario, deep_merge, load_scenario, scenario_from_dict
+from lyra_simpy.scenario import Scenario, load_scenario, scenario_from_dict
 from lyra_simpy.workload.catalog import resolve_path
 
 #: Fields that present results without changing them: left out of a point's key.

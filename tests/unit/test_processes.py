@@ -378,6 +378,24 @@ def test_load_spike_moves_the_arrivals_exactly():
     assert arrivals == [0, 1, 2, 3, 4, 4.5, 5, 5.5, 6, 7, 8, 9]
 
 
+def test_load_spike_leaves_a_request_on_its_way_where_it_was_sent():
+    # the request sent at 4 s is still on its 300 ms request path when the spike starts
+    # at 4.1 s: the client's sends are the same with a path as without one
+    def sends(path_ms: float) -> list[float]:
+        raw = make(
+            **{"workload.arrival": {"name": "constant", "rate_per_s": 1.0}},
+            **{"workload.num_requests": 12, "workload.request_path_ms": path_ms},
+            **{"workload.output_tokens": {"name": "fixed", "tokens": 2}},
+            processes={"load_spike": {"at_s": 4.1, "for_s": 2.0, "factor": 2.0}},
+        )
+        out: list[float] = run(raw).records["arrival_s"].tolist()
+        return out
+
+    with_path = sends(300.0)
+    assert with_path[4] == 4.0
+    assert with_path == sends(0.0)
+
+
 def test_scale_arrivals_refuses_a_closed_loop(monkeypatch):
     raw = make(
         **{"workload.arrival": {"name": "closed_loop", "concurrency": 2}},

@@ -211,11 +211,14 @@ class OpenLoopSource:
 
     def scale_from(self, now_s: float, factor: float) -> None:
         """From *now_s* on, arrivals come at *factor* × the workload's own rate: the
-        times not yet due move through the warp that holds *factor* after *now_s*
-        (:meth:`~lyra_simpy.workload.rate.Warp.hold_from`; none moves before now)."""
+        sends still to come move through the warp that holds *factor* after *now_s*
+        (:meth:`~lyra_simpy.workload.rate.Warp.hold_from`; none moves before now). A
+        request already sent but still on its request path keeps its time."""
         warp = self.warp if self.warp is not None else Warp.identity()
         changed = warp.hold_from(now_s, factor)
         i = self._next
+        if self.path_s:  # sent by now, not yet at the engine: not the client's to move
+            i += int(np.searchsorted(self.arrival_s[i:], now_s, side="right"))
         future = self.arrival_s[i:]
         if len(future):
             sent = np.maximum(changed.inverse(warp.cumulative_many(future)), now_s)

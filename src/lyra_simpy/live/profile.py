@@ -151,7 +151,6 @@ class _Prober:
     ) -> None:
         self.url, self.api, self.grid, self.ids, self.extra = url, api, grid, ids, extra
         self.rng = np.random.Generator(np.random.PCG64(seed))
-        self.engine_timed: set[str] = set()
         self.timed_by: dict[str, str] = {}
         """Phase → which engine figure timed its prompts."""
         self.path_ms: dict[int, list[float]] = {}
@@ -208,7 +207,6 @@ class _Prober:
             self.timed_by[phase] = "engine /metrics vllm:request_prefill_time_seconds"
         else:
             return ttft_ms
-        self.engine_timed.add(phase)
         if phase == "prefill":
             self.path_ms.setdefault(prompt, []).append(ttft_ms - engine_ms)
         return engine_ms
@@ -481,5 +479,5 @@ def profile(
     atomic_write(
         out.with_suffix(".yaml"), lambda tmp: tmp.write_text(yaml.safe_dump(meta, sort_keys=False))
     )
-    word = "engine" if prober.engine_timed else "client"
+    word = "engine" if prober.timed_by else "client"
     return len(rows), word

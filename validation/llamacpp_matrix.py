@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from lyra_simpy.calibration.profiles import request_path_ms
 from lyra_simpy.cli import main as cli_main
 from lyra_simpy.live import llamacpp
 from lyra_simpy.machine import cpu_model, load_average
@@ -88,19 +89,11 @@ METRICS = (
 )
 
 
-def request_path_ms(fit: str) -> float:
-    """The request path the profile beside *fit* measured (its metadata's
-    ``request_path_ms``: lone prompts' client TTFT less ``timings.prompt_ms``), else 0.
-    Profiles taken before it was measured have none."""
-    meta_path = Path(fit).parent / "profile.yaml"
-    meta = yaml.safe_load(meta_path.read_text()) if meta_path.is_file() else None
-    return float((meta or {}).get("request_path_ms") or 0.0)
-
-
 def scenario(name: str, flags: list[str], regime: dict[str, Any], quick: bool, fit: str,
              load: str, capacity: float | None) -> dict[str, Any]:  # fmt: skip
     """The scenario of one point (the preset reads the launch flags), with the request
-    path its profile measured (:func:`request_path_ms`)."""
+    path its profile (``profile.csv`` beside *fit*) measured (0 for the profiles taken
+    before it was; :func:`~lyra_simpy.calibration.profiles.request_path_ms`)."""
     value = LOADS[load]
     if load.startswith("closed"):
         arrival: dict[str, Any] = {"name": "closed_loop", "concurrency": int(value),
@@ -120,7 +113,7 @@ def scenario(name: str, flags: list[str], regime: dict[str, Any], quick: bool, f
             "arrival": arrival,
             "input_tokens": {"name": "uniform", "low": lo, "high": hi},
             "output_tokens": {"name": "uniform", "low": olo, "high": ohi},
-            "request_path_ms": request_path_ms(fit),
+            "request_path_ms": request_path_ms(Path(fit).parent / "profile.csv"),
         },
         # Gemma 3 has sliding-window layers (llama.cpp checkpoints its prompts) and a
         # 32768-token training context; cache_prompt: false is what the replay sends

@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from lyra_simpy.calibration.profiles import request_path_ms
 from lyra_simpy.cli import main as cli_main
 from lyra_simpy.live import vllm_cpu
 from lyra_simpy.live.compare import compare
@@ -165,13 +166,6 @@ def launch_flags(cfg: str) -> list[str]:
     return [*BASE_FLAGS, *CONFIGS[cfg]]
 
 
-def request_path_ms() -> float:
-    """The request path the profile measured (its metadata's ``request_path_ms``: a lone
-    prompt's client TTFT less vLLM's own prefill time), 0 when it has none."""
-    meta = yaml.safe_load(PROFILE.with_suffix(".yaml").read_text()) if PROFILE.is_file() else {}
-    return float((meta or {}).get("request_path_ms") or 0.0)
-
-
 def scenario(name: str, launch: str, workload: str, load: str, quick: bool,
              capacity: float | None) -> dict[str, Any]:  # fmt: skip
     """The scenario of one load: the server's launch line as ``engine.command`` (the
@@ -197,7 +191,7 @@ def scenario(name: str, launch: str, workload: str, load: str, quick: bool,
             "input_tokens": wl["input_tokens"],
             "output_tokens": wl["output_tokens"],
             **({"prefix": wl["prefix"]} if "prefix" in wl else {}),
-            "request_path_ms": request_path_ms(),
+            "request_path_ms": request_path_ms(PROFILE),
         },
         "cost": {"name": "profile", "path": str(FIT)},
     }
@@ -362,7 +356,7 @@ def table1(results: dict[str, Any], repeats: int, log: list[str]) -> None:
         here = OUT / f"{cfg}_{workload}"
         for load, entry in res["loads"].items():
             raw = yaml.safe_load((here / f"{load}.yaml").read_text())
-            raw["workload"]["request_path_ms"] = request_path_ms()
+            raw["workload"]["request_path_ms"] = request_path_ms(PROFILE)
             _write(here / f"{load}.yaml", raw)
             run("run", str(here / f"{load}.yaml"), "--out", str(here / "sim"), "--no-figures",
                 log=log)  # fmt: skip
@@ -388,7 +382,7 @@ def calibrate(fit: dict[str, Any], log: list[str]) -> dict[str, Any]:
     fitted = yaml.safe_load(FIT.read_text())
     fit["coefficients"] = fitted["coefficients"]
     fit["report"] = {k: v for k, v in fitted.items() if k != "coefficients"}
-    fit["request_path_ms"] = request_path_ms()
+    fit["request_path_ms"] = request_path_ms(PROFILE)
     return fit
 
 

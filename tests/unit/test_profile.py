@@ -534,3 +534,15 @@ def test_decode_table_needs_decode_rows(tmp_path):
     calibrate(write(tmp_path, rows), out)
     with pytest.raises(ValueError, match="decode_table: got true, but the fit"):
         ProfileCostConfig(path=str(out), decode_table=True)
+
+
+def test_request_path_comes_from_the_profiles_metadata(tmp_path):
+    from lyra_simpy.calibration.profiles import request_path_ms
+
+    path = write(tmp_path, [{"phase": "decode", "batch_size": 1, "input_tokens": 0,
+                             "context_len": 8, "latency_ms": 5.0}])  # fmt: skip
+    assert request_path_ms(path) == 0.0  # no metadata
+    (tmp_path / "p.yaml").write_text("engine: vllm\n")
+    assert request_path_ms(path) == 0.0  # timed by the client: no path measured
+    (tmp_path / "p.yaml").write_text("engine: vllm\nrequest_path_ms: 8.36\n")
+    assert request_path_ms(path) == 8.36

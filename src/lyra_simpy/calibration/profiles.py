@@ -125,6 +125,15 @@ def read_metadata(path: Path) -> dict[str, Any]:
     return data
 
 
+def request_path_ms(path: str | Path) -> float:
+    """The request path the profile CSV at *path* measured: its metadata's
+    ``request_path_ms`` (``lyra-simpy profile``: lone prompts' client TTFT less the
+    engine's own prompt time), what ``workload.request_path_ms`` takes; 0 when the
+    profile has no metadata or the metadata no path (a profile timed by the client)."""
+    meta = metadata_path_of(Path(path))
+    return float(read_metadata(meta).get("request_path_ms") or 0.0) if meta else 0.0
+
+
 def read_profile(path: str | Path) -> Profile:
     """Read and check the profile CSV at *path* and the metadata YAML beside it."""
     p = Path(path)

@@ -771,10 +771,13 @@ so what slows the real steps is the traffic.
 vLLM pins its worker to core 0 and leaves the API server, the engine core's busy loop
 and the client to share core 1; a replay opens a connection per request and the API
 server handles each arrival and every streamed token there. `python
-validation/vllm_contention.py` measured a 4-way decode step at 23.6 ms alone, 36.5 ms
-while another client only kept asking `GET /v1/models` (work for the API server and
-none for the engine) and 30.0 ms while it sent one-token completions (a second call:
-30.8, 47.0 and 37.2 ms). The probes load that core less than a run's arrivals do, and
+validation/vllm_contention.py --rounds 6` measured a 4-way decode step at 34.7 ms
+alone, 53.7 ms while another client only kept asking `GET /v1/models` (work for the API
+server and none for the engine) and 50.4 ms while it sent one-token completions (in a
+slow spell of the host; its rounds alone read 25-43 ms). Earlier calls: 23.6 / 36.5 /
+30.0 ms and 30.8 / 47.0 / 37.2 ms; one 4-round call in a noisier minute showed no
+difference (38.5 / 41.1 / 47.2 ms, rounds alone 24-54 ms). The probes load that core
+less than a run's arrivals do, and
 the simulator has no term for it. A profile taken 45 minutes earlier by the same
 procedure, while a profiler kept one core busy, read slower decode steps and put 50 of
 64 cells in target: the same contention, by chance. The cost is this 2-core VM's (a GPU

@@ -3,7 +3,8 @@
 ``python validation/vllm_contention.py [--rounds 4]`` starts the default server of
 ``validate_vllm_cpu.py`` and measures one decode step of 4 requests decoding in
 lock-step (64-token prompts, 40 output tokens each; the median gap between streamed
-tokens after the first five) three ways, alternated, ``--rounds`` times:
+tokens, as the profile's decode probe takes it) three ways, alternated, ``--rounds``
+times:
 
 * ``alone``: nothing else is sent;
 * ``api``: another client keeps sending ``GET /v1/models``, one after the other, each
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import statistics
 import sys
 import threading
@@ -37,28 +37,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import validate_vllm_cpu as matrix
 
 from lyra_simpy.live import vllm_cpu
+from lyra_simpy.live.client import median_gap_ms, new_client, send
 
 IDS = np.random.default_rng()
 """Fresh prompt ids each process: nothing the prefix cache could hold."""
 
 
-async def _stream(client: httpx.AsyncClient, url: str, n_in: int, n_out: int) -> list[float]:
-    body = {"model": vllm_cpu.SERVED_NAME, "prompt": IDS.integers(1000, 30000, n_in).tolist(),
-            "max_tokens": n_out, "min_tokens": n_out, "stream": True,
-            "ignore_eos": True}  # fmt: skip
-    times = []
-    async with client.stream("POST", url + "/v1/completions", json=body) as resp:
-        async for line in resp.aiter_lines():
-            if line.startswith("data: ") and line != "data: [DONE]":
-                times.append(time.perf_counter())
-    return times
-
-
 async def _step_ms(url: str, batch: int = 4) -> float:
-    async with httpx.AsyncClient(timeout=60.0) as client:
-        outs = await asyncio.gather(*(_stream(client, url, 64, 40) for _ in range(batch)))
-    # after the first five tokens: the four prompts are in, every step decodes all four
-    return statistics.median(1000.0 * (b - a) for t in outs for a, b in itertools.pairwise(t[5:]))
+    """The decode step of *batch* requests sent together (64-token prompts, 40 output
+    tokens each): the median gap between streamed tokens, as ``lyra-simpy profile``'s
+    decode probe takes it (:func:`~lyra_simpy.live.client.median_gap_ms`)."""
+    extra = {"model": vllm_cpu.SERVED_NAME}
+    async with new_client() as client:
+        t0 = time.perf_counter()
+        outs = await asyncio.gather(
+            *(send(client, url, "openai", IDS.integers(1000, 30000, 64).tolist(), 40, 60.0,
+                   t0, extra) for _ in range(batch))
+        )  # fmt: skip
+    return median_gap_ms(outs)
 
 
 def _load(url: str, kind: str, stop: threading.Event) -> None:

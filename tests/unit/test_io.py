@@ -96,6 +96,48 @@ def test_itl_csv_merges_equal_gaps_and_keeps_counts(tiny_scenario, tmp_path):
     assert float((ms * n).sum()) == pytest.approx(float((values * counts).sum()) * 1000.0)
 
 
+def test_itl_csv_writes_each_gap_as_its_exact_decimal_in_ms(tmp_path):
+    gaps_s = np.array([0.031, 0.031, 0.022153846153846, 0.0, 1e-12, 120.5, 0.031000000000001])
+    counts = np.array([3, 4, 1, 2, 5, 12345, 1])
+    write_itl_csv(tmp_path / "itl.csv", gaps_s, counts)
+    assert (tmp_path / "itl.csv").read_bytes() == (
+        b"itl_ms,count\r\n"
+        b"0.0,2\r\n"  # 0 ms, and 1e-12 s = 1e-9 ms (a picosecond) is its own row...
+        b"0.000000001,5\r\n"  # ...written as a decimal, never 1e-09
+        b"22.153846154,1\r\n"  # rounded to 9 decimals
+        b"31.0,8\r\n"  # equal after rounding: merged (3 + 4 + 1)
+        b"120500.0,12345\r\n"
+    )
+    ms, n = read_itl_csv(tmp_path / "itl.csv")
+    assert ms.tolist() == [0.0, 1e-9, 22.153846154, 31.0, 120500.0]
+    assert n.tolist() == [2, 5, 1, 8, 12345]
+
+
+def test_itl_csv_text_is_what_repr_of_the_rounded_gap_gives(tiny_scenario, tmp_path):
+    """The column-wise text equals ``csv.writer`` on ``round(gap_ms, 9)`` wherever
+    ``repr`` writes a plain decimal (every gap of a simulated run)."""
+    values, counts = simulate(tiny_scenario).itl_s
+    write_itl_csv(tmp_path / "itl.csv", values, counts)
+    ms, inverse = np.unique(np.round(values * 1000.0, 9), return_inverse=True)
+    totals = np.bincount(inverse, weights=counts).astype(np.int64)
+    expected = "".join(f"{m!r},{c}\r\n" for m, c in zip(ms.tolist(), totals.tolist(), strict=True))
+    assert (tmp_path / "itl.csv").read_bytes() == ("itl_ms,count\r\n" + expected).encode()
+
+
+def test_itl_csv_of_a_run_without_gaps_reads_back_empty(tmp_path):
+    write_itl_csv(tmp_path / "itl.csv", np.empty(0), np.empty(0, np.int64))
+    assert (tmp_path / "itl.csv").read_bytes() == b"itl_ms,count\r\n"
+    ms, n = read_itl_csv(tmp_path / "itl.csv")
+    assert ms.size == 0
+    assert n.size == 0
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -0.001])
+def test_itl_csv_refuses_a_gap_that_is_not_a_duration(tmp_path, bad):
+    with pytest.raises(ValueError, match="finite and non-negative"):
+        write_itl_csv(tmp_path / "itl.csv", np.array([0.01, bad]), np.array([1, 1]))
+
+
 def test_series_npz_round_trip_is_exact_and_the_same_bytes_twice(tiny_scenario, tmp_path):
     res = simulate(tiny_scenario)
     for name in ("a", "b"):

@@ -41,7 +41,10 @@ def _json_column(column: np.ndarray) -> list[str]:
     if column.dtype.kind == "f":
         if np.isinf(column).any():
             raise ValueError("Out of range float values are not JSON compliant")
-        return ["null" if v != v else repr(v) for v in column.tolist()]
+        texts = list(map(repr, column.tolist()))
+        for i in np.flatnonzero(np.isnan(column)).tolist():
+            texts[i] = "null"
+        return texts
     texts: dict[Any, str] = {}
     out = []
     for v in column.tolist():
@@ -119,19 +122,83 @@ def read_series_csv(path: Path) -> dict[str, np.ndarray]:
     return {name: data[:, i] for i, name in enumerate(header)}
 
 
+ITL_DECIMALS = 9
+"""Decimals of ``itl_ms`` in ``itl.csv`` (1e-9 ms: a picosecond); equal gaps after
+rounding to it are merged into one row."""
+
+_DIGIT = np.uint8(ord("0"))
+
+
+def _digit_matrix(values: np.ndarray, width: int) -> np.ndarray:
+    """Non-negative integers *values* as a ``(n, width)`` matrix of ASCII digits,
+    right-aligned with leading zeros."""
+    out = np.empty((len(values), width), np.uint8)
+    rest = values.copy()
+    for col in range(width - 1, -1, -1):
+        rest, digit = np.divmod(rest, 10)
+        out[:, col] = digit.astype(np.uint8) + _DIGIT
+    return out
+
+
+def _integer_text(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Non-negative integers as a digit matrix and the mask of the digits each one's
+    decimal text keeps (no leading zeros; ``0`` keeps one)."""
+    width = len(str(int(values.max()))) if len(values) else 1
+    digits = _digit_matrix(values, width)
+    lengths = np.ones(len(values), np.int64)
+    for power in range(1, width):
+        lengths += values >= 10**power
+    keep = np.arange(width) >= (width - lengths)[:, None]
+    return digits, keep
+
+
 def write_itl_csv(path: Path, values_s: np.ndarray, counts: np.ndarray) -> None:
-    """Inter-token latencies as ``itl_ms,count`` rows (equal gaps merged, sorted)."""
-    ms, inverse = np.unique(np.round(values_s * 1000.0, 9), return_inverse=True)
-    totals = np.bincount(inverse, weights=counts, minlength=len(ms)).astype(np.int64)
-    # the text csv.writer makes (repr of each float, CRLF rows), built in one join: faster
-    rows = [f"{m},{c}\r\n" for m, c in zip(ms.tolist(), totals.tolist(), strict=True)]
-    with path.open("w", newline="") as fh:
-        fh.write("itl_ms,count\r\n")
-        fh.write("".join(rows))
+    """Inter-token latencies as ``itl_ms,count`` rows (CRLF, as ``csv.writer``): each
+    gap in ms rounded to :data:`ITL_DECIMALS` decimals and written as that exact decimal
+    (trailing zeros dropped, at least one decimal: ``31.0``, ``22.153846154``), equal
+    gaps merged, sorted. The text is built column-wise in NumPy, not one float at a time
+    (the 10 000-request benchmark's 46 000 distinct gaps in a few ms instead of ~35 ms)."""
+    scale = 10**ITL_DECIMALS
+    units = np.rint(np.asarray(values_s, dtype=np.float64) * (1000.0 * scale))
+    if len(units) and not (np.isfinite(units).all() and units.min() >= 0 and units.max() < 2**62):
+        raise ValueError("inter-token latencies must be finite and non-negative")
+    gaps, inverse = np.unique(units.astype(np.int64), return_inverse=True)
+    totals = np.bincount(inverse, weights=counts, minlength=len(gaps)).astype(np.int64)
+    whole, frac = np.divmod(gaps, scale)
+    whole_digits, whole_keep = _integer_text(whole)
+    frac_digits = _digit_matrix(frac, ITL_DECIMALS)
+    significant = frac_digits != _DIGIT
+    significant[:, 0] = True  # at least one decimal
+    last = ITL_DECIMALS - 1 - np.argmax(significant[:, ::-1], axis=1)
+    frac_keep = np.arange(ITL_DECIMALS) <= last[:, None]
+    count_digits, count_keep = _integer_text(totals)
+    n = len(gaps)
+
+    def literal(text: str) -> tuple[np.ndarray, np.ndarray]:
+        chars = np.frombuffer(text.encode(), np.uint8)
+        return np.broadcast_to(chars, (n, len(chars))), np.ones((n, len(chars)), bool)
+
+    parts = [
+        (whole_digits, whole_keep),
+        literal("."),
+        (frac_digits, frac_keep),
+        literal(","),
+        (count_digits, count_keep),
+        literal("\r\n"),
+    ]
+    chars = np.hstack([p[0] for p in parts])
+    keep = np.hstack([p[1] for p in parts])
+    with path.open("wb") as fh:
+        fh.write(b"itl_ms,count\r\n")
+        fh.write(chars[keep].tobytes())
 
 
 def read_itl_csv(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """(itl_ms, count) arrays written by :func:`write_itl_csv`."""
+    with path.open() as fh:
+        fh.readline()
+        if not fh.read(1):  # header only: a run without a single gap
+            return np.empty(0), np.empty(0, np.int64)
     data = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
     return data[:, 0], data[:, 1].astype(np.int64)
 

@@ -41,10 +41,10 @@ def _json_column(column: np.ndarray) -> list[str]:
     if column.dtype.kind == "f":
         if np.isinf(column).any():
             raise ValueError("Out of range float values are not JSON compliant")
-        texts = list(map(repr, column.tolist()))
+        floats = list(map(repr, column.tolist()))
         for i in np.flatnonzero(np.isnan(column)).tolist():
-            texts[i] = "null"
-        return texts
+            floats[i] = "null"
+        return floats
     texts: dict[Any, str] = {}
     out = []
     for v in column.tolist():

@@ -30,12 +30,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import llamacpp_matrix as matrix
+from llamacpp_steps import priced
 
-from lyra_simpy.calibration.fit import TERMS, rowwise_dot
 from lyra_simpy.calibration.fitfile import load_fit
 from lyra_simpy.calibration.runs import StepRebuild, steps_of_runs
 from lyra_simpy.cli import main as cli
 from lyra_simpy.live import llamacpp
+from lyra_simpy.policies.llamacpp import LlamaCppConfig
 from lyra_simpy.scenario import load_scenario
 
 
@@ -57,10 +58,10 @@ def one_run(point: Path, load: str, flags: list[str], out: Path) -> str:
     if code != 0:
         return f"replay exited {code}"
     fit = load_fit(point / "fit_probes.yaml")
-    coef = np.array([getattr(fit.coefficients, t) for t in TERMS])
-    stops = load_scenario(scenario).scheduler.checkpoint_stops
-    steps = steps_of_runs([out / "run"], StepRebuild(prompt_stops=stops))
-    ratio = steps.latency_ms / rowwise_dot(steps.design_matrix(), coef)
+    config = load_scenario(scenario).scheduler
+    assert isinstance(config, LlamaCppConfig)
+    steps = steps_of_runs([out / "run"], StepRebuild(prompt_stops=config.checkpoint_stops))
+    ratio = steps.latency_ms / priced(steps, fit, config)
     prompt = steps.prefill_seqs > 0
     summary = json.loads(next((out / "run").rglob("summary.json")).read_text())
     return (

@@ -20,7 +20,10 @@ The scenarios are written from :func:`scenario` into the results folder: ``engin
 ``LYRA_QUICK=1``: the default configuration and the short regime only, fewer requests.
 ``--only default/short ...`` runs those points again (say, one disturbed by other work on
 the machine) and keeps the others; ``--table2`` redoes Table 2 of every stored point
-from its real runs (no server); ``--doc-only`` rewrites the document from the numbers.
+from its real runs (no server); ``--resimulate`` refits every stored point's profile
+(giving it the ``attention_cells`` column it lacks) and redoes both tables from the
+stored real runs (no server; with ``--only``, those points); ``--doc-only`` rewrites
+the document from the numbers.
 Run it with ``tox -e validate-cpu -- --matrix`` (or ``python validation/validate_cpu.py
 --matrix``).
 Numbers go to ``results/validation-llamacpp/matrix.json``; :func:`write_section` puts the
@@ -239,6 +242,55 @@ def table2(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int,
     out.setdefault("fits", {})["runs"] = yaml.safe_load(fit2.read_text())["coefficients"]
 
 
+def with_attention_column(here: Path, flags: list[str]) -> bool:
+    """Give the point's stored ``profile.csv`` the ``attention_cells`` column, computed
+    for each probe row as ``lyra-simpy profile`` now writes it (the probes' layout is
+    fixed by the grid and the flags); False when it has one already."""
+    from lyra_simpy.live.profile import ProfileGrid, llamacpp_config, prompt_attention
+
+    path = here / "profile.csv"
+    lines = path.read_text().splitlines()
+    head = lines[0].split(",")
+    if "attention_cells" in head:
+        return False
+    llama = llamacpp_config(" ".join(flags), ProfileGrid(**yaml.safe_load(
+        (here / "grid.yaml").read_text())))  # fmt: skip
+    assert llama is not None
+    at = {name: head.index(name) for name in ("phase", "batch_size", "input_tokens",
+                                              "context_len")}  # fmt: skip
+    out = [lines[0] + ",attention_cells"]
+    for line in lines[1:]:
+        cell = line.split(",")
+        phase, b, i, c = (cell[at[k]] for k in at)
+        cells = 0 if phase == "decode" else prompt_attention(
+            llama, int(i), 0 if phase == "prefill" else int(b), int(c))  # fmt: skip
+        out.append(f"{line},{cells}")
+    path.write_text("\n".join(out) + "\n")
+    return True
+
+
+def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str]) -> None:
+    """Table 1 and 2 of a stored point again, from its stored profile and real runs (no
+    server): the profile gets the ``attention_cells`` column if it lacks it, is fitted
+    again, and every load's stored scenario (the arrival rates its real runs were
+    replayed at) is simulated and compared again."""
+    cfg, reg = key.split("/")
+    here = OUT / f"{cfg}_{reg}"
+    if with_attention_column(here, CONFIGS[cfg]):
+        print(f"{key}: profile.csv given the attention_cells column", flush=True)
+    fit = here / "fit_probes.yaml"
+    run("calibrate", str(here / "profile.csv"), "--out", str(fit), "--loss", "soft_l1", log=log)
+    shutil.rmtree(here / "sim", ignore_errors=True)
+    for load in LOADS:
+        path = here / f"{load}.yaml"
+        run("run", str(path), "--out", str(here / "sim"), "--no-figures", log=log)
+        table = here / f"{load}_compare.json"
+        run("compare", str(_sim(here / "sim" / load)), *real_runs(here, load, repeats),
+            "--json", str(table), log=log)  # fmt: skip
+        res["loads"][load]["table"] = json.loads(table.read_text())
+    res.setdefault("fits", {})["probes"] = yaml.safe_load(fit.read_text())["coefficients"]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the matrix (``--only CFG/REGIME ...``: those points again, kept beside the
     others in ``matrix.json``; ``--doc-only``: rewrite the document from it)."""
@@ -249,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table2", action="store_true",
                         help="redo Table 2 of every stored point from its real runs "
                         "(no server needed)")  # fmt: skip
+    parser.add_argument("--resimulate", action="store_true",
+                        help="refit each stored point's profile and redo Tables 1 and "
+                        "2 from its stored runs (no server; --only: those points)")  # fmt: skip
     parser.add_argument("--doc-only", action="store_true",
                         help="rewrite the document from the stored numbers")  # fmt: skip
     args = parser.parse_args(argv or [])
@@ -257,6 +312,22 @@ def main(argv: list[str] | None = None) -> int:
     stored = OUT / "matrix.json"
     source = stored if stored.is_file() else PUBLISHED
     keep: dict[str, Any] = json.loads(source.read_text()) if source.is_file() else {}
+    if args.resimulate:
+        log = keep.get("commands", [])
+        missing = [p for p in args.only or [] if p not in keep.get("results", {})]
+        if missing:
+            raise SystemExit(f"--only: no stored point {missing[0]!r}; stored: "
+                             f"{list(keep.get('results', {}))}")  # fmt: skip
+        for key, res in keep["results"].items():
+            if args.only and key not in args.only:
+                continue
+            cfg, reg = key.split("/")
+            resimulate(key, res, keep["facts"]["repeats"], log)
+            table2(cfg, reg, keep["facts"]["quick"], res, keep["facts"]["repeats"], log)
+        keep["facts"]["resimulated"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        stored.write_text(json.dumps({**keep, "commands": log}, indent=1))
+        write_section(DOC, keep["facts"], keep["results"])
+        return 0
     if args.table2:
         log = keep.get("commands", [])
         for key, res in keep["results"].items():
@@ -357,6 +428,13 @@ def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any]) -> 
         f"min{'; **quick mode**' if facts.get('quick') else ''}. Each cell: simulator error "
         "against the median real run (the real runs' own ± spread); ✗ = outside the target "
         "(throughput 5 %; p50 10 % or the spread, whichever is wider; p90 the spread)."
+        + (
+            f" Simulated again from the stored profiles and real runs on {facts['resimulated']}"
+            " (`validate_cpu.py --matrix --resimulate`: the simulator and the fits of that "
+            "day, the real runs of the date above)."
+            if facts.get("resimulated")
+            else ""
+        )
     )
     head = "| load | " + " | ".join(METRICS) + " | load avg before→after |"
     sep = "|" + "---|" * (len(METRICS) + 2)

@@ -5,7 +5,8 @@ probe fit, decode-only steps apart from steps that carry a prompt.
 --matrix`` left in ``results/validation-llamacpp`` (no server): for each point, the fit
 of its probes (``fit_probes.yaml``, Table 1's) and the streams of its real runs. It
 rebuilds the runs' steps as ``calibrate --from-runs`` does (the scenario's own
-checkpoint stops; :mod:`lyra_simpy.calibration.runs`), prices each with the probe fit,
+checkpoint stops; :mod:`lyra_simpy.calibration.runs`), prices each with the probe fit
+(:func:`priced`),
 and prints per load the median of measured / predicted for the decode-only steps and
 for the steps that carry prompt tokens, with how many of each. The probe rows' own
 ratios (prefill, mixed) are printed beside them: the fit's residual where it was fitted.
@@ -19,15 +20,33 @@ from pathlib import Path
 
 import numpy as np
 
-from lyra_simpy.calibration.fit import TERMS, predict_ms, rowwise_dot
+from lyra_simpy.calibration.fit import TERMS, ProfileFit, predict_ms, rowwise_dot
 from lyra_simpy.calibration.fitfile import load_fit
 from lyra_simpy.calibration.profiles import read_profile
-from lyra_simpy.calibration.runs import StepRebuild, steps_of_runs
+from lyra_simpy.calibration.runs import StepRebuild, Steps, steps_of_runs
+from lyra_simpy.policies.llamacpp import LlamaCppConfig, step_attention_cells
 from lyra_simpy.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "validation-llamacpp"
 LOADS = ("poisson_0.3", "poisson_0.6", "poisson_0.9", "closed_4", "closed_8")
+
+
+def priced(steps: Steps, fit: ProfileFit, config: LlamaCppConfig) -> np.ndarray:
+    """Each rebuilt step's latency by *fit*: with a fit in ``n_kv`` units, a step's
+    prompt tokens × the cells they attend over, counted from its requests as the engine
+    model counts them (the decoders' contexts and the prompt's own tokens; several
+    prompts in one step are taken as one chunk: a diagnostic, not the simulator)."""
+    coef = np.array([getattr(fit.coefficients, t) for t in TERMS])
+    x = steps.design_matrix()
+    if fit.attention == "n_kv":
+        for k in np.flatnonzero(steps.prefill_tokens > 0):
+            new = int(steps.prefill_tokens[k])
+            cached = int(steps.prefill_attention_tokens[k]) // new - new
+            dec = int(steps.decode_seqs[k])
+            held = int(steps.decode_context_tokens[k]) - dec + cached
+            x[k, 4] = step_attention_cells(config, dec, [(cached, new)], held)
+    return rowwise_dot(x, coef)
 
 
 def _median(values: np.ndarray) -> str:
@@ -37,8 +56,8 @@ def _median(values: np.ndarray) -> str:
 def point_rows(point: Path) -> list[str]:
     """One line per load of *point*: decode-only and prompt steps, measured / predicted."""
     fit = load_fit(point / "fit_probes.yaml")
-    coef = np.array([getattr(fit.coefficients, t) for t in TERMS])
-    stops = load_scenario(point / "poisson_0.3.yaml").scheduler.checkpoint_stops
+    config = load_scenario(point / "poisson_0.3.yaml").scheduler
+    assert isinstance(config, LlamaCppConfig)
     profile = read_profile(point / "profile.csv")
     probe = profile.latency_ms / predict_ms(fit, profile)
     lines = [
@@ -51,8 +70,8 @@ def point_rows(point: Path) -> list[str]:
         runs = sorted((point / "real" / load).glob("run*"))
         if not runs:
             continue
-        steps = steps_of_runs(runs, StepRebuild(prompt_stops=stops))
-        ratio = steps.latency_ms / rowwise_dot(steps.design_matrix(), coef)
+        steps = steps_of_runs(runs, StepRebuild(prompt_stops=config.checkpoint_stops))
+        ratio = steps.latency_ms / priced(steps, fit, config)
         prompt = steps.prefill_seqs > 0
         lines.append(
             f"  {load:<12} decode-only {_median(ratio[~prompt]):>5} ({(~prompt).sum():5d} steps)"

@@ -12,7 +12,10 @@ The model has one non-negative coefficient per physical term (milliseconds)::
 
 The first term is charged once per engine step the row covers (``steps``, 1 unless the
 profile says otherwise); the last two only for a profile with ``passes``/``checkpoints``
-columns (:data:`~lyra_simpy.calibration.profiles.STEP_COLUMNS`).
+columns (:data:`~lyra_simpy.calibration.profiles.STEP_COLUMNS`). A profile with the
+``attention_cells`` column (llama.cpp) gives the attention term its own units: prompt
+tokens × the KV cells each attends over (``ProfileFit.attention: n_kv``; the engine's
+padded ``n_kv``, :mod:`~lyra_simpy.policies.llamacpp`).
 
 A profile row maps onto the terms as DESIGN §4 defines the phases: a ``prefill`` row is
 ``batch_size`` prompts of ``input_tokens`` new tokens after ``context_len`` cached ones;
@@ -194,14 +197,20 @@ class ProfileFit(_Closed):
     fit: FitReport
     noise: NoiseFit | None = None
     """Step-time noise fitted from the residuals (None in fits made before it existed)."""
+    attention: Literal["own", "n_kv"] = "own"
+    """What ``per_prefill_attention_ms`` is per: ``own``, a prompt token × its own
+    sequence's cached and new tokens (Σ new × (cached + new)); ``n_kv``, a prompt token ×
+    the KV cells its pass attends over (a profile with the ``attention_cells`` column:
+    llama.cpp, :mod:`~lyra_simpy.policies.llamacpp`)."""
     decode_batch_residual_ms: dict[int, float] = Field(default_factory=dict)
     """Per measured decode batch size, the median of measured − fitted over its decode
     rows: what the linear terms miss at that size (e.g. a CPU engine's single-sequence
     matrix-vector fast path). A ``profile`` cost with ``decode_table: true`` adds it."""
 
 
-def design_matrix(profile: Profile) -> npt.NDArray[np.float64]:
-    """One column per term of :data:`TERMS`, one row per profile row."""
+def design_matrix(profile: Profile, cells: bool = True) -> npt.NDArray[np.float64]:
+    """One column per term of :data:`TERMS`, one row per profile row (*cells*: the
+    attention column from the profile's ``attention_cells`` where it has one)."""
     b = profile.batch_size.astype(np.float64)
     i = profile.input_tokens.astype(np.float64)
     c = profile.context_len.astype(np.float64)
@@ -209,7 +218,10 @@ def design_matrix(profile: Profile) -> npt.NDArray[np.float64]:
     dec = ~pre  # decode and mixed rows both decode batch_size sequences
     mixed = profile.phase == "mixed"
     prompt_tokens = np.where(pre, b * i, np.where(mixed, i, 0.0))
-    attention = np.where(pre, b * i * (c + i), np.where(mixed, i * i, 0.0))
+    if cells and profile.attention_cells is not None:
+        attention = np.where(pre | mixed, profile.attention_cells.astype(np.float64), 0.0)
+    else:
+        attention = np.where(pre, b * i * (c + i), np.where(mixed, i * i, 0.0))
     steps = np.ones_like(b) if profile.steps is None else profile.steps.astype(np.float64)
     # A row over several steps (llama.cpp's checkpoint split) decodes its batch in each.
     columns = [
@@ -346,6 +358,7 @@ def fit_profile(profile: Profile, loss: Loss = "nnls") -> ProfileFit:
         grid=_grid(profile),
         fit=report(profile, predicted, unmeasured),
         noise=noise_fit(profile.latency_ms, predicted),
+        attention="n_kv" if profile.attention_cells is not None else "own",
         decode_batch_residual_ms=decode_residuals(profile, predicted),
     )
 
@@ -379,7 +392,7 @@ def decode_residuals(profile: Any, predicted: Floats) -> dict[int, float]:
 def predict_ms(fit: ProfileFit, profile: Profile) -> npt.NDArray[np.float64]:
     """The fitted model's latency for every row of *profile*."""
     c = fit.coefficients
-    x = design_matrix(profile)
+    x = design_matrix(profile, cells=fit.attention == "n_kv")
     return rowwise_dot(x, np.array([getattr(c, t) for t in ALL_TERMS[: x.shape[1]]]))
 
 

@@ -59,7 +59,10 @@ def _join(profile: Profile | None, steps: Steps) -> tuple[_Rows, np.ndarray, np.
             for name in _Rows.__dataclass_fields__
         }
     )
-    xs = ([design_matrix(profile)] if profile is not None else []) + [steps.design_matrix()]
+    # A rebuilt step knows its own prompts' tokens, not the engine's cells: the profile's
+    # rows are fitted in the same units (its attention_cells column left unread).
+    xs = [design_matrix(profile, cells=False)] if profile is not None else []
+    xs.append(steps.design_matrix())
     width = max(x.shape[1] for x in xs)  # rebuilt steps: one pass, no checkpoint each
     xs = [np.pad(x, ((0, 0), (0, width - x.shape[1]))) for x in xs]
     lines = [np.arange(len(profile), dtype=np.int64) + 2] if profile is not None else []

@@ -35,6 +35,11 @@ from lyra_simpy.errors import TraceError
 COLUMNS = ("phase", "batch_size", "input_tokens", "context_len", "latency_ms")
 """The contract's columns, in order (DESIGN §4)."""
 STEP_COLUMNS = ("steps", "passes", "checkpoints")
+ATTENTION_COLUMN = "attention_cells"
+"""Optional column: Σ over the row's prompt tokens of the KV cells each attends over, as
+the engine runs the probe (llama.cpp's padded ``n_kv``,
+:func:`~lyra_simpy.policies.llamacpp.step_attention_cells`; ``lyra-simpy profile``
+writes it for llama.cpp). A fit then prices prompt attention per token × cell."""
 """Optional extra columns that the fit reads (``lyra-simpy profile`` writes them for
 llama.cpp; see :class:`Profile`): integers >= 1, >= 1 and >= 0."""
 PHASES = ("prefill", "decode", "mixed")
@@ -63,6 +68,9 @@ class Profile:
     together; None: one per step."""
     checkpoints: npt.NDArray[np.int64] | None = None
     """Optional column ``checkpoints``: llama.cpp context checkpoints copied; None: 0."""
+    attention_cells: npt.NDArray[np.int64] | None = None
+    """Optional column ``attention_cells`` (:data:`ATTENTION_COLUMN`); None: prompt
+    attention is counted as Σ new × (cached + new)."""
 
     def __len__(self) -> int:
         return len(self.latency_ms)
@@ -152,7 +160,7 @@ def read_profile(path: str | Path) -> Profile:
                 f"{','.join(COLUMNS)} (DESIGN §4)"
             )
         at = [header.index(c) for c in COLUMNS]
-        opt = {c: header.index(c) for c in STEP_COLUMNS if c in header}
+        opt = {c: header.index(c) for c in (*STEP_COLUMNS, ATTENTION_COLUMN) if c in header}
         counts: dict[str, list[int]] = {c: [] for c in opt}
         for line, row in enumerate(reader, start=2):
             if not row or all(not cell.strip() for cell in row):
@@ -191,7 +199,7 @@ def read_profile(path: str | Path) -> Profile:
     )
 
 
-_LOW = {"steps": 1, "passes": 1, "checkpoints": 0}
+_LOW = {"steps": 1, "passes": 1, "checkpoints": 0, ATTENTION_COLUMN: 0}
 
 
 def write_profile(path: Path, rows: list[dict[str, Any]], extra: tuple[str, ...] = ()) -> None:

@@ -45,6 +45,11 @@ class BatchShape(NamedTuple):
     """Context checkpoints copied before the iteration (llama.cpp on a sliding-window
     model, :mod:`~lyra_simpy.policies.llamacpp`); charged by ``profile`` only
     (``per_checkpoint_ms``)."""
+    prefill_attention_cells: int = -1
+    """Σ over the prompt tokens of the KV cells each attends over (llama.cpp's padded
+    ``n_kv``, :mod:`~lyra_simpy.policies.llamacpp`); -1: not known, the same as
+    ``prefill_attention_tokens``. Read only by a ``profile`` cost fitted on a profile
+    that measured it (``ProfileFit.attention == "n_kv"``)."""
 
 
 def verify_rows_tokens(shape: BatchShape, rows: int) -> int:

@@ -14,7 +14,10 @@ where *rows* is the decode row count, padded (:mod:`~lyra_simpy.cost.padding`) i
 decode-only iterations as for ``linear``. The last two terms are llama.cpp's: forward
 passes beyond the first and context checkpoints of an iteration
 (``BatchShape.passes``/``checkpoints``); they are 0 in fits of profiles that do not
-measure them. Outside the profile's measured grid each term
+measure them. A fit of a profile with the ``attention_cells`` column (llama.cpp:
+``ProfileFit.attention`` is ``n_kv``) prices prompt attention per prompt token × KV
+cell attended, on ``BatchShape.prefill_attention_cells``, instead of Σ new × (cached +
+new). Outside the profile's measured grid each term
 extends linearly; with non-negative coefficients time never falls as a batch grows.
 The file is read (and a CSV fitted) while the scenario is validated, so a missing or
 malformed profile fails before anything is simulated.
@@ -154,6 +157,9 @@ class ProfileCost:
         self._per_attention = c.per_prefill_attention_ms
         self._per_pass = c.per_extra_pass_ms
         self._per_checkpoint = c.per_checkpoint_ms
+        self._cells = config.fit.attention == "n_kv"
+        """The attention term is per prompt token × cell attended (llama.cpp's ``n_kv``):
+        charged on ``BatchShape.prefill_attention_cells`` where the scheduler gives it."""
         self._pad = Padder(config.padding, max_batch)
         table = config.fit.decode_batch_residual_ms if config.decode_table else {}
         self._sizes = np.array(sorted(table), dtype=np.float64)
@@ -177,7 +183,12 @@ class ProfileCost:
             + self._per_seq * rows
             + self._per_ctx * shape.decode_context_tokens
             + self._per_prefill * (shape.prefill_tokens + verify)
-            + self._per_attention * shape.prefill_attention_tokens
+            + self._per_attention
+            * (
+                shape.prefill_attention_cells
+                if self._cells and shape.prefill_attention_cells >= 0
+                else shape.prefill_attention_tokens
+            )
         )
         if verify:  # each draft token attends to its sequence's context, like a prompt token
             per_seq = shape.verify_tokens / shape.decode_seqs

@@ -354,7 +354,7 @@ class Replica(Runs):
         elif prefill or plan.passes != 1 or plan.checkpoints:
             shape = BatchShape(
                 len(prefill), prefill_tokens, attention, n_dec, rows, context, 0,
-                plan.passes, plan.checkpoints,
+                plan.passes, plan.checkpoints, plan.prefill_attention_cells,
             )  # fmt: skip
             duration = self.cost.iteration_s(shape)
         else:

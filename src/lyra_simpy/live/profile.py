@@ -36,7 +36,9 @@ so the forward passes of each step are known, and every row gets the extra colum
 that :mod:`~lyra_simpy.policies.llamacpp` says the server runs for it: a prompt split for
 a context checkpoint is two steps and a checkpoint (on a model with sliding-window
 attention: ``grid.sliding_window``), a prompt beside the decoders shares a pass with the
-slot before it. Two probes measure what those mechanics cost:
+slot before it; and ``attention_cells`` (:func:`prompt_attention`), the KV cells its
+prompt tokens attend over (with ``-kvu``, the decoders' cells too). Two probes measure
+what those mechanics cost:
 
 * ``fragmented_decode_batch``: *B* decoders in every other slot (0, 2, 4, ...): the same
   decode batch as the contiguous one, but *B* forward passes instead of one with per-slot
@@ -82,7 +84,7 @@ from lyra_simpy.live.vllm_cpu import parse_counters
 from lyra_simpy.live.workload import TokenIds
 from lyra_simpy.machine import cpu_model
 from lyra_simpy.metrics.io import atomic_write
-from lyra_simpy.policies.llamacpp import LlamaCppConfig, prompt_chunk
+from lyra_simpy.policies.llamacpp import LlamaCppConfig, prompt_chunk, step_attention_cells
 from lyra_simpy.policies.ubatch import passes
 
 METRICS_WAIT_S = 2.0
@@ -334,6 +336,24 @@ def prompt_steps(llama: LlamaCppConfig, prompt: int, decoders: int) -> tuple[int
     return steps, n_passes, checkpoints
 
 
+def prompt_attention(llama: LlamaCppConfig, prompt: int, decoders: int, context: int) -> int:
+    """The ``attention_cells`` of a probe row: Σ over the prompt's tokens of the KV cells
+    each attends over (:func:`~lyra_simpy.policies.llamacpp.step_attention_cells`), for a
+    prompt of *prompt* tokens beside *decoders* sequences of *context* tokens that each
+    decode a token a step. Idle slots are taken to hold no cells: with ``-kvu`` the
+    server's default prompt cache clears them when a probe starts (with ``--cache-ram 0``
+    they keep an earlier probe's, which this does not count)."""
+    stops = llama.checkpoint_stops
+    done = total = step = 0
+    while done < prompt:
+        take = prompt_chunk(prompt - done, llama.batch_tokens - decoders, stops)
+        held = decoders * (context + step) + done
+        total += step_attention_cells(llama, decoders, [(done, take)], held)
+        done += take
+        step += 1
+    return total
+
+
 def _cpu() -> str:
     """This machine's CPU model and core count (Linux), else the platform's word."""
     model = cpu_model()
@@ -399,8 +419,8 @@ def profile(
     prober = _Prober(url, api, grid, ids, limits.body(grid.extra_body), seed)
     prober.pin = llama is not None
     rows: list[tuple[str, int, int, int, float, float]] = []
-    counts: list[tuple[int, int, int]] = []
-    """(steps, passes, checkpoints) of each row (llama.cpp only)."""
+    counts: list[tuple[int, int, int, int]] = []
+    """(steps, passes, checkpoints, attention_cells) of each row (llama.cpp only)."""
 
     def med(values: list[float]) -> float:
         return float(statistics.median(values))
@@ -445,9 +465,11 @@ def profile(
         if llama is None:
             continue
         if phase == "decode":
-            counts.append((1, _passes(llama, [(k * stride, 1) for k in range(b)]), 0))
+            counts.append((1, _passes(llama, [(k * stride, 1) for k in range(b)]), 0, 0))
         else:
-            counts.append(prompt_steps(llama, n, 0 if phase == "prefill" else b))
+            decoders = 0 if phase == "prefill" else b
+            cells = prompt_attention(llama, n, decoders, rows[-1][3])
+            counts.append((*prompt_steps(llama, n, decoders), cells))
     sources = {
         "prefill": prober.timed_by.get("prefill", "client TTFT"),
         "decode": "client median inter-chunk gap (engine predicted_per_token_ms in engine_ms)",
@@ -458,11 +480,11 @@ def profile(
 
     def write_csv(tmp: Path) -> None:
         head = "phase,batch_size,input_tokens,context_len,latency_ms,engine_ms"
-        lines = [head + (",steps,passes,checkpoints" if counts else "")]
+        lines = [head + (",steps,passes,checkpoints,attention_cells" if counts else "")]
         for k, (ph, b, i, c, lat, eng) in enumerate(rows):
             line = f"{ph},{b},{i},{c},{lat:.4f},{'' if eng != eng else f'{eng:.4f}'}"
             if counts:
-                line += ",{},{},{}".format(*counts[k])
+                line += ",{},{},{},{}".format(*counts[k])
             lines.append(line)
         tmp.write_text("\n".join(lines) + "\n")
 

@@ -83,6 +83,12 @@ class BatchPlan:
     checkpoints: int = 0
     """Context checkpoints copied before the iteration (llama.cpp on a sliding-window
     model); the cost model reads it as ``BatchShape.checkpoints``."""
+    prefill_attention_cells: int = -1
+    """Σ over the iteration's prompt tokens of the KV cells each attends over, where the
+    scheduler knows them (llama.cpp's padded ``n_kv``,
+    :func:`~lyra_simpy.policies.llamacpp.step_attention_cells`); -1: each prompt token
+    attends its own sequence's cached and new tokens. The cost model reads it as
+    ``BatchShape.prefill_attention_cells``."""
 
     @property
     def empty(self) -> bool:

@@ -41,6 +41,29 @@ Read in llama.cpp commit 0c1e570 (vendored by ``llama-cpp-python==0.3.36``, the 
   pass per ubatch — with per-slot KV one per run of consecutive slot ids (``split_equal``),
   with ``-kvu`` one per ``n_ubatch`` tokens. The plan tells the cost model
   (``BatchPlan.passes``, ``BatchPlan.checkpoints``).
+* **What a prompt token attends over** (:func:`step_attention_cells`): a pass's attention
+  spans ``n_kv`` cells of each KV stream in it, masked — the highest used cell of the
+  stream plus one, padded to 256, at most the stream's size (``src/llama-kv-cache.cpp``,
+  ``get_n_kv``, computed in ``llama_kv_cache_context::apply`` after the ubatch's tokens
+  are placed). With per-slot KV a prompt's stream holds only its own tokens; with
+  ``-kvu`` the one stream holds every slot's, so a prompt beside long-running requests
+  attends over all their cells. Modelling choices: the used cells are counted as if
+  packed from cell 0 (``find_slot`` fills the lowest free cells first and ``seq_rm``
+  moves the search back to the lowest freed one, so the buffer stays near-packed; the
+  256-cell padding absorbs the rest); a sliding-window model's SWA cache is taken to
+  span the same cells (true while contexts stay within the window plus ``n_ubatch``;
+  beyond it llama.cpp reuses masked cells and the SWA layers' span stops growing); decode
+  tokens are charged by their own context as for every engine (on this server a decode
+  step of 4 at 4 × 408 cells costs within 3 % of one at 4 × 208: ``docs/VALIDATION-llamacpp.md``),
+  so decode-only steps stay fusable. The plan gives the sum over the step's prompt tokens
+  (``BatchPlan.prefill_attention_cells``); a ``profile`` cost fitted on a profile that
+  measured it (its ``attention_cells`` column) charges its attention term by it.
+* **Which cells a slot keeps** (``-kvu`` only, where they count): a request's prompt
+  first removes what its slot held (``update_slots``: ``seq_rm`` from the reused prefix,
+  none here); with the prompt cache in RAM (``--cache-ram``, default 8192 MiB) and
+  ``--cache-idle-slots`` (default), every idle slot is saved to it and cleared when a
+  request is given a slot (``handle_slots``' task launch, ``[TAG_IDLE_SLOT_CLEAR]``);
+  otherwise an idle slot keeps its last request's cells until it is given a new one.
 
 Modelling choices, beside the refusal above: with ``-kvu`` llama.cpp admits without
 looking at the free cells and, when the buffer fills, fails every running request
@@ -58,7 +81,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, NonNegativeInt, PositiveInt
+from pydantic import ConfigDict, Field, NonNegativeInt, PositiveInt
 
 from lyra_simpy.config import Closed
 from lyra_simpy.engine.kv import blocks_for
@@ -108,6 +131,13 @@ class LlamaCppConfig(Closed):
     without a generating slot take prompt tokens)."""
     cache_prompt: bool = True
     """The requests' ``cache_prompt`` (default true); see the module docstring."""
+    cache_ram_mib: int = Field(8192, ge=-1)
+    """Host RAM for the prompt cache (``--cache-ram``/``-cram``, MiB; default 8192; 0:
+    off, -1: no limit): with it, ``cache_idle_slots`` is in force."""
+    cache_idle_slots: bool = True
+    """Save idle slots to the prompt cache and, with ``-kvu``, clear them when a request
+    is given a slot (``--cache-idle-slots``, default; ``server-context.cpp`` turns it off
+    when ``cache_ram_mib`` is 0)."""
 
     @property
     def ctx_total(self) -> int:
@@ -142,6 +172,17 @@ class LlamaCppConfig(Closed):
         return (min(nb, END_STOP + self.ubatch_tokens), min(nb, END_STOP))
 
     @property
+    def clears_idle_slots(self) -> bool:
+        """Idle slots' cells are freed at every request's launch (module docstring)."""
+        return self.kv_unified and self.cache_idle_slots and self.cache_ram_mib != 0
+
+    @property
+    def stream_cells(self) -> int:
+        """Cells of one KV stream: the whole buffer with ``-kvu``, else a slot's."""
+        total = self.ctx_total
+        return total if self.kv_unified else total // self.n_parallel
+
+    @property
     def max_batch(self) -> int:
         return self.n_parallel
 
@@ -167,6 +208,41 @@ def prompt_chunk(remaining: int, room: int, stops: tuple[int, ...]) -> int:
     return take
 
 
+def n_kv(cells: int, stream: int) -> int:
+    """``get_n_kv``: the cells a pass attends over in a stream of *stream* cells whose
+    used cells end at *cells*: padded to 256, at least 256, at most the stream."""
+    return min(stream, max(PAD, _pad(cells)))
+
+
+def step_attention_cells(
+    config: LlamaCppConfig, decode_tokens: int, chunks: list[tuple[int, int]], held: int
+) -> int:
+    """Σ over a step's prompt tokens of the cells each one's pass attends over
+    (module docstring). *chunks*: (tokens its sequence holds before the step, prompt
+    tokens it adds), in batch order after the step's *decode_tokens* decode tokens;
+    *held*: cells the whole buffer holds before the step (``-kvu`` only)."""
+    nub, stream = config.ubatch_tokens, config.stream_cells
+    total = 0
+    if config.kv_unified:  # split_simple: ubatches of n_ubatch tokens in batch order
+        end_of_batch = decode_tokens + sum(take for _, take in chunks)
+        pos = decode_tokens
+        for _, take in chunks:
+            end = pos + take
+            while pos < end:
+                ub_end = min((pos // nub + 1) * nub, end_of_batch)
+                piece = min(end, ub_end) - pos
+                total += piece * n_kv(held + ub_end, stream)
+                pos += piece
+        return total
+    for before, take in chunks:  # split_equal: a prompt's passes hold its stream alone
+        done = 0
+        while done < take:
+            piece = min(nub, take - done)
+            done += piece
+            total += piece * n_kv(before + done, stream)
+    return total
+
+
 def _decoding(req: Request) -> bool:
     return req.generated_tokens > 0
 
@@ -186,6 +262,8 @@ class LlamaCppServer:
         """Whether the slot's request has computed prompt tokens (is in ``running``)."""
         self.last_used_s = [-1.0] * n
         """When each slot was last released (``t_last_used``; -1: never used)."""
+        self.idle_cells = [0] * n
+        """Cells an idle slot still holds (``-kvu``; module docstring)."""
         self.fusable = config.kv_unified and config.ubatch_tokens >= n
         """Decode steps may be fused (module docstring)."""
         self._stops = config.checkpoint_stops
@@ -226,6 +304,7 @@ class LlamaCppServer:
                 slots[i] = None
                 started[i] = False
                 self.last_used_s[i] = req.last_token_s
+                self.idle_cells[i] = req.computed_tokens
             else:
                 reserved += blocks_for(req.input_tokens + req.output_tokens, bs) - req.blocks
         if view.waiting:
@@ -236,7 +315,8 @@ class LlamaCppServer:
             if req is not None and started[i] and _decoding(req):
                 plan.decode.append(req)
                 segments.append((i, 1))
-        room = c.batch_tokens - len(segments)
+        n_decode = len(segments)
+        room = c.batch_tokens - n_decode
         if c.cont_batching or not segments:
             nub = c.ubatch_tokens
             for i, req in enumerate(slots):
@@ -254,6 +334,14 @@ class LlamaCppServer:
                 started[i] = True
         if segments:
             plan.passes = passes(segments, c.batch_tokens, c.ubatch_tokens, c.kv_unified)
+        if plan.prefill:
+            held = 0
+            if c.kv_unified:
+                held = sum(self.idle_cells) + sum(
+                    r.computed_tokens for r in slots if r is not None
+                )  # (a slot given a request holds none until its prompt starts)
+            chunks = [(req.computed_tokens, take) for req, take in plan.prefill]
+            plan.prefill_attention_cells = step_attention_cells(c, n_decode, chunks, held)
         return plan
 
     def _assign(self, view: EngineView, free: int) -> None:
@@ -272,3 +360,8 @@ class LlamaCppServer:
                 return
             free -= need
             self.slots[slot] = req
+            self.idle_cells[slot] = 0  # its prompt removes them
+            if self.config.clears_idle_slots:
+                for i, other in enumerate(self.slots):
+                    if other is None:
+                        self.idle_cells[i] = 0

@@ -23,6 +23,10 @@ flag (default)                     knob
 -cb / -nocb (on)                   scheduler.cont_batching
 --cache-prompt / --no-cache-prompt scheduler.cache_prompt (the requests' default; a
   (on)                             request's own ``cache_prompt`` wins in llama.cpp)
+-cram, --cache-ram (8192)          scheduler.cache_ram_mib (with ``-kvu``: whether idle
+--cache-idle-slots /               slots are cleared at each request's launch, which
+  --no-cache-idle-slots (on)       sets the cells a prompt attends over);
+                                   scheduler.cache_idle_slots
 (all of the above)                 kv_cache: block_size 1 (llama.cpp allocates cells,
                                    not blocks), num_blocks = the server's cells
                                    (``LlamaCppConfig.ctx_total``)
@@ -31,10 +35,11 @@ flag (default)                     knob
 Accepted with no effect on the model (:data:`NO_EFFECT`): where the server runs and logs,
 sampling, the chat template; ``-t``/``-tb`` threads and ``-fa`` flash attention (they
 change step times, which the ``profile`` cost model takes from a profile measured with
-the same flags: profile the server as it is launched); ``--cache-ram``,
-``--cache-idle-slots``, ``--cache-reuse`` and ``--slot-prompt-similarity`` (host prompt
-cache and prompt reuse: not modelled, and without shared prefixes they reuse nothing;
-saving idle slots to the host cache costs a copy per new request, not modelled).
+the same flags: profile the server as it is launched); ``--cache-reuse`` and
+``--slot-prompt-similarity`` (prompt reuse: not modelled, and without shared prefixes
+they reuse nothing). Of the prompt cache in RAM only what it does to the KV cells is
+modelled: the copy of a slot's state into it at each new request is not (measured on
+this CPU by ``validation/llamacpp_cache_ram.py``: within the host's noise).
 """
 
 from __future__ import annotations
@@ -57,8 +62,8 @@ NO_EFFECT = frozenset(
         "flash_attn", "n_gpu_layers", "mlock", "no_mmap", "mmap", "verbose", "log_disable",
         "log_file", "log_verbosity", "log_colors", "log_prefix", "log_timestamps", "metrics",
         "slots", "props", "jinja", "chat_template", "chat_template_file", "temp", "top_k",
-        "top_p", "min_p", "seed", "n_predict", "timeout", "threads_http", "cache_ram",
-        "cache_idle_slots", "cache_reuse", "slot_prompt_similarity", "no_webui", "webui",
+        "top_p", "min_p", "seed", "n_predict", "timeout", "threads_http",
+        "cache_reuse", "slot_prompt_similarity", "no_webui", "webui",
         "reasoning_format", "no_warmup", "warmup",
     }
 )  # fmt: skip
@@ -90,6 +95,15 @@ class LlamaCppFlags(Flags):
     nocb: bool | None = None
     """``-nocb`` (= ``--no-cont-batching``)."""
     cache_prompt: bool | None = None
+    cache_ram: int | None = None
+    cache_idle_slots: bool | None = None
+
+    @field_validator("cache_ram")
+    @classmethod
+    def _cache_ram(cls, value: int | None) -> int | None:
+        if value is not None and value < -1:
+            raise ValueError("must be >= 0 (MiB), or -1 (no limit)")
+        return value
 
     @field_validator("n_parallel")
     @classmethod
@@ -127,6 +141,8 @@ def knobs(f: LlamaCppFlags, raw: dict[str, Any]) -> Knobs:
         "ctx_checkpoints": 32 if f.ctx_checkpoints is None else f.ctx_checkpoints,
         "cont_batching": cont,
         "cache_prompt": f.cache_prompt is not False,
+        "cache_ram_mib": 8192 if f.cache_ram is None else f.cache_ram,
+        "cache_idle_slots": f.cache_idle_slots is not False,
     }
     out: Knobs = {
         "scheduler.name": Knob("llamacpp"),
@@ -138,6 +154,8 @@ def knobs(f: LlamaCppFlags, raw: dict[str, Any]) -> Knobs:
         "scheduler.ctx_checkpoints": knob(f, "ctx_checkpoints", values["ctx_checkpoints"]),
         "scheduler.cont_batching": knob(f, cont_flag, cont),
         "scheduler.cache_prompt": knob(f, "cache_prompt", values["cache_prompt"]),
+        "scheduler.cache_ram_mib": knob(f, "cache_ram", values["cache_ram_mib"]),
+        "scheduler.cache_idle_slots": knob(f, "cache_idle_slots", values["cache_idle_slots"]),
     }
     if f.swa_full:
         out["scheduler.sliding_window"] = Knob(False, "swa_full", True)

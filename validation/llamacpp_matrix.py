@@ -435,6 +435,13 @@ def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any]) -> 
             if facts.get("resimulated")
             else ""
         )
+        + (
+            " Run again afterwards, profile and real runs included (`--only`): "
+            + ", ".join(f"{k} ({results[k].get('finished', '?')})" for k in facts["rerun"])
+            + "."
+            if facts.get("rerun")
+            else ""
+        )
     )
     head = "| load | " + " | ".join(METRICS) + " | load avg before→after |"
     sep = "|" + "---|" * (len(METRICS) + 2)

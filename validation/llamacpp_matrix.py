@@ -4,13 +4,15 @@ real ``llama-server`` over server configurations × length regimes × loads (iss
 For each server configuration of :data:`CONFIGS` (launched as a user would: llama.cpp's
 defaults for every flag not listed) and each length regime of :data:`REGIMES`:
 
-1. start the server, ``lyra-simpy profile`` it (slots pinned, the extra columns
-   ``steps``/``passes``/``checkpoints``; :mod:`lyra_simpy.live.profile`) and ``calibrate``
+1. start the server, ``lyra-simpy profile`` it when the host runs at its quickest
+   (:mod:`speed_gate`; slots pinned, the extra columns ``steps``/``passes``/
+   ``checkpoints``/``attention_cells``; :mod:`lyra_simpy.live.profile`) and ``calibrate``
    it with the robust ``soft_l1`` loss (Table 1's fit: probes alone);
 2. simulate a closed loop of ``-np`` clients to get the capacity, then every load of
    :data:`LOADS` (Poisson at 0.3/0.6/0.9 of it, closed loops of 4 and 8): simulate, replay
-   :data:`REPEATS` times on the server (the load average read before and after each real
-   run), compare (median of the real runs, their spread);
+   :data:`REPEATS` times on the server, each once a lone request decodes within
+   ``speed_gate.GATE`` of the profile's speed (the load average and that step read before
+   and after each real run), compare (median of the real runs, their spread);
 3. Table 2: ``calibrate --from-runs`` on the real runs of the medium Poisson load (alone:
    see :func:`table2`), then simulate every load again with that fit and compare to the
    same real runs.
@@ -37,12 +39,17 @@ import json
 import os
 import shlex
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import speed_gate
 
 from lyra_simpy.calibration.profiles import request_path_ms
 from lyra_simpy.cli import main as cli_main
@@ -145,6 +152,19 @@ def grid(flags: list[str], regime: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+_PROBE_IDS = np.random.default_rng()
+"""Fresh prompt ids each process for the speed probe."""
+
+
+def speed_probe(url: str) -> float | None:
+    """The server's batch-1 decode step right now: one request of 32 random prompt tokens
+    and 33 output tokens, alone, not cached (:func:`~lyra_simpy.live.client.decode_step_ms`)."""
+    from lyra_simpy.live.client import decode_step_ms
+
+    prompt = _PROBE_IDS.integers(1000, 30000, size=32).tolist()
+    return decode_step_ms(url, prompt, 33, extra={"cache_prompt": False})
+
+
 def run(*args: str, log: list[str]) -> None:
     log.append("lyra-simpy " + " ".join(shlex.quote(a) for a in args))
     print("\n$ " + log[-1], flush=True)
@@ -170,8 +190,17 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
     with llamacpp.Server(binary, model, flags, here / "llama-server.log") as srv:
         prof, fit = here / "profile.csv", here / "fit_probes.yaml"
         out["load_profile"] = load_average()
-        run("profile", "--endpoint", srv.url, "--out", str(prof), "--grid",
-            str(here / "grid.yaml"), "--flags", " ".join(flags), log=log)  # fmt: skip
+
+        def take() -> Path:
+            run("profile", "--endpoint", srv.url, "--out", str(prof), "--grid",
+                str(here / "grid.yaml"), "--flags", " ".join(flags), log=log)  # fmt: skip
+            return prof
+
+        def probe() -> float | None:
+            return speed_probe(srv.url)
+
+        out["gate"] = speed_gate.profile_at_floor(probe, take, "validate-cpu --matrix")
+        ref_ms = out["gate"]["profile_step_ms"]
         run("calibrate", str(prof), "--out", str(fit), "--loss", "soft_l1", log=log)
         # capacity: every slot always busy (a closed loop of -np clients)
         cap_raw = scenario("capacity", flags, regime, quick, str(fit), "closed_4", None)
@@ -189,13 +218,15 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
             run("run", str(path), "--out", str(here / "sim"), "--no-figures", log=log)
             runs, loads = real_runs(here, load, REPEATS), []
             for real in runs:
+                gate = speed_gate.wait_for_speed(probe, ref_ms, "validate-cpu --matrix")
                 before = load_average()
                 t0 = time.time()
                 run("replay", str(path), "--endpoint", srv.url, "--out", real,
                     "--timeout-s", "300", "--time-limit-s", "1200", "--extra-body",
                     EXTRA_BODY, log=log)  # fmt: skip
                 loads.append({"before": before, "after": load_average(),
-                              "wall_s": round(time.time() - t0, 1)})  # fmt: skip
+                              "wall_s": round(time.time() - t0, 1), "step_before": gate[-1],
+                              "gate_probes": len(gate), "step_after": probe()})  # fmt: skip
             table = here / f"{load}_compare.json"
             run("compare", str(_sim(here / "sim" / load)), *runs, "--json", str(table), log=log)
             out["loads"][load] = {"table": json.loads(table.read_text()), "machine": loads}
@@ -391,6 +422,16 @@ def _row(row: dict[str, Any]) -> tuple[str, bool]:
     return f"{_pct(err)} (±{100 * spread:.0f} %){'' if ok else ' ✗'}", ok
 
 
+def _machine(x: dict[str, Any]) -> str:
+    """One real run's load average before→after and, for gated runs, the batch-1 step
+    the speed probe read before·after it (ms)."""
+    text = f"{x['before'].split()[0]}→{x['after'].split()[0]}"
+    if "step_before" in x:
+        ms = [f"{v:.0f}" if v is not None else "—" for v in (x["step_before"], x["step_after"])]
+        text += f" ({'·'.join(ms)} ms)"
+    return text
+
+
 def summary(results: dict[str, Any]) -> list[str]:
     """One row per configuration and length regime: for each table, the cells inside the
     target (of loads × :data:`METRICS`) and the median |error| of the p50s and of
@@ -443,7 +484,7 @@ def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any]) -> 
             else ""
         )
     )
-    head = "| load | " + " | ".join(METRICS) + " | load avg before→after |"
+    head = "| load | " + " | ".join(METRICS) + " | load avg before→after (step) |"
     sep = "|" + "---|" * (len(METRICS) + 2)
     for key, res in results.items():
         cfg, reg = key.split("/")
@@ -458,14 +499,21 @@ def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any]) -> 
                 by = {r["metric"]: r for r in table}
                 cells = [_row(by[m])[0] for m in METRICS]
                 m = res["loads"][load]["machine"]
-                machine = "; ".join(f"{x['before'].split()[0]}→{x['after'].split()[0]}" for x in m)
+                machine = "; ".join(_machine(x) for x in m)
                 lines.append(f"| {load} | " + " | ".join(cells) + f" | {machine} |")
         lines.append("")
         fits = {k: ", ".join(f"{t} {v:.3g}" for t, v in c.items() if v > 1e-9)
                 for k, c in res["fits"].items()}  # fmt: skip
         cap = res["capacity_req_s"]
+        gate = res.get("gate")
+        gated = "" if not gate else (
+            f" Profiled at the host's quickest (`validation/speed_gate.py`): floor "
+            f"{gate['floor_ms']} ms, the profile's batch-1 step {gate['profile_step_ms']} ms "
+            f"({gate['profile_tries']} profile(s)); each real run waited for a probe within "
+            f"{100 * speed_gate.GATE:.0f} % of it (at most {speed_gate.GATE_WAIT_S:.0f} s)."
+        )  # fmt: skip
         lines.append(f"Capacity (simulated, {cfg}): {cap:.3f} req/s. Fit from probes: "
-                     f"{fits['probes']}. Fit on runs: {fits['runs']}.")  # fmt: skip
+                     f"{fits['probes']}. Fit on runs: {fits['runs']}.{gated}")  # fmt: skip
     lines += ["", END]
     text = doc.read_text() if doc.is_file() else ""
     if START in text and END in text:

@@ -53,6 +53,11 @@ from typing import Any
 import numpy as np
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import speed_gate
+from speed_gate import FLOOR_PROBES, GATE, GATE_WAIT_S, profile_step
+
 from lyra_simpy.calibration.profiles import request_path_ms
 from lyra_simpy.cli import main as cli_main
 from lyra_simpy.live import vllm_cpu
@@ -140,14 +145,6 @@ GRID: dict[str, Any] = {
     "repeats": 3,
 }
 """The probes: prompts up to the long ones, every batch width up to ``--max-num-seqs``."""
-GATE = 0.15
-"""A real run starts once a lone request's decode step is within this fraction of the
-profile's batch-1 step (:func:`wait_for_speed`): this VM's speed changes from minute to
-minute (``validation/host_noise.py``), and a run at another speed than the profile's
-measures the host, not the simulator."""
-GATE_WAIT_S = 90.0
-"""The longest wait for that speed; the run then starts anyway (and shows it)."""
-GATE_PAUSE_S = 15.0
 TARGET = ("output_throughput", "median_ttft_ms", "median_tpot_ms", "median_e2el_ms")
 SHOWN = (*TARGET, "p90_ttft_ms", "p90_tpot_ms")
 """Columns of the tables: the issue's targets, then two tails shown without a target."""
@@ -226,53 +223,26 @@ def speed_probe(url: str) -> float | None:
 
 
 def wait_for_speed(url: str, ref_ms: float | None) -> list[float | None]:
-    """Probe (:func:`speed_probe`) every :data:`GATE_PAUSE_S` until the step is within
-    :data:`GATE` of *ref_ms* or :data:`GATE_WAIT_S` have passed; every probe taken."""
-    seen: list[float | None] = []
-    deadline = time.monotonic() + GATE_WAIT_S
-    while True:
-        step = speed_probe(url)
-        seen.append(step)
-        if ref_ms is None or (step is not None and abs(step / ref_ms - 1.0) <= GATE):
-            return seen
-        if time.monotonic() > deadline:
-            return seen
-        print(f"validate-vllm-cpu: batch-1 step {step} ms, profiled {ref_ms:.1f} ms: waiting",
-              flush=True)  # fmt: skip
-        time.sleep(GATE_PAUSE_S)
-
-
-PROFILE_TRIES = 3
-FLOOR_PROBES = 6
+    """:func:`speed_gate.wait_for_speed` with this server's :func:`speed_probe`."""
+    return speed_gate.wait_for_speed(lambda: speed_probe(url), ref_ms, "validate-vllm-cpu")
 
 
 def profile_at_floor(srv: vllm_cpu.Server, grid: Path, log: list[str],
                      floor: float | None = None) -> dict[str, Any]:  # fmt: skip
-    """Profile the server when the host runs at its quickest: the floor is the fastest of
-    :data:`FLOOR_PROBES` lone-request probes 5 s apart (:func:`speed_probe`); wait for it
-    (:func:`wait_for_speed`), profile, and profile again (up to :data:`PROFILE_TRIES`
-    times) when the profile's own batch-1 step is not within :data:`GATE` of it. The runs
-    then wait for the profile's speed: profile and runs at one speed of the host. A
-    given *floor* (``--reprofile``: the speed the stored runs ran at) replaces the
-    probes."""
-    probes: list[float | None] = []
-    if floor is None:
-        for _ in range(FLOOR_PROBES):
-            probes.append(speed_probe(srv.url))
-            time.sleep(5.0)
-        floor = min((p for p in probes if p is not None), default=None)
-    tries = 0
-    for tries in range(1, PROFILE_TRIES + 1):  # noqa: B007 (the count is returned)
-        wait_for_speed(srv.url, floor)
+    """Profile the server when the host runs at its quickest
+    (:func:`speed_gate.profile_at_floor`; the prefix cache emptied first). A given
+    *floor* (``--reprofile``: the speed the stored runs ran at) replaces the probes."""
+
+    def take() -> Path:
         vllm_cpu.reset_prefix_cache(srv.url)
         run("profile", "--endpoint", srv.url, "--out", str(PROFILE), "--grid", str(grid),
             "--flags", srv.launch, "--vocab-size", str(vllm_cpu.TINY["vocab_size"]),
             log=log)  # fmt: skip
-        step = probe_step(PROFILE)
-        if floor is None or (step is not None and abs(step / floor - 1.0) <= GATE):
-            break
-    return {"floor_probes_ms": probes, "floor_ms": floor, "profile_tries": tries,
-            "profile_step_ms": probe_step(PROFILE)}  # fmt: skip
+        return PROFILE
+
+    return speed_gate.profile_at_floor(
+        lambda: speed_probe(srv.url), take, "validate-vllm-cpu", floor
+    )
 
 
 def point(key: str, loads: list[str], srv: vllm_cpu.Server, quick: bool, log: list[str],
@@ -497,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
                              dev_mode=True) as srv:  # fmt: skip
             if not fit:  # the probes, once, on the first server (the defaults)
                 fit = probe_and_fit(srv, log)
-            ref = probe_step(PROFILE)
+            ref = profile_step(PROFILE)
             for key in todo:
                 results[key] = point(key, points[key], srv, quick, log, ref)
                 results[key]["launch"] = srv.launch
@@ -513,16 +483,6 @@ def main(argv: list[str] | None = None) -> int:
     write_doc(facts, results, fit, fit_runs)
     print(f"\nwrote {DOC}")
     return 0
-
-
-def probe_step(csv: Path) -> float | None:
-    """The profile's decode step at batch 1 (median over its contexts), ms."""
-    try:
-        rows = csv.read_text().splitlines()[1:]
-    except OSError:
-        return None
-    steps = [float(r.split(",")[4]) for r in rows if r.startswith("decode,1,")]
-    return round(float(np.median(steps)), 1) if steps else None
 
 
 def _ms(x: float | None) -> str:
@@ -695,7 +655,7 @@ def write_doc(facts: dict[str, Any], results: dict[str, Any], fit: dict[str, Any
         other = runs_coef.get(name)
         lines.append(f"| `{name}` | {value:.4g} | {'—' if other is None else f'{other:.4g}'} |")
     lines.append("")
-    probe = _ms(probe_step(PROFILE))
+    probe = _ms(profile_step(PROFILE))
     head = "| load | " + " | ".join(SHOWN) + " | hit rate sim vs real | preemptions sim vs " \
            "real (each run) | batch-1 step per run, ms: before · in the run · after " \
            f"(profile {probe}) | load avg before→after |"  # fmt: skip

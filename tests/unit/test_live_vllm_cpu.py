@@ -445,8 +445,8 @@ def test_a_real_run_waits_for_the_profiled_speed(monkeypatch: Any) -> None:
     job = _job()
     steps = iter([40.0, None, 22.0, 99.0, 50.0])
     monkeypatch.setattr(job, "speed_probe", lambda url: next(steps))
-    monkeypatch.setattr(job, "GATE_PAUSE_S", 0.0)
+    monkeypatch.setattr(job.speed_gate, "GATE_PAUSE_S", 0.0)
     assert job.wait_for_speed("u", 20.0) == [40.0, None, 22.0]  # 22 is within 15 % of 20
-    monkeypatch.setattr(job, "GATE_WAIT_S", -1.0)  # out of time: the run starts anyway
+    monkeypatch.setattr(job.speed_gate, "GATE_WAIT_S", -1.0)  # out of time: starts anyway
     assert job.wait_for_speed("u", 20.0) == [99.0]
     assert job.wait_for_speed("u", None) == [50.0]  # no profile to compare with: one probe

@@ -1,0 +1,63 @@
+"""validation/speed_gate.py: profile at the host's quickest, runs at the profile's speed."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def _gate() -> Any:
+    path = Path(__file__).resolve().parents[2] / "validation" / "speed_gate.py"
+    spec = importlib.util.spec_from_file_location("speed_gate", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _profile(path: Path, batch1_ms: list[float]) -> Path:
+    rows = ["phase,batch_size,input_tokens,context_len,latency_ms"]
+    rows += [f"decode,1,0,{100 * (k + 1)},{ms}" for k, ms in enumerate(batch1_ms)]
+    rows.append("decode,2,0,100,99.0")  # not batch 1: not read
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_the_profile_step_is_the_median_of_its_batch_1_rows(tmp_path: Path) -> None:
+    gate = _gate()
+    assert gate.profile_step(_profile(tmp_path / "p.csv", [20.0, 24.0, 22.0])) == 22.0
+    assert gate.profile_step(tmp_path / "missing.csv") is None
+
+
+def test_a_profile_taken_off_the_floor_is_taken_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = _gate()
+    monkeypatch.setattr(gate.time, "sleep", lambda s: None)
+    probes = iter([30.0, 20.0, None, 26.0, 25.0, 21.0] + [20.5] * 10)
+    taken: list[float] = []
+    steps = iter([30.0, 21.0])  # the first profile ran slow (30 vs 20: > 15 %)
+
+    def take() -> Path:
+        taken.append(next(steps))
+        return _profile(tmp_path / "p.csv", [taken[-1]])
+
+    out = gate.profile_at_floor(lambda: next(probes), take, "test")
+    assert out["floor_ms"] == 20.0  # the quickest of the 6 floor probes
+    assert out["floor_probes_ms"] == [30.0, 20.0, None, 26.0, 25.0, 21.0]
+    assert out["profile_tries"] == 2
+    assert out["profile_step_ms"] == 21.0
+    assert taken == [30.0, 21.0]
+
+
+def test_a_given_floor_replaces_the_probes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = _gate()
+    monkeypatch.setattr(gate.time, "sleep", lambda s: None)
+    out = gate.profile_at_floor(
+        lambda: 40.0, lambda: _profile(tmp_path / "p.csv", [41.0]), "test", floor=40.0
+    )
+    assert (out["floor_probes_ms"], out["profile_tries"], out["profile_step_ms"]) == ([], 1, 41.0)

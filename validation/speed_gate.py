@@ -1,0 +1,92 @@
+"""Profile and real runs at one speed of the host: the gate both real-engine matrices use.
+
+This VM's speed changes by up to 2x from one minute to the next (``validation/host_noise.py``;
+``docs/VALIDATION-vllm.md``). A real run taken at another speed than the profile measures
+the host, not the simulator. So the profile is taken when the host runs at its quickest
+(:func:`floor_of`), checked against that speed, and every real run starts only once a lone
+request's decode step (the *probe*: the server's batch-1 step as a client sees it, e.g.
+:func:`~lyra_simpy.live.client.decode_step_ms`) is within :data:`GATE` of the profile's
+(:func:`wait_for_speed`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+Probe = Callable[[], "float | None"]
+"""The server's batch-1 decode step right now (ms; None when the probe failed)."""
+
+GATE = 0.15
+"""A real run starts once the probe is within this fraction of the profile's batch-1
+step."""
+GATE_WAIT_S = 90.0
+"""The longest wait for that speed; the run then starts anyway (and shows it)."""
+GATE_PAUSE_S = 15.0
+FLOOR_PROBES = 6
+"""Lone-request probes, 5 s apart, whose fastest is the host's quickest speed."""
+PROFILE_TRIES = 3
+"""Profiles taken at most, until one's batch-1 step is within :data:`GATE` of the floor."""
+
+
+def within(step: float | None, ref_ms: float | None) -> bool:
+    """*step* is within :data:`GATE` of *ref_ms* (True when there is no reference)."""
+    return ref_ms is None or (step is not None and abs(step / ref_ms - 1.0) <= GATE)
+
+
+def wait_for_speed(probe: Probe, ref_ms: float | None, name: str) -> list[float | None]:
+    """Probe every :data:`GATE_PAUSE_S` until the step is within :data:`GATE` of *ref_ms*
+    or :data:`GATE_WAIT_S` have passed; every probe taken, the last one last."""
+    seen: list[float | None] = []
+    deadline = time.monotonic() + GATE_WAIT_S
+    while True:
+        step = probe()
+        seen.append(step)
+        if within(step, ref_ms) or time.monotonic() > deadline:
+            return seen
+        print(f"{name}: batch-1 step {step} ms, profiled {ref_ms:.1f} ms: waiting", flush=True)
+        time.sleep(GATE_PAUSE_S)
+
+
+def floor_of(probe: Probe) -> tuple[float | None, list[float | None]]:
+    """The host's quickest batch-1 step: the fastest of :data:`FLOOR_PROBES` probes 5 s
+    apart, and every probe."""
+    probes: list[float | None] = []
+    for _ in range(FLOOR_PROBES):
+        probes.append(probe())
+        time.sleep(5.0)
+    return min((p for p in probes if p is not None), default=None), probes
+
+
+def profile_step(csv: Path) -> float | None:
+    """A profile's decode step at batch 1 (the median over its contexts), ms."""
+    try:
+        rows = csv.read_text().splitlines()[1:]
+    except OSError:
+        return None
+    steps = [float(r.split(",")[4]) for r in rows if r.startswith("decode,1,")]
+    return round(float(np.median(steps)), 1) if steps else None
+
+
+def profile_at_floor(
+    probe: Probe, take_profile: Callable[[], Path], name: str, floor: float | None = None
+) -> dict[str, object]:
+    """Profile when the host runs at its quickest: find the floor (:func:`floor_of`,
+    unless *floor* is given), wait for it, profile (*take_profile* writes the CSV and
+    returns its path), and profile again (up to :data:`PROFILE_TRIES` times) while the
+    profile's own batch-1 step is not within :data:`GATE` of it. The runs then wait for
+    the profile's speed."""
+    probes: list[float | None] = []
+    if floor is None:
+        floor, probes = floor_of(probe)
+    tries, csv = 0, None
+    for tries in range(1, PROFILE_TRIES + 1):  # noqa: B007 (the count is returned)
+        wait_for_speed(probe, floor, name)
+        csv = take_profile()
+        if within(profile_step(csv), floor):
+            break
+    return {"floor_probes_ms": probes, "floor_ms": floor, "profile_tries": tries,
+            "profile_step_ms": profile_step(csv) if csv is not None else None}  # fmt: skip

@@ -199,8 +199,10 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
         def probe() -> float | None:
             return speed_probe(srv.url)
 
-        out["gate"] = speed_gate.profile_at_floor(probe, take, "validate-cpu --matrix")
-        ref_ms = out["gate"]["profile_step_ms"]
+        out["gate"] = speed_gate.profile_at_floor(
+            probe, take, "validate-cpu --matrix", check="probe"
+        )
+        ref_ms = out["gate"]["run_ref_ms"]
         run("calibrate", str(prof), "--out", str(fit), "--loss", "soft_l1", log=log)
         # capacity: every slot always busy (a closed loop of -np clients)
         cap_raw = scenario("capacity", flags, regime, quick, str(fit), "closed_4", None)
@@ -507,10 +509,11 @@ def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any]) -> 
         cap = res["capacity_req_s"]
         gate = res.get("gate")
         gated = "" if not gate else (
-            f" Profiled at the host's quickest (`validation/speed_gate.py`): floor "
-            f"{gate['floor_ms']} ms, the profile's batch-1 step {gate['profile_step_ms']} ms "
-            f"({gate['profile_tries']} profile(s)); each real run waited for a probe within "
-            f"{100 * speed_gate.GATE:.0f} % of it (at most {speed_gate.GATE_WAIT_S:.0f} s)."
+            f" Profiled at the host's quickest (`validation/speed_gate.py`): the speed probe's "
+            f"floor {gate['floor_ms']} ms, {gate.get('probe_after_profile_ms')} ms right after "
+            f"the profile ({gate['profile_tries']} profile(s); its own batch-1 rows, at longer "
+            f"contexts, {gate['profile_step_ms']} ms); each real run waited for a probe within "
+            f"{100 * speed_gate.GATE:.0f} % of the floor (at most {speed_gate.GATE_WAIT_S:.0f} s)."
         )  # fmt: skip
         lines.append(f"Capacity (simulated, {cfg}): {cap:.3f} req/s. Fit from probes: "
                      f"{fits['probes']}. Fit on runs: {fits['runs']}.{gated}")  # fmt: skip

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -72,21 +73,33 @@ def profile_step(csv: Path) -> float | None:
 
 
 def profile_at_floor(
-    probe: Probe, take_profile: Callable[[], Path], name: str, floor: float | None = None
+    probe: Probe,
+    take_profile: Callable[[], Path],
+    name: str,
+    floor: float | None = None,
+    check: Literal["profile", "probe"] = "profile",
 ) -> dict[str, object]:
     """Profile when the host runs at its quickest: find the floor (:func:`floor_of`,
     unless *floor* is given), wait for it, profile (*take_profile* writes the CSV and
     returns its path), and profile again (up to :data:`PROFILE_TRIES` times) while the
-    profile's own batch-1 step is not within :data:`GATE` of it. The runs then wait for
-    the profile's speed."""
+    speed after it is not within :data:`GATE` of the floor. *check*: how that speed is
+    read — ``profile``, the profile's own batch-1 step (when its batch-1 rows decode what
+    the probe decodes: the vLLM matrix's short contexts); ``probe``, a probe taken right
+    after the profile (when they do not: the llama.cpp matrix profiles batch 1 at
+    200–400 tokens of context, slower than the probe's 32 whatever the host). The runs
+    then wait for that speed: the profile's step (``profile``) or the floor (``probe``),
+    returned as ``run_ref_ms``."""
     probes: list[float | None] = []
     if floor is None:
         floor, probes = floor_of(probe)
-    tries, csv = 0, None
+    tries, csv, after = 0, None, None
     for tries in range(1, PROFILE_TRIES + 1):  # noqa: B007 (the count is returned)
         wait_for_speed(probe, floor, name)
         csv = take_profile()
-        if within(profile_step(csv), floor):
+        after = profile_step(csv) if check == "profile" else probe()
+        if within(after, floor):
             break
+    step = profile_step(csv) if csv is not None else None
     return {"floor_probes_ms": probes, "floor_ms": floor, "profile_tries": tries,
-            "profile_step_ms": profile_step(csv) if csv is not None else None}  # fmt: skip
+            "profile_step_ms": step, "probe_after_profile_ms": after if check == "probe" else None,
+            "run_ref_ms": step if check == "profile" else floor}  # fmt: skip

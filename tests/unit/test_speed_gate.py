@@ -61,3 +61,23 @@ def test_a_given_floor_replaces_the_probes(tmp_path: Path, monkeypatch: pytest.M
         lambda: 40.0, lambda: _profile(tmp_path / "p.csv", [41.0]), "test", floor=40.0
     )
     assert (out["floor_probes_ms"], out["profile_tries"], out["profile_step_ms"]) == ([], 1, 41.0)
+
+
+def test_with_a_probe_check_the_runs_wait_for_the_floor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The llama.cpp matrix's profile decodes batch 1 at longer contexts than the probe:
+    the speed after the profile is a probe, and the runs' reference is the floor."""
+    gate = _gate()
+    monkeypatch.setattr(gate.time, "sleep", lambda s: None)
+    probes = iter([20.0, 28.0, 20.0, 20.5])  # wait, after (slow), wait, after
+    out = gate.profile_at_floor(
+        lambda: next(probes),
+        lambda: _profile(tmp_path / "p.csv", [27.0]),  # its rows: slower by their context
+        "test",
+        floor=20.0,
+        check="probe",
+    )
+    assert out["profile_tries"] == 2  # the probe after the first profile read 28
+    assert (out["probe_after_profile_ms"], out["run_ref_ms"]) == (20.5, 20.0)
+    assert out["profile_step_ms"] == 27.0

@@ -384,7 +384,10 @@ def main(argv: list[str] | None = None) -> int:
     log: list[str] = keep.get("commands", []) if args.only else []
     results: dict[str, Any] = dict(keep.get("results", {})) if args.only else {}
     if args.only:
-        facts = {**keep.get("facts", {}), "rerun": args.only}
+        before = keep.get("facts", {})
+        done = before.get("rerun", [])  # points run again earlier stay named
+        rerun = [*done, *(k for k in args.only if k not in done)]
+        facts = {**before, "rerun": rerun}
     started = time.time()
     for key in points:
         cfg, reg = key.split("/")

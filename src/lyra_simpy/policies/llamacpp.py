@@ -234,7 +234,9 @@ def step_attention_cells(
                 total += piece * n_kv(held + ub_end, stream)
                 pos += piece
         return total
-    for before, take in chunks:  # split_equal: a prompt's passes hold its stream alone
+    # split_equal: a prompt's passes hold its stream alone (prompts with equal chunks in
+    # consecutive slots may share a pass in llama.cpp, n_kv their largest: taken alone here)
+    for before, take in chunks:
         done = 0
         while done < take:
             piece = min(nub, take - done)

@@ -279,7 +279,8 @@ def with_attention_column(here: Path, flags: list[str]) -> bool:
     """Give the point's stored ``profile.csv`` the ``attention_cells`` column, computed
     for each probe row as ``lyra-simpy profile`` now writes it (the probes' layout is
     fixed by the grid and the flags); False when it has one already."""
-    from lyra_simpy.live.profile import ProfileGrid, llamacpp_config, prompt_attention
+    from lyra_simpy.live.llamacpp_probes import llamacpp_config, prompt_attention
+    from lyra_simpy.live.profile import ProfileGrid
 
     path = here / "profile.csv"
     lines = path.read_text().splitlines()

@@ -18,7 +18,7 @@ from lyra_simpy.calibration.fit import fit_profile, predict_ms
 from lyra_simpy.calibration.profiles import read_profile
 from lyra_simpy.cost.base import BatchShape
 from lyra_simpy.cost.profiled import ProfileCost, ProfileCostConfig
-from lyra_simpy.live.profile import prompt_attention
+from lyra_simpy.live.llamacpp_probes import prompt_attention
 from lyra_simpy.policies import EngineView, LlamaCppConfig, LlamaCppServer
 from lyra_simpy.policies.llamacpp import n_kv, step_attention_cells
 

@@ -36,9 +36,9 @@ so the forward passes of each step are known, and every row gets the extra colum
 that :mod:`~lyra_simpy.policies.llamacpp` says the server runs for it: a prompt split for
 a context checkpoint is two steps and a checkpoint (on a model with sliding-window
 attention: ``grid.sliding_window``), a prompt beside the decoders shares a pass with the
-slot before it; and ``attention_cells`` (:func:`prompt_attention`), the KV cells its
-prompt tokens attend over (with ``-kvu``, the decoders' cells too). Two probes measure
-what those mechanics cost:
+slot before it; and ``attention_cells``, the KV cells its prompt tokens attend over (with
+``-kvu``, the decoders' cells too; :mod:`~lyra_simpy.live.llamacpp_probes`). Two probes
+measure what those mechanics cost:
 
 * ``fragmented_decode_batch``: *B* decoders in every other slot (0, 2, 4, ...): the same
   decode batch as the contiguous one, but *B* forward passes instead of one with per-slot
@@ -60,36 +60,30 @@ import os
 import platform
 import secrets
 import statistics
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, ValidationError
 
 from lyra_simpy.errors import LyraError, TraceError, from_validation_error
 from lyra_simpy.live.client import (
     Api,
-    Outcome,
     check_endpoint,
     engine_info,
-    median_gap_ms,
-    new_client,
-    send,
 )
 from lyra_simpy.live.limits import endpoint_limits, token_range, with_vocab
-from lyra_simpy.live.vllm_cpu import parse_counters
+from lyra_simpy.live.llamacpp_probes import (
+    check_slots,
+    llamacpp_config,
+    probe_passes,
+    prompt_attention,
+    prompt_steps,
+)
+from lyra_simpy.live.prober import Prober
 from lyra_simpy.live.workload import TokenIds
 from lyra_simpy.machine import cpu_model
 from lyra_simpy.metrics.io import atomic_write
-from lyra_simpy.policies.llamacpp import LlamaCppConfig, prompt_chunk, step_attention_cells
-from lyra_simpy.policies.ubatch import passes
-
-METRICS_WAIT_S = 2.0
-"""How long a probe waits for vLLM's ``/metrics`` to count the request that just
-finished (it is counted when the server has processed its last output)."""
 
 
 class ProfileGrid(BaseModel):
@@ -139,219 +133,6 @@ def load_grid(path: Path) -> ProfileGrid:
         raise TraceError(f"{path}: not valid YAML ({exc})") from None
     except ValidationError as exc:
         raise TraceError(f"{path}: {from_validation_error(exc)}") from None
-
-
-class _Prober:
-    def __init__(
-        self,
-        url: str,
-        api: Api,
-        grid: ProfileGrid,
-        ids: TokenIds,
-        extra: dict[str, Any],
-        seed: int,
-    ) -> None:
-        self.url, self.api, self.grid, self.ids, self.extra = url, api, grid, ids, extra
-        self.rng = np.random.Generator(np.random.PCG64(seed))
-        self.timed_by: dict[str, str] = {}
-        """Phase → which engine figure timed its prompts."""
-        self.path_ms: dict[int, list[float]] = {}
-        """Prompt size → lone prefills' client TTFT less the engine's prompt time."""
-        self.metrics: bool | None = None
-        """Whether the endpoint has vLLM's prefill-time metric (None: not asked yet)."""
-        self.pin = False
-        """Pin requests to llama.cpp slots (``id_slot``)."""
-
-    def _prompt(self, n: int) -> list[int]:
-        ids = self.ids
-        return [int(x) for x in self.rng.integers(ids.low, ids.high, size=n)]
-
-    async def _send(
-        self,
-        n_in: int,
-        n_out: int,
-        t0: float,
-        first: asyncio.Event | None = None,
-        slot: int | None = None,
-    ) -> Outcome:
-        client = new_client()
-        extra = self.extra if slot is None or not self.pin else {**self.extra, "id_slot": slot}
-        try:
-            out = await send(
-                client,
-                self.url,
-                self.api,
-                self._prompt(n_in),
-                n_out,
-                self.grid.timeout_s,
-                t0,
-                extra,
-                first,
-            )
-        finally:
-            await client.aclose()
-        if out.error is not None:
-            raise LyraError(f"profile: request ({n_in} in, {n_out} out) failed: {out.error}")
-        return out
-
-    def _prompt_ms(
-        self, out: Outcome, phase: str, engine_ms: float | None = None, prompt: int = 0
-    ) -> float:
-        """The engine's time for *out*'s prompt where it tells it (llama.cpp's
-        ``timings.prompt_ms``, else *engine_ms* from vLLM's ``/metrics``), else the
-        client's TTFT. A lone prefill's TTFT less the engine's time is one sample of
-        the request path (``workload.request_path_ms``), kept by *prompt* size."""
-        ttft_ms = (out.chunk_s[0] - out.sent_s) * 1000.0
-        if out.timings and isinstance(out.timings.get("prompt_ms"), (int, float)):
-            engine_ms = float(out.timings["prompt_ms"])
-            self.timed_by[phase] = "engine timings.prompt_ms"
-        elif engine_ms is not None:
-            self.timed_by[phase] = "engine /metrics vllm:request_prefill_time_seconds"
-        else:
-            return ttft_ms
-        if phase == "prefill":
-            self.path_ms.setdefault(prompt, []).append(ttft_ms - engine_ms)
-        return engine_ms
-
-    async def _prefill_seconds(self) -> tuple[float, float] | None:
-        """vLLM's histogram of finished requests' prefill times: (sum in s, count), or
-        None when the endpoint has no such metric (not vLLM, or ``/metrics`` off)."""
-        if self.metrics is False:
-            return None
-        try:
-            async with httpx.AsyncClient(timeout=5.0) as client:
-                resp = await client.get(self.url + "/metrics")
-        except httpx.HTTPError:
-            resp = None
-        got = parse_counters(resp.text) if resp is not None and resp.status_code == 200 else {}
-        if "prefill_time_count" not in got:
-            self.metrics = False
-            return None
-        self.metrics = True
-        return got.get("prefill_time_s", 0.0), got["prefill_time_count"]
-
-    async def _engine_prefill_ms(self, before: tuple[float, float] | None) -> float | None:
-        """The prefill time of the one request that finished since *before* (vLLM's
-        ``/metrics``, which counts a request when it finishes: read until it has, for
-        at most :data:`METRICS_WAIT_S`); None without the metric or when the count
-        did not move by exactly one."""
-        if before is None:
-            return None
-        deadline = time.perf_counter() + METRICS_WAIT_S
-        while True:
-            now = await self._prefill_seconds()
-            if now is None or now[1] > before[1] + 1:
-                return None
-            if now[1] == before[1] + 1:
-                return (now[0] - before[0]) * 1000.0
-            if time.perf_counter() > deadline:
-                return None
-            await asyncio.sleep(0.01)
-
-    async def prefill(self, p: int) -> float:
-        before = await self._prefill_seconds()
-        out = await self._send(p, 1, time.perf_counter(), slot=0)
-        return self._prompt_ms(out, "prefill", await self._engine_prefill_ms(before), p)
-
-    async def decode(self, b: int, ctx: int, stride: int = 1) -> tuple[float, float]:
-        t0 = time.perf_counter()
-        steps = self.grid.decode_steps
-        outs = await asyncio.gather(
-            *(self._send(ctx, steps, t0, slot=k * stride) for k in range(b))
-        )
-        engine = [
-            float(o.timings["predicted_per_token_ms"])
-            for o in outs
-            if o.timings and isinstance(o.timings.get("predicted_per_token_ms"), (int, float))
-        ]
-        return median_gap_ms(outs), statistics.mean(engine) if engine else float("nan")
-
-    async def mixed(self, b: int, p: int) -> tuple[float, int]:
-        t0 = time.perf_counter()
-        ctx, steps = self.grid.mixed_context, self.grid.decode_steps
-
-        firsts = [asyncio.Event() for _ in range(b)]
-        decoders = [
-            asyncio.create_task(self._send(ctx, steps * 2, t0, e, slot=k))
-            for k, e in enumerate(firsts)
-        ]
-        # The probe joins once every decoder's prompt is in (then each step is decodes).
-        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in firsts)), self.grid.timeout_s)
-        await asyncio.sleep(0.02)
-        before = await self._prefill_seconds()
-        probe = await self._send(p, 1, t0, slot=b)
-        engine_ms = await self._engine_prefill_ms(before)  # the decoders run on
-        outs = await asyncio.gather(*decoders)
-        probe_at = probe.sent_s
-        done_before = [sum(1 for s in o.chunk_s if s <= probe_at) for o in outs]
-        return self._prompt_ms(probe, "mixed", engine_ms), ctx + int(statistics.median(done_before))
-
-
-def llamacpp_config(flags: str, grid: ProfileGrid) -> LlamaCppConfig | None:
-    """The llama.cpp server's scheduler knobs from its launch *flags* (None when they are
-    not a llama.cpp launch line, e.g. empty)."""
-    from lyra_simpy.presets import apply_engine
-
-    if not flags.strip():
-        return None
-    raw: dict[str, Any] = {
-        "engine": {"name": "llamacpp", "command": "llama-server " + flags},
-        "scheduler": {"name": "llamacpp", "n_ctx_train": grid.n_ctx_train},
-    }
-    try:
-        sched = apply_engine(raw)["scheduler"]
-    except LyraError as exc:
-        raise LyraError(f"profile --flags: {exc}") from None
-    sched["sliding_window"] = grid.sliding_window and sched.get("sliding_window", True)
-    return LlamaCppConfig.model_validate(sched)
-
-
-def _check_slots(grid: ProfileGrid, llama: LlamaCppConfig) -> None:
-    need = max([*grid.decode_batch, *(2 * b - 1 for b in grid.fragmented_decode_batch)])
-    if need > llama.n_parallel:
-        raise LyraError(
-            f"grid.decode_batch / fragmented_decode_batch: need {need} slots, the server "
-            f"has {llama.n_parallel} (-np): requests pinned to a slot would wait"
-        )
-
-
-def _passes(llama: LlamaCppConfig, segments: list[tuple[int, int]]) -> int:
-    return passes(segments, llama.batch_tokens, llama.ubatch_tokens, llama.kv_unified)
-
-
-def prompt_steps(llama: LlamaCppConfig, prompt: int, decoders: int) -> tuple[int, int, int]:
-    """(steps, passes, checkpoints) llama.cpp runs for a prompt of *prompt* tokens in slot
-    *decoders*, beside *decoders* sequences decoding in slots 0..decoders−1 in each step
-    (:mod:`~lyra_simpy.policies.llamacpp`)."""
-    stops, nub = llama.checkpoint_stops, llama.ubatch_tokens
-    done = steps = n_passes = checkpoints = 0
-    while done < prompt:
-        take = prompt_chunk(prompt - done, llama.batch_tokens - decoders, stops)
-        segments = [(k, 1) for k in range(decoders)] + [(decoders, take)]
-        n_passes += _passes(llama, segments)
-        if stops and done and prompt - done - take < nub:
-            checkpoints += 1
-        done += take
-        steps += 1
-    return steps, n_passes, checkpoints
-
-
-def prompt_attention(llama: LlamaCppConfig, prompt: int, decoders: int, context: int) -> int:
-    """The ``attention_cells`` of a probe row: Σ over the prompt's tokens of the KV cells
-    each attends over (:func:`~lyra_simpy.policies.llamacpp.step_attention_cells`), for a
-    prompt of *prompt* tokens beside *decoders* sequences of *context* tokens that each
-    decode a token a step. Idle slots are taken to hold no cells: with ``-kvu`` the
-    server's default prompt cache clears them when a probe starts (with ``--cache-ram 0``
-    they keep an earlier probe's, which this does not count)."""
-    stops = llama.checkpoint_stops
-    done = total = step = 0
-    while done < prompt:
-        take = prompt_chunk(prompt - done, llama.batch_tokens - decoders, stops)
-        held = decoders * (context + step) + done
-        total += step_attention_cells(llama, decoders, [(done, take)], held)
-        done += take
-        step += 1
-    return total
 
 
 def _cpu() -> str:
@@ -414,9 +195,9 @@ def profile(
                 f"profile --flags: -np {llama.n_parallel} (or its default), but the server "
                 f"has {slots} slots: give the flags it was started with"
             )
-        _check_slots(grid, llama)
+        check_slots(grid, llama)
     seed = grid.prompt_seed if grid.prompt_seed is not None else secrets.randbits(63)
-    prober = _Prober(url, api, grid, ids, limits.body(grid.extra_body), seed)
+    prober = Prober(url, api, grid, ids, limits.body(grid.extra_body), seed)
     prober.pin = llama is not None
     rows: list[tuple[str, int, int, int, float, float]] = []
     counts: list[tuple[int, int, int, int]] = []
@@ -465,7 +246,7 @@ def profile(
         if llama is None:
             continue
         if phase == "decode":
-            counts.append((1, _passes(llama, [(k * stride, 1) for k in range(b)]), 0, 0))
+            counts.append((1, probe_passes(llama, [(k * stride, 1) for k in range(b)]), 0, 0))
         else:
             decoders = 0 if phase == "prefill" else b
             cells = prompt_attention(llama, n, decoders, rows[-1][3])

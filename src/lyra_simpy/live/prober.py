@@ -1,0 +1,180 @@
+"""The probes of ``lyra-simpy profile`` against one endpoint: a lone prompt, a decode batch,
+a prompt beside decoders, each timed by the engine where it says (llama.cpp's ``timings``,
+vLLM's ``/metrics``) and by the client otherwise (:mod:`lyra_simpy.live.profile`)."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import numpy as np
+
+from lyra_simpy.errors import LyraError
+from lyra_simpy.live.client import (
+    Api,
+    Outcome,
+    median_gap_ms,
+    new_client,
+    send,
+)
+from lyra_simpy.live.vllm_cpu import parse_counters
+from lyra_simpy.live.workload import TokenIds
+
+if TYPE_CHECKING:
+    from lyra_simpy.live.profile import ProfileGrid
+
+METRICS_WAIT_S = 2.0
+"""How long a probe waits for vLLM's ``/metrics`` to count the request that just
+finished (it is counted when the server has processed its last output)."""
+
+
+class Prober:
+    """The probes of one profile against one endpoint (the module docstring of
+    :mod:`lyra_simpy.live.profile` says what each measures and how it is timed)."""
+
+    def __init__(
+        self,
+        url: str,
+        api: Api,
+        grid: ProfileGrid,
+        ids: TokenIds,
+        extra: dict[str, Any],
+        seed: int,
+    ) -> None:
+        self.url, self.api, self.grid, self.ids, self.extra = url, api, grid, ids, extra
+        self.rng = np.random.Generator(np.random.PCG64(seed))
+        self.timed_by: dict[str, str] = {}
+        """Phase → which engine figure timed its prompts."""
+        self.path_ms: dict[int, list[float]] = {}
+        """Prompt size → lone prefills' client TTFT less the engine's prompt time."""
+        self.metrics: bool | None = None
+        """Whether the endpoint has vLLM's prefill-time metric (None: not asked yet)."""
+        self.pin = False
+        """Pin requests to llama.cpp slots (``id_slot``)."""
+
+    def _prompt(self, n: int) -> list[int]:
+        ids = self.ids
+        return [int(x) for x in self.rng.integers(ids.low, ids.high, size=n)]
+
+    async def _send(
+        self,
+        n_in: int,
+        n_out: int,
+        t0: float,
+        first: asyncio.Event | None = None,
+        slot: int | None = None,
+    ) -> Outcome:
+        client = new_client()
+        extra = self.extra if slot is None or not self.pin else {**self.extra, "id_slot": slot}
+        try:
+            out = await send(
+                client,
+                self.url,
+                self.api,
+                self._prompt(n_in),
+                n_out,
+                self.grid.timeout_s,
+                t0,
+                extra,
+                first,
+            )
+        finally:
+            await client.aclose()
+        if out.error is not None:
+            raise LyraError(f"profile: request ({n_in} in, {n_out} out) failed: {out.error}")
+        return out
+
+    def _prompt_ms(
+        self, out: Outcome, phase: str, engine_ms: float | None = None, prompt: int = 0
+    ) -> float:
+        """The engine's time for *out*'s prompt where it tells it (llama.cpp's
+        ``timings.prompt_ms``, else *engine_ms* from vLLM's ``/metrics``), else the
+        client's TTFT. A lone prefill's TTFT less the engine's time is one sample of
+        the request path (``workload.request_path_ms``), kept by *prompt* size."""
+        ttft_ms = (out.chunk_s[0] - out.sent_s) * 1000.0
+        if out.timings and isinstance(out.timings.get("prompt_ms"), (int, float)):
+            engine_ms = float(out.timings["prompt_ms"])
+            self.timed_by[phase] = "engine timings.prompt_ms"
+        elif engine_ms is not None:
+            self.timed_by[phase] = "engine /metrics vllm:request_prefill_time_seconds"
+        else:
+            return ttft_ms
+        if phase == "prefill":
+            self.path_ms.setdefault(prompt, []).append(ttft_ms - engine_ms)
+        return engine_ms
+
+    async def _prefill_seconds(self) -> tuple[float, float] | None:
+        """vLLM's histogram of finished requests' prefill times: (sum in s, count), or
+        None when the endpoint has no such metric (not vLLM, or ``/metrics`` off)."""
+        if self.metrics is False:
+            return None
+        try:
+            async with httpx.AsyncClient(timeout=5.0) as client:
+                resp = await client.get(self.url + "/metrics")
+        except httpx.HTTPError:
+            resp = None
+        got = parse_counters(resp.text) if resp is not None and resp.status_code == 200 else {}
+        if "prefill_time_count" not in got:
+            self.metrics = False
+            return None
+        self.metrics = True
+        return got.get("prefill_time_s", 0.0), got["prefill_time_count"]
+
+    async def _engine_prefill_ms(self, before: tuple[float, float] | None) -> float | None:
+        """The prefill time of the one request that finished since *before* (vLLM's
+        ``/metrics``, which counts a request when it finishes: read until it has, for
+        at most :data:`METRICS_WAIT_S`); None without the metric or when the count
+        did not move by exactly one."""
+        if before is None:
+            return None
+        deadline = time.perf_counter() + METRICS_WAIT_S
+        while True:
+            now = await self._prefill_seconds()
+            if now is None or now[1] > before[1] + 1:
+                return None
+            if now[1] == before[1] + 1:
+                return (now[0] - before[0]) * 1000.0
+            if time.perf_counter() > deadline:
+                return None
+            await asyncio.sleep(0.01)
+
+    async def prefill(self, p: int) -> float:
+        before = await self._prefill_seconds()
+        out = await self._send(p, 1, time.perf_counter(), slot=0)
+        return self._prompt_ms(out, "prefill", await self._engine_prefill_ms(before), p)
+
+    async def decode(self, b: int, ctx: int, stride: int = 1) -> tuple[float, float]:
+        t0 = time.perf_counter()
+        steps = self.grid.decode_steps
+        outs = await asyncio.gather(
+            *(self._send(ctx, steps, t0, slot=k * stride) for k in range(b))
+        )
+        engine = [
+            float(o.timings["predicted_per_token_ms"])
+            for o in outs
+            if o.timings and isinstance(o.timings.get("predicted_per_token_ms"), (int, float))
+        ]
+        return median_gap_ms(outs), statistics.mean(engine) if engine else float("nan")
+
+    async def mixed(self, b: int, p: int) -> tuple[float, int]:
+        t0 = time.perf_counter()
+        ctx, steps = self.grid.mixed_context, self.grid.decode_steps
+
+        firsts = [asyncio.Event() for _ in range(b)]
+        decoders = [
+            asyncio.create_task(self._send(ctx, steps * 2, t0, e, slot=k))
+            for k, e in enumerate(firsts)
+        ]
+        # The probe joins once every decoder's prompt is in (then each step is decodes).
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in firsts)), self.grid.timeout_s)
+        await asyncio.sleep(0.02)
+        before = await self._prefill_seconds()
+        probe = await self._send(p, 1, t0, slot=b)
+        engine_ms = await self._engine_prefill_ms(before)  # the decoders run on
+        outs = await asyncio.gather(*decoders)
+        probe_at = probe.sent_s
+        done_before = [sum(1 for s in o.chunk_s if s <= probe_at) for o in outs]
+        return self._prompt_ms(probe, "mixed", engine_ms), ctx + int(statistics.median(done_before))

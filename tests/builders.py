@@ -1,6 +1,7 @@
 """Requests in hand-built scheduler states, shared by the scheduler unit tests, and a
 switch making the load-blind routers route at each arrival, and one for carrying fused
-runs across arrivals (tests/ is on the import path through its conftest)."""
+runs across arrivals; a llama.cpp scenario from its launch line, and the scripts of
+``validation/`` as modules (tests/ is on the import path through its conftest)."""
 
 from __future__ import annotations
 
@@ -103,3 +104,37 @@ def stand_in_server(path: Path, fail_message: str, check: str = "") -> Path:
     )
     path.chmod(0o755)
     return path
+
+
+def llamacpp_raw(command: str | None = None, **flags: Any) -> dict[str, Any]:
+    """A small scenario of a ``llamacpp`` engine given by its launch *command* and/or
+    *flags* (what the preset reads)."""
+    engine: dict[str, Any] = {"name": "llamacpp"}
+    if command is not None:
+        engine["command"] = command
+    if flags:
+        engine["flags"] = flags
+    return {
+        "seed": 1,
+        "engine": engine,
+        "workload": {
+            "num_requests": 5,
+            "arrival": {"name": "poisson", "rate_per_s": 2.0},
+            "input_tokens": {"name": "fixed", "tokens": 20},
+            "output_tokens": {"name": "fixed", "tokens": 5},
+        },
+        "cost": {"name": "linear", "base_ms": 10.0},
+    }
+
+
+def validation_module(name: str) -> Any:
+    """``validation/NAME.py`` loaded as a module (the scripts are not a package)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "validation" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

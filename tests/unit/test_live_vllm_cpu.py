@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from builders import stand_in_server
+from builders import stand_in_server, validation_module
 from lyra_simpy import scenario_from_dict, simulate
 from lyra_simpy.cost.catalog import kv_bytes_per_token, model_catalog
 from lyra_simpy.errors import LyraError, ScenarioError
@@ -274,15 +274,7 @@ def test_metrics_counters_are_read_and_differenced() -> None:
 
 def _job() -> Any:
     """validation/validate_vllm_cpu.py as a module."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[2] / "validation" / "validate_vllm_cpu.py"
-    spec = importlib.util.spec_from_file_location("validate_vllm_cpu", path)
-    assert spec is not None
-    assert spec.loader is not None
-    job = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(job)
-    return job
+    return validation_module("validate_vllm_cpu")
 
 
 def test_dev_mode_server_line_is_still_a_scenario_engine_command(

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
-from builders import waiting_req
+from builders import llamacpp_raw, waiting_req
 from lyra_simpy import ScenarioError, scenario_from_dict, simulate
 from lyra_simpy.calibration.fit import fit_profile, predict_ms
 from lyra_simpy.calibration.profiles import read_profile
@@ -267,25 +267,6 @@ def test_profiles_without_the_columns_fit_as_before():
 # -- preset -----------------------------------------------------------------------------
 
 
-def _raw(command: str | None = None, **flags: Any) -> dict[str, Any]:
-    engine: dict[str, Any] = {"name": "llamacpp"}
-    if command is not None:
-        engine["command"] = command
-    if flags:
-        engine["flags"] = flags
-    return {
-        "seed": 1,
-        "engine": engine,
-        "workload": {
-            "num_requests": 5,
-            "arrival": {"name": "poisson", "rate_per_s": 2.0},
-            "input_tokens": {"name": "fixed", "tokens": 20},
-            "output_tokens": {"name": "fixed", "tokens": 5},
-        },
-        "cost": {"name": "linear", "base_ms": 10.0},
-    }
-
-
 def _sched(raw: dict[str, Any]) -> tuple[LlamaCppConfig, Any]:
     s = scenario_from_dict(copy.deepcopy(raw))
     assert isinstance(s.scheduler, LlamaCppConfig)
@@ -293,7 +274,7 @@ def _sched(raw: dict[str, Any]) -> tuple[LlamaCppConfig, Any]:
 
 
 def test_preset_defaults_are_llama_cpps():
-    c, kv = _sched(_raw("llama-server -m model.gguf"))
+    c, kv = _sched(llamacpp_raw("llama-server -m model.gguf"))
     # -np auto: 4 slots, unified KV; -c 0: the training context (32768 cells)
     assert (c.n_parallel, c.kv_unified, c.n_ctx) == (4, True, 0)
     assert (c.n_batch, c.n_ubatch, c.ctx_checkpoints, c.cont_batching) == (2048, 512, 32, True)
@@ -302,7 +283,7 @@ def test_preset_defaults_are_llama_cpps():
 
 
 def test_preset_np_given_means_per_slot_kv():
-    c, kv = _sched(_raw("llama-server -m m.gguf -np 4 -c 4096 -t 2 --host 127.0.0.1"))
+    c, kv = _sched(llamacpp_raw("llama-server -m m.gguf -np 4 -c 4096 -t 2 --host 127.0.0.1"))
     assert (c.n_parallel, c.kv_unified, c.n_ctx, c.slot_ctx) == (4, False, 4096, 1024)
     assert kv.num_blocks == 4096
 
@@ -312,22 +293,22 @@ def test_preset_explicit_flags():
         "llama-server -np 3 -c 4096 -kvu -b 512 -ub 128 --ctx-checkpoints 0 -nocb "
         "--no-cache-prompt --cache-ram 0 -fa on"
     )
-    c, kv = _sched(_raw(line))
+    c, kv = _sched(llamacpp_raw(line))
     assert (c.n_parallel, c.kv_unified, c.n_batch, c.n_ubatch) == (3, True, 512, 128)
     assert (c.ctx_checkpoints, c.cont_batching, c.cache_prompt) == (0, False, False)
     assert kv.num_blocks == 4096
-    c2, kv2 = _sched(_raw("llama-server -np 3 -c 4096 --no-kv-unified"))
+    c2, kv2 = _sched(llamacpp_raw("llama-server -np 3 -c 4096 --no-kv-unified"))
     assert (c2.kv_unified, kv2.num_blocks) == (False, 4608)
 
 
 def test_preset_swa_full_turns_checkpoints_off_and_flags_edit_the_command():
-    raw = _raw("llama-server -np 2", swa_full=None)
+    raw = llamacpp_raw("llama-server -np 2", swa_full=None)
     raw["scheduler"] = {"name": "llamacpp"}
     c, _ = _sched(raw)
     assert c.sliding_window is False
-    c2, _ = _sched(_raw("llama-server -np 2 -b 512", batch_size=1024))
+    c2, _ = _sched(llamacpp_raw("llama-server -np 2 -b 512", batch_size=1024))
     assert c2.n_batch == 1024
-    raw = _raw("llama-server -np 2")
+    raw = llamacpp_raw("llama-server -np 2")
     raw["scheduler"] = {"name": "llamacpp", "sliding_window": True, "n_ctx_train": 8192}
     c3, kv3 = _sched(raw)
     assert (c3.sliding_window, kv3.num_blocks) == (True, 8192)  # -c 0: 8192 cells
@@ -336,9 +317,9 @@ def test_preset_swa_full_turns_checkpoints_off_and_flags_edit_the_command():
 @pytest.mark.parametrize(
     ("raw", "words"),
     [
-        (_raw("llama-server --bogus 3"), "engine.flags.bogus: unknown llamacpp flag"),
-        (_raw("llama-server -np 0"), "engine.flags.n_parallel"),
-        (_raw(None, ubatch_size=0), "engine.flags.ubatch_size"),
+        (llamacpp_raw("llama-server --bogus 3"), "engine.flags.bogus: unknown llamacpp flag"),
+        (llamacpp_raw("llama-server -np 0"), "engine.flags.n_parallel"),
+        (llamacpp_raw(None, ubatch_size=0), "engine.flags.ubatch_size"),
     ],
 )
 def test_preset_errors_are_one_line(raw, words):
@@ -349,14 +330,14 @@ def test_preset_errors_are_one_line(raw, words):
 
 
 def test_preset_conflict_with_the_scenario_is_an_error():
-    raw = _raw("llama-server -np 4")
+    raw = llamacpp_raw("llama-server -np 4")
     raw["scheduler"] = {"name": "llamacpp", "n_parallel": 8}
     with pytest.raises(ScenarioError, match=r"scheduler.n_parallel: got 8, but engine.flags"):
         scenario_from_dict(raw)
 
 
 def test_shared_prefixes_with_cache_prompt_are_refused():
-    raw = _raw("llama-server -np 2")
+    raw = llamacpp_raw("llama-server -np 2")
     raw["workload"]["prefix"] = {"name": "system_prompt", "groups": 2, "prefix_tokens": 8}
     with pytest.raises(ScenarioError, match="cache_prompt: got true with shared prefixes"):
         scenario_from_dict(copy.deepcopy(raw))

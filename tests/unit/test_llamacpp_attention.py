@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
-from builders import waiting_req
+from builders import llamacpp_raw, waiting_req
 from lyra_simpy import ScenarioError, scenario_from_dict
 from lyra_simpy.calibration.fit import fit_profile, predict_ms
 from lyra_simpy.calibration.profiles import read_profile
@@ -128,20 +128,6 @@ def test_the_probe_column_follows_the_probe_layout():
 # -- the preset -------------------------------------------------------------------------
 
 
-def _raw(command: str) -> dict:
-    return {
-        "seed": 1,
-        "engine": {"name": "llamacpp", "command": command},
-        "workload": {
-            "num_requests": 5,
-            "arrival": {"name": "poisson", "rate_per_s": 2.0},
-            "input_tokens": {"name": "fixed", "tokens": 20},
-            "output_tokens": {"name": "fixed", "tokens": 5},
-        },
-        "cost": {"name": "linear", "base_ms": 10.0},
-    }
-
-
 @pytest.mark.parametrize(
     ("words", "ram", "idle"),
     [
@@ -152,14 +138,14 @@ def _raw(command: str) -> dict:
     ],
 )
 def test_preset_reads_the_prompt_cache_flags(words, ram, idle):
-    s = scenario_from_dict(copy.deepcopy(_raw(f"llama-server -m m.gguf {words}")))
+    s = scenario_from_dict(copy.deepcopy(llamacpp_raw(f"llama-server -m m.gguf {words}")))
     assert (s.scheduler.cache_ram_mib, s.scheduler.cache_idle_slots) == (ram, idle)
     assert s.scheduler.clears_idle_slots is (ram != 0 and idle)  # -np auto: -kvu
 
 
 def test_preset_refuses_a_negative_cache_size_in_one_line():
     with pytest.raises(ScenarioError, match=r"cache_ram.*-5.*>= 0 \(MiB\), or -1") as err:
-        scenario_from_dict(_raw("llama-server -m m.gguf --cache-ram -5"))
+        scenario_from_dict(llamacpp_raw("llama-server -m m.gguf --cache-ram -5"))
     assert "\n" not in str(err.value)
 
 

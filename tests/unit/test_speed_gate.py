@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from builders import validation_module
+
 
 def _gate() -> Any:
-    path = Path(__file__).resolve().parents[2] / "validation" / "speed_gate.py"
-    spec = importlib.util.spec_from_file_location("speed_gate", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return validation_module("speed_gate")
 
 
 def _profile(path: Path, batch1_ms: list[float]) -> Path:

@@ -152,17 +152,10 @@ def grid(flags: list[str], regime: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-_PROBE_IDS = np.random.default_rng()
-"""Fresh prompt ids each process for the speed probe."""
-
-
 def speed_probe(url: str) -> float | None:
-    """The server's batch-1 decode step right now: one request of 32 random prompt tokens
-    and 33 output tokens, alone, not cached (:func:`~lyra_simpy.live.client.decode_step_ms`)."""
-    from lyra_simpy.live.client import decode_step_ms
-
-    prompt = _PROBE_IDS.integers(1000, 30000, size=32).tolist()
-    return decode_step_ms(url, prompt, 33, extra={"cache_prompt": False})
+    """The server's batch-1 decode step right now, the prompt not cached
+    (:func:`speed_gate.lone_decode_step`)."""
+    return speed_gate.lone_decode_step(url, {"cache_prompt": False})
 
 
 def run(*args: str, log: list[str]) -> None:

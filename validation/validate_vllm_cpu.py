@@ -209,17 +209,9 @@ def _write(path: Path, raw: dict[str, Any]) -> Path:
     return path
 
 
-_PROBE_IDS = np.random.default_rng()
-"""Fresh ids each process (as ``lyra-simpy profile`` draws them): none a cache could hold."""
-
-
 def speed_probe(url: str) -> float | None:
-    """The server's batch-1 decode step right now: one request of 32 fresh random prompt
-    tokens and 33 output tokens, alone (:func:`~lyra_simpy.live.client.decode_step_ms`)."""
-    from lyra_simpy.live.client import decode_step_ms
-
-    prompt = _PROBE_IDS.integers(1000, 30000, size=32).tolist()
-    return decode_step_ms(url, prompt, 33, extra={"model": vllm_cpu.SERVED_NAME})
+    """The server's batch-1 decode step right now (:func:`speed_gate.lone_decode_step`)."""
+    return speed_gate.lone_decode_step(url, {"model": vllm_cpu.SERVED_NAME})
 
 
 def wait_for_speed(url: str, ref_ms: float | None) -> list[float | None]:

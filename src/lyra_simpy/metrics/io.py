@@ -157,7 +157,7 @@ def write_itl_csv(path: Path, values_s: np.ndarray, counts: np.ndarray) -> None:
     gap in ms rounded to :data:`ITL_DECIMALS` decimals and written as that exact decimal
     (trailing zeros dropped, at least one decimal: ``31.0``, ``22.153846154``), equal
     gaps merged, sorted. The text is built column-wise in NumPy, not one float at a time
-    (the 10 000-request benchmark's 46 000 distinct gaps in a few ms instead of ~35 ms)."""
+    (``benchmarks/speed.py`` times the run's files)."""
     scale = 10**ITL_DECIMALS
     units = np.rint(np.asarray(values_s, dtype=np.float64) * (1000.0 * scale))
     if len(units) and not (np.isfinite(units).all() and units.min() >= 0 and units.max() < 2**62):

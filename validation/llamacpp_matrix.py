@@ -273,7 +273,7 @@ def with_attention_column(here: Path, flags: list[str]) -> bool:
     for each probe row as ``lyra-simpy profile`` now writes it (the probes' layout is
     fixed by the grid and the flags); False when it has one already."""
     from lyra_simpy.live.llamacpp_probes import llamacpp_config, prompt_attention
-    from lyra_simpy.live.profile import ProfileGrid
+    from lyra_simpy.live.profile_grid import ProfileGrid
 
     path = here / "profile.csv"
     lines = path.read_text().splitlines()

@@ -11,7 +11,8 @@ from live_server import StreamServer
 from lyra_simpy.calibration.profiles import read_profile
 from lyra_simpy.cli import main
 from lyra_simpy.errors import LyraError
-from lyra_simpy.live.profile import ProfileGrid, profile
+from lyra_simpy.live.profile import profile
+from lyra_simpy.live.profile_grid import ProfileGrid
 
 GRID = ProfileGrid(
     prefill_tokens=[8, 16],

@@ -20,7 +20,7 @@ from lyra_simpy.cost.base import BatchShape
 from lyra_simpy.cost.profiled import ProfileCost, ProfileCostConfig
 from lyra_simpy.engine.request import Request
 from lyra_simpy.live.llamacpp_probes import llamacpp_config, prompt_steps
-from lyra_simpy.live.profile import ProfileGrid
+from lyra_simpy.live.profile_grid import ProfileGrid
 from lyra_simpy.policies import EngineView, LlamaCppConfig, LlamaCppServer
 from lyra_simpy.policies.llamacpp import prompt_chunk
 from lyra_simpy.policies.ubatch import passes, split_equal, split_simple, ubatches

@@ -119,7 +119,8 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _profile(args: argparse.Namespace) -> int:
-    from lyra_simpy.live.profile import ProfileGrid, load_grid, profile
+    from lyra_simpy.live.profile import profile
+    from lyra_simpy.live.profile_grid import ProfileGrid, load_grid
 
     grid = load_grid(args.grid) if args.grid else ProfileGrid()
     rows, source = profile(

@@ -13,7 +13,7 @@ from lyra_simpy.policies.llamacpp import LlamaCppConfig, prompt_chunk, step_atte
 from lyra_simpy.policies.ubatch import passes
 
 if TYPE_CHECKING:
-    from lyra_simpy.live.profile import ProfileGrid
+    from lyra_simpy.live.profile_grid import ProfileGrid
 
 
 def llamacpp_config(flags: str, grid: ProfileGrid) -> LlamaCppConfig | None:

@@ -24,7 +24,7 @@ from lyra_simpy.live.vllm_cpu import parse_counters
 from lyra_simpy.live.workload import TokenIds
 
 if TYPE_CHECKING:
-    from lyra_simpy.live.profile import ProfileGrid
+    from lyra_simpy.live.profile_grid import ProfileGrid
 
 METRICS_WAIT_S = 2.0
 """How long a probe waits for vLLM's ``/metrics`` to count the request that just

@@ -64,9 +64,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, ValidationError
 
-from lyra_simpy.errors import LyraError, TraceError, from_validation_error
+from lyra_simpy.errors import LyraError
 from lyra_simpy.live.client import (
     Api,
     check_endpoint,
@@ -81,58 +80,9 @@ from lyra_simpy.live.llamacpp_probes import (
     prompt_steps,
 )
 from lyra_simpy.live.prober import Prober
-from lyra_simpy.live.workload import TokenIds
+from lyra_simpy.live.profile_grid import ProfileGrid
 from lyra_simpy.machine import cpu_model
 from lyra_simpy.metrics.io import atomic_write
-
-
-class ProfileGrid(BaseModel):
-    """What to measure (defaults suit a small model on a CPU)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    prefill_tokens: list[PositiveInt] = [16, 64, 128, 256, 512]
-    decode_batch: list[PositiveInt] = [1, 2, 4, 8]
-    decode_context: list[PositiveInt] = [64, 256, 512]
-    decode_steps: PositiveInt = 24
-    mixed_batch: list[PositiveInt] = [1, 3, 7]
-    """Decoders beside the probe: each must be below the server's slots (the probe
-    needs one), else the probe waits and runs with the decoders gone (checked against
-    llama.cpp's ``/props`` ``total_slots``)."""
-    mixed_prompt_tokens: list[PositiveInt] = [64, 256]
-    mixed_context: PositiveInt = 128
-    repeats: PositiveInt = 3
-    timeout_s: PositiveFloat = 120.0
-    fragmented_decode_batch: list[PositiveInt] = [2]
-    """llama.cpp with per-slot KV: decode batches measured again in every other slot
-    (module docstring); each needs 2B − 1 slots."""
-    checkpoint_prompt_tokens: list[PositiveInt] = [4, 8]
-    """llama.cpp on a sliding-window model: extra prefill rows around the checkpoint stop."""
-    sliding_window: bool = False
-    """The model has sliding-window attention (Gemma 3): llama.cpp checkpoints prompts."""
-    n_ctx_train: PositiveInt = 32768
-    """The model's training context (for a server started with ``-c 0`` or without ``-c``)."""
-    token_ids: TokenIds | None = None
-    """Prompt id range (None: the default, fitted to the vocabulary)."""
-    extra_body: dict[str, Any] = {}
-    prompt_seed: int | None = None
-    """Seed of the probes' random prompt ids (None: a fresh one each run, written to the
-    metadata). Fresh by default: an engine with a prefix cache (vLLM's is on by default)
-    keeps the last profile's prompts, and the same ids sent again would be served from
-    it, pricing prompts far too cheap."""
-
-
-def load_grid(path: Path) -> ProfileGrid:
-    """A :class:`ProfileGrid` from YAML; errors are one line naming the field."""
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-        return ProfileGrid.model_validate(raw)
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise TraceError(f"{path}: not valid YAML ({exc})") from None
-    except ValidationError as exc:
-        raise TraceError(f"{path}: {from_validation_error(exc)}") from None
 
 
 def _cpu() -> str:

@@ -225,8 +225,9 @@ def write_doc(
         "## Profile and fit",
         "",
         "`lyra-simpy profile` measured prefill steps (engine `timings.prompt_ms`), decode "
-        "steps (median inter-chunk gap at the client) and mixed steps (the probe's "
-        "`timings.prompt_ms`); see the metadata YAML beside the profile CSV.",
+        "steps (at the client, by the statistic the metadata's `timing_source.decode` "
+        "names) and mixed steps (the probe's `timings.prompt_ms`); see the metadata YAML "
+        "beside the profile CSV.",
         "",
         f"Fit: R² = {fit.get('fit', {}).get('r2', float('nan')):.4f}; coefficients (ms): "
         + ", ".join(f"{k} = {v:.4g}" for k, v in coeffs.items())

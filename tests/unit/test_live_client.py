@@ -170,3 +170,35 @@ def test_decode_step_is_the_median_gap_of_one_lone_request() -> None:
     assert step is not None
     assert 30.0 <= step < 60.0  # the 30 ms the server sleeps between tokens, not its TTFT
     assert failed is None
+
+
+def _stream(times: list[float], tokens: list[int] | None = None) -> Outcome:
+    return Outcome(sent_s=0.0, chunk_s=times, chunk_tokens=tokens or [1] * len(times))
+
+
+def test_lockstep_step_is_the_mean_of_the_window_where_all_decode() -> None:
+    from lyra_simpy.live.client import lockstep_step_ms, median_gap_ms
+
+    # Two requests sent together. A's prompt is in at 100 ms; B's prompt takes the
+    # next step (A's token at 130, B's first at 131). From then on both decode in
+    # lock-step: steps of 20 ms, one of them slow (50 ms), tokens reaching the client
+    # 1 ms apart. A's last chunk (250) closes the window; B streams one more.
+    a = _stream([0.100, 0.130, 0.150, 0.170, 0.220, 0.240, 0.250])
+    b = _stream([0.131, 0.151, 0.171, 0.221, 0.241, 0.251, 0.271])
+    # the window: 130/131 -> 250/251, 5 steps (20 + 20 + 50 + 20 + 10) = 120 ms each
+    assert lockstep_step_ms([a, b]) == pytest.approx(24.0)
+    assert median_gap_ms([a, b]) == pytest.approx(20.0)  # the slow step dropped
+
+
+def test_lockstep_step_counts_a_chunk_of_two_tokens_as_two_steps() -> None:
+    from lyra_simpy.live.client import lockstep_step_ms
+
+    a = _stream([0.100, 0.120, 0.160, 0.180], [1, 1, 2, 1])
+    assert lockstep_step_ms([a]) == pytest.approx(20.0)  # 80 ms over 4 tokens
+
+
+def test_lockstep_step_falls_back_to_the_median_gap_without_token_counts() -> None:
+    from lyra_simpy.live.client import lockstep_step_ms
+
+    a = Outcome(sent_s=0.0, chunk_s=[0.1, 0.12, 0.19, 0.21], chunk_tokens=None)
+    assert lockstep_step_ms([a]) == pytest.approx(20.0)

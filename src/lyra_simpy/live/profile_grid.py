@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, ValidationError
@@ -21,6 +21,16 @@ class ProfileGrid(BaseModel):
     decode_batch: list[PositiveInt] = [1, 2, 4, 8]
     decode_context: list[PositiveInt] = [64, 256, 512]
     decode_steps: PositiveInt = 24
+    decode_step: Literal["mean", "median"] = "mean"
+    """What a decode row's latency is. ``mean``: the mean step of the lock-step window,
+    once every prompt is in until the first stream ends
+    (:func:`~lyra_simpy.live.client.lockstep_step_ms`) — what a TPOT averages over, the
+    occasional slow step included. ``median``: the median gap between chunks, which
+    drops those steps; on vLLM V1 on a 2-core host 15-38 % of the decode steps of the
+    validation's real runs took 1.5-2x the others (the API server, the engine core's
+    I/O threads and the client share a core; docs/VALIDATION-vllm.md), so a median
+    priced TPOT 10-25 % low. A slow spell of the host moves one round's mean; the
+    median over ``repeats`` rounds drops it."""
     mixed_batch: list[PositiveInt] = [1, 3, 7]
     """Decoders beside the probe: each must be below the server's slots (the probe
     needs one), else the probe waits and runs with the decoders gone (checked against

@@ -19,6 +19,7 @@ Environment: ``LYRA_QUICK=1`` uses each scenario's ``quick:`` block (a trial run
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shlex
@@ -90,9 +91,17 @@ def main() -> int:
         from llamacpp_matrix import main as matrix
 
         return matrix(sys.argv[2:])
+    parser = argparse.ArgumentParser(
+        prog="validate_cpu.py",
+        description="the simulator against a real llama-server on this CPU (docs/VALIDATION.md); "
+        "`--matrix [ARGS]` runs the llamacpp engine model's matrix instead (`--matrix --help`)",
+    )
+    parser.add_argument("--doc-only", action="store_true",
+                        help="rewrite the document from the last run's numbers")  # fmt: skip
+    args = parser.parse_args(sys.argv[1:])  # anything else: one line and exit 2, no run
     out = ROOT / "results" / "validation"
     saved = out / "validation.json"
-    if sys.argv[1:] == ["--doc-only"]:  # rewrite the document from the last run's numbers
+    if args.doc_only:  # rewrite the document from the last run's numbers
         data = json.loads(saved.read_text())
         publish_runs(out)
         doc = write_doc(ROOT / "docs" / "VALIDATION.md", data["facts"], data["results"],

@@ -1,0 +1,34 @@
+"""validation/validate_cpu.py's command line: help and bad flags never start a run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "LYRA_CACHE": "/nonexistent"}
+    return subprocess.run(
+        [sys.executable, str(ROOT / "validation" / "validate_cpu.py"), *args],
+        capture_output=True, text=True, timeout=60, env=env, check=False,
+    )  # fmt: skip
+
+
+def test_help_prints_the_usage_and_runs_nothing() -> None:
+    out = _run("--help")
+    assert out.returncode == 0
+    assert "--doc-only" in out.stdout
+    assert "--matrix" in out.stdout
+
+
+def test_an_unknown_flag_is_one_line_and_exit_2() -> None:
+    # it used to start the whole validation (build, server, profile) and overwrite the
+    # published profile and figures
+    out = _run("--repeats", "5")
+    assert out.returncode == 2
+    assert "unrecognized arguments: --repeats 5" in out.stderr
+    assert out.stdout == ""

@@ -238,7 +238,8 @@ def real_runs(here: Path, load: str, repeats: int) -> list[str]:
 def table2(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int,
            log: list[str]) -> None:  # fmt: skip
     """Table 2 of one point into *out*: ``calibrate --from-runs`` on the real runs of
-    :data:`FIT_LOAD` alone (with the prompt stops of the server's context checkpoints),
+    :data:`FIT_LOAD` alone (with the prompt stops of the server's context checkpoints
+    and its ``n_batch`` as the prompt budget),
     then every load simulated with that fit and compared to its real runs.
     Not with the profile: a rebuilt step cannot tell its forward passes (the client sees
     no slot ids), so its extra passes would be fitted as decode cost beside the
@@ -248,8 +249,10 @@ def table2(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int,
     here = OUT / f"{cfg}_{reg}"
     reals = {load: real_runs(here, load, repeats) for load in LOADS}
     fit2 = here / "fit_runs.yaml"
-    stops = load_scenario(here / f"{FIT_LOAD}.yaml").scheduler.checkpoint_stops
+    config = load_scenario(here / f"{FIT_LOAD}.yaml").scheduler
+    stops = config.checkpoint_stops
     extra = ["--prompt-stops", ",".join(map(str, stops))] if stops else []
+    extra += ["--prompt-budget", str(config.batch_tokens)]  # -b: long prompts in chunks
     run("calibrate", "--from-runs", *reals[FIT_LOAD], "--out", str(fit2), "--loss", "soft_l1",
         *extra, log=log)  # fmt: skip
     out["table2"] = {}

@@ -64,6 +64,7 @@ from lyra_simpy.live import vllm_cpu
 from lyra_simpy.live.compare import compare
 from lyra_simpy.machine import cpu_model, load_average
 from lyra_simpy.presets.vllm import cpu_kv_blocks
+from lyra_simpy.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "validation-vllm"
@@ -415,7 +416,11 @@ def table2(results: dict[str, Any], repeats: int, log: list[str]) -> dict[str, A
     with that fit (its ``cost.path`` swapped) and compare with the same real runs.
     Returns the fit's coefficients and report."""
     reals = [str(p) for p in real_runs(FIT_POINT, FIT_LOAD, repeats)]
-    run("calibrate", "--from-runs", *reals, "--out", str(FIT_RUNS), "--loss", "soft_l1", log=log)
+    cfg, workload = FIT_POINT.split("/")
+    fitted_on = load_scenario(OUT / f"{cfg}_{workload}" / f"{FIT_LOAD}.yaml")
+    budget = str(fitted_on.scheduler.max_num_batched_tokens)  # long prompts ran in chunks
+    run("calibrate", "--from-runs", *reals, "--out", str(FIT_RUNS), "--loss", "soft_l1",
+        "--prompt-budget", budget, log=log)  # fmt: skip
     for key, res in results.items():
         cfg, workload = key.split("/")
         here = OUT / f"{cfg}_{workload}"

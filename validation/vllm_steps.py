@@ -3,7 +3,8 @@
 ``python validation/vllm_steps.py [CFG_WORKLOAD ...]`` reads what
 ``validate_vllm_cpu.py`` left in ``results/validation-vllm`` (no server): the streams of
 each point's real runs, rebuilt into engine steps as ``calibrate --from-runs`` does
-(:mod:`lyra_simpy.calibration.runs`), and the fit of the probes (``FIT``, Table 1's).
+(:mod:`lyra_simpy.calibration.runs`, the scenario's token budget as the prompt budget),
+and the fit of the probes (``FIT``, Table 1's).
 For the decode-only steps of each load (no prompt in them) it prints measured /
 predicted at the 10th, 50th and 90th percentiles, the mean (what a TPOT averages), the
 share of steps at 1.5x or more, and how many of those follow a slow step (slow steps
@@ -21,6 +22,7 @@ import numpy as np
 from lyra_simpy.calibration.fit import TERMS, rowwise_dot
 from lyra_simpy.calibration.fitfile import load_fit
 from lyra_simpy.calibration.runs import StepRebuild, steps_of_runs
+from lyra_simpy.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "validation-vllm"
@@ -28,11 +30,12 @@ FIT = ROOT / "validation" / "fits" / "vllm_cpu_tiny.yaml"
 SLOW = 1.5
 
 
-def load_rows(runs: list[Path], coef: np.ndarray) -> str:
-    """One line for the real runs *runs* of one load."""
+def load_rows(runs: list[Path], coef: np.ndarray, budget: int) -> str:
+    """One line for the real runs *runs* of one load, served with a token budget of
+    *budget* (``--max-num-batched-tokens``: long prompts ran in chunks)."""
     parts = []
     for run in runs:  # run by run: a stretch of slow steps does not cross runs
-        steps = steps_of_runs([run], StepRebuild())
+        steps = steps_of_runs([run], StepRebuild(prompt_budget=budget))
         ratio = steps.latency_ms / rowwise_dot(steps.design_matrix(), coef)
         parts.append(ratio[steps.prefill_seqs == 0])
     slow = [r >= SLOW for r in parts]
@@ -63,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         for load in sorted(p for p in (point / "real").iterdir() if p.is_dir()):
             runs = sorted(p for p in load.iterdir() if (p / "tokens.jsonl").is_file())
-            print(f"{point.name:30s} {load.name:12s} {load_rows(runs, coef)}")
+            budget = load_scenario(point / f"{load.name}.yaml").scheduler.max_num_batched_tokens
+            print(f"{point.name:30s} {load.name:12s} {load_rows(runs, coef, budget)}")
     return 0
 
 

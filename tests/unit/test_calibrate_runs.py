@@ -234,7 +234,8 @@ def test_a_real_replay_folder_feeds_the_rebuild(tmp_path, tiny_raw):
 
 def test_chunked_prefill_steps_without_a_token_are_merged(tmp_path):
     # prompts of 600 tokens in chunks of 256, alone in the engine: the first two chunks
-    # emit nothing, so three engine steps are rebuilt as one (docs/calibration.md §7)
+    # emit nothing, so three engine steps are rebuilt as one (docs/calibration.md §7);
+    # without --prompt-budget, as one step of the whole prompt
     raw = json.loads(scenario(5, 0.5, 6).model_dump_json())
     raw["workload"]["input_tokens"] = {"name": "fixed", "tokens": 600}
     raw["workload"]["output_tokens"] = {"name": "fixed", "tokens": 3}
@@ -326,4 +327,53 @@ def test_bad_prompt_stops_fail_in_one_line(runs, capsys, given):
 def test_prompt_stops_need_runs(capsys):
     prof = str(DATA / "synthetic_profile.csv")
     assert main(["calibrate", prof, "--prompt-stops", "516,4"]) == 2
-    assert "--prompt-stops need --from-runs" in capsys.readouterr().err
+    assert "--prompt-stops and --prompt-budget need --from-runs" in capsys.readouterr().err
+
+
+def test_prompt_budget_rebuilds_the_chunks_of_a_lone_prompt(tmp_path):
+    # the same runs as above: with vLLM's budget given, the rebuilt step holds the three
+    # engine steps (steps = 3) and the chunks' own attention pairs, which the true
+    # model prices exactly
+    raw = json.loads(scenario(5, 0.5, 6).model_dump_json())
+    raw["workload"]["input_tokens"] = {"name": "fixed", "tokens": 600}
+    raw["workload"]["output_tokens"] = {"name": "fixed", "tokens": 3}
+    raw["scheduler"] = {"name": "chunked_prefill", "max_num_seqs": 4, "max_num_batched_tokens": 256}
+    res = simulate(scenario_from_dict(raw))
+    steps = rebuild_steps(read_run(write_run(res, tmp_path / "c")), StepRebuild(prompt_budget=256))
+    first = steps.prefill_tokens > 0
+    assert steps.steps[first].tolist() == [3] * 6
+    assert steps.prefill_attention_tokens[first].tolist() == [256 * 256 + 256 * 512 + 88 * 600] * 6
+    coef = np.array([TRUE[t] for t in TERMS])
+    np.testing.assert_allclose(steps.latency_ms, steps.design_matrix() @ coef, rtol=1e-9)
+
+
+def test_prompt_budget_recovers_the_coefficients_of_chunked_runs(tmp_path):
+    # long prompts among decodes under a 256-token budget: each prompt's first chunks
+    # run in the steps before its first token, beside other requests' decodes
+    runs = []
+    for k, (seed, rate) in enumerate([(1, 3.0), (2, 6.0)]):
+        raw = json.loads(scenario(seed, rate).model_dump_json())
+        raw["workload"]["input_tokens"] = {"name": "uniform", "low": 300, "high": 900}
+        raw["scheduler"] = {
+            "name": "chunked_prefill", "max_num_seqs": 8, "max_num_batched_tokens": 256
+        }  # fmt: skip
+        res = simulate(scenario_from_dict(raw))
+        assert (res.records["status"] == "ok").all()
+        runs.append(write_run(res, tmp_path / f"b{k}"))
+    naive = fit_runs(runs, loss="soft_l1").coefficients.model_dump()
+    fit = fit_runs(runs, rebuild=StepRebuild(prompt_budget=256), loss="soft_l1")
+    got = fit.coefficients.model_dump()
+    assert abs(naive["per_prefill_token_ms"] / TRUE["per_prefill_token_ms"] - 1) > 0.2
+    for term in ("fixed_ms", "per_decode_seq_ms", "per_prefill_token_ms"):
+        assert got[term] == pytest.approx(TRUE[term], rel=0.05), term
+
+
+def test_prompt_budget_needs_runs_and_a_count(runs, capsys):
+    prof = str(DATA / "synthetic_profile.csv")
+    assert main(["calibrate", prof, "--prompt-budget", "256"]) == 2
+    assert "--prompt-budget need --from-runs" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--from-runs", str(runs[0][0]), "--prompt-budget", "0"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith("argument --prompt-budget: got '0', must be an integer >= 1")

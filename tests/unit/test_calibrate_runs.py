@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from builders import write_run
 from lyra_simpy import Results, scenario_from_dict, simulate
 from lyra_simpy.calibration.fit import TERMS
 from lyra_simpy.calibration.fitfile import load_fit
@@ -48,48 +49,6 @@ def scenario(seed: int, rate: float, n: int = 120) -> Any:
             "cost": {"name": "profile", "path": str(DATA / "synthetic_fit.yaml")},
         }
     )
-
-
-def token_times(res: Results) -> list[list[float]]:
-    """Each request's token times: its first token, then the end of every later
-    iteration up to its finish (one replica, no preemption: it decodes in each)."""
-    ends = np.asarray(res.timeseries["end_s"])
-    rec = res.records
-    out = []
-    for first, finish, n in zip(
-        rec["first_token_s"], rec["finish_s"], rec["output_tokens"], strict=True
-    ):
-        later = ends[(ends > first) & (ends <= finish)].tolist()
-        assert len(later) == n - 1  # what this writer relies on
-        out.append([float(first), *later])
-    return out
-
-
-def write_run(res: Results, folder: Path, jitter_s: float = 0.0, seed: int = 0) -> Path:
-    """*res* as a replay writes it; *jitter_s*: each chunk arrives up to that much late."""
-    rng = np.random.default_rng(seed)
-    folder.mkdir(parents=True)
-    rec = res.records
-    rows, tokens = [], []
-    for i, times in enumerate(token_times(res)):
-        late = rng.uniform(0.0, jitter_s, size=len(times)) if jitter_s else np.zeros(len(times))
-        chunk_s = sorted((np.asarray(times) + late).tolist())
-        rows.append(
-            {
-                "request_id": i,
-                "arrival_s": float(rec["arrival_s"][i]),
-                "input_tokens": int(rec["input_tokens"][i]),
-                "output_tokens": int(rec["output_tokens"][i]),
-                "cached_tokens": int(rec["cached_tokens"][i]),
-                "first_token_s": chunk_s[0],
-                "finish_s": chunk_s[-1],
-                "status": "ok",
-            }
-        )
-        tokens.append({"request_id": i, "chunk_s": chunk_s, "chunk_tokens": [1] * len(chunk_s)})
-    write_jsonl(folder / "requests.jsonl", rows)
-    write_jsonl(folder / "tokens.jsonl", tokens)
-    return folder
 
 
 @pytest.fixture(scope="module")

@@ -427,7 +427,8 @@ def reprofile(keep: dict[str, Any], log: list[str]) -> None:
 def table2(results: dict[str, Any], repeats: int, log: list[str]) -> dict[str, Any]:
     """Table 2 into every load of *results*: calibrate on the real runs of
     :data:`FIT_LOAD` of :data:`FIT_POINT` alone, then simulate each load's scenario again
-    with that fit (its ``cost.path`` swapped) and compare with the same real runs.
+    with that fit (its ``cost.path`` swapped, and the slow spells it found:
+    ``cost.jitter.spells: fitted``) and compare with the same real runs.
     Returns the fit's coefficients and report."""
     reals = [str(p) for p in real_runs(FIT_POINT, FIT_LOAD, repeats)]
     cfg, workload = FIT_POINT.split("/")
@@ -435,12 +436,15 @@ def table2(results: dict[str, Any], repeats: int, log: list[str]) -> dict[str, A
     budget = str(fitted_on.scheduler.max_num_batched_tokens)  # long prompts ran in chunks
     run("calibrate", "--from-runs", *reals, "--out", str(FIT_RUNS), "--loss", "soft_l1",
         "--prompt-budget", budget, log=log)  # fmt: skip
+    spells = (yaml.safe_load(FIT_RUNS.read_text()).get("noise") or {}).get("spells")
     for key, res in results.items():
         cfg, workload = key.split("/")
         here = OUT / f"{cfg}_{workload}"
         for load, entry in res["loads"].items():
             raw = yaml.safe_load((here / f"{load}.yaml").read_text())
             raw["cost"]["path"] = str(FIT_RUNS)
+            if spells:  # the host's slow spells the runs showed (calibration.md §8)
+                raw["cost"]["jitter"] = {"spells": "fitted"}
             # the runs alone: their rebuilt steps hold what the path adds to the first
             raw["workload"].pop("request_path_ms", None)
             path = _write(here / f"{load}_t2.yaml", raw)
@@ -449,7 +453,8 @@ def table2(results: dict[str, Any], repeats: int, log: list[str]) -> dict[str, A
             entry["table2"] = compare(_sim(here / "sim_t2" / load), reals)
             entry["solo_step_ms"] = [solo_step_ms(r) for r in reals]
     fitted = yaml.safe_load(FIT_RUNS.read_text())
-    return {"coefficients": fitted["coefficients"], "fit_on": f"{FIT_POINT} {FIT_LOAD}"}
+    return {"coefficients": fitted["coefficients"], "fit_on": f"{FIT_POINT} {FIT_LOAD}",
+            "spells": spells}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -702,7 +707,13 @@ def write_doc(facts: dict[str, Any], results: dict[str, Any], fit: dict[str, Any
         "are shown without a target. Table 1: the cost model fitted to the probes of "
         "`lyra-simpy profile` alone; Table 2: fitted by `calibrate --from-runs` on the real "
         f"runs of {FIT_LOAD} of {FIT_POINT} alone (the same real runs are then predicted "
-        "again, that one load included).",
+        "again, that one load included), with the slow spells it found in them "
+        + (
+            "({share:.0%} of the decode steps at {factor:.2f}x, {steps:.1f} steps a spell; "
+            "`cost.jitter.spells: fitted`).".format(**fit_runs["spells"])
+            if fit_runs.get("spells")
+            else "(none found)."
+        ),
         "",
         "## Fits",
         "",

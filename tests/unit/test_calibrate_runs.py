@@ -336,3 +336,44 @@ def test_prompt_budget_needs_runs_and_a_count(runs, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith("argument --prompt-budget: got '0', must be an integer >= 1")
+
+
+def test_runs_with_slow_spells_give_them_back(tmp_path):
+    # the simulator's own runs with spells (22 % of the steps at 1.8x, 6 steps a spell):
+    # the fit keeps the typical step's coefficients and finds the spells
+    spells = {"share": 0.22, "factor": 1.8, "steps": 6.0}
+    runs = []
+    for k, (seed, rate) in enumerate([(1, 6.0), (2, 10.0)]):
+        raw = json.loads(scenario(seed, rate, 300).model_dump_json())
+        raw["cost"]["jitter"] = {"spells": spells}
+        res = simulate(scenario_from_dict(raw))
+        runs.append(write_run(res, tmp_path / f"s{k}"))
+    fit = fit_runs(runs, loss="soft_l1")
+    got = fit.coefficients.model_dump()
+    for term in ("fixed_ms", "per_decode_seq_ms"):
+        assert got[term] == pytest.approx(TRUE[term], rel=0.1), term
+    assert fit.noise is not None
+    found = fit.noise.spells
+    assert found is not None
+    assert found.share == pytest.approx(0.22, abs=0.04)
+    assert found.factor == pytest.approx(1.8, rel=0.05)
+    assert found.steps == pytest.approx(6.0, rel=0.25)
+    path = tmp_path / "fit.yaml"
+    from lyra_simpy.calibration.fitfile import write_fit
+
+    write_fit(fit, path)
+    assert load_fit(path).noise.spells == found  # kept in the fit file
+
+
+def test_spells_fitted_need_a_fit_with_spells(make_scenario):
+    from lyra_simpy.errors import ScenarioError
+
+    cost = {
+        "name": "profile",
+        "path": str(DATA / "synthetic_fit.yaml"),
+        "jitter": {"spells": "fitted"},
+    }
+    with pytest.raises(ScenarioError) as info:
+        make_scenario({"cost": cost})
+    assert "jitter.spells: got 'fitted', but the fit" in str(info.value)
+    assert "calibrate --from-runs" in str(info.value)

@@ -1,7 +1,8 @@
 """Requests in hand-built scheduler states, shared by the scheduler unit tests, and a
 switch making the load-blind routers route at each arrival, and one for carrying fused
 runs across arrivals; a llama.cpp scenario from its launch line, and the scripts of
-``validation/`` as modules (tests/ is on the import path through its conftest)."""
+``validation/`` as modules (tests/ is on the import path through its conftest); a
+simulated run written as a replay writes a real one."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from lyra_simpy.cluster import routing
 from lyra_simpy.cluster.dispatch import Dispatcher
 from lyra_simpy.engine.kv import blocks_for
 from lyra_simpy.engine.request import Request
+from lyra_simpy.metrics.io import write_jsonl
 
 BS = 16
 """Block size of the hand-built views."""
@@ -138,3 +142,45 @@ def validation_module(name: str) -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def token_times(res: Any) -> list[list[float]]:
+    """Each request's token times: its first token, then the end of every later
+    iteration up to its finish (one replica, no preemption: it decodes in each)."""
+    ends = np.asarray(res.timeseries["end_s"])
+    rec = res.records
+    out = []
+    for first, finish, n in zip(
+        rec["first_token_s"], rec["finish_s"], rec["output_tokens"], strict=True
+    ):
+        later = ends[(ends > first) & (ends <= finish)].tolist()
+        assert len(later) == n - 1  # what this writer relies on
+        out.append([float(first), *later])
+    return out
+
+
+def write_run(res: Any, folder: Path, jitter_s: float = 0.0, seed: int = 0) -> Path:
+    """*res* as a replay writes it; *jitter_s*: each chunk arrives up to that much late."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True)
+    rec = res.records
+    rows, tokens = [], []
+    for i, times in enumerate(token_times(res)):
+        late = rng.uniform(0.0, jitter_s, size=len(times)) if jitter_s else np.zeros(len(times))
+        chunk_s = sorted((np.asarray(times) + late).tolist())
+        rows.append(
+            {
+                "request_id": i,
+                "arrival_s": float(rec["arrival_s"][i]),
+                "input_tokens": int(rec["input_tokens"][i]),
+                "output_tokens": int(rec["output_tokens"][i]),
+                "cached_tokens": int(rec["cached_tokens"][i]),
+                "first_token_s": chunk_s[0],
+                "finish_s": chunk_s[-1],
+                "status": "ok",
+            }
+        )
+        tokens.append({"request_id": i, "chunk_s": chunk_s, "chunk_tokens": [1] * len(chunk_s)})
+    write_jsonl(folder / "requests.jsonl", rows)
+    write_jsonl(folder / "tokens.jsonl", tokens)
+    return folder

@@ -30,10 +30,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import llamacpp_matrix as matrix
-from llamacpp_steps import priced
+from llamacpp_steps import priced, rebuild
 
 from lyra_simpy.calibration.fitfile import load_fit
-from lyra_simpy.calibration.runs import StepRebuild, steps_of_runs
+from lyra_simpy.calibration.runs import steps_of_runs
 from lyra_simpy.cli import main as cli
 from lyra_simpy.live import llamacpp
 from lyra_simpy.policies.llamacpp import LlamaCppConfig
@@ -60,7 +60,7 @@ def one_run(point: Path, load: str, flags: list[str], out: Path) -> str:
     fit = load_fit(point / "fit_probes.yaml")
     config = load_scenario(scenario).scheduler
     assert isinstance(config, LlamaCppConfig)
-    steps = steps_of_runs([out / "run"], StepRebuild(prompt_stops=config.checkpoint_stops))
+    steps = steps_of_runs([out / "run"], rebuild(config))
     ratio = steps.latency_ms / priced(steps, fit, config)
     prompt = steps.prefill_seqs > 0
     summary = json.loads(next((out / "run").rglob("summary.json")).read_text())

@@ -238,8 +238,10 @@ def real_runs(here: Path, load: str, repeats: int) -> list[str]:
 def table2(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int,
            log: list[str]) -> None:  # fmt: skip
     """Table 2 of one point into *out*: ``calibrate --from-runs`` on the real runs of
-    :data:`FIT_LOAD` alone (with the prompt stops of the server's context checkpoints),
-    then every load simulated with that fit and compared to its real runs.
+    :data:`FIT_LOAD` alone (with the prompt stops of the server's context checkpoints
+    and its ``n_batch`` as the prompt budget), then every load simulated with that fit
+    (and the slow spells it found: ``cost.jitter.spells: fitted``) and compared to its
+    real runs.
     Not with the profile: a rebuilt step cannot tell its forward passes (the client sees
     no slot ids), so its extra passes would be fitted as decode cost beside the
     profile's per-pass cost and charged twice; alone, the fit prices the passes a load
@@ -248,16 +250,21 @@ def table2(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int,
     here = OUT / f"{cfg}_{reg}"
     reals = {load: real_runs(here, load, repeats) for load in LOADS}
     fit2 = here / "fit_runs.yaml"
-    stops = load_scenario(here / f"{FIT_LOAD}.yaml").scheduler.checkpoint_stops
+    config = load_scenario(here / f"{FIT_LOAD}.yaml").scheduler
+    stops = config.checkpoint_stops
     extra = ["--prompt-stops", ",".join(map(str, stops))] if stops else []
+    extra += ["--prompt-budget", str(config.batch_tokens)]  # -b: long prompts in chunks
     run("calibrate", "--from-runs", *reals[FIT_LOAD], "--out", str(fit2), "--loss", "soft_l1",
         *extra, log=log)  # fmt: skip
+    spells = (yaml.safe_load(fit2.read_text()).get("noise") or {}).get("spells")
     out["table2"] = {}
     shutil.rmtree(here / "sim_t2", ignore_errors=True)
     for load in LOADS:
         raw = scenario(load, flags, regime, quick, str(fit2), load, out["capacity_req_s"])
         # the runs alone: a step rebuilt from an idle start begins at the send, path included
         raw["workload"].pop("request_path_ms")
+        if spells:  # the host's slow spells the runs showed (calibration.md §8)
+            raw["cost"]["jitter"] = {"spells": "fitted"}
         path = here / f"{load}_t2.yaml"
         path.write_text(yaml.safe_dump(raw))
         run("run", str(path), "--out", str(here / "sim_t2"), "--no-figures", log=log)
@@ -266,6 +273,7 @@ def table2(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int,
             log=log)  # fmt: skip
         out["table2"][load] = json.loads(table.read_text())
     out.setdefault("fits", {})["runs"] = yaml.safe_load(fit2.read_text())["coefficients"]
+    out["runs_spells"] = spells
 
 
 def with_attention_column(here: Path, flags: list[str]) -> bool:
@@ -512,8 +520,12 @@ def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any]) -> 
             f"contexts, {gate['profile_step_ms']} ms); each real run waited for a probe within "
             f"{100 * speed_gate.GATE:.0f} % of the floor (at most {speed_gate.GATE_WAIT_S:.0f} s)."
         )  # fmt: skip
+        sp = res.get("runs_spells")
+        spells = (f" Slow spells in those runs (Table 2 simulates them): {sp['share']:.0%} of "
+                  f"the decode steps at {sp['factor']:.2f}x, {sp['steps']:.1f} steps a spell."
+                  if sp else "")  # fmt: skip
         lines.append(f"Capacity (simulated, {cfg}): {cap:.3f} req/s. Fit from probes: "
-                     f"{fits['probes']}. Fit on runs: {fits['runs']}.{gated}")  # fmt: skip
+                     f"{fits['probes']}. Fit on runs: {fits['runs']}.{spells}{gated}")  # fmt: skip
     lines += ["", END]
     text = doc.read_text() if doc.is_file() else ""
     if START in text and END in text:

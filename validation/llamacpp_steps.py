@@ -49,6 +49,12 @@ def priced(steps: Steps, fit: ProfileFit, config: LlamaCppConfig) -> np.ndarray:
     return rowwise_dot(x, coef)
 
 
+def rebuild(config: LlamaCppConfig) -> StepRebuild:
+    """How the server's steps are rebuilt: its context checkpoints' prompt stops and its
+    ``n_batch`` as the prompt budget (as the matrix's Table 2 calibrates)."""
+    return StepRebuild(prompt_stops=config.checkpoint_stops, prompt_budget=config.batch_tokens)
+
+
 def _median(values: np.ndarray) -> str:
     return f"{np.median(values):.2f}" if len(values) else "—"
 
@@ -70,7 +76,7 @@ def point_rows(point: Path) -> list[str]:
         runs = sorted((point / "real" / load).glob("run*"))
         if not runs:
             continue
-        steps = steps_of_runs(runs, StepRebuild(prompt_stops=config.checkpoint_stops))
+        steps = steps_of_runs(runs, rebuild(config))
         ratio = steps.latency_ms / priced(steps, fit, config)
         prompt = steps.prefill_seqs > 0
         lines.append(

@@ -57,6 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import speed_gate
 from speed_gate import FLOOR_PROBES, GATE, GATE_WAIT_S, profile_step
+from vllm_steps import SLOW, decode_ratios
 
 from lyra_simpy.calibration.profiles import request_path_ms
 from lyra_simpy.cli import main as cli_main
@@ -64,6 +65,7 @@ from lyra_simpy.live import vllm_cpu
 from lyra_simpy.live.compare import compare
 from lyra_simpy.machine import cpu_model, load_average
 from lyra_simpy.presets.vllm import cpu_kv_blocks
+from lyra_simpy.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "validation-vllm"
@@ -327,6 +329,18 @@ def table1(results: dict[str, Any], repeats: int, log: list[str]) -> None:
             entry["sim"] = sim_counters(sim)
 
 
+def steps_vs_fit(results: dict[str, Any], repeats: int) -> None:
+    """Into every load of *results*: its real runs' decode-only steps measured /
+    predicted by :data:`FIT` (:func:`vllm_steps.decode_ratios`): where Table 1's latency
+    misses come from, on the row that shows them."""
+    for key, res in results.items():
+        cfg, workload = key.split("/")
+        for load, entry in res["loads"].items():
+            scenario = load_scenario(OUT / f"{cfg}_{workload}" / f"{load}.yaml")
+            budget = scenario.scheduler.max_num_batched_tokens
+            entry["steps_vs_fit"] = decode_ratios(real_runs(key, load, repeats), FIT, budget)
+
+
 def by_median_gap(text: str) -> str | None:
     """The profile CSV *text* with each decode row's ``latency_ms`` replaced by its
     ``median_gap_ms``; None without that column."""
@@ -407,21 +421,30 @@ def reprofile(keep: dict[str, Any], log: list[str]) -> None:
     keep["fit"] = fit
     table1(keep["results"], keep["facts"]["repeats"], log)
     table1_gap(keep["results"], keep["facts"]["repeats"], log)
+    steps_vs_fit(keep["results"], keep["facts"]["repeats"])
 
 
 def table2(results: dict[str, Any], repeats: int, log: list[str]) -> dict[str, Any]:
     """Table 2 into every load of *results*: calibrate on the real runs of
     :data:`FIT_LOAD` of :data:`FIT_POINT` alone, then simulate each load's scenario again
-    with that fit (its ``cost.path`` swapped) and compare with the same real runs.
+    with that fit (its ``cost.path`` swapped, and the slow spells it found:
+    ``cost.jitter.spells: fitted``) and compare with the same real runs.
     Returns the fit's coefficients and report."""
     reals = [str(p) for p in real_runs(FIT_POINT, FIT_LOAD, repeats)]
-    run("calibrate", "--from-runs", *reals, "--out", str(FIT_RUNS), "--loss", "soft_l1", log=log)
+    cfg, workload = FIT_POINT.split("/")
+    fitted_on = load_scenario(OUT / f"{cfg}_{workload}" / f"{FIT_LOAD}.yaml")
+    budget = str(fitted_on.scheduler.max_num_batched_tokens)  # long prompts ran in chunks
+    run("calibrate", "--from-runs", *reals, "--out", str(FIT_RUNS), "--loss", "soft_l1",
+        "--prompt-budget", budget, log=log)  # fmt: skip
+    spells = (yaml.safe_load(FIT_RUNS.read_text()).get("noise") or {}).get("spells")
     for key, res in results.items():
         cfg, workload = key.split("/")
         here = OUT / f"{cfg}_{workload}"
         for load, entry in res["loads"].items():
             raw = yaml.safe_load((here / f"{load}.yaml").read_text())
             raw["cost"]["path"] = str(FIT_RUNS)
+            if spells:  # the host's slow spells the runs showed (calibration.md §8)
+                raw["cost"]["jitter"] = {"spells": "fitted"}
             # the runs alone: their rebuilt steps hold what the path adds to the first
             raw["workload"].pop("request_path_ms", None)
             path = _write(here / f"{load}_t2.yaml", raw)
@@ -430,7 +453,8 @@ def table2(results: dict[str, Any], repeats: int, log: list[str]) -> dict[str, A
             entry["table2"] = compare(_sim(here / "sim_t2" / load), reals)
             entry["solo_step_ms"] = [solo_step_ms(r) for r in reals]
     fitted = yaml.safe_load(FIT_RUNS.read_text())
-    return {"coefficients": fitted["coefficients"], "fit_on": f"{FIT_POINT} {FIT_LOAD}"}
+    return {"coefficients": fitted["coefficients"], "fit_on": f"{FIT_POINT} {FIT_LOAD}",
+            "spells": spells}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -469,6 +493,7 @@ def main(argv: list[str] | None = None) -> int:
             keep["fit"] = calibrate(keep["fit"], log)
             table1(keep["results"], keep["facts"]["repeats"], log)
             table1_gap(keep["results"], keep["facts"]["repeats"], log)
+            steps_vs_fit(keep["results"], keep["facts"]["repeats"])
         keep["fit_runs"] = table2(keep["results"], keep["facts"]["repeats"], log)
         stored.write_text(json.dumps({**keep, "commands": log}, indent=1, default=str))
     if args.doc_only or args.table2 or args.reprofile or args.resimulate:
@@ -514,6 +539,7 @@ def main(argv: list[str] | None = None) -> int:
                 saved = {"facts": facts, "fit": fit, "results": results, "commands": log}
                 stored.write_text(json.dumps(saved, indent=1, default=str))
     table1_gap(results, REPEATS, log)
+    steps_vs_fit(results, REPEATS)
     fit_runs = table2(results, REPEATS, log) if FIT_POINT in results else {}
     saved = {"facts": facts, "fit": fit, "fit_runs": fit_runs, "results": results, "commands": log}
     stored.write_text(json.dumps(saved, indent=1, default=str))
@@ -681,7 +707,13 @@ def write_doc(facts: dict[str, Any], results: dict[str, Any], fit: dict[str, Any
         "are shown without a target. Table 1: the cost model fitted to the probes of "
         "`lyra-simpy profile` alone; Table 2: fitted by `calibrate --from-runs` on the real "
         f"runs of {FIT_LOAD} of {FIT_POINT} alone (the same real runs are then predicted "
-        "again, that one load included).",
+        "again, that one load included), with the slow spells it found in them "
+        + (
+            "({share:.0%} of the decode steps at {factor:.2f}x, {steps:.1f} steps a spell; "
+            "`cost.jitter.spells: fitted`).".format(**fit_runs["spells"])
+            if fit_runs.get("spells")
+            else "(none found)."
+        ),
         "",
         "## Fits",
         "",
@@ -695,10 +727,11 @@ def write_doc(facts: dict[str, Any], results: dict[str, Any], fit: dict[str, Any
         lines.append(f"| `{name}` | {value:.4g} | {'—' if other is None else f'{other:.4g}'} |")
     lines.append("")
     probe = _ms(profile_step(PROFILE))
-    head = "| load | " + " | ".join(SHOWN) + " | hit rate sim vs real | preemptions sim vs " \
+    head = "| load | " + " | ".join(SHOWN) + " | real decode steps / Table 1's fit: p50 · " \
+           f"mean · ≥{SLOW:g}x | hit rate sim vs real | preemptions sim vs " \
            "real (each run) | batch-1 step per run, ms: before · in the run · after " \
            f"(profile {probe}) | load avg before→after |"  # fmt: skip
-    sep = "|" + "---|" * (len(SHOWN) + 5)
+    sep = "|" + "---|" * (len(SHOWN) + 6)
     for key, res in results.items():
         cfg, workload = key.split("/")
         flags = " ".join(CONFIGS[cfg]) or "defaults"
@@ -714,13 +747,17 @@ def write_doc(facts: dict[str, Any], results: dict[str, Any], fit: dict[str, Any
                 " · ".join(_ms(x) for x in (m.get("step_before"), s, m.get("step_after")))
                 for m, s in zip(entry["machine"], entry.get("solo_step_ms", []), strict=False)
             )
+            got = entry.get("steps_vs_fit")
+            steps = "—" if not got else (f"{got['p50']:.2f} · {got['mean']:.2f} · "
+                                         f"{100 * got['slow']:.0f} %")  # fmt: skip
             for name, table in (("", entry["table"]), (" (Table 2)", entry.get("table2"))):
                 if table is None:
                     continue
                 by = {r["metric"]: r for r in table}
                 cells = [cell(by[m])[0] for m in SHOWN]
-                lines.append(f"| {load}{name} | " + " | ".join(cells) + f" | {hit} | {preempt} | "
-                             f"{solo} | {machine} |")  # fmt: skip
+                mine = steps if not name else "—"
+                lines.append(f"| {load}{name} | " + " | ".join(cells) + f" | {mine} | {hit} | "
+                             f"{preempt} | {solo} | {machine} |")  # fmt: skip
     lines += ["", "## What the tables show", "", READING, ""]
     DOC.write_text("\n".join(lines))
 

@@ -112,6 +112,15 @@ def _parser() -> argparse.ArgumentParser:
         "steps of its own (llama.cpp with context checkpoints: 516,4)",
     )
     cal.add_argument(
+        "--prompt-budget",
+        type=count,
+        default=None,
+        metavar="TOKENS",
+        help="with --from-runs: most tokens one engine step computes (vLLM's "
+        "--max-num-batched-tokens, llama.cpp's -b); a longer prompt ran in chunks in the "
+        "steps before its first token (default: no limit)",
+    )
+    cal.add_argument(
         "--idle-start",
         choices=["arrival", "drop"],
         default=None,
@@ -271,9 +280,15 @@ def _calibrate(args: argparse.Namespace) -> int:
         return _calibrate_runs(args, profile)
     if profile is None:
         raise LyraError("calibrate: give a profile CSV, --from-runs DIR..., or both")
-    if args.step_gap_ms is not None or args.idle_start is not None or args.prompt_stops:
+    if (
+        args.step_gap_ms is not None
+        or args.idle_start is not None
+        or args.prompt_stops
+        or args.prompt_budget is not None
+    ):
         raise LyraError(
-            "calibrate: --step-gap-ms, --idle-start and --prompt-stops need --from-runs"
+            "calibrate: --step-gap-ms, --idle-start, --prompt-stops and --prompt-budget "
+            "need --from-runs"
         )
     fit = calibrate(profile, args.out, args.figure, args.loss)
     print(format_report(fit, str(profile)))
@@ -307,7 +322,12 @@ def _calibrate_runs(args: argparse.Namespace, profile: Path | None) -> int:
     if args.step_gap_ms is not None and args.step_gap_ms <= 0:
         raise LyraError(f"--step-gap-ms: got {args.step_gap_ms:g}, must be > 0 (ms)")
     stops = None if args.prompt_stops is None else _token_counts(args.prompt_stops)
-    given = {"gap_ms": args.step_gap_ms, "idle_start": args.idle_start, "prompt_stops": stops}
+    given = {
+        "gap_ms": args.step_gap_ms,
+        "idle_start": args.idle_start,
+        "prompt_stops": stops,
+        "prompt_budget": args.prompt_budget,
+    }
     rebuild = StepRebuild(**{k: v for k, v in given.items() if v is not None})
     fit = fit_runs(args.from_runs, profile, rebuild, args.loss, args.out)
     print(format_report(fit))

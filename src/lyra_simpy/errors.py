@@ -45,7 +45,10 @@ def _loc(loc: tuple[int | str, ...]) -> str:
         if isinstance(item, int):
             parts.append(f"[{item}]")
         elif (
-            "[" in item or item.startswith(("function-", "constrained-")) or item in _UNION_MEMBERS
+            "[" in item
+            or item.startswith(("function-", "constrained-"))
+            or item in _UNION_MEMBERS
+            or (item[:1].isupper() and item.endswith("Config"))  # a model in a union
         ):
             continue
         else:

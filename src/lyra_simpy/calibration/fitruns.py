@@ -23,9 +23,11 @@ import numpy.typing as npt
 from lyra_simpy.calibration.fit import (
     METHODS,
     Loss,
+    NoiseFit,
     ProfileFit,
     ProfileSource,
     RunsSource,
+    SpellsFit,
     _grid,
     coefficients_of,
     decode_residuals,
@@ -122,6 +124,25 @@ def fit_runs(
         metadata=profile.metadata if profile is not None else {},
         grid=_grid(rows),
         fit=report(rows, predicted, unmeasured, lines),
-        noise=noise_fit(rows.latency_ms, predicted),
+        noise=_with_spells(noise_fit(rows.latency_ms, predicted), steps, predicted),
         decode_batch_residual_ms=decode_residuals(rows, predicted),
     )
+
+
+def _with_spells(noise: NoiseFit | None, steps: Steps, predicted: npt.NDArray[np.float64]
+                 ) -> NoiseFit | None:  # fmt: skip
+    """*noise* with the slow spells of the rebuilt decode-only steps, each run's in its
+    order (:func:`~lyra_simpy.cost.jitter.fitted_spells`); *predicted*: every row's fitted
+    time, the steps' last."""
+    if noise is None:
+        return None
+    from lyra_simpy.cost.jitter import fitted_spells
+
+    ratio = steps.latency_ms / predicted[len(predicted) - len(steps) :]
+    decode = steps.prefill_seqs == 0
+    runs = [ratio[(steps.run == run) & decode] for run in dict.fromkeys(steps.run.tolist())]
+    spells = fitted_spells(runs)
+    if spells is None:
+        return noise
+    found = SpellsFit(**spells.model_dump(), decode_steps=int(decode.sum()))
+    return noise.model_copy(update={"spells": found})

@@ -14,9 +14,11 @@ the tokens that reach the client at (nearly) the same instant belong to one step
 3. **Composition.** A request's first chunk is its prefill: ``input_tokens −
    cached_tokens`` new tokens after ``cached_tokens`` cached — the whole prompt in one
    step, or, with ``StepRebuild.prompt_stops`` (an engine that cuts a prompt's last
-   tokens into steps of their own, as llama.cpp's context checkpoints do), its last
-   chunk there and each earlier chunk in the step before, or hidden inside this step
-   when no step in between emitted a token. Its *j*-th chunk (j ≥ 1) is a decode
+   tokens into steps of their own, as llama.cpp's context checkpoints do) or
+   ``StepRebuild.prompt_budget`` (an engine that computes at most so many tokens a step,
+   as vLLM's chunked prefill and llama.cpp's ``n_batch`` do), its last chunk there and
+   each earlier chunk in the step before, or hidden inside this step when no step in
+   between emitted a token. Its *j*-th chunk (j ≥ 1) is a decode
    reading ``input_tokens + tokens before the chunk`` context tokens (the engine's KV
    length as :class:`~lyra_simpy.engine.request.Request` counts it).
 4. **Duration** = end − start, where a step starts when the previous step ended, or —
@@ -81,6 +83,17 @@ class StepRebuild(Closed):
     that emitted tokens of other requests, or, when none did (the engine had only this
     prompt), a step hidden inside the first token's, counted in its ``steps``."""
 
+    prompt_budget: PositiveInt | None = None
+    """Most tokens one engine step computes: vLLM's ``--max-num-batched-tokens``,
+    llama.cpp's ``-b`` (``n_batch``). A prompt longer than the room its first token's
+    step left — the budget less that step's decode tokens — ran in chunks of that room
+    in the steps before, placed as ``prompt_stops`` chunks are (both engines fill a
+    step with decodes first, then prompt tokens up to the budget: vLLM's
+    ``Scheduler.schedule`` running requests before waiting ones, llama.cpp's
+    ``update_slots``). The decodes of the first token's step stand for those of the
+    steps before it, and a step's other prompts are not counted against its room.
+    None (default): no limit."""
+
     def gap_s(self, requests: list[StreamedRequest]) -> float:
         """The gap that starts a new step, in seconds, for the run of *requests*."""
         if self.gap_ms is not None:
@@ -91,14 +104,15 @@ class StepRebuild(Closed):
         return float(np.percentile(np.concatenate(gaps), 5)) / 2.0
 
 
-def prompt_split(tokens: int, stops: tuple[int, ...]) -> list[int]:
+def prompt_split(tokens: int, stops: tuple[int, ...], room: int | None = None) -> list[int]:
     """The chunks a prompt of *tokens* is computed in when the engine stops at each of
-    *stops* tokens before its end (``StepRebuild.prompt_stops``), first chunk first: the
-    llamacpp scheduler's own rule (:func:`~lyra_simpy.policies.llamacpp.prompt_chunk`)
-    with no batch limit."""
+    *stops* tokens before its end (``StepRebuild.prompt_stops``) and a step has *room*
+    prompt tokens (``StepRebuild.prompt_budget`` less the step's decodes; None: no
+    limit), first chunk first: the llamacpp scheduler's own rule
+    (:func:`~lyra_simpy.policies.llamacpp.prompt_chunk`)."""
     chunks = []
     while tokens > 0:
-        chunks.append(prompt_chunk(tokens, tokens, stops))
+        chunks.append(prompt_chunk(tokens, room or tokens, stops))
         tokens -= chunks[-1]
     return chunks
 
@@ -268,6 +282,8 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
     sent = [-np.inf] * n
     # tokens each request had received before each of its chunks (once, not per chunk)
     before = [list(itertools.accumulate(r.chunk_tokens, initial=0)) for r in requests]
+    budget = cfg.prompt_budget
+    decodes = [sum(1 for _, _, j in c if j) for c in clusters]
     for k, cluster in enumerate(clusters):
         for _, r, j in cluster:
             req = requests[r]
@@ -276,7 +292,9 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
                 ctx[k] += req.input_tokens + before[r][j]
                 continue
             done = req.cached_tokens
-            chunks = prompt_split(req.input_tokens - req.cached_tokens, cfg.prompt_stops) or [0]
+            room = None if budget is None else max(1, budget - decodes[k])
+            new_tokens = req.input_tokens - req.cached_tokens
+            chunks = prompt_split(new_tokens, cfg.prompt_stops, room) or [0]
             at = k - (len(chunks) - 1)  # the step each chunk ran in, earliest first
             inside = 0
             for size in chunks:

@@ -21,12 +21,26 @@ means ``{sigma: fitted}``. ``cv`` and ``sigma`` exclude each other. This is what
 predictions with a band run on (:mod:`lyra_simpy.live.band`: the same workload under
 ``session`` 0 … N−1).
 
+**Slow spells** (``spells``): a host that slows down for stretches of steps — a shared
+VM's neighbours, a core the engine shares with its API server and clients — makes
+steps bimodal and the slow ones come in runs; independent factors with median 1 move
+neither the mean step nor a run's mean TPOT. With ``spells: {share, factor, steps}``
+each iteration is in a spell or not, a two-state Markov chain whose spells last
+``steps`` iterations on average (geometric) and cover ``share`` of the iterations in
+the long run; an iteration in a spell takes ``factor`` times as long (on top of the
+other factors). The mean step grows by ``share × (factor − 1)``, and runs differ from
+one another as real ones do. ``spells: fitted`` takes them from a fit on replayed runs
+(``calibrate --from-runs`` stores ``noise.spells``: :func:`fitted_spells`); a profile's
+rows are medians of short probes and cannot show them. The chain draws from its own
+stream, ``spells<replica>.<session>``, so the other factors are the same with and
+without it.
+
 Off by default (no ``jitter`` block, or ``cv`` and ``session_cv`` both 0 and no
-``sigma``: the wrapper is not built and nothing is drawn). The draws come from the run's stream
-``jitter<replica>.<session>`` (:mod:`lyra_simpy.rng`): ``session`` picks another
-sequence of draws for the same scenario and seed, which is how the what-if runs its
-baseline, candidate and second baseline on distinct noise (:mod:`lyra_simpy.whatif`)
-while every workload stays the same request for request.
+``sigma`` or ``spells``: the wrapper is not built and nothing is drawn). The draws
+come from the run's stream ``jitter<replica>.<session>`` (:mod:`lyra_simpy.rng`):
+``session`` picks another sequence of draws for the same scenario and seed, which is
+how the what-if runs its baseline, candidate and second baseline on distinct noise
+(:mod:`lyra_simpy.whatif`) while every workload stays the same request for request.
 
 Scope, stated: the speculative draft steps' fixed time (``speculative.draft_step_ms``)
 is added by the engine outside the cost model and is not jittered; admission
@@ -40,6 +54,7 @@ turns fusion off, as it does for speculative decoding).
 from __future__ import annotations
 
 import math
+import sys
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -76,6 +91,58 @@ def fitted_sigma(
     return float(MAD_TO_SIGMA * np.median(np.abs(r - np.median(r))))
 
 
+SPELL_THRESHOLD = 1.5
+"""A rebuilt step at this many times its typical ratio to the fit or more is in a slow
+spell (:func:`fitted_spells`): between the modes the vLLM matrix's real runs show, the
+steps at the fit (0.9-1.2x) and those of the spells (1.6-1.9x;
+``validation/vllm_steps.py``)."""
+
+
+class SpellsConfig(Closed):
+    """Slow spells of the host (module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    share: float = Field(ge=0.0, lt=1.0)
+    """Share of the iterations in a spell, in the long run."""
+    factor: float = Field(ge=1.0)
+    """How many times as long an iteration in a spell takes."""
+    steps: float = Field(ge=1.0)
+    """Iterations a spell lasts on average (geometric)."""
+
+    @property
+    def mean_factor(self) -> float:
+        """The mean step's growth: 1 + share × (factor − 1)."""
+        return 1.0 + self.share * (self.factor - 1.0)
+
+
+def fitted_spells(ratios: list[npt.NDArray[np.float64]]) -> SpellsConfig | None:
+    """Slow spells from measured / fitted step times, each array one run's steps in
+    order: a step at :data:`SPELL_THRESHOLD` × the median ratio or more is in a spell;
+    ``share`` is their share, ``factor`` the median ratio of those over the median of
+    the others, ``steps`` the mean length of their runs. None without a step in a spell
+    (or without steps)."""
+    steps = [r for r in ratios if len(r)]
+    if not steps:
+        return None
+    typical = float(np.median(np.concatenate(steps)))
+    slow = [r >= SPELL_THRESHOLD * typical for r in steps]
+    n_slow = sum(int(s.sum()) for s in slow)
+    if n_slow == 0:
+        return None
+    every = np.concatenate(steps)
+    flags = np.concatenate(slow)
+    # a spell starts at a slow step whose predecessor (in the same run) is not slow
+    starts = sum(int(s[0]) + int(np.sum(s[1:] & ~s[:-1])) for s in slow)
+    return SpellsConfig(
+        share=n_slow / len(every),
+        factor=max(1.0, float(np.median(every[flags]) / np.median(every[~flags])))
+        if (~flags).any()
+        else SPELL_THRESHOLD,
+        steps=n_slow / starts,
+    )
+
+
 def _short_form(value: Any) -> Any:
     return {"sigma": "fitted"} if value == "fitted" else value
 
@@ -97,6 +164,9 @@ class JitterConfig(Closed):
     session: NonNegativeInt = 0
     """Which replay session the run stands for: each draws other noise (stream
     ``jitter<replica>.<session>``). The what-if's A/B/A sets it per run."""
+    spells: SpellsConfig | Literal["fitted"] | None = None
+    """Slow spells of the host (module docstring); ``fitted``: the ``profile`` fit
+    file's ``noise.spells`` (a fit on replayed runs)."""
 
     @model_validator(mode="after")
     def _one_spread(self) -> JitterConfig:
@@ -106,7 +176,9 @@ class JitterConfig(Closed):
 
     @property
     def active(self) -> bool:
-        return self.cv > 0 or self.session_cv > 0 or self.sigma is not None
+        return (
+            self.cv > 0 or self.session_cv > 0 or self.sigma is not None or self.spells is not None
+        )
 
 
 Jitter = Annotated[JitterConfig, BeforeValidator(_short_form), Field()]
@@ -132,10 +204,16 @@ class JitteredCost:
         config: JitterConfig,
         rng: np.random.Generator,
         sigma: float | None = None,
+        spells: tuple[SpellsConfig, np.random.Generator] | None = None,
     ) -> None:
         self.base = base
         self.config = config
         self._rng = rng
+        self._spells = spells
+        """The spells resolved and the stream their chain draws from."""
+        self._slow = False
+        self._left = 0
+        """Iterations left in the chain's current state (0: draw the next state)."""
         # *sigma* (median-1 factors, the config's sigma resolved) or the cv's (mean 1)
         self._sigma, self._mu = (sigma, 0.0) if sigma is not None else _sigma_mu(config.cv)
         self.session_factor = 1.0
@@ -147,6 +225,36 @@ class JitteredCost:
         self._next = 0
 
     def _factors(self, k: int) -> list[float]:
+        out = self._noise(k)
+        if self._spells is not None:
+            spells = self._spells[0]
+            for j, slow in enumerate(self._in_spell(k)):
+                if slow:
+                    out[j] *= spells.factor
+        return out
+
+    def _in_spell(self, k: int) -> list[bool]:
+        """The chain's next *k* states (True: in a spell)."""
+        assert self._spells is not None
+        spells, rng = self._spells
+        out: list[bool] = []
+        while len(out) < k:
+            if self._left == 0:
+                if self._started:
+                    self._slow = not self._slow
+                else:  # the first state: in a spell with probability share
+                    self._slow = bool(rng.random() < spells.share)
+                    self._started = True
+                self._left = _run_length(spells, self._slow, rng)
+            take = min(self._left, k - len(out))
+            out.extend([self._slow] * take)
+            self._left -= take
+        return out
+
+    _started = False
+    """Whether the chain has drawn its first state."""
+
+    def _noise(self, k: int) -> list[float]:
         if not self._sigma:
             return [self.session_factor] * k
         out: list[float] = []
@@ -174,6 +282,18 @@ class JitteredCost:
         return out
 
 
+def _run_length(spells: SpellsConfig, slow: bool, rng: np.random.Generator) -> int:
+    """Iterations the chain stays in its state: geometric, with mean ``steps`` in a
+    spell and ``steps × (1 − share) / share`` between spells (so that spells cover
+    ``share`` in the long run; exact while that mean is at least 1, i.e. share at most
+    steps / (steps + 1))."""
+    if slow:
+        return int(rng.geometric(min(1.0, 1.0 / spells.steps)))
+    if spells.share == 0.0:
+        return sys.maxsize  # never in a spell
+    return int(rng.geometric(min(1.0, spells.share / (spells.steps * (1.0 - spells.share)))))
+
+
 def with_jitter(base: CostModel, config: Any, streams: Streams, replica: int) -> CostModel:
     """*base* wrapped in its config's ``jitter`` (itself when there is none or it is
     all zero), drawing from the stream ``jitter<replica>.<session>``."""
@@ -184,7 +304,25 @@ def with_jitter(base: CostModel, config: Any, streams: Streams, replica: int) ->
     if sigma == "fitted":
         sigma = fit_sigma(config)
     rng = streams.get(f"jitter{replica}.{jitter.session}")
-    return JitteredCost(base, jitter, rng, sigma)
+    spells = jitter.spells
+    if spells == "fitted":
+        spells = fit_spells(config)
+    chain = None
+    if spells is not None:
+        chain = (spells, streams.get(f"spells{replica}.{jitter.session}"))
+    return JitteredCost(base, jitter, rng, sigma, chain)
+
+
+def fit_spells(config: Any) -> SpellsConfig:
+    """The fitted slow spells of a ``profile`` cost *config* (``jitter.spells: fitted``)."""
+    noise = getattr(getattr(config, "fit", None), "noise", None)
+    spells = getattr(noise, "spells", None)
+    if spells is None:  # the configs refuse this when they are validated
+        raise LyraError(
+            "cost.jitter.spells: got 'fitted', but the fit has no slow spells (fit on "
+            "replayed runs: calibrate --from-runs)"
+        )
+    return SpellsConfig(share=spells.share, factor=spells.factor, steps=spells.steps)
 
 
 def fit_sigma(config: Any) -> float:
@@ -202,6 +340,11 @@ def refuse_fitted_without_fit(jitter: JitterConfig | None, what: str) -> None:
         raise ValueError(
             f"jitter.sigma: got 'fitted', but {what} has no fit file to take it from; "
             "give a number, or use a profile cost model"
+        )
+    if jitter is not None and jitter.spells == "fitted":
+        raise ValueError(
+            f"jitter.spells: got 'fitted', but {what} has no fit file to take them from; "
+            "give share, factor and steps, or use a profile cost model"
         )
 
 

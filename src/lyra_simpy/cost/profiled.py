@@ -110,6 +110,13 @@ class ProfileCostConfig(Closed):
                 f"jitter.sigma: got 'fitted', but the fit {self.path!r} has no noise (fit "
                 "it again with lyra-simpy calibrate, or give sigma: x)"
             )
+        spells = self.jitter is not None and self.jitter.spells == "fitted"
+        if spells and (self._fit.noise is None or self._fit.noise.spells is None):
+            raise ValueError(
+                f"jitter.spells: got 'fitted', but the fit {self.path!r} has no slow spells "
+                "(fit on replayed runs with lyra-simpy calibrate --from-runs, or give share, "
+                "factor and steps)"
+            )
         return self
 
     @property

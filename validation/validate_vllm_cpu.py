@@ -805,9 +805,10 @@ to 45 %), closed loops' throughput high in 9 of 9 (by up to 48 %), TTFT and E2E 
 run (as `calibrate --from-runs` does) and prices them by the probe fit: their median is
 0.83-1.18x the fit at 14 of 16 loads (1.41-1.42 at short closed_8 and at long prompts
 among short ones, Poisson 0.6), but 5-47 % of them take 1.5x the fit or more, and
-55-88 % of those come right after another slow one: stretches, the host's slow spells
+33-88 % of those come right after another slow one: stretches, the host's slow spells
 (1) and a core shared under traffic (below), not one request's event. A TPOT is a mean
-over them all: the mean step is 0.94-1.45x the fit.
+over them all: the mean step is 0.94-1.40x the fit. The table's column "real decode
+steps / Table 1's fit" shows these three numbers on each load's row.
 
 Within a run a request alone still decodes at about the profile's speed (the tables'
 "in the run" steps, mostly 21-25 ms); traffic loads the shared core. vLLM pins its
@@ -844,9 +845,17 @@ on this VM: the simulator has no model of a host's slow spells (`cost.jitter`, m
 request traffic, or a client and a host of their own, is the next step.
 
 **8. Table 2** (`calibrate --from-runs` on the three runs of default/short at 0.6) fits
-steps that already carry that contention: 18 of 24 on the short workload and 7 of 8 on
-long prompts among short ones. It cannot price contexts its runs never had (0 of 8 with
-512-token system prompts, 0 of 8 with 24 blocks and long requests).
+steps that already carry the contention of 5, and now simulates the slow spells it
+finds in them (`cost.jitter.spells: fitted`, calibration.md §8: 15 % of the decode
+steps at 1.77x, 2.1 steps a spell). With them the fitted load's TPOT error goes from
+-14.8 to -0.2 % and its E2E from -32.8 to -14.0 %, the closed loop of 8's throughput
+from +25.6 to +11.6 %: 19 of 24 on the short workload (18 without). It cannot price
+contexts its runs never had: its fit is already slow on 512-token system prompts, 24
+blocks and a 256-token budget (median p50 errors 39-164 %), and the spells make it
+slower there (0 of 8 at each; the 256-token budget had 4 without them): 25 of 64 in all
+(29 without). The rebuild now places a long prompt's chunks where the engine ran them
+(`--prompt-budget`, the scenario's token budget; calibration.md §7); the fitted runs'
+prompts fit in one step, so this fit did not move.
 
 **What holds.** The prefix-cache hit rate is within 1.2 points of vLLM's counter
 wherever prompts share full 128-token blocks (88.3 % vs 88.3 %, 87.1 % vs 88.3 %), zero

@@ -50,6 +50,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import speed_gate
+from profile_columns import by_mean_step
 
 from lyra_simpy.calibration.profiles import request_path_ms
 from lyra_simpy.cli import main as cli_main
@@ -236,7 +237,7 @@ def real_runs(here: Path, load: str, repeats: int) -> list[str]:
 
 
 def table2(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int,
-           log: list[str]) -> None:  # fmt: skip
+           log: list[str], with_spells: bool = True) -> None:  # fmt: skip
     """Table 2 of one point into *out*: ``calibrate --from-runs`` on the real runs of
     :data:`FIT_LOAD` alone (with the prompt stops of the server's context checkpoints
     and its ``n_batch`` as the prompt budget), then every load simulated with that fit
@@ -263,7 +264,7 @@ def table2(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int,
         raw = scenario(load, flags, regime, quick, str(fit2), load, out["capacity_req_s"])
         # the runs alone: a step rebuilt from an idle start begins at the send, path included
         raw["workload"].pop("request_path_ms")
-        if spells:  # the host's slow spells the runs showed (calibration.md §8)
+        if spells and with_spells:  # the host's slow spells of the runs (calibration.md §8)
             raw["cost"]["jitter"] = {"spells": "fitted"}
         path = here / f"{load}_t2.yaml"
         path.write_text(yaml.safe_dump(raw))
@@ -304,17 +305,25 @@ def with_attention_column(here: Path, flags: list[str]) -> bool:
     return True
 
 
-def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str]) -> None:
+def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
+               mean_step: bool = False) -> None:  # fmt: skip
     """Table 1 and 2 of a stored point again, from its stored profile and real runs (no
     server): the profile gets the ``attention_cells`` column if it lacks it, is fitted
-    again, and every load's stored scenario (the arrival rates its real runs were
-    replayed at) is simulated and compared again."""
+    again (*mean_step*: its decode rows priced by their ``mean_step_ms``, an ablation),
+    and every load's stored scenario (the arrival rates its real runs were replayed at)
+    is simulated and compared again."""
     cfg, reg = key.split("/")
     here = OUT / f"{cfg}_{reg}"
     if with_attention_column(here, CONFIGS[cfg]):
         print(f"{key}: profile.csv given the attention_cells column", flush=True)
     fit = here / "fit_probes.yaml"
-    run("calibrate", str(here / "profile.csv"), "--out", str(fit), "--loss", "soft_l1", log=log)
+    profile = here / "profile.csv"
+    swapped = by_mean_step(profile.read_text()) if mean_step else None
+    if swapped is not None:
+        profile = here / "profile_mean_step.csv"
+        profile.write_text(swapped)
+        shutil.copyfile(here / "profile.yaml", profile.with_suffix(".yaml"))
+    run("calibrate", str(profile), "--out", str(fit), "--loss", "soft_l1", log=log)
     shutil.rmtree(here / "sim", ignore_errors=True)
     for load in LOADS:
         path = here / f"{load}.yaml"
@@ -341,6 +350,12 @@ def main(argv: list[str] | None = None) -> int:
                         "2 from its stored runs (no server; --only: those points)")  # fmt: skip
     parser.add_argument("--doc-only", action="store_true",
                         help="rewrite the document from the stored numbers")  # fmt: skip
+    parser.add_argument("--decode-step", choices=["median", "mean"], default="median",
+                        help="with --resimulate: price the stored profiles' decode rows by "
+                        "the probes' median gap (default) or mean step (an ablation)")  # fmt: skip
+    parser.add_argument("--no-spells", action="store_true",
+                        help="Table 2 without the slow spells its fit found (an ablation: "
+                        "the document then shows it so; run again without it)")  # fmt: skip
     args = parser.parse_args(argv or [])
     os.chdir(ROOT)
     quick = os.environ.get("LYRA_QUICK") == "1"
@@ -357,8 +372,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.only and key not in args.only:
                 continue
             cfg, reg = key.split("/")
-            resimulate(key, res, keep["facts"]["repeats"], log)
-            table2(cfg, reg, keep["facts"]["quick"], res, keep["facts"]["repeats"], log)
+            resimulate(key, res, keep["facts"]["repeats"], log, args.decode_step == "mean")
+            table2(cfg, reg, keep["facts"]["quick"], res, keep["facts"]["repeats"], log,
+                   not args.no_spells)  # fmt: skip
         keep["facts"]["resimulated"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         stored.write_text(json.dumps({**keep, "commands": log}, indent=1))
         write_section(DOC, keep["facts"], keep["results"])
@@ -367,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
         log = keep.get("commands", [])
         for key, res in keep["results"].items():
             cfg, reg = key.split("/")
-            table2(cfg, reg, keep["facts"]["quick"], res, keep["facts"]["repeats"], log)
+            table2(cfg, reg, keep["facts"]["quick"], res, keep["facts"]["repeats"], log,
+                   not args.no_spells)  # fmt: skip
         stored.write_text(json.dumps({**keep, "commands": log}, indent=1))
     if args.doc_only or args.table2:
         write_section(DOC, keep["facts"], keep["results"])

@@ -56,6 +56,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import speed_gate
+from profile_columns import by_mean_step
 from speed_gate import FLOOR_PROBES, GATE, GATE_WAIT_S, profile_step
 from vllm_steps import SLOW, decode_ratios
 
@@ -341,35 +342,18 @@ def steps_vs_fit(results: dict[str, Any], repeats: int) -> None:
             entry["steps_vs_fit"] = decode_ratios(real_runs(key, load, repeats), FIT, budget)
 
 
-def by_median_gap(text: str) -> str | None:
-    """The profile CSV *text* with each decode row's ``latency_ms`` replaced by its
-    ``median_gap_ms``; None without that column."""
-    lines = text.splitlines()
-    head = lines[0].split(",")
-    if "median_gap_ms" not in head:
-        return None
-    lat, gap = head.index("latency_ms"), head.index("median_gap_ms")
-    out = [lines[0]]
-    for line in lines[1:]:
-        row = line.split(",")
-        if row[0] == "decode" and row[gap]:
-            row[lat] = row[gap]
-        out.append(",".join(row))
-    return "\n".join(out) + "\n"
-
-
 def table1_gap(results: dict[str, Any], repeats: int, log: list[str]) -> None:
-    """Table 1 once more with the decode rows priced by the same probes' median chunk gap
-    (the profile's ``median_gap_ms`` column) instead of their mean step (``ProfileGrid.
+    """Table 1 once more with the decode rows priced by the same probes' mean step (the
+    profile's ``mean_step_ms`` column) instead of their median chunk gap (``ProfileGrid.
     decode_step``): what the choice of statistic alone does, on one profile. Nothing when
     the profile has no such column."""
-    text = by_median_gap(PROFILE.read_text())
+    text = by_mean_step(PROFILE.read_text())
     if text is None:
         return
-    profile = OUT / "profile_median_gap.csv"
+    profile = OUT / "profile_mean_step.csv"
     profile.write_text(text)
     shutil.copyfile(PROFILE.with_suffix(".yaml"), profile.with_suffix(".yaml"))
-    fit = OUT / "fit_median_gap.yaml"
+    fit = OUT / "fit_mean_step.yaml"
     run("calibrate", str(profile), "--out", str(fit), "--loss", "soft_l1", log=log)
     for key, res in results.items():
         cfg, workload = key.split("/")
@@ -424,7 +408,8 @@ def reprofile(keep: dict[str, Any], log: list[str]) -> None:
     steps_vs_fit(keep["results"], keep["facts"]["repeats"])
 
 
-def table2(results: dict[str, Any], repeats: int, log: list[str]) -> dict[str, Any]:
+def table2(results: dict[str, Any], repeats: int, log: list[str],
+           with_spells: bool = True) -> dict[str, Any]:  # fmt: skip
     """Table 2 into every load of *results*: calibrate on the real runs of
     :data:`FIT_LOAD` of :data:`FIT_POINT` alone, then simulate each load's scenario again
     with that fit (its ``cost.path`` swapped, and the slow spells it found:
@@ -437,6 +422,7 @@ def table2(results: dict[str, Any], repeats: int, log: list[str]) -> dict[str, A
     run("calibrate", "--from-runs", *reals, "--out", str(FIT_RUNS), "--loss", "soft_l1",
         "--prompt-budget", budget, log=log)  # fmt: skip
     spells = (yaml.safe_load(FIT_RUNS.read_text()).get("noise") or {}).get("spells")
+    spells = spells if with_spells else None
     for key, res in results.items():
         cfg, workload = key.split("/")
         here = OUT / f"{cfg}_{workload}"
@@ -478,6 +464,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="fit the stored profile again and redo both tables from the "
                         "stored real runs (no server): after a change to the "
                         "simulator")  # fmt: skip
+    parser.add_argument("--no-spells", action="store_true",
+                        help="Table 2 without the slow spells its fit found (an ablation: "
+                        "the document then shows it so; run again without it)")  # fmt: skip
     args = parser.parse_args(argv)
     os.chdir(ROOT)
     signal.signal(signal.SIGTERM, _stop)
@@ -494,7 +483,8 @@ def main(argv: list[str] | None = None) -> int:
             table1(keep["results"], keep["facts"]["repeats"], log)
             table1_gap(keep["results"], keep["facts"]["repeats"], log)
             steps_vs_fit(keep["results"], keep["facts"]["repeats"])
-        keep["fit_runs"] = table2(keep["results"], keep["facts"]["repeats"], log)
+        keep["fit_runs"] = table2(keep["results"], keep["facts"]["repeats"], log,
+                                  not args.no_spells)  # fmt: skip
         stored.write_text(json.dumps({**keep, "commands": log}, indent=1, default=str))
     if args.doc_only or args.table2 or args.reprofile or args.resimulate:
         write_doc(keep["facts"], keep["results"], keep.get("fit", {}), keep.get("fit_runs", {}))
@@ -626,7 +616,7 @@ def summary(results: dict[str, Any]) -> list[str]:
     and the median |error| of the p50s; the counters in target (the README's fidelity
     rows)."""
     rows = ["| configuration | workload | loads | Table 1 (probes): cells in target | "
-            "median p50 error | Table 1, decode rows by the probes' median gap | median p50 "
+            "median p50 error | Table 1, decode rows by the probes' mean step | median p50 "
             "error | Table 2 (one load run): cells in target | median p50 error | "
             "counters in target |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for key, res in results.items():
@@ -799,15 +789,15 @@ engine's time, and the 8.4 ms median is the scenarios' `workload.request_path_ms
 (`per_prefill_seq_ms`) had been measuring this path; it was taken out again.
 
 **5. Under a load, the real decode steps have a slow tail.** With profile and model as
-above, the simulator is fast at nearly every load: TPOT low at 15 of 16 loads (by up
-to 45 %), closed loops' throughput high in 9 of 9 (by up to 48 %), TTFT and E2E low.
+above, the simulator is fast at every load: TPOT low at 16 of 16 loads (by up
+to 49 %), closed loops' throughput high in 9 of 9 (by up to 54 %), TTFT and E2E low.
 `python validation/vllm_steps.py` rebuilds the decode-only steps of every stored real
 run (as `calibrate --from-runs` does) and prices them by the probe fit: their median is
-0.83-1.18x the fit at 14 of 16 loads (1.41-1.42 at short closed_8 and at long prompts
-among short ones, Poisson 0.6), but 5-47 % of them take 1.5x the fit or more, and
-33-88 % of those come right after another slow one: stretches, the host's slow spells
+0.92-1.26x the fit at 14 of 16 loads (1.51-1.52 at short closed_8 and at long prompts
+among short ones, Poisson 0.6), but 10-52 % of them take 1.5x the fit or more, and
+59-91 % of those come right after another slow one: stretches, the host's slow spells
 (1) and a core shared under traffic (below), not one request's event. A TPOT is a mean
-over them all: the mean step is 0.94-1.40x the fit. The table's column "real decode
+over them all: the mean step is 1.04-1.48x the fit. The table's column "real decode
 steps / Table 1's fit" shows these three numbers on each load's row.
 
 Within a run a request alone still decodes at about the profile's speed (the tables'
@@ -823,26 +813,29 @@ one 4-round call in a noisier minute showed no difference (38.5 / 41.1 / 47.2 ms
 rounds alone 24-54 ms). The cost is this 2-core VM's (a GPU server gives its API
 server cores of its own).
 
-**6. The decode rows are now each probe's mean step.** They were the median chunk gap
-of each decode probe, which drops the slow steps of 5 as they happen in the probes, and
-a TPOT counts them. `lyra-simpy profile` now takes the mean step of the window in which
-all the probe's requests decode (`ProfileGrid.decode_step: mean`,
-`lyra_simpy.live.client.lockstep_step_ms`) and keeps the median gap beside it (column
-`median_gap_ms`; the median over the rounds still drops a round that a slow spell
-took). On one profile (2026-12-02 03:35 UTC) the means run 0-22 % above the medians;
-Table 1 puts 24 of 64 cells in target with the means and 20 of 64 with the medians, the
-median p50 error 1-10 points lower at every point (the summary's third column:
-`--resimulate` recomputes both from the stored profile).
+**6. Median or mean step for the decode rows.** A decode row was the median chunk gap
+of its probe, which drops the slow steps of 5 as they happen in the probe, and a TPOT
+counts them. `lyra-simpy profile` now also writes each probe's mean step over the window
+in which all its requests decode (`lyra_simpy.live.client.lockstep_step_ms`; columns
+`median_gap_ms` and `mean_step_ms`, `ProfileGrid.decode_step` picks the latency). On
+this profile (2026-12-02 03:35 UTC) the means run 0-22 % above the medians, and Table 1
+puts 24 of 64 cells in target with them against 20 with the medians (the summary's third
+column: `--resimulate` recomputes both). On the llama.cpp matrix the same swap gives 30,
+26 and 12 of 35 against 29, 24 and 20 (docs/VALIDATION-llamacpp.md): a probe of a few
+seconds catches as many slow steps as it happens to, more than its runs had there. The
+median stays the default (robust, as issue 12 asks); the slow steps are modelled apart,
+from runs (8).
 
 **7. One profile is one sample of the host.** Two `--reprofile` calls five minutes
 apart (2026-12-02 03:30 and 03:35 UTC, both passing the gate of 1 on a lone step)
-read 8-way decode steps of 38-46 ms and 26-34 ms, and put 46 and 24 of 64 cells in
-target; the tables are from the second (the profile before them, 2026-12-01 22:58 UTC:
-30). The runs, over 36 minutes, average over the host's slow spells; a profile of three
-rounds in two minutes catches them or not. That, not a scheduler detail, sets Table 1
-on this VM: the simulator has no model of a host's slow spells (`cost.jitter`, median
-1, widens a band and does not move the mean). Profiling under the workload's own
-request traffic, or a client and a host of their own, is the next step.
+read 8-way decode steps (mean steps) of 38-46 ms and 26-34 ms, and put 46 and 24 of 64
+cells in target with their mean steps; the tables are from the second, by its medians
+(the profile before them, 2026-12-01 22:58 UTC: 30). The runs, over 36 minutes,
+average over the host's slow spells; a profile of three rounds in two minutes catches
+them or not. That, not a scheduler detail, sets Table 1 on this VM. The simulator can
+now run a host's slow spells (`cost.jitter.spells`), but only a fit on runs measures
+them (8): probes alone cannot. Profiling under the workload's own request traffic, or a
+client and a host of their own, is the next step.
 
 **8. Table 2** (`calibrate --from-runs` on the three runs of default/short at 0.6) fits
 steps that already carry the contention of 5, and now simulates the slow spells it
@@ -853,9 +846,9 @@ from +25.6 to +11.6 %: 19 of 24 on the short workload (18 without). It cannot pr
 contexts its runs never had: its fit is already slow on 512-token system prompts, 24
 blocks and a 256-token budget (median p50 errors 39-164 %), and the spells make it
 slower there (0 of 8 at each; the 256-token budget had 4 without them): 25 of 64 in all
-(29 without). The rebuild now places a long prompt's chunks where the engine ran them
-(`--prompt-budget`, the scenario's token budget; calibration.md §7); the fitted runs'
-prompts fit in one step, so this fit did not move.
+(29 without: `--resimulate --no-spells`). The rebuild now places a long prompt's
+chunks where the engine ran them (`--prompt-budget`, the scenario's token budget;
+calibration.md §7); the fitted runs' prompts fit in one step, so this fit did not move.
 
 **What holds.** The prefix-cache hit rate is within 1.2 points of vLLM's counter
 wherever prompts share full 128-token blocks (88.3 % vs 88.3 %, 87.1 % vs 88.3 %), zero

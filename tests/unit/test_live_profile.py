@@ -45,18 +45,20 @@ def test_profile_writes_the_contract_and_says_how_it_timed(tmp_path: Path) -> No
     decode_ms = prof.latency_ms[2:4]
     assert all(8.0 < ms < 60.0 for ms in decode_ms)  # the server's 10 ms per token
     assert prof.latency_ms[0] >= 20.0  # client TTFT
-    # the decode rows' median gap of the same probes, beside their mean step
+    # the decode rows' median gap (their latency) and mean step, both kept
     lines = [line.split(",") for line in out.read_text().splitlines()]
-    gap = lines[0].index("median_gap_ms")
+    gap, mean = lines[0].index("median_gap_ms"), lines[0].index("mean_step_ms")
     assert [bool(row[gap]) for row in lines[1:]] == [False, False, True, True, True, False]
-    assert all(8.0 < float(row[gap]) < 60.0 for row in lines[3:6])
+    assert [bool(row[mean]) for row in lines[1:]] == [False, False, True, True, True, False]
+    assert all(row[gap] == row[lines[0].index("latency_ms")] for row in lines[3:6])
+    assert all(8.0 < float(row[mean]) < 60.0 for row in lines[3:6])
     meta = yaml.safe_load(out.with_suffix(".yaml").read_text())
     assert meta["engine"] == "llama.cpp"
     assert meta["version"] == "test-1"
     assert meta["hardware"] == "test box"
     assert meta["flags"] == "-np 4"
     assert meta["timing_source"]["prefill"] == "client TTFT"
-    assert meta["timing_source"]["decode"].startswith("client mean step of the lock-step window")
+    assert meta["timing_source"]["decode"].startswith("client median inter-chunk gap")
 
 
 def test_profile_flags_must_match_the_servers_slots(tmp_path: Path) -> None:

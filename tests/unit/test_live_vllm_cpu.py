@@ -447,19 +447,17 @@ def test_a_real_run_waits_for_the_profiled_speed(monkeypatch: Any) -> None:
     assert job.wait_for_speed("u", None) == [50.0]  # no profile to compare with: one probe
 
 
-def test_table1_by_median_gap_swaps_only_the_decode_rows() -> None:
+def test_table1_by_mean_step_swaps_only_the_decode_rows() -> None:
     job = _job()
-    text = (
-        "phase,batch_size,input_tokens,context_len,latency_ms,engine_ms,median_gap_ms\n"
-        "prefill,1,16,0,23.0,,\n"
-        "decode,4,0,40,25.3,,23.2\n"
-        "mixed,1,64,131,34.4,,\n"
+    head = (
+        "phase,batch_size,input_tokens,context_len,latency_ms,engine_ms,median_gap_ms,"
+        "mean_step_ms\n"
     )
-    assert job.by_median_gap(text) == (
-        "phase,batch_size,input_tokens,context_len,latency_ms,engine_ms,median_gap_ms\n"
-        "prefill,1,16,0,23.0,,\ndecode,4,0,40,23.2,,23.2\nmixed,1,64,131,34.4,,\n"
+    text = head + "prefill,1,16,0,23.0,,,\ndecode,4,0,40,23.2,,23.2,25.3\nmixed,1,64,131,34.4,,,\n"
+    assert job.by_mean_step(text) == (
+        head + "prefill,1,16,0,23.0,,,\ndecode,4,0,40,25.3,,23.2,25.3\nmixed,1,64,131,34.4,,,\n"
     )
-    assert job.by_median_gap("phase,batch_size,input_tokens,context_len,latency_ms\n") is None
+    assert job.by_mean_step("phase,batch_size,input_tokens,context_len,latency_ms\n") is None
 
 
 def test_decode_ratios_of_runs_costed_by_the_fit_itself_are_one(tmp_path: Path) -> None:

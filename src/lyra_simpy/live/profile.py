@@ -15,14 +15,13 @@ minutes apart and a slow spell of a shared host moves one of them, not all.
 * ``decode``: *B* requests sent together, each a prompt of *L* tokens and
   ``decode_steps`` output tokens; once their prompts are in, the *B* sequences decode in
   lock-step, one token each per engine step, so a step is the gap between two streamed
-  chunks. Latency (``grid.decode_step``): by default the mean step of the window in
-  which all *B* decode, after the last prompt is in (client-side: it leaves out the
-  steps at the start that also carry the others' prompts, which a mean of the engine's
-  ``predicted_per_token_ms`` folds in; that mean is kept in the extra column
-  ``engine_ms``), and keeps the occasional slow step a TPOT counts; or the median
-  inter-chunk gap. The median gap of the same probes is kept in the extra column
-  ``median_gap_ms`` either way (its distance below the mean is the slow steps' share).
-  Context: *L* + half the output.
+  chunks. Latency (``grid.decode_step``): by default the median inter-chunk gap over
+  all *B* streams (client-side: robust to the steps at the start that also carry the
+  others' prompts, which a mean of the engine's ``predicted_per_token_ms`` folds in;
+  that mean is kept in the extra column ``engine_ms``, and to a slow spell inside the
+  probe); or the mean step of the window in which all *B* decode, after the last prompt
+  is in. Both are kept either way, in the extra columns ``median_gap_ms`` and
+  ``mean_step_ms``. Context: *L* + half the output.
 * ``mixed``: *B* requests decoding (prompt ``mixed_context``), then one probe request
   with a prompt of *P* tokens and one output token; the engine puts the probe's prompt
   into the same step as the *B* decodes (llama.cpp ``update_slots``: sampled tokens of
@@ -153,7 +152,7 @@ def profile(
     seed = grid.prompt_seed if grid.prompt_seed is not None else secrets.randbits(63)
     prober = Prober(url, api, grid, ids, limits.body(grid.extra_body), seed)
     prober.pin = llama is not None
-    rows: list[tuple[str, int, int, int, float, float, float]] = []
+    rows: list[tuple[str, int, int, int, float, float, float, float]] = []
     nan = float("nan")
     counts: list[tuple[int, int, int, int]] = []
     """(steps, passes, checkpoints, attention_cells) of each row (llama.cpp only)."""
@@ -170,9 +169,9 @@ def profile(
         *(("mixed", b, p, 1) for b in grid.mixed_batch for p in grid.mixed_prompt_tokens),
     ]
     """The rows: (phase, batch, prompt tokens or decode context, slot stride)."""
-    got: list[list[tuple[float, float, float]]] = [[] for _ in plan]
+    got: list[list[tuple[float, float, float, float]]] = [[] for _ in plan]
     """Each row's measurements: (latency, the engine's figure or the mixed context, the
-    decode probe's median gap)."""
+    decode probe's median gap and mean step)."""
 
     async def measure() -> None:
         await prober.prefill(8)  # warm-up
@@ -183,22 +182,22 @@ def profile(
         for _ in range(grid.repeats):
             for k, (phase, b, n, stride) in enumerate(plan):
                 if phase == "prefill":
-                    got[k].append((await prober.prefill(n), nan, nan))
+                    got[k].append((await prober.prefill(n), nan, nan, nan))
                 elif phase == "decode":
                     got[k].append(await prober.decode(b, n, stride))
                 else:
                     lat, ctx = await prober.mixed(b, n)
-                    got[k].append((lat, float(ctx), nan))
+                    got[k].append((lat, float(ctx), nan, nan))
 
     asyncio.run(measure())
     for (phase, b, n, stride), values in zip(plan, got, strict=True):
-        lat, other, gap = (med([v[j] for v in values]) for j in range(3))
+        lat, other, gap, mean = (med([v[j] for v in values]) for j in range(4))
         if phase == "prefill":
-            rows.append(("prefill", 1, n, 0, lat, nan, nan))
+            rows.append(("prefill", 1, n, 0, lat, nan, nan, nan))
         elif phase == "decode":
-            rows.append(("decode", b, 0, n + grid.decode_steps // 2, lat, other, gap))
+            rows.append(("decode", b, 0, n + grid.decode_steps // 2, lat, other, gap, mean))
         else:
-            rows.append(("mixed", b, n, int(other), lat, nan, nan))
+            rows.append(("mixed", b, n, int(other), lat, nan, nan, nan))
         if llama is None:
             continue
         if phase == "decode":
@@ -221,10 +220,13 @@ def profile(
     }
 
     def write_csv(tmp: Path) -> None:
-        head = "phase,batch_size,input_tokens,context_len,latency_ms,engine_ms,median_gap_ms"
+        head = (
+            "phase,batch_size,input_tokens,context_len,latency_ms,engine_ms,median_gap_ms,"
+            "mean_step_ms"
+        )
         lines = [head + (",steps,passes,checkpoints,attention_cells" if counts else "")]
-        for k, (ph, b, i, c, lat, eng, gap) in enumerate(rows):
-            extra = ",".join("" if v != v else f"{v:.4f}" for v in (eng, gap))
+        for k, (ph, b, i, c, lat, eng, gap, mean) in enumerate(rows):
+            extra = ",".join("" if v != v else f"{v:.4f}" for v in (eng, gap, mean))
             line = f"{ph},{b},{i},{c},{lat:.4f},{extra}"
             if counts:
                 line += ",{},{},{},{}".format(*counts[k])

@@ -62,6 +62,7 @@ from pydantic import ConfigDict, Field, NonNegativeFloat
 
 from lyra_simpy.calibration.profiles import PHASES, Profile
 from lyra_simpy.config import Closed
+from lyra_simpy.cost.jitter import SpellsConfig
 
 TERMS = (
     "fixed_ms",
@@ -170,16 +171,11 @@ class RunsSource(_Closed):
     at one token a chunk, so the steps in which they decoded silently miss them."""
 
 
-class SpellsFit(_Closed):
-    """Slow spells of the host seen in replayed runs, for ``cost.jitter.spells: fitted``
-    (:func:`lyra_simpy.cost.jitter.fitted_spells`)."""
+class SpellsFit(SpellsConfig):
+    """Slow spells of the host seen in replayed runs (``share``, ``factor``, ``steps`` as
+    :func:`lyra_simpy.cost.jitter.fitted_spells` finds them), for ``cost.jitter.spells:
+    fitted``."""
 
-    share: float
-    """Share of the rebuilt decode steps in a spell."""
-    factor: float
-    """Their median ratio to the fit over the others'."""
-    steps: float
-    """Mean length of a spell, in steps."""
     decode_steps: int
     """Rebuilt decode-only steps they were taken from."""
 

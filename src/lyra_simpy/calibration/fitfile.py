@@ -162,7 +162,7 @@ def format_report(fit: ProfileFit, profile_label: str | None = None) -> str:
             f"slow spells (cost.jitter.spells: fitted): {spells.share:.1%} of "
             f"{spells.decode_steps} decode steps at {spells.factor:.2f}x, "
             f"{spells.steps:.1f} steps a spell "
-            f"(mean step x{1 + spells.share * (spells.factor - 1):.3f})"
+            f"(mean step x{spells.mean_factor:.3f})"
         )
     if fit.fit.unmeasured_terms:
         lines.append(

@@ -277,22 +277,20 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
         last = t
     ends = [float(np.median([t for t, _, _ in c])) for c in clusters]
     n = len(clusters)
-    hidden, pre, new, att = [0] * n, [0] * n, [0] * n, [0] * n
-    dec, ctx = [0] * n, [0] * n
+    hidden, pre, new, att, ctx = [0] * n, [0] * n, [0] * n, [0] * n, [0] * n
+    dec = [sum(1 for _, _, j in c if j) for c in clusters]  # a chunk after the first
     sent = [-np.inf] * n
     # tokens each request had received before each of its chunks (once, not per chunk)
     before = [list(itertools.accumulate(r.chunk_tokens, initial=0)) for r in requests]
     budget = cfg.prompt_budget
-    decodes = [sum(1 for _, _, j in c if j) for c in clusters]
     for k, cluster in enumerate(clusters):
         for _, r, j in cluster:
             req = requests[r]
             if j:
-                dec[k] += 1
                 ctx[k] += req.input_tokens + before[r][j]
                 continue
             done = req.cached_tokens
-            room = None if budget is None else max(1, budget - decodes[k])
+            room = None if budget is None else max(1, budget - dec[k])
             new_tokens = req.input_tokens - req.cached_tokens
             chunks = prompt_split(new_tokens, cfg.prompt_stops, room) or [0]
             at = k - (len(chunks) - 1)  # the step each chunk ran in, earliest first

@@ -213,7 +213,10 @@ class JitteredCost:
         """The spells resolved and the stream their chain draws from."""
         self._slow = False
         self._left = 0
-        """Iterations left in the chain's current state (0: draw the next state)."""
+        """Iterations left in the chain's current state (0: the other state next)."""
+        if spells is not None:  # the first state: in a spell with probability share
+            self._slow = bool(spells[1].random() < spells[0].share)
+            self._left = _run_length(spells[0], self._slow, spells[1])
         # *sigma* (median-1 factors, the config's sigma resolved) or the cv's (mean 1)
         self._sigma, self._mu = (sigma, 0.0) if sigma is not None else _sigma_mu(config.cv)
         self.session_factor = 1.0
@@ -226,33 +229,20 @@ class JitteredCost:
 
     def _factors(self, k: int) -> list[float]:
         out = self._noise(k)
-        if self._spells is not None:
-            spells = self._spells[0]
-            for j, slow in enumerate(self._in_spell(k)):
-                if slow:
-                    out[j] *= spells.factor
-        return out
-
-    def _in_spell(self, k: int) -> list[bool]:
-        """The chain's next *k* states (True: in a spell)."""
-        assert self._spells is not None
+        if self._spells is None:
+            return out
         spells, rng = self._spells
-        out: list[bool] = []
-        while len(out) < k:
+        j = 0
+        while j < k:  # the chain's next k states, a run of one state at a time
             if self._left == 0:
-                if self._started:
-                    self._slow = not self._slow
-                else:  # the first state: in a spell with probability share
-                    self._slow = bool(rng.random() < spells.share)
-                    self._started = True
+                self._slow = not self._slow
                 self._left = _run_length(spells, self._slow, rng)
-            take = min(self._left, k - len(out))
-            out.extend([self._slow] * take)
+            take = min(self._left, k - j)
+            if self._slow:
+                out[j : j + take] = [f * spells.factor for f in out[j : j + take]]
             self._left -= take
+            j += take
         return out
-
-    _started = False
-    """Whether the chain has drawn its first state."""
 
     def _noise(self, k: int) -> list[float]:
         if not self._sigma:
@@ -317,12 +307,12 @@ def fit_spells(config: Any) -> SpellsConfig:
     """The fitted slow spells of a ``profile`` cost *config* (``jitter.spells: fitted``)."""
     noise = getattr(getattr(config, "fit", None), "noise", None)
     spells = getattr(noise, "spells", None)
-    if spells is None:  # the configs refuse this when they are validated
+    if not isinstance(spells, SpellsConfig):  # the configs refuse this when validated
         raise LyraError(
             "cost.jitter.spells: got 'fitted', but the fit has no slow spells (fit on "
             "replayed runs: calibrate --from-runs)"
         )
-    return SpellsConfig(share=spells.share, factor=spells.factor, steps=spells.steps)
+    return spells  # a SpellsFit: the config and how many steps it was taken from
 
 
 def fit_sigma(config: Any) -> float:

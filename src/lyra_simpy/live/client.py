@@ -311,7 +311,7 @@ def decode_step_ms(
     return round(median_gap_ms([out]), 2)
 
 
-def lockstep_step_ms(outs: list[Outcome]) -> float:
+def lockstep_step_ms(outs: list[Outcome], gap_ms: float | None = None) -> float:
     """The mean engine step (ms) while every request of *outs* decodes: requests sent
     together, each streaming one token a step once its prompt is in. The window opens
     at the last request's first chunk (every prompt is in: each step after it is a
@@ -319,11 +319,13 @@ def lockstep_step_ms(outs: list[Outcome]) -> float:
     chunks inside it give its steps (tokens after its first chunk in the window) and
     their span, pooled over the requests. A chunk belongs to a step within half the
     median gap of the step's time (the tokens of one step reach the client a few ms
-    apart). Falls back to :func:`median_gap_ms` when the window holds fewer than two
-    chunks of any request, or when a chunk's token count is unknown."""
+    apart; *gap_ms*: that median when the caller has it). Falls back to the median gap
+    when the window holds fewer than two chunks of any request, or when a chunk's token
+    count is unknown."""
+    gap = median_gap_ms(outs) if gap_ms is None else gap_ms
     if any(out.chunk_tokens is None or len(out.chunk_s) < 2 for out in outs):
-        return median_gap_ms(outs)
-    slack = median_gap_ms(outs) / 2000.0
+        return gap
+    slack = gap / 2000.0
     opens = max(out.chunk_s[0] for out in outs) + slack
     closes = min(out.chunk_s[-1] for out in outs) + slack
     span = steps = 0.0
@@ -331,7 +333,7 @@ def lockstep_step_ms(outs: list[Outcome]) -> float:
         tokens = out.chunk_tokens or []
         inside = [k for k, t in enumerate(out.chunk_s) if opens - 2 * slack < t <= closes]
         if len(inside) < 2:
-            return median_gap_ms(outs)
+            return gap
         span += out.chunk_s[inside[-1]] - out.chunk_s[inside[0]]
         steps += sum(tokens[k] for k in inside[1:])
     return 1000.0 * span / steps

@@ -147,10 +147,10 @@ class Prober:
         out = await self._send(p, 1, time.perf_counter(), slot=0)
         return self._prompt_ms(out, "prefill", await self._engine_prefill_ms(before), p)
 
-    async def decode(self, b: int, ctx: int, stride: int = 1) -> tuple[float, float, float, float]:
-        """*b* requests of *ctx* prompt tokens decoding together: (the step by
-        ``grid.decode_step``, the engine's mean ``predicted_per_token_ms`` or NaN, the
-        median chunk gap, the lock-step window's mean step)."""
+    async def decode(self, b: int, ctx: int, stride: int = 1) -> tuple[float, float, float]:
+        """*b* requests of *ctx* prompt tokens decoding together: (the median chunk gap,
+        the lock-step window's mean step, the engine's mean ``predicted_per_token_ms`` or
+        NaN)."""
         t0 = time.perf_counter()
         steps = self.grid.decode_steps
         outs = await asyncio.gather(
@@ -161,9 +161,9 @@ class Prober:
             for o in outs
             if o.timings and isinstance(o.timings.get("predicted_per_token_ms"), (int, float))
         ]
-        gap, mean = median_gap_ms(outs), lockstep_step_ms(outs)
-        step = mean if self.grid.decode_step == "mean" else gap
-        return step, statistics.mean(engine) if engine else float("nan"), gap, mean
+        gap = median_gap_ms(outs)
+        mean = lockstep_step_ms(outs, gap)
+        return gap, mean, statistics.mean(engine) if engine else float("nan")
 
     async def mixed(self, b: int, p: int) -> tuple[float, int]:
         t0 = time.perf_counter()

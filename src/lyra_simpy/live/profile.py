@@ -184,7 +184,8 @@ def profile(
                 if phase == "prefill":
                     got[k].append((await prober.prefill(n), nan, nan, nan))
                 elif phase == "decode":
-                    got[k].append(await prober.decode(b, n, stride))
+                    gap, mean, engine = await prober.decode(b, n, stride)
+                    got[k].append((mean if grid.decode_step == "mean" else gap, engine, gap, mean))
                 else:
                     lat, ctx = await prober.mixed(b, n)
                     got[k].append((lat, float(ctx), nan, nan))

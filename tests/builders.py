@@ -144,6 +144,25 @@ def validation_module(name: str) -> Any:
     return module
 
 
+def runs_raw(seed: int, rate: float, n: int = 120) -> dict[str, Any]:
+    """A scenario (as a dict, to change) costed by tests/data/synthetic_fit.yaml: the
+    runs ``calibrate --from-runs`` is tested on (Poisson, prompts 16-400, outputs 2-60)."""
+    fit = Path(__file__).resolve().parent / "data" / "synthetic_fit.yaml"
+    return {
+        "name": "runs",
+        "seed": seed,
+        "workload": {
+            "num_requests": n,
+            "arrival": {"name": "poisson", "rate_per_s": rate},
+            "input_tokens": {"name": "uniform", "low": 16, "high": 400},
+            "output_tokens": {"name": "uniform", "low": 2, "high": 60},
+        },
+        "scheduler": {"name": "continuous", "max_num_seqs": 16, "max_num_batched_tokens": 8192},
+        "kv_cache": {"block_size": 16, "num_blocks": 4096},
+        "cost": {"name": "profile", "path": str(fit)},
+    }
+
+
 def token_times(res: Any) -> list[list[float]]:
     """Each request's token times: its first token, then the end of every later
     iteration up to its finish (one replica, no preemption: it decodes in each)."""

@@ -50,8 +50,9 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import speed_gate
-from profile_columns import by_mean_step
+from profile_columns import write_by_mean_step
 
+from lyra_simpy.calibration.fitfile import load_fit
 from lyra_simpy.calibration.profiles import request_path_ms
 from lyra_simpy.cli import main as cli_main
 from lyra_simpy.live import llamacpp
@@ -257,14 +258,15 @@ def table2(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int,
     extra += ["--prompt-budget", str(config.batch_tokens)]  # -b: long prompts in chunks
     run("calibrate", "--from-runs", *reals[FIT_LOAD], "--out", str(fit2), "--loss", "soft_l1",
         *extra, log=log)  # fmt: skip
-    spells = (yaml.safe_load(fit2.read_text()).get("noise") or {}).get("spells")
+    fitted = load_fit(fit2)
+    found = fitted.noise.spells if fitted.noise is not None and with_spells else None
     out["table2"] = {}
     shutil.rmtree(here / "sim_t2", ignore_errors=True)
     for load in LOADS:
         raw = scenario(load, flags, regime, quick, str(fit2), load, out["capacity_req_s"])
         # the runs alone: a step rebuilt from an idle start begins at the send, path included
         raw["workload"].pop("request_path_ms")
-        if spells and with_spells:  # the host's slow spells of the runs (calibration.md §8)
+        if found is not None:  # the host's slow spells of the runs (calibration.md §8)
             raw["cost"]["jitter"] = {"spells": "fitted"}
         path = here / f"{load}_t2.yaml"
         path.write_text(yaml.safe_dump(raw))
@@ -273,8 +275,8 @@ def table2(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int,
         run("compare", str(_sim(here / "sim_t2" / load)), *reals[load], "--json", str(table),
             log=log)  # fmt: skip
         out["table2"][load] = json.loads(table.read_text())
-    out.setdefault("fits", {})["runs"] = yaml.safe_load(fit2.read_text())["coefficients"]
-    out["runs_spells"] = spells
+    out.setdefault("fits", {})["runs"] = fitted.coefficients.model_dump()
+    out["runs_spells"] = None if found is None else found.model_dump()
 
 
 def with_attention_column(here: Path, flags: list[str]) -> bool:
@@ -318,11 +320,8 @@ def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
         print(f"{key}: profile.csv given the attention_cells column", flush=True)
     fit = here / "fit_probes.yaml"
     profile = here / "profile.csv"
-    swapped = by_mean_step(profile.read_text()) if mean_step else None
-    if swapped is not None:
+    if mean_step and write_by_mean_step(profile, here / "profile_mean_step.csv"):
         profile = here / "profile_mean_step.csv"
-        profile.write_text(swapped)
-        shutil.copyfile(here / "profile.yaml", profile.with_suffix(".yaml"))
     run("calibrate", str(profile), "--out", str(fit), "--loss", "soft_l1", log=log)
     shutil.rmtree(here / "sim", ignore_errors=True)
     for load in LOADS:

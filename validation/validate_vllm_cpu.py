@@ -47,6 +47,7 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,10 +57,11 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import speed_gate
-from profile_columns import by_mean_step
+from profile_columns import write_by_mean_step
 from speed_gate import FLOOR_PROBES, GATE, GATE_WAIT_S, profile_step
 from vllm_steps import SLOW, decode_ratios
 
+from lyra_simpy.calibration.fitfile import load_fit
 from lyra_simpy.calibration.profiles import request_path_ms
 from lyra_simpy.cli import main as cli_main
 from lyra_simpy.live import vllm_cpu
@@ -312,22 +314,37 @@ def real_runs(key: str, load: str, repeats: int) -> list[Path]:
     return [OUT / f"{cfg}_{workload}" / "real" / load / f"run{k}" for k in range(1, repeats + 1)]
 
 
-def table1(results: dict[str, Any], repeats: int, log: list[str]) -> None:
-    """Table 1 again for every stored load: its scenario simulated with the current
-    :data:`FIT` (the Poisson rates stay those the real runs were sent at) and compared
-    with the same real runs (``--reprofile``)."""
+Simulated = tuple[dict[str, Any], Path, list[Path]]
+"""A stored load's entry, its simulation's folder and its real runs (:func:`simulated`)."""
+
+
+def simulated(results: dict[str, Any], repeats: int, log: list[str], tag: str,
+              edit: Callable[[dict[str, Any]], None]) -> Iterator[Simulated]:  # fmt: skip
+    """Every stored load's scenario, changed by *edit*, written as ``LOAD{tag}.yaml`` and
+    simulated into ``sim{tag}``: each load's entry in *results*, its simulation's folder
+    and its real runs."""
     for key, res in results.items():
         cfg, workload = key.split("/")
         here = OUT / f"{cfg}_{workload}"
         for load, entry in res["loads"].items():
             raw = yaml.safe_load((here / f"{load}.yaml").read_text())
-            raw["workload"]["request_path_ms"] = request_path_ms(PROFILE)
-            _write(here / f"{load}.yaml", raw)
-            run("run", str(here / f"{load}.yaml"), "--out", str(here / "sim"), "--no-figures",
-                log=log)  # fmt: skip
-            sim = _sim(here / "sim" / load)
-            entry["table"] = compare(sim, real_runs(key, load, repeats))
-            entry["sim"] = sim_counters(sim)
+            edit(raw)
+            path = _write(here / f"{load}{tag}.yaml", raw)
+            run("run", str(path), "--out", str(here / f"sim{tag}"), "--no-figures", log=log)
+            yield entry, _sim(here / f"sim{tag}" / load), real_runs(key, load, repeats)
+
+
+def table1(results: dict[str, Any], repeats: int, log: list[str]) -> None:
+    """Table 1 again for every stored load: its scenario simulated with the current
+    :data:`FIT` (the Poisson rates stay those the real runs were sent at) and compared
+    with the same real runs (``--reprofile``)."""
+
+    def path_from_profile(raw: dict[str, Any]) -> None:
+        raw["workload"]["request_path_ms"] = request_path_ms(PROFILE)
+
+    for entry, sim, reals in simulated(results, repeats, log, "", path_from_profile):
+        entry["table"] = compare(sim, reals)
+        entry["sim"] = sim_counters(sim)
 
 
 def steps_vs_fit(results: dict[str, Any], repeats: int) -> None:
@@ -342,29 +359,22 @@ def steps_vs_fit(results: dict[str, Any], repeats: int) -> None:
             entry["steps_vs_fit"] = decode_ratios(real_runs(key, load, repeats), FIT, budget)
 
 
-def table1_gap(results: dict[str, Any], repeats: int, log: list[str]) -> None:
+def table1_mean(results: dict[str, Any], repeats: int, log: list[str]) -> None:
     """Table 1 once more with the decode rows priced by the same probes' mean step (the
     profile's ``mean_step_ms`` column) instead of their median chunk gap (``ProfileGrid.
     decode_step``): what the choice of statistic alone does, on one profile. Nothing when
     the profile has no such column."""
-    text = by_mean_step(PROFILE.read_text())
-    if text is None:
-        return
     profile = OUT / "profile_mean_step.csv"
-    profile.write_text(text)
-    shutil.copyfile(PROFILE.with_suffix(".yaml"), profile.with_suffix(".yaml"))
+    if not write_by_mean_step(PROFILE, profile):
+        return
     fit = OUT / "fit_mean_step.yaml"
     run("calibrate", str(profile), "--out", str(fit), "--loss", "soft_l1", log=log)
-    for key, res in results.items():
-        cfg, workload = key.split("/")
-        here = OUT / f"{cfg}_{workload}"
-        for load, entry in res["loads"].items():
-            raw = yaml.safe_load((here / f"{load}.yaml").read_text())
-            raw["cost"]["path"] = str(fit)
-            path = _write(here / f"{load}_gap.yaml", raw)
-            run("run", str(path), "--out", str(here / "sim_gap"), "--no-figures", log=log)
-            reals = real_runs(key, load, repeats)
-            entry["table1_gap"] = compare(_sim(here / "sim_gap" / load), reals)
+
+    def mean_fit(raw: dict[str, Any]) -> None:
+        raw["cost"]["path"] = str(fit)
+
+    for entry, sim, reals in simulated(results, repeats, log, "_mean", mean_fit):
+        entry["table1_mean"] = compare(sim, reals)
 
 
 def probe_and_fit(srv: vllm_cpu.Server, log: list[str],
@@ -404,7 +414,7 @@ def reprofile(keep: dict[str, Any], log: list[str]) -> None:
     fit["reprofiled"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     keep["fit"] = fit
     table1(keep["results"], keep["facts"]["repeats"], log)
-    table1_gap(keep["results"], keep["facts"]["repeats"], log)
+    table1_mean(keep["results"], keep["facts"]["repeats"], log)
     steps_vs_fit(keep["results"], keep["facts"]["repeats"])
 
 
@@ -421,26 +431,22 @@ def table2(results: dict[str, Any], repeats: int, log: list[str],
     budget = str(fitted_on.scheduler.max_num_batched_tokens)  # long prompts ran in chunks
     run("calibrate", "--from-runs", *reals, "--out", str(FIT_RUNS), "--loss", "soft_l1",
         "--prompt-budget", budget, log=log)  # fmt: skip
-    spells = (yaml.safe_load(FIT_RUNS.read_text()).get("noise") or {}).get("spells")
-    spells = spells if with_spells else None
-    for key, res in results.items():
-        cfg, workload = key.split("/")
-        here = OUT / f"{cfg}_{workload}"
-        for load, entry in res["loads"].items():
-            raw = yaml.safe_load((here / f"{load}.yaml").read_text())
-            raw["cost"]["path"] = str(FIT_RUNS)
-            if spells:  # the host's slow spells the runs showed (calibration.md §8)
-                raw["cost"]["jitter"] = {"spells": "fitted"}
-            # the runs alone: their rebuilt steps hold what the path adds to the first
-            raw["workload"].pop("request_path_ms", None)
-            path = _write(here / f"{load}_t2.yaml", raw)
-            run("run", str(path), "--out", str(here / "sim_t2"), "--no-figures", log=log)
-            reals = real_runs(key, load, repeats)
-            entry["table2"] = compare(_sim(here / "sim_t2" / load), reals)
-            entry["solo_step_ms"] = [solo_step_ms(r) for r in reals]
-    fitted = yaml.safe_load(FIT_RUNS.read_text())
-    return {"coefficients": fitted["coefficients"], "fit_on": f"{FIT_POINT} {FIT_LOAD}",
-            "spells": spells}  # fmt: skip
+    fitted = load_fit(FIT_RUNS)
+    found = fitted.noise.spells if fitted.noise is not None and with_spells else None
+
+    def runs_fit(raw: dict[str, Any]) -> None:
+        raw["cost"]["path"] = str(FIT_RUNS)
+        if found is not None:  # the host's slow spells the runs showed (calibration.md §8)
+            raw["cost"]["jitter"] = {"spells": "fitted"}
+        # the runs alone: their rebuilt steps hold what the path adds to the first
+        raw["workload"].pop("request_path_ms", None)
+
+    for entry, sim, reals in simulated(results, repeats, log, "_t2", runs_fit):
+        entry["table2"] = compare(sim, reals)
+        entry["solo_step_ms"] = [solo_step_ms(r) for r in reals]
+    spells = None if found is None else found.model_dump()
+    return {"coefficients": fitted.coefficients.model_dump(),
+            "fit_on": f"{FIT_POINT} {FIT_LOAD}", "spells": spells}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -481,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.resimulate:  # the stored profile, fitted by today's calibrate
             keep["fit"] = calibrate(keep["fit"], log)
             table1(keep["results"], keep["facts"]["repeats"], log)
-            table1_gap(keep["results"], keep["facts"]["repeats"], log)
+            table1_mean(keep["results"], keep["facts"]["repeats"], log)
             steps_vs_fit(keep["results"], keep["facts"]["repeats"])
         keep["fit_runs"] = table2(keep["results"], keep["facts"]["repeats"], log,
                                   not args.no_spells)  # fmt: skip
@@ -528,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
                     facts["wall_min"] = round((time.time() - started) / 60, 1)
                 saved = {"facts": facts, "fit": fit, "results": results, "commands": log}
                 stored.write_text(json.dumps(saved, indent=1, default=str))
-    table1_gap(results, REPEATS, log)
+    table1_mean(results, REPEATS, log)
     steps_vs_fit(results, REPEATS)
     fit_runs = table2(results, REPEATS, log) if FIT_POINT in results else {}
     saved = {"facts": facts, "fit": fit, "fit_runs": fit_runs, "results": results, "commands": log}
@@ -625,7 +631,7 @@ def summary(results: dict[str, Any]) -> list[str]:
         oks = [ok for entry in entries for ok in counter_cells(entry)[2]]
         flags = " ".join(CONFIGS[cfg]) or "(vLLM's CPU defaults)"
         one = _tally([e["table"] for e in entries])
-        gap = _tally([e["table1_gap"] for e in entries if "table1_gap" in e])
+        gap = _tally([e["table1_mean"] for e in entries if "table1_mean" in e])
         two = _tally([e["table2"] for e in entries if "table2" in e])
         rows.append(f"| `{flags}` | {workload} | {len(entries)} | {one} | {gap} | {two} | "
                     f"{sum(oks)} / {len(oks)} |")  # fmt: skip

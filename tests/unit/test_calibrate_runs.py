@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from builders import write_run
+from builders import runs_raw, write_run
 from lyra_simpy import Results, scenario_from_dict, simulate
 from lyra_simpy.calibration.fit import TERMS
 from lyra_simpy.calibration.fitfile import load_fit
 from lyra_simpy.calibration.fitruns import fit_runs
-from lyra_simpy.calibration.runs import StepRebuild, read_run, rebuild_steps
+from lyra_simpy.calibration.runs import StepRebuild, StreamedRequest, read_run, rebuild_steps
 from lyra_simpy.cli import main
 from lyra_simpy.metrics.io import write_jsonl
 
@@ -34,21 +34,18 @@ TRUE = {  # tests/data/synthetic_fit.yaml
 
 
 def scenario(seed: int, rate: float, n: int = 120) -> Any:
-    return scenario_from_dict(
-        {
-            "name": "runs",
-            "seed": seed,
-            "workload": {
-                "num_requests": n,
-                "arrival": {"name": "poisson", "rate_per_s": rate},
-                "input_tokens": {"name": "uniform", "low": 16, "high": 400},
-                "output_tokens": {"name": "uniform", "low": 2, "high": 60},
-            },
-            "scheduler": {"name": "continuous", "max_num_seqs": 16, "max_num_batched_tokens": 8192},
-            "kv_cache": {"block_size": 16, "num_blocks": 4096},
-            "cost": {"name": "profile", "path": str(DATA / "synthetic_fit.yaml")},
-        }
-    )
+    return scenario_from_dict(runs_raw(seed, rate, n))
+
+
+def lone_chunked_run(folder: Path) -> tuple[Results, list[StreamedRequest]]:
+    """Six prompts of 600 tokens, one at a time, in chunks of 256 (vLLM's chunked prefill
+    with a 256-token budget), written as a replay writes them and read back."""
+    raw = runs_raw(5, 0.5, 6)
+    raw["workload"]["input_tokens"] = {"name": "fixed", "tokens": 600}
+    raw["workload"]["output_tokens"] = {"name": "fixed", "tokens": 3}
+    raw["scheduler"] = {"name": "chunked_prefill", "max_num_seqs": 4, "max_num_batched_tokens": 256}
+    res = simulate(scenario_from_dict(raw))
+    return res, read_run(write_run(res, folder))
 
 
 @pytest.fixture(scope="module")
@@ -195,12 +192,8 @@ def test_chunked_prefill_steps_without_a_token_are_merged(tmp_path):
     # prompts of 600 tokens in chunks of 256, alone in the engine: the first two chunks
     # emit nothing, so three engine steps are rebuilt as one (docs/calibration.md §7);
     # without --prompt-budget, as one step of the whole prompt
-    raw = json.loads(scenario(5, 0.5, 6).model_dump_json())
-    raw["workload"]["input_tokens"] = {"name": "fixed", "tokens": 600}
-    raw["workload"]["output_tokens"] = {"name": "fixed", "tokens": 3}
-    raw["scheduler"] = {"name": "chunked_prefill", "max_num_seqs": 4, "max_num_batched_tokens": 256}
-    res = simulate(scenario_from_dict(raw))
-    steps = rebuild_steps(read_run(write_run(res, tmp_path / "c")), StepRebuild())
+    res, requests = lone_chunked_run(tmp_path / "c")
+    steps = rebuild_steps(requests, StepRebuild())
     assert len(res.timeseries["end_s"]) == 6 * (3 + 2)
     assert len(steps) == 6 * 3
     prefill = steps.latency_ms[steps.prefill_seqs == 1]
@@ -246,7 +239,7 @@ def test_default_gap_follows_the_run_not_a_fixed_millisecond(runs, tmp_path):
 def llamacpp_scenario(seed: int, rate: float) -> Any:
     """llama.cpp with one KV buffer and context checkpoints on a sliding-window model:
     each prompt's last 4 tokens run in a step of their own (emitting the first token)."""
-    raw = scenario(seed, rate).model_dump(mode="json", exclude_none=True)
+    raw = runs_raw(seed, rate)
     raw["scheduler"] = {
         "name": "llamacpp",
         "n_parallel": 8,
@@ -254,7 +247,6 @@ def llamacpp_scenario(seed: int, rate: float) -> Any:
         "sliding_window": True,
         "cache_prompt": False,
     }
-    raw.pop("variants", None)
     return scenario_from_dict(raw)
 
 
@@ -293,12 +285,8 @@ def test_prompt_budget_rebuilds_the_chunks_of_a_lone_prompt(tmp_path):
     # the same runs as above: with vLLM's budget given, the rebuilt step holds the three
     # engine steps (steps = 3) and the chunks' own attention pairs, which the true
     # model prices exactly
-    raw = json.loads(scenario(5, 0.5, 6).model_dump_json())
-    raw["workload"]["input_tokens"] = {"name": "fixed", "tokens": 600}
-    raw["workload"]["output_tokens"] = {"name": "fixed", "tokens": 3}
-    raw["scheduler"] = {"name": "chunked_prefill", "max_num_seqs": 4, "max_num_batched_tokens": 256}
-    res = simulate(scenario_from_dict(raw))
-    steps = rebuild_steps(read_run(write_run(res, tmp_path / "c")), StepRebuild(prompt_budget=256))
+    _, requests = lone_chunked_run(tmp_path / "c")
+    steps = rebuild_steps(requests, StepRebuild(prompt_budget=256))
     first = steps.prefill_tokens > 0
     assert steps.steps[first].tolist() == [3] * 6
     assert steps.prefill_attention_tokens[first].tolist() == [256 * 256 + 256 * 512 + 88 * 600] * 6
@@ -311,7 +299,7 @@ def test_prompt_budget_recovers_the_coefficients_of_chunked_runs(tmp_path):
     # run in the steps before its first token, beside other requests' decodes
     runs = []
     for k, (seed, rate) in enumerate([(1, 3.0), (2, 6.0)]):
-        raw = json.loads(scenario(seed, rate).model_dump_json())
+        raw = runs_raw(seed, rate)
         raw["workload"]["input_tokens"] = {"name": "uniform", "low": 300, "high": 900}
         raw["scheduler"] = {
             "name": "chunked_prefill", "max_num_seqs": 8, "max_num_batched_tokens": 256
@@ -344,7 +332,7 @@ def test_runs_with_slow_spells_give_them_back(tmp_path):
     spells = {"share": 0.22, "factor": 1.8, "steps": 6.0}
     runs = []
     for k, (seed, rate) in enumerate([(1, 6.0), (2, 10.0)]):
-        raw = json.loads(scenario(seed, rate, 300).model_dump_json())
+        raw = runs_raw(seed, rate, 300)
         raw["cost"]["jitter"] = {"spells": spells}
         res = simulate(scenario_from_dict(raw))
         runs.append(write_run(res, tmp_path / f"s{k}"))

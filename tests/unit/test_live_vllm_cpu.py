@@ -447,38 +447,37 @@ def test_a_real_run_waits_for_the_profiled_speed(monkeypatch: Any) -> None:
     assert job.wait_for_speed("u", None) == [50.0]  # no profile to compare with: one probe
 
 
-def test_table1_by_mean_step_swaps_only_the_decode_rows() -> None:
-    job = _job()
+def test_table1_by_mean_step_swaps_only_the_decode_rows(tmp_path: Path) -> None:
+    columns = validation_module("profile_columns")
     head = (
         "phase,batch_size,input_tokens,context_len,latency_ms,engine_ms,median_gap_ms,"
         "mean_step_ms\n"
     )
-    text = head + "prefill,1,16,0,23.0,,,\ndecode,4,0,40,23.2,,23.2,25.3\nmixed,1,64,131,34.4,,,\n"
-    assert job.by_mean_step(text) == (
-        head + "prefill,1,16,0,23.0,,,\ndecode,4,0,40,25.3,,23.2,25.3\nmixed,1,64,131,34.4,,,\n"
-    )
-    assert job.by_mean_step("phase,batch_size,input_tokens,context_len,latency_ms\n") is None
+    prefill, mixed = "prefill,1,16,0,23.0,,,\n", "mixed,1,64,131,34.4,,,\n"
+    text = head + prefill + "decode,4,0,40,23.2,,23.2,25.3\n" + mixed
+    swapped = head + prefill + "decode,4,0,40,25.3,,23.2,25.3\n" + mixed
+    assert columns.by_mean_step(text) == swapped
+    assert columns.by_mean_step("phase,batch_size,input_tokens,context_len,latency_ms\n") is None
+    (tmp_path / "p.csv").write_text(text)
+    (tmp_path / "p.yaml").write_text("engine: vllm\n")
+    assert columns.write_by_mean_step(tmp_path / "p.csv", tmp_path / "m.csv")
+    assert (tmp_path / "m.csv").read_text() == swapped
+    assert (tmp_path / "m.yaml").read_text() == "engine: vllm\n"
+    (tmp_path / "old.csv").write_text("phase,batch_size,input_tokens,context_len,latency_ms\n")
+    assert not columns.write_by_mean_step(tmp_path / "old.csv", tmp_path / "n.csv")
+    assert not (tmp_path / "n.csv").exists()
 
 
 def test_decode_ratios_of_runs_costed_by_the_fit_itself_are_one(tmp_path: Path) -> None:
-    from builders import validation_module, write_run
+    from builders import runs_raw, write_run
     from lyra_simpy import scenario_from_dict, simulate
 
     steps = validation_module("vllm_steps")
     fit = Path(__file__).resolve().parents[1] / "data" / "synthetic_fit.yaml"
-    raw = {
-        "name": "r",
-        "seed": 3,
-        "workload": {
-            "num_requests": 60,
-            "arrival": {"name": "poisson", "rate_per_s": 8.0},
-            "input_tokens": {"name": "uniform", "low": 16, "high": 600},
-            "output_tokens": {"name": "uniform", "low": 2, "high": 40},
-        },
-        "scheduler": {"name": "chunked_prefill", "max_num_seqs": 8, "max_num_batched_tokens": 256},
-        "kv_cache": {"block_size": 16, "num_blocks": 4096},
-        "cost": {"name": "profile", "path": str(fit)},
-    }
+    raw = runs_raw(3, 8.0, 60)
+    raw["workload"]["input_tokens"] = {"name": "uniform", "low": 16, "high": 600}
+    raw["workload"]["output_tokens"] = {"name": "uniform", "low": 2, "high": 40}
+    raw["scheduler"] = {"name": "chunked_prefill", "max_num_seqs": 8, "max_num_batched_tokens": 256}
     run = write_run(simulate(scenario_from_dict(raw)), tmp_path / "run1")
     got = steps.decode_ratios([run], fit, 256)
     assert got["steps"] > 100

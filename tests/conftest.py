@@ -46,6 +46,18 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """One test needing the quick run of every scenario (``quick_run_all``, the slowest
+    thing the tests do) first, the other tests needing it last: under pytest-xdist one
+    worker runs it while the others take every other test, instead of waiting for it
+    from the start or starting it at the end."""
+    uses = [item for item in items if "quick_run_all" in getattr(item, "fixturenames", ())]
+    if uses:
+        needing = set(uses)
+        rest = [item for item in items if item not in needing]
+        items[:] = [uses[0], *rest, *uses[1:]]
+
+
 #: A small, valid scenario: 12 Poisson requests on a continuous-batching replica.
 TINY: dict[str, Any] = {
     "name": "tiny",

@@ -1,11 +1,15 @@
 """Regenerate the golden summaries: ``python tests/golden/regen.py [--check] [NAME ...]``.
 
 For every ``scenarios/*.yaml`` (or the NAMEs given, without ``.yaml``), run its ``quick``
-variant set exactly as ``tests/golden/test_golden.py`` does and write
+variant set in process and write
 ``tests/golden/<scenario>.json``: per variant label, the vLLM-named summary and the engine
 counters. Run it after a change that is *meant* to move the numbers, look at the diff
 (``git diff tests/golden``), and commit the JSON with the change that explains it.
 ``--check`` writes nothing and exits 1 if any file would change.
+
+``tests/golden/test_golden.py`` reads the same record back from what ``lyra-simpy run
+--quick scenarios/`` wrote (:func:`golden_from_results`; the tests' one quick run of every
+scenario), so the numbers a user gets are the ones checked.
 """
 
 from __future__ import annotations
@@ -39,6 +43,25 @@ def golden_of(path: Path) -> dict[str, Any]:
                 "engine": {k: res.engine[k] for k in ENGINE_KEYS},
             }
             for res in results
+        },
+    }
+
+
+def golden_from_results(results: Path, name: str) -> dict[str, Any]:
+    """The golden record of scenario *name* from the folders ``lyra-simpy run`` wrote under
+    *results* (each variant's ``summary.json`` and ``manifest.json``), in variant order."""
+    found = []
+    for manifest_path in (results / name).rglob("manifest.json"):
+        manifest = json.loads(manifest_path.read_text())
+        summary = json.loads((manifest_path.parent / "summary.json").read_text())
+        engine = {k: manifest["engine"][k] for k in ENGINE_KEYS}
+        found.append((manifest["variant_index"], manifest["scenario"]["label"], summary, engine))
+    found.sort(key=lambda v: v[0])
+    return {
+        "scenario": name,
+        "quick": True,
+        "variants": {
+            label: {"summary": summary, "engine": engine} for _, label, summary, engine in found
         },
     }
 

@@ -30,11 +30,21 @@ def _regen_module() -> Any:
 regen = _regen_module()
 
 
+RESULTS: list[Path] = []
+"""Where the session's quick run of every scenario wrote its folders (``quick_run_all``)."""
+
+
+@pytest.fixture(autouse=True)
+def _the_quick_run(quick_run_all: Any) -> None:
+    RESULTS[:] = [quick_run_all.results]
+
+
 @cache
 def quick_run(name: str) -> dict[str, Any]:
-    """The golden record of scenarios/<name>.yaml as the code computes it now (the
-    traces the scenarios replay ship with the package: nothing is skipped)."""
-    return regen.golden_of(HERE.parents[1] / "scenarios" / f"{name}.yaml")
+    """The golden record of scenarios/<name>.yaml as ``lyra-simpy run --quick`` wrote it
+    in this test session (the traces the scenarios replay ship with the package: nothing
+    is skipped; regen.py computes the same record in process)."""
+    return regen.golden_from_results(RESULTS[0], name)
 
 
 def variants(name: str) -> dict[str, dict[str, Any]]:
@@ -77,7 +87,7 @@ def test_quick_run_matches_golden(path):
 
 def test_regen_check_reports_changes(tmp_path, monkeypatch, capsys):
     name = SCENARIOS[0].stem
-    record = quick_run(name)  # before patching: quick_run itself calls regen.golden_of
+    record = quick_run(name)
     monkeypatch.setattr(regen, "GOLDEN", tmp_path)
     monkeypatch.setattr(regen, "ROOT", tmp_path.parent)
     monkeypatch.setattr(regen, "golden_of", lambda p: record)

@@ -57,7 +57,6 @@ from lyra_simpy.calibration.profiles import request_path_ms
 from lyra_simpy.cli import main as cli_main
 from lyra_simpy.live import llamacpp
 from lyra_simpy.machine import cpu_model, load_average
-from lyra_simpy.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "validation-llamacpp"
@@ -238,12 +237,16 @@ def real_runs(here: Path, load: str, repeats: int) -> list[str]:
 
 
 def table2(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int,
-           log: list[str], with_spells: bool = True) -> None:  # fmt: skip
+           log: list[str], with_spells: bool = False) -> None:  # fmt: skip
     """Table 2 of one point into *out*: ``calibrate --from-runs`` on the real runs of
-    :data:`FIT_LOAD` alone (with the prompt stops of the server's context checkpoints
-    and its ``n_batch`` as the prompt budget), then every load simulated with that fit
-    (and the slow spells it found: ``cost.jitter.spells: fitted``) and compared to its
-    real runs.
+    :data:`FIT_LOAD` alone (``--scenario``: the prompt stops of the server's context
+    checkpoints, its ``n_batch`` as the prompt budget, a prompt's attention in the KV
+    cells the engine model counts), then every load simulated with that fit and
+    compared to its real runs. *with_spells* (``--spells``, an ablation) simulates the
+    slow spells the fit found too (``cost.jitter.spells: fitted``): on these runs they
+    overshoot (docs/VALIDATION-llamacpp.md: with per-slot KV they are mostly the
+    fragmented steps of 2 and 3 requests, which a multiplicative spell puts on every
+    step, a prompt's second-long step included).
     Not with the profile: a rebuilt step cannot tell its forward passes (the client sees
     no slot ids), so its extra passes would be fitted as decode cost beside the
     profile's per-pass cost and charged twice; alone, the fit prices the passes a load
@@ -252,14 +255,12 @@ def table2(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int,
     here = OUT / f"{cfg}_{reg}"
     reals = {load: real_runs(here, load, repeats) for load in LOADS}
     fit2 = here / "fit_runs.yaml"
-    config = load_scenario(here / f"{FIT_LOAD}.yaml").scheduler
-    stops = config.checkpoint_stops
-    extra = ["--prompt-stops", ",".join(map(str, stops))] if stops else []
-    extra += ["--prompt-budget", str(config.batch_tokens)]  # -b: long prompts in chunks
+    # the fitted load's scenario: its server's checkpoint stops, -b and KV cells
     run("calibrate", "--from-runs", *reals[FIT_LOAD], "--out", str(fit2), "--loss", "soft_l1",
-        *extra, log=log)  # fmt: skip
+        "--scenario", str(here / f"{FIT_LOAD}.yaml"), log=log)  # fmt: skip
     fitted = load_fit(fit2)
-    found = fitted.noise.spells if fitted.noise is not None and with_spells else None
+    spells = fitted.noise.spells if fitted.noise is not None else None
+    found = spells if with_spells else None
     out["table2"] = {}
     shutil.rmtree(here / "sim_t2", ignore_errors=True)
     for load in LOADS:
@@ -276,7 +277,8 @@ def table2(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int,
             log=log)  # fmt: skip
         out["table2"][load] = json.loads(table.read_text())
     out.setdefault("fits", {})["runs"] = fitted.coefficients.model_dump()
-    out["runs_spells"] = None if found is None else found.model_dump()
+    out["runs_spells"] = None if spells is None else spells.model_dump()
+    out["runs_spells_simulated"] = found is not None
 
 
 def with_attention_column(here: Path, flags: list[str]) -> bool:
@@ -352,8 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decode-step", choices=["median", "mean"], default="median",
                         help="with --resimulate: price the stored profiles' decode rows by "
                         "the probes' median gap (default) or mean step (an ablation)")  # fmt: skip
-    parser.add_argument("--no-spells", action="store_true",
-                        help="Table 2 without the slow spells its fit found (an ablation: "
+    parser.add_argument("--spells", action="store_true",
+                        help="Table 2 with the slow spells its fit found (an ablation: "
                         "the document then shows it so; run again without it)")  # fmt: skip
     args = parser.parse_args(argv or [])
     os.chdir(ROOT)
@@ -373,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg, reg = key.split("/")
             resimulate(key, res, keep["facts"]["repeats"], log, args.decode_step == "mean")
             table2(cfg, reg, keep["facts"]["quick"], res, keep["facts"]["repeats"], log,
-                   not args.no_spells)  # fmt: skip
+                   args.spells)  # fmt: skip
         keep["facts"]["resimulated"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         stored.write_text(json.dumps({**keep, "commands": log}, indent=1))
         write_section(DOC, keep["facts"], keep["results"])
@@ -383,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         for key, res in keep["results"].items():
             cfg, reg = key.split("/")
             table2(cfg, reg, keep["facts"]["quick"], res, keep["facts"]["repeats"], log,
-                   not args.no_spells)  # fmt: skip
+                   args.spells)  # fmt: skip
         stored.write_text(json.dumps({**keep, "commands": log}, indent=1))
     if args.doc_only or args.table2:
         write_section(DOC, keep["facts"], keep["results"])
@@ -537,7 +539,9 @@ def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any]) -> 
             f"{100 * speed_gate.GATE:.0f} % of the floor (at most {speed_gate.GATE_WAIT_S:.0f} s)."
         )  # fmt: skip
         sp = res.get("runs_spells")
-        spells = (f" Slow spells in those runs (Table 2 simulates them): {sp['share']:.0%} of "
+        how = ("Table 2 simulates them: `--spells`" if res.get("runs_spells_simulated")
+               else "not simulated; `--spells` does")  # fmt: skip
+        spells = (f" Slow spells in those runs ({how}): {sp['share']:.0%} of "
                   f"the decode steps at {sp['factor']:.2f}x, {sp['steps']:.1f} steps a spell."
                   if sp else "")  # fmt: skip
         lines.append(f"Capacity (simulated, {cfg}): {cap:.3f} req/s. Fit from probes: "

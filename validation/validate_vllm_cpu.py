@@ -427,10 +427,9 @@ def table2(results: dict[str, Any], repeats: int, log: list[str],
     Returns the fit's coefficients and report."""
     reals = [str(p) for p in real_runs(FIT_POINT, FIT_LOAD, repeats)]
     cfg, workload = FIT_POINT.split("/")
-    fitted_on = load_scenario(OUT / f"{cfg}_{workload}" / f"{FIT_LOAD}.yaml")
-    budget = str(fitted_on.scheduler.max_num_batched_tokens)  # long prompts ran in chunks
+    fitted_on = OUT / f"{cfg}_{workload}" / f"{FIT_LOAD}.yaml"  # its token budget
     run("calibrate", "--from-runs", *reals, "--out", str(FIT_RUNS), "--loss", "soft_l1",
-        "--prompt-budget", budget, log=log)  # fmt: skip
+        "--scenario", str(fitted_on), log=log)  # fmt: skip
     fitted = load_fit(FIT_RUNS)
     found = fitted.noise.spells if fitted.noise is not None and with_spells else None
 

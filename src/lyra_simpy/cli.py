@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lyra_simpy.argtypes import count, milliseconds
 from lyra_simpy.errors import LyraError, ScenarioError
@@ -119,6 +119,16 @@ def _parser() -> argparse.ArgumentParser:
         help="with --from-runs: most tokens one engine step computes (vLLM's "
         "--max-num-batched-tokens, llama.cpp's -b); a longer prompt ran in chunks in the "
         "steps before its first token (default: no limit)",
+    )
+    cal.add_argument(
+        "--scenario",
+        type=Path,
+        default=None,
+        metavar="YAML",
+        help="with --from-runs: a scenario whose engine served the runs; its scheduler "
+        "gives the prompt stops, the prompt budget and (llama.cpp) the KV cells a prompt "
+        "attends over, so the steps are rebuilt as that engine ran them (--prompt-stops "
+        "and --prompt-budget override)",
     )
     cal.add_argument(
         "--idle-start",
@@ -285,10 +295,11 @@ def _calibrate(args: argparse.Namespace) -> int:
         or args.idle_start is not None
         or args.prompt_stops
         or args.prompt_budget is not None
+        or args.scenario is not None
     ):
         raise LyraError(
-            "calibrate: --step-gap-ms, --idle-start, --prompt-stops and --prompt-budget "
-            "need --from-runs"
+            "calibrate: --step-gap-ms, --idle-start, --prompt-stops, --prompt-budget and "
+            "--scenario need --from-runs"
         )
     fit = calibrate(profile, args.out, args.figure, args.loss)
     print(format_report(fit, str(profile)))
@@ -315,18 +326,24 @@ def _token_counts(text: str) -> list[int]:
 def _calibrate_runs(args: argparse.Namespace, profile: Path | None) -> int:
     from lyra_simpy.calibration.fitfile import format_report, write_fit
     from lyra_simpy.calibration.fitruns import fit_runs
-    from lyra_simpy.calibration.runs import StepRebuild
+    from lyra_simpy.calibration.runs import StepRebuild, rebuild_for
 
     if args.figure is not None:
         raise LyraError("calibrate: --figure draws a profile's residuals; not with --from-runs")
     if args.step_gap_ms is not None and args.step_gap_ms <= 0:
         raise LyraError(f"--step-gap-ms: got {args.step_gap_ms:g}, must be > 0 (ms)")
     stops = None if args.prompt_stops is None else _token_counts(args.prompt_stops)
+    implied: dict[str, Any] = {}
+    if args.scenario is not None:
+        from lyra_simpy.scenario import load_scenario
+
+        implied = rebuild_for(load_scenario(args.scenario).scheduler)
     given = {
+        **implied,
         "gap_ms": args.step_gap_ms,
         "idle_start": args.idle_start,
-        "prompt_stops": stops,
-        "prompt_budget": args.prompt_budget,
+        "prompt_stops": stops if stops is not None else implied.get("prompt_stops"),
+        "prompt_budget": args.prompt_budget or implied.get("prompt_budget"),
     }
     rebuild = StepRebuild(**{k: v for k, v in given.items() if v is not None})
     fit = fit_runs(args.from_runs, profile, rebuild, args.loss, args.out)

@@ -13,13 +13,21 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 from builders import runs_raw, write_run
 from lyra_simpy import Results, scenario_from_dict, simulate
 from lyra_simpy.calibration.fit import TERMS
-from lyra_simpy.calibration.fitfile import load_fit
+from lyra_simpy.calibration.fitfile import load_fit, write_fit
 from lyra_simpy.calibration.fitruns import fit_runs
-from lyra_simpy.calibration.runs import StepRebuild, StreamedRequest, read_run, rebuild_steps
+from lyra_simpy.calibration.runs import (
+    CellLayout,
+    StepRebuild,
+    StreamedRequest,
+    read_run,
+    rebuild_for,
+    rebuild_steps,
+)
 from lyra_simpy.cli import main
 from lyra_simpy.metrics.io import write_jsonl
 
@@ -278,7 +286,9 @@ def test_bad_prompt_stops_fail_in_one_line(runs, capsys, given):
 def test_prompt_stops_need_runs(capsys):
     prof = str(DATA / "synthetic_profile.csv")
     assert main(["calibrate", prof, "--prompt-stops", "516,4"]) == 2
-    assert "--prompt-stops and --prompt-budget need --from-runs" in capsys.readouterr().err
+    assert "--prompt-stops, --prompt-budget and --scenario need --from-runs" in (
+        capsys.readouterr().err
+    )
 
 
 def test_prompt_budget_rebuilds_the_chunks_of_a_lone_prompt(tmp_path):
@@ -318,7 +328,7 @@ def test_prompt_budget_recovers_the_coefficients_of_chunked_runs(tmp_path):
 def test_prompt_budget_needs_runs_and_a_count(runs, capsys):
     prof = str(DATA / "synthetic_profile.csv")
     assert main(["calibrate", prof, "--prompt-budget", "256"]) == 2
-    assert "--prompt-budget need --from-runs" in capsys.readouterr().err
+    assert "--prompt-budget and --scenario need --from-runs" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
         main(["calibrate", "--from-runs", str(runs[0][0]), "--prompt-budget", "0"])
     assert exc.value.code == 2
@@ -365,3 +375,119 @@ def test_spells_fitted_need_a_fit_with_spells(make_scenario):
         make_scenario({"cost": cost})
     assert "jitter.spells: got 'fitted', but the fit" in str(info.value)
     assert "calibrate --from-runs" in str(info.value)
+
+
+KVU = CellLayout(kv_unified=True, ubatch_tokens=512, stream_cells=4096)
+PER_SLOT = CellLayout(kv_unified=False, ubatch_tokens=512, stream_cells=1024)
+
+
+def joined_prompts() -> list[StreamedRequest]:
+    """llama.cpp with checkpoint stops (516, 4): A (300 tokens) arrives at 0 and runs its
+    first 296 tokens alone, then its last 4; B (280 tokens) arrives at 0.5, while A's
+    296 run, and its first 276 join A's last 4 in the step that gives A's first token
+    (1.0); B's last 4 run beside A's first decode (1.05); both decode at 1.10."""
+    return [
+        StreamedRequest(0.0, 300, 0, [1.0, 1.05, 1.10], [1, 1, 1]),
+        StreamedRequest(0.5, 280, 0, [1.05, 1.10], [1, 1]),
+    ]
+
+
+def test_a_prompt_arriving_during_hidden_steps_joins_the_last_of_them():
+    steps = rebuild_steps(joined_prompts(), StepRebuild(gap_ms=5.0, prompt_stops=(516, 4)))
+    assert steps.prefill_tokens.tolist() == [296 + 4 + 276, 4, 0]
+    assert steps.steps.tolist() == [2, 1, 1]  # A's 296 alone, hidden in step 0
+    assert steps.decode_seqs.tolist() == [0, 1, 2]
+    assert steps.latency_ms.tolist() == pytest.approx([1000.0, 50.0, 50.0])
+    assert steps.prefill_attention_cells.tolist() == [0, 0, 0]  # (no layout given)
+
+
+@pytest.mark.parametrize(
+    ("layout", "cells"),
+    [
+        # -kvu: n_kv = what the buffer holds + the batch so far, padded to 256.
+        # step 0, hidden: A's 296 alone, 296 x pad(296) = 296 x 512; then A's 4 (296
+        # held) and B's 276 in one ubatch: 280 x pad(296 + 280) = 280 x 768.
+        # step 1: A decodes (300 held) and B's 4 (276 held) after it: 4 x pad(576 + 5)
+        (KVU, [296 * 512 + 280 * 768, 4 * 768, 0]),
+        # per slot: each prompt over its own stream: A's 296 x pad(296), A's 4 x
+        # pad(300), B's 276 x pad(276); B's last 4 x pad(280)
+        (PER_SLOT, [296 * 512 + 4 * 512 + 276 * 512, 4 * 512, 0]),
+    ],
+    ids=["kvu", "per-slot"],
+)
+def test_rebuilt_prompts_count_the_cells_the_engine_model_counts(layout, cells):
+    cfg = StepRebuild(gap_ms=5.0, prompt_stops=(516, 4), cells=layout)
+    steps = rebuild_steps(joined_prompts(), cfg)
+    assert steps.prefill_attention_cells.tolist() == cells
+    assert steps.design_matrix()[:, 4].tolist() == cells
+
+
+def kvu_runs(folder: Path) -> list[Path]:
+    """llama.cpp -kvu runs of prompts of 200-700 tokens, priced per cell attended (a fit
+    in n_kv units): a prompt beside running requests attends over all their cells."""
+    fit = load_fit(DATA / "synthetic_fit.yaml").model_copy(update={"attention": "n_kv"})
+    cells_fit = folder / "fit_cells.yaml"
+    write_fit(fit, cells_fit)
+    out = []
+    for k, (seed, rate) in enumerate([(1, 2.0), (2, 4.0)]):
+        raw = runs_raw(seed, rate)
+        raw["workload"]["input_tokens"] = {"name": "uniform", "low": 200, "high": 700}
+        raw["scheduler"] = {"name": "llamacpp", "n_parallel": 4, "kv_unified": True,
+                            "sliding_window": True, "cache_prompt": False}  # fmt: skip
+        raw["cost"]["path"] = str(cells_fit)
+        res = simulate(scenario_from_dict(raw))
+        assert (res.records["status"] == "ok").all()
+        assert res.engine["iterations"] > 0
+        out.append(write_run(res, folder / f"kvu{k}"))
+    return out
+
+
+def test_a_fit_on_kvu_runs_in_cells_gives_back_the_cells_coefficients(tmp_path):
+    runs = kvu_runs(tmp_path)
+    scenario_file = tmp_path / "kvu.yaml"
+    raw = runs_raw(1, 2.0)
+    raw["scheduler"] = {"name": "llamacpp", "n_parallel": 4, "kv_unified": True,
+                        "sliding_window": True, "cache_prompt": False}  # fmt: skip
+    scenario_file.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "fit.yaml"
+    argv = ["calibrate", "--from-runs", *map(str, runs), "--scenario", str(scenario_file)]
+    assert main([*argv, "--loss", "soft_l1", "--out", str(out)]) == 0
+    fit = load_fit(out)
+    assert fit.attention == "n_kv"
+    assert fit.runs is not None
+    assert fit.runs.rebuild["prompt_stops"] == [516, 4]
+    # (no -c: the training context, 32768 cells)
+    assert fit.runs.rebuild["cells"] == {"kv_unified": True, "ubatch_tokens": 512,
+                                         "stream_cells": 32768}  # fmt: skip
+    got = fit.coefficients.model_dump()
+    for term in ("fixed_ms", "per_decode_seq_ms", "per_prefill_token_ms",
+                 "per_prefill_attention_ms"):  # fmt: skip
+        assert got[term] == pytest.approx(TRUE[term], rel=0.05), term
+
+
+def test_cells_from_runs_need_a_profile_that_measured_them(tmp_path, capsys):
+    runs = kvu_runs(tmp_path)
+    scenario_file = tmp_path / "kvu.yaml"
+    raw = runs_raw(1, 2.0)
+    raw["scheduler"] = {"name": "llamacpp", "n_parallel": 4, "kv_unified": True}
+    scenario_file.write_text(yaml.safe_dump(raw))
+    prof = str(DATA / "synthetic_profile.csv")  # (no attention_cells column)
+    argv = ["calibrate", prof, "--from-runs", str(runs[0]), "--scenario", str(scenario_file)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "synthetic_profile.csv: no attention_cells column" in err
+    assert len(err.splitlines()) == 1
+
+
+def test_rebuild_for_reads_the_scenarios_engine():
+    sched = {"name": "llamacpp", "n_parallel": 2, "n_ctx": 4096, "n_batch": 64,
+             "sliding_window": True}  # fmt: skip
+    llama = scenario_from_dict({**runs_raw(1, 1.0), "scheduler": sched}).scheduler
+    got = rebuild_for(llama)
+    assert got["prompt_budget"] == 64
+    assert got["prompt_stops"] == (64, 4)  # min(n_batch, 4 + n_ubatch), min(n_batch, 4)
+    assert got["cells"] == CellLayout(kv_unified=False, ubatch_tokens=64, stream_cells=2048)
+    chunked = {"name": "chunked_prefill", "max_num_seqs": 8, "max_num_batched_tokens": 256}
+    vllm = scenario_from_dict({**runs_raw(1, 1.0), "scheduler": chunked}).scheduler
+    assert rebuild_for(vllm) == {"prompt_budget": 256}
+    assert rebuild_for(scenario(1, 1.0).scheduler) == {}

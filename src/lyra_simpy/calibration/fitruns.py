@@ -61,9 +61,16 @@ def _join(profile: Profile | None, steps: Steps) -> tuple[_Rows, np.ndarray, np.
             for name in _Rows.__dataclass_fields__
         }
     )
-    # A rebuilt step knows its own prompts' tokens, not the engine's cells: the profile's
-    # rows are fitted in the same units (its attention_cells column left unread).
-    xs = [design_matrix(profile, cells=False)] if profile is not None else []
+    # The profile's rows in the units of the rebuilt steps: the engine's cells where the
+    # steps counted them (StepRebuild.cells), a prompt's own tokens otherwise (the
+    # profile's attention_cells column then left unread).
+    if steps.cells and profile is not None and profile.attention_cells is None:
+        raise TraceError(
+            f"{profile.path}: no attention_cells column, and the runs' prompts are counted "
+            "in KV cells (--scenario with a llamacpp engine): profile the server again with "
+            "this version of lyra-simpy, or fit the runs alone"
+        )
+    xs = [design_matrix(profile, cells=steps.cells)] if profile is not None else []
     xs.append(steps.design_matrix())
     width = max(x.shape[1] for x in xs)  # rebuilt steps: one pass, no checkpoint each
     xs = [np.pad(x, ((0, 0), (0, width - x.shape[1]))) for x in xs]
@@ -126,6 +133,7 @@ def fit_runs(
         fit=report(rows, predicted, unmeasured, lines),
         noise=_with_spells(noise_fit(rows.latency_ms, predicted), steps, predicted),
         decode_batch_residual_ms=decode_residuals(rows, predicted),
+        attention="n_kv" if steps.cells else "own",
     )
 
 

@@ -17,8 +17,10 @@ the tokens that reach the client at (nearly) the same instant belong to one step
    tokens into steps of their own, as llama.cpp's context checkpoints do) or
    ``StepRebuild.prompt_budget`` (an engine that computes at most so many tokens a step,
    as vLLM's chunked prefill and llama.cpp's ``n_batch`` do), its last chunk there and
-   each earlier chunk in the step before, or hidden inside this step when no step in
-   between emitted a token. Its *j*-th chunk (j ≥ 1) is a decode
+   each earlier chunk in the step before — or in an earlier step that hid engine steps
+   of its own and ended after the request arrived (it joined that step's last engine
+   step: a prompt arriving while another's first chunk runs) — or hidden inside this
+   step when no step in between emitted a token. Its *j*-th chunk (j ≥ 1) is a decode
    reading ``input_tokens + tokens before the chunk`` context tokens (the engine's KV
    length as :class:`~lyra_simpy.engine.request.Request` counts it).
 4. **Duration** = end − start, where a step starts when the previous step ended, or —
@@ -28,7 +30,8 @@ the tokens that reach the client at (nearly) the same instant belong to one step
 
 Each rebuilt step becomes one row of the fit, with the terms of
 :mod:`~lyra_simpy.calibration.fit` (a step with *d* decodes and *p* prompts: ``d`` decode
-sequences, Σ context, Σ new prompt tokens, Σ new × (cached + new)). Where this breaks is
+sequences, Σ context, Σ new prompt tokens, Σ new × (cached + new), or with
+``StepRebuild.cells`` the KV cells the prompt tokens attend over). Where this breaks is
 in docs/calibration.md §7 (overlapping runs, network jitter, chunked prefills whose first
 chunks emit no token, speculative decoding's several tokens per chunk).
 """
@@ -47,7 +50,7 @@ from pydantic import ConfigDict, PositiveFloat, PositiveInt
 
 from lyra_simpy.config import Closed
 from lyra_simpy.errors import TraceError
-from lyra_simpy.policies.llamacpp import prompt_chunk
+from lyra_simpy.policies.llamacpp import prompt_chunk, step_attention_cells
 
 TOKENS_FILE = "tokens.jsonl"
 """The replay's side file of per-token times (:mod:`~lyra_simpy.live.replay`)."""
@@ -94,6 +97,18 @@ class StepRebuild(Closed):
     steps before it, and a step's other prompts are not counted against its room.
     None (default): no limit."""
 
+    cells: CellLayout | None = None
+    """Count each step's prompt attention in the KV cells its passes attend over, as the
+    ``llamacpp`` engine model does (:func:`~lyra_simpy.policies.llamacpp.step_attention_cells`:
+    with ``-kvu`` a prompt beside running requests attends over all their cells), so that
+    the fit is in the units the simulator charges (``ProfileFit.attention: n_kv``).
+    None (default): a prompt token × its own tokens (``own``). What the buffer holds
+    before a step is counted from the streams: each decoding request's context less the
+    token the step adds, and each prompt's tokens computed in earlier steps; an idle
+    slot's cells are not (llama.cpp's defaults clear them when a request is given a
+    slot: ``LlamaCppConfig.clears_idle_slots``), and several prompts in one step are
+    placed in the order their first tokens reached the client."""
+
     def gap_s(self, requests: list[StreamedRequest]) -> float:
         """The gap that starts a new step, in seconds, for the run of *requests*."""
         if self.gap_ms is not None:
@@ -102,6 +117,44 @@ class StepRebuild(Closed):
         if not gaps:
             return 0.001
         return float(np.percentile(np.concatenate(gaps), 5)) / 2.0
+
+
+class CellLayout(Closed):
+    """The llama.cpp KV layout a rebuilt prompt's cells are counted by
+    (``StepRebuild.cells``; the fields of :class:`~lyra_simpy.policies.llamacpp.LlamaCppConfig`
+    of the same names)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kv_unified: bool
+    """One buffer for every slot (``-kvu``), or a stream per slot."""
+    ubatch_tokens: PositiveInt
+    """Tokens per forward pass (effective ``n_ubatch``)."""
+    stream_cells: PositiveInt
+    """Cells of one KV stream: the whole buffer with ``-kvu``, else a slot's."""
+
+
+def rebuild_for(scheduler: Any) -> dict[str, Any]:
+    """The :class:`StepRebuild` fields a scenario's engine implies: llama.cpp's checkpoint
+    stops, ``n_batch`` and KV layout; a chunked-prefill scheduler's token budget; nothing
+    for an engine that computes every prompt in one step."""
+    from lyra_simpy.policies.chunked import ChunkedPrefillConfig
+    from lyra_simpy.policies.llamacpp import LlamaCppConfig
+
+    if isinstance(scheduler, LlamaCppConfig):
+        layout = CellLayout(
+            kv_unified=scheduler.kv_unified,
+            ubatch_tokens=scheduler.ubatch_tokens,
+            stream_cells=scheduler.stream_cells,
+        )
+        return {
+            "prompt_stops": scheduler.checkpoint_stops,
+            "prompt_budget": scheduler.batch_tokens,
+            "cells": layout,
+        }
+    if isinstance(scheduler, ChunkedPrefillConfig):
+        return {"prompt_budget": scheduler.alone_chunk_tokens}
+    return {}
 
 
 def prompt_split(tokens: int, stops: tuple[int, ...], room: int | None = None) -> list[int]:
@@ -131,6 +184,9 @@ class Steps:
     prefill_seqs: Ints
     prefill_tokens: Ints
     prefill_attention_tokens: Ints
+    prefill_attention_cells: Ints
+    """Σ over a step's prompt tokens of the KV cells each attends over
+    (``StepRebuild.cells``; 0 without it)."""
     run: npt.NDArray[np.str_]
     """The run folder each step came from."""
     dropped: int = 0
@@ -140,6 +196,8 @@ class Steps:
     """The gap each run's steps were cut at (``StepRebuild.gap_ms``, resolved)."""
     approximated: int = 0
     """Requests taken at one token a chunk (``StreamedRequest.approximate``)."""
+    cells: bool = False
+    """The attention term is counted in cells (``StepRebuild.cells``), not own tokens."""
 
     def __len__(self) -> int:
         return len(self.latency_ms)
@@ -176,13 +234,15 @@ class Steps:
                 self.decode_seqs.astype(np.float64),
                 self.decode_context_tokens.astype(np.float64),
                 self.prefill_tokens.astype(np.float64),
-                self.prefill_attention_tokens.astype(np.float64),
+                (
+                    self.prefill_attention_cells if self.cells else self.prefill_attention_tokens
+                ).astype(np.float64),
             ]
         )
 
 
 _COLUMNS = tuple(
-    k for k in Steps.__dataclass_fields__ if k not in ("dropped", "gap_ms", "approximated")
+    k for k in Steps.__dataclass_fields__ if k not in ("dropped", "gap_ms", "approximated", "cells")
 )
 
 
@@ -279,6 +339,10 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
     n = len(clusters)
     hidden, pre, new, att, ctx = [0] * n, [0] * n, [0] * n, [0] * n, [0] * n
     dec = [sum(1 for _, _, j in c if j) for c in clusters]  # a chunk after the first
+    held = [0] * n  # decoders' KV cells before each step (StepRebuild.cells)
+    # the prompt chunks of each engine step, by (rebuilt step, engine step): a chunk
+    # hidden inside step k ran in an engine step of its own before k's
+    chunks_at: list[dict[int, list[tuple[int, int]]]] = [{} for _ in range(n)]
     sent = [-np.inf] * n
     # tokens each request had received before each of its chunks (once, not per chunk)
     before = [list(itertools.accumulate(r.chunk_tokens, initial=0)) for r in requests]
@@ -288,6 +352,7 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
             req = requests[r]
             if j:
                 ctx[k] += req.input_tokens + before[r][j]
+                held[k] += req.input_tokens + before[r][j] - 1  # (the step adds one)
                 continue
             done = req.cached_tokens
             room = None if budget is None else max(1, budget - dec[k])
@@ -296,14 +361,23 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
             at = k - (len(chunks) - 1)  # the step each chunk ran in, earliest first
             inside = 0
             for size in chunks:
-                # a step before this request arrived cannot hold its chunk: the chunk
-                # ran in a step hidden inside the first token's (no token of its own;
-                # prompts that arrived together share it)
-                place = at if at >= 1 and ends[at - 1] >= req.arrival_s else k
+                # a step begun before this request arrived cannot hold its chunk, unless
+                # engine steps were hidden inside it (its last one may have begun after
+                # the arrival: a prompt that arrives while another's first chunks run
+                # joins that prompt's last chunk); otherwise the chunk ran in a step
+                # hidden inside the first token's (no token of its own; prompts that
+                # arrived together share it)
+                place = k
+                if at >= 0 and (
+                    (at >= 1 and ends[at - 1] >= req.arrival_s)
+                    or (at < k and hidden[at] and ends[at] > req.arrival_s)
+                ):
+                    place = at
                 if place == k and at < k:
                     inside += 1
                 pre[place] += 1
                 new[place] += size
+                chunks_at[place].setdefault(min(at, place), []).append((done, size))
                 done += size
                 att[place] += size * done
                 if place == k:
@@ -327,6 +401,9 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
         cols["prefill_seqs"].append(pre[k])
         cols["prefill_tokens"].append(new[k])
         cols["prefill_attention_tokens"].append(att[k])
+        cols["prefill_attention_cells"].append(
+            0 if cfg.cells is None else _cells(cfg.cells, k, dec[k], held[k], chunks_at[k])
+        )
         cols["run"].append(run)
     ints = {
         k: np.asarray(cols[k], dtype=np.int64) for k in _COLUMNS if k not in ("latency_ms", "run")
@@ -337,8 +414,28 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
         dropped=dropped,
         gap_ms=(gap_s * 1000.0,),
         approximated=sum(r.approximate for r in requests),
+        cells=cfg.cells is not None,
         **ints,
     )
+
+
+def _cells(
+    layout: CellLayout,
+    k: int,
+    dec: int,
+    held: int,
+    chunks_at: dict[int, list[tuple[int, int]]],
+) -> int:
+    """Cells attended by the prompt tokens of rebuilt step *k* (``StepRebuild.cells``):
+    its own engine step's (after its *dec* decodes, the buffer holding *held* decoder
+    cells and each prompt's earlier tokens) and those of the engine steps hidden in it
+    (the prompts alone)."""
+    total = 0
+    for sub, chunks in chunks_at.items():
+        own = sub == k
+        cells = (held if own else 0) + sum(before for before, _ in chunks)
+        total += step_attention_cells(layout, dec if own else 0, chunks, cells)
+    return total
 
 
 def steps_of_runs(folders: list[Path], cfg: StepRebuild) -> Steps:
@@ -349,4 +446,5 @@ def steps_of_runs(folders: list[Path], cfg: StepRebuild) -> Steps:
         dropped=sum(p.dropped for p in parts),
         gap_ms=tuple(g for p in parts for g in p.gap_ms),
         approximated=sum(p.approximated for p in parts),
+        cells=cfg.cells is not None,
     )

@@ -79,7 +79,7 @@ n_parallel`` a decode step is always one pass, and it is.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import ConfigDict, Field, NonNegativeInt, PositiveInt
 
@@ -214,8 +214,20 @@ def n_kv(cells: int, stream: int) -> int:
     return min(stream, max(PAD, _pad(cells)))
 
 
+class CellCounts(Protocol):
+    """What :func:`step_attention_cells` reads of a KV layout (:class:`LlamaCppConfig`,
+    or :class:`~lyra_simpy.calibration.runs.CellLayout` for steps rebuilt from runs)."""
+
+    @property
+    def kv_unified(self) -> bool: ...
+    @property
+    def ubatch_tokens(self) -> int: ...
+    @property
+    def stream_cells(self) -> int: ...
+
+
 def step_attention_cells(
-    config: LlamaCppConfig, decode_tokens: int, chunks: list[tuple[int, int]], held: int
+    config: CellCounts, decode_tokens: int, chunks: list[tuple[int, int]], held: int
 ) -> int:
     """Σ over a step's prompt tokens of the cells each one's pass attends over
     (module docstring). *chunks*: (tokens its sequence holds before the step, prompt

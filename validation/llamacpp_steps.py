@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lyra_simpy.calibration.fit import TERMS, ProfileFit, predict_ms, rowwise_dot
+from lyra_simpy.calibration.fit import ALL_TERMS, ProfileFit, predict_ms, rowwise_dot
 from lyra_simpy.calibration.fitfile import load_fit
 from lyra_simpy.calibration.profiles import read_profile
 from lyra_simpy.calibration.runs import StepRebuild, Steps, rebuild_for, steps_of_runs
@@ -34,18 +34,21 @@ LOADS = ("poisson_0.3", "poisson_0.6", "poisson_0.9", "closed_4", "closed_8")
 
 def priced(steps: Steps, fit: ProfileFit) -> np.ndarray:
     """Each rebuilt step's latency by *fit* (its prompts' attention counted in the KV
-    cells the engine model counts when the rebuild counted them: :func:`rebuild`)."""
-    coef = np.array([getattr(fit.coefficients, t) for t in TERMS])
-    return rowwise_dot(steps.design_matrix(), coef)
+    cells the engine model counts, its passes and checkpoints, when the rebuild counted
+    them: :func:`rebuild`)."""
+    x = steps.design_matrix()
+    coef = np.array([getattr(fit.coefficients, t) for t in ALL_TERMS[: x.shape[1]]])
+    return rowwise_dot(x, coef)
 
 
 def rebuild(config: LlamaCppConfig, fit: ProfileFit) -> StepRebuild:
     """How the server's steps are rebuilt, as ``calibrate --from-runs --scenario`` does:
     its context checkpoints' prompt stops, its ``n_batch`` as the prompt budget and, for
-    a fit in cells (``attention: n_kv``), a prompt's attention in KV cells."""
+    a fit in cells (``attention: n_kv``), a prompt's attention in KV cells, its passes
+    from the replayed slots and its checkpoints."""
     implied = rebuild_for(config)
     if fit.attention != "n_kv":
-        implied.pop("cells")
+        implied.pop("llamacpp")
     return StepRebuild(**implied)
 
 

@@ -852,7 +852,7 @@ contexts its runs never had: its fit is already slow on 512-token system prompts
 blocks and a 256-token budget (median p50 errors 39-164 %), and the spells make it
 slower there (0 of 8 at each; the 256-token budget had 4 without them): 25 of 64 in all
 (29 without: `--resimulate --no-spells`). The rebuild now places a long prompt's
-chunks where the engine ran them (`--prompt-budget`, the scenario's token budget;
+chunks where the engine ran them (`--scenario`: the scenario's token budget;
 calibration.md §7); the fitted runs' prompts fit in one step, so this fit did not move.
 
 **What holds.** The prefix-cache hit rate is within 1.2 points of vLLM's counter

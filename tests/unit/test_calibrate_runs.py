@@ -21,12 +21,14 @@ from lyra_simpy.calibration.fit import TERMS
 from lyra_simpy.calibration.fitfile import load_fit, write_fit
 from lyra_simpy.calibration.fitruns import fit_runs
 from lyra_simpy.calibration.runs import (
-    CellLayout,
+    LlamaCppLayout,
     StepRebuild,
     StreamedRequest,
     read_run,
     rebuild_for,
     rebuild_steps,
+    replay_slots,
+    steps_of_runs,
 )
 from lyra_simpy.cli import main
 from lyra_simpy.metrics.io import write_jsonl
@@ -377,8 +379,12 @@ def test_spells_fitted_need_a_fit_with_spells(make_scenario):
     assert "calibrate --from-runs" in str(info.value)
 
 
-KVU = CellLayout(kv_unified=True, ubatch_tokens=512, stream_cells=4096)
-PER_SLOT = CellLayout(kv_unified=False, ubatch_tokens=512, stream_cells=1024)
+KVU = LlamaCppLayout(
+    n_parallel=4, batch_tokens=2048, kv_unified=True, ubatch_tokens=512, stream_cells=4096
+)
+PER_SLOT = LlamaCppLayout(
+    n_parallel=4, batch_tokens=2048, kv_unified=False, ubatch_tokens=512, stream_cells=1024
+)
 
 
 def joined_prompts() -> list[StreamedRequest]:
@@ -416,7 +422,7 @@ def test_a_prompt_arriving_during_hidden_steps_joins_the_last_of_them():
     ids=["kvu", "per-slot"],
 )
 def test_rebuilt_prompts_count_the_cells_the_engine_model_counts(layout, cells):
-    cfg = StepRebuild(gap_ms=5.0, prompt_stops=(516, 4), cells=layout)
+    cfg = StepRebuild(gap_ms=5.0, prompt_stops=(516, 4), llamacpp=layout)
     steps = rebuild_steps(joined_prompts(), cfg)
     assert steps.prefill_attention_cells.tolist() == cells
     assert steps.design_matrix()[:, 4].tolist() == cells
@@ -457,8 +463,10 @@ def test_a_fit_on_kvu_runs_in_cells_gives_back_the_cells_coefficients(tmp_path):
     assert fit.runs is not None
     assert fit.runs.rebuild["prompt_stops"] == [516, 4]
     # (no -c: the training context, 32768 cells)
-    assert fit.runs.rebuild["cells"] == {"kv_unified": True, "ubatch_tokens": 512,
-                                         "stream_cells": 32768}  # fmt: skip
+    assert fit.runs.rebuild["llamacpp"] == {
+        "n_parallel": 4, "batch_tokens": 2048, "kv_unified": True, "ubatch_tokens": 512,
+        "stream_cells": 32768,
+    }  # fmt: skip
     got = fit.coefficients.model_dump()
     for term in ("fixed_ms", "per_decode_seq_ms", "per_prefill_token_ms",
                  "per_prefill_attention_ms"):  # fmt: skip
@@ -486,8 +494,72 @@ def test_rebuild_for_reads_the_scenarios_engine():
     got = rebuild_for(llama)
     assert got["prompt_budget"] == 64
     assert got["prompt_stops"] == (64, 4)  # min(n_batch, 4 + n_ubatch), min(n_batch, 4)
-    assert got["cells"] == CellLayout(kv_unified=False, ubatch_tokens=64, stream_cells=2048)
+    assert got["llamacpp"] == LlamaCppLayout(
+        n_parallel=2, batch_tokens=64, kv_unified=False, ubatch_tokens=64, stream_cells=2048
+    )
     chunked = {"name": "chunked_prefill", "max_num_seqs": 8, "max_num_batched_tokens": 256}
     vllm = scenario_from_dict({**runs_raw(1, 1.0), "scheduler": chunked}).scheduler
     assert rebuild_for(vllm) == {"prompt_budget": 256}
     assert rebuild_for(scenario(1, 1.0).scheduler) == {}
+
+
+@pytest.mark.parametrize(
+    ("layout", "passes", "checkpoints"),
+    [
+        # per slot: A in slot 3, B in slot 2 (the LRU tie goes to the highest id). Step 0:
+        # A's 296 alone (1 pass), then B's 276 and A's 4 in slot order: 4 tokens each
+        # from the run {2, 3}, then B's other 272 alone (2 passes). Step 1: A's decode in
+        # slot 3, then B's 4 in slot 2 (2 passes: not a run). Step 2: both decode, one run.
+        (PER_SLOT, [3, 2, 1], [1, 1, 0]),
+        # -kvu: one pass per 512 tokens of each engine step
+        (KVU, [2, 1, 1], [1, 1, 0]),
+    ],
+    ids=["per-slot", "kvu"],
+)
+def test_rebuilt_steps_count_the_passes_of_the_replayed_slots(layout, passes, checkpoints):
+    cfg = StepRebuild(gap_ms=5.0, prompt_stops=(516, 4), llamacpp=layout)
+    steps = rebuild_steps(joined_prompts(), cfg)
+    assert steps.passes.tolist() == passes
+    # a chunk ending within n_ubatch of its prompt's end after earlier tokens of it
+    assert steps.checkpoints.tolist() == checkpoints
+    x = steps.design_matrix()
+    assert x.shape[1] == 7
+    assert x[:, 5].tolist() == [p - s for p, s in zip(passes, [2, 1, 1], strict=True)]
+    assert x[:, 6].tolist() == checkpoints
+
+
+def test_replayed_slots_follow_llamacpps_lru_choice_and_wait_in_order():
+    def req(sent: float, last: float) -> StreamedRequest:
+        return StreamedRequest(sent, 8, 0, [sent + 0.05, last], [1, 1])
+
+    # two slots: r0 takes slot 1 (a tie: the highest id), r1 slot 0; r2 waits for the
+    # first release (r0's, at 1.0); at 3.0 both are idle and slot 0 was released first
+    requests = [req(0.0, 1.0), req(0.1, 2.0), req(0.5, 2.5), req(3.0, 3.5)]
+    assert replay_slots(requests, 2) == [1, 0, 1, 0]
+
+
+def test_a_fit_on_per_slot_runs_gives_back_the_pass_and_checkpoint_costs(tmp_path):
+    # llama.cpp with a KV stream per slot: a step of requests in slots {0, 2} runs two
+    # passes, and each charged pass costs 2 ms; each checkpoint 1 ms
+    fit = load_fit(DATA / "synthetic_fit.yaml")
+    costs = fit.coefficients.model_copy(update={"per_extra_pass_ms": 2.0, "per_checkpoint_ms": 1.0})
+    write_fit(fit.model_copy(update={"attention": "n_kv", "coefficients": costs}),
+              tmp_path / "fit_slots.yaml")  # fmt: skip
+    sched = {"name": "llamacpp", "n_parallel": 4, "n_ctx": 8192, "sliding_window": True,
+             "cache_prompt": False}  # fmt: skip
+    runs = []
+    for k, (seed, rate) in enumerate([(1, 3.0), (2, 6.0)]):
+        raw = runs_raw(seed, rate)
+        raw["scheduler"] = sched
+        raw["cost"]["path"] = str(tmp_path / "fit_slots.yaml")
+        res = simulate(scenario_from_dict(raw))
+        assert (res.records["status"] == "ok").all()
+        runs.append(write_run(res, tmp_path / f"slots{k}"))
+    layout = rebuild_for(scenario_from_dict({**runs_raw(1, 1.0), "scheduler": sched}).scheduler)
+    steps = steps_of_runs(runs, StepRebuild(**layout))
+    assert (steps.passes > steps.steps).mean() > 0.1  # fragmented steps are common
+    got = fit_runs(runs, rebuild=StepRebuild(**layout), loss="soft_l1").coefficients
+    want = {**TRUE, "per_extra_pass_ms": 2.0, "per_checkpoint_ms": 1.0}
+    for term in ("fixed_ms", "per_decode_seq_ms", "per_prefill_token_ms",
+                 "per_extra_pass_ms", "per_checkpoint_ms"):  # fmt: skip
+        assert getattr(got, term) == pytest.approx(want[term], rel=0.05), term

@@ -62,17 +62,19 @@ def _join(profile: Profile | None, steps: Steps) -> tuple[_Rows, np.ndarray, np.
         }
     )
     # The profile's rows in the units of the rebuilt steps: the engine's cells where the
-    # steps counted them (StepRebuild.cells), a prompt's own tokens otherwise (the
+    # steps counted them (StepRebuild.llamacpp), a prompt's own tokens otherwise (the
     # profile's attention_cells column then left unread).
-    if steps.cells and profile is not None and profile.attention_cells is None:
+    if steps.llamacpp and profile is not None and profile.attention_cells is None:
         raise TraceError(
             f"{profile.path}: no attention_cells column, and the runs' prompts are counted "
             "in KV cells (--scenario with a llamacpp engine): profile the server again with "
             "this version of lyra-simpy, or fit the runs alone"
         )
-    xs = [design_matrix(profile, cells=steps.cells)] if profile is not None else []
+    xs = [design_matrix(profile, cells=steps.llamacpp)] if profile is not None else []
     xs.append(steps.design_matrix())
-    width = max(x.shape[1] for x in xs)  # rebuilt steps: one pass, no checkpoint each
+    # (a profile without the pass and checkpoint columns, or steps not rebuilt as
+    # llama-server runs: one pass a step, no checkpoint)
+    width = max(x.shape[1] for x in xs)
     xs = [np.pad(x, ((0, 0), (0, width - x.shape[1]))) for x in xs]
     lines = [np.arange(len(profile), dtype=np.int64) + 2] if profile is not None else []
     lines.append(np.arange(len(steps), dtype=np.int64))
@@ -133,7 +135,7 @@ def fit_runs(
         fit=report(rows, predicted, unmeasured, lines),
         noise=_with_spells(noise_fit(rows.latency_ms, predicted), steps, predicted),
         decode_batch_residual_ms=decode_residuals(rows, predicted),
-        attention="n_kv" if steps.cells else "own",
+        attention="n_kv" if steps.llamacpp else "own",
     )
 
 

@@ -31,15 +31,17 @@ the tokens that reach the client at (nearly) the same instant belong to one step
 Each rebuilt step becomes one row of the fit, with the terms of
 :mod:`~lyra_simpy.calibration.fit` (a step with *d* decodes and *p* prompts: ``d`` decode
 sequences, Σ context, Σ new prompt tokens, Σ new × (cached + new), or with
-``StepRebuild.cells`` the KV cells the prompt tokens attend over). Where this breaks is
+``StepRebuild.llamacpp`` the KV cells the prompt tokens attend over). Where this breaks is
 in docs/calibration.md §7 (overlapping runs, network jitter, chunked prefills whose first
 chunks emit no token, speculative decoding's several tokens per chunk).
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import json
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -97,17 +99,30 @@ class StepRebuild(Closed):
     steps before it, and a step's other prompts are not counted against its room.
     None (default): no limit."""
 
-    cells: CellLayout | None = None
-    """Count each step's prompt attention in the KV cells its passes attend over, as the
-    ``llamacpp`` engine model does (:func:`~lyra_simpy.policies.llamacpp.step_attention_cells`:
-    with ``-kvu`` a prompt beside running requests attends over all their cells), so that
-    the fit is in the units the simulator charges (``ProfileFit.attention: n_kv``).
-    None (default): a prompt token × its own tokens (``own``). What the buffer holds
-    before a step is counted from the streams: each decoding request's context less the
-    token the step adds, and each prompt's tokens computed in earlier steps; an idle
-    slot's cells are not (llama.cpp's defaults clear them when a request is given a
-    slot: ``LlamaCppConfig.clears_idle_slots``), and several prompts in one step are
-    placed in the order their first tokens reached the client."""
+    llamacpp: LlamaCppLayout | None = None
+    """Rebuild the steps as ``llama-server`` runs them, in the units the ``llamacpp``
+    engine model charges (None, the default: none of this):
+
+    - *cells*: each step's prompt attention in the KV cells its passes attend over
+      (:func:`~lyra_simpy.policies.llamacpp.step_attention_cells`: with ``-kvu`` a prompt
+      beside running requests attends over all their cells; ``ProfileFit.attention:
+      n_kv``), instead of a prompt token × its own tokens (``own``). What the buffer holds
+      before a step is counted from the streams: each decoding request's context less the
+      token the step adds, and each prompt's tokens computed in earlier steps; an idle
+      slot's cells are not (llama.cpp's defaults clear them when a request is given a
+      slot: ``LlamaCppConfig.clears_idle_slots``).
+    - *slots and passes*: the client sees no slot ids, so the server's slot choice is
+      replayed on the streams (:func:`replay_slots`: a request takes the least recently
+      released idle slot when sent, or waits in order for the next to be released at a
+      request's last token), and each step's forward passes follow from its requests'
+      slots as the engine model counts them (:func:`~lyra_simpy.policies.ubatch.passes`:
+      with per-slot KV one per run of consecutive slot ids), fitted by
+      ``per_extra_pass_ms``.
+    - *checkpoints*: a prompt chunk that ends within ``n_ubatch`` tokens of its prompt's
+      end after earlier tokens of it copies the slot's state first, as the engine model
+      counts them (``per_checkpoint_ms``; only with ``prompt_stops``).
+
+    Several prompts in one step are taken in slot order, after the step's decodes."""
 
     def gap_s(self, requests: list[StreamedRequest]) -> float:
         """The gap that starts a new step, in seconds, for the run of *requests*."""
@@ -119,13 +134,17 @@ class StepRebuild(Closed):
         return float(np.percentile(np.concatenate(gaps), 5)) / 2.0
 
 
-class CellLayout(Closed):
-    """The llama.cpp KV layout a rebuilt prompt's cells are counted by
-    (``StepRebuild.cells``; the fields of :class:`~lyra_simpy.policies.llamacpp.LlamaCppConfig`
+class LlamaCppLayout(Closed):
+    """The llama.cpp server a rebuilt step's cells and passes are counted by
+    (``StepRebuild.llamacpp``; the fields of :class:`~lyra_simpy.policies.llamacpp.LlamaCppConfig`
     of the same names)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    n_parallel: PositiveInt
+    """Slots (``-np``)."""
+    batch_tokens: PositiveInt
+    """Tokens per step (effective ``n_batch``)."""
     kv_unified: bool
     """One buffer for every slot (``-kvu``), or a stream per slot."""
     ubatch_tokens: PositiveInt
@@ -142,7 +161,9 @@ def rebuild_for(scheduler: Any) -> dict[str, Any]:
     from lyra_simpy.policies.llamacpp import LlamaCppConfig
 
     if isinstance(scheduler, LlamaCppConfig):
-        layout = CellLayout(
+        layout = LlamaCppLayout(
+            n_parallel=scheduler.n_parallel,
+            batch_tokens=scheduler.batch_tokens,
             kv_unified=scheduler.kv_unified,
             ubatch_tokens=scheduler.ubatch_tokens,
             stream_cells=scheduler.stream_cells,
@@ -150,7 +171,7 @@ def rebuild_for(scheduler: Any) -> dict[str, Any]:
         return {
             "prompt_stops": scheduler.checkpoint_stops,
             "prompt_budget": scheduler.batch_tokens,
-            "cells": layout,
+            "llamacpp": layout,
         }
     if isinstance(scheduler, ChunkedPrefillConfig):
         return {"prompt_budget": scheduler.alone_chunk_tokens}
@@ -186,7 +207,12 @@ class Steps:
     prefill_attention_tokens: Ints
     prefill_attention_cells: Ints
     """Σ over a step's prompt tokens of the KV cells each attends over
-    (``StepRebuild.cells``; 0 without it)."""
+    (``StepRebuild.llamacpp``; 0 without it)."""
+    passes: Ints
+    """Forward passes of the engine steps in the rebuilt one (``StepRebuild.llamacpp``;
+    one per engine step without it)."""
+    checkpoints: Ints
+    """Context checkpoints copied in it (``StepRebuild.llamacpp``; 0 without it)."""
     run: npt.NDArray[np.str_]
     """The run folder each step came from."""
     dropped: int = 0
@@ -196,8 +222,9 @@ class Steps:
     """The gap each run's steps were cut at (``StepRebuild.gap_ms``, resolved)."""
     approximated: int = 0
     """Requests taken at one token a chunk (``StreamedRequest.approximate``)."""
-    cells: bool = False
-    """The attention term is counted in cells (``StepRebuild.cells``), not own tokens."""
+    llamacpp: bool = False
+    """Rebuilt as llama-server runs (``StepRebuild.llamacpp``): attention in cells, and
+    the pass and checkpoint terms."""
 
     def __len__(self) -> int:
         return len(self.latency_ms)
@@ -227,22 +254,24 @@ class Steps:
         return np.asarray(np.rint(self.decode_context_tokens / seqs), dtype=np.int64)
 
     def design_matrix(self) -> Floats:
-        """One column per term of :data:`~lyra_simpy.calibration.fit.TERMS`."""
-        return np.column_stack(
-            [
-                self.steps.astype(np.float64),
-                self.decode_seqs.astype(np.float64),
-                self.decode_context_tokens.astype(np.float64),
-                self.prefill_tokens.astype(np.float64),
-                (
-                    self.prefill_attention_cells if self.cells else self.prefill_attention_tokens
-                ).astype(np.float64),
-            ]
-        )
+        """One column per term of :data:`~lyra_simpy.calibration.fit.TERMS` (and, rebuilt
+        as llama-server runs, of ``ALL_TERMS``: extra passes, checkpoints)."""
+        columns = [
+            self.steps,
+            self.decode_seqs,
+            self.decode_context_tokens,
+            self.prefill_tokens,
+            self.prefill_attention_cells if self.llamacpp else self.prefill_attention_tokens,
+        ]
+        if self.llamacpp:
+            columns += [self.passes - self.steps, self.checkpoints]
+        return np.column_stack([c.astype(np.float64) for c in columns])
 
 
 _COLUMNS = tuple(
-    k for k in Steps.__dataclass_fields__ if k not in ("dropped", "gap_ms", "approximated", "cells")
+    k
+    for k in Steps.__dataclass_fields__
+    if k not in ("dropped", "gap_ms", "approximated", "llamacpp")
 )
 
 
@@ -339,10 +368,11 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
     n = len(clusters)
     hidden, pre, new, att, ctx = [0] * n, [0] * n, [0] * n, [0] * n, [0] * n
     dec = [sum(1 for _, _, j in c if j) for c in clusters]  # a chunk after the first
-    held = [0] * n  # decoders' KV cells before each step (StepRebuild.cells)
-    # the prompt chunks of each engine step, by (rebuilt step, engine step): a chunk
-    # hidden inside step k ran in an engine step of its own before k's
-    chunks_at: list[dict[int, list[tuple[int, int]]]] = [{} for _ in range(n)]
+    held = [0] * n  # decoders' KV cells before each step (StepRebuild.llamacpp)
+    decoders: list[list[int]] = [[] for _ in range(n)]
+    # the prompt chunks (request, tokens before, tokens) of each engine step, by rebuilt
+    # step and engine step: a chunk hidden inside step k ran in an engine step before k's
+    chunks_at: list[dict[int, list[tuple[int, int, int]]]] = [{} for _ in range(n)]
     sent = [-np.inf] * n
     # tokens each request had received before each of its chunks (once, not per chunk)
     before = [list(itertools.accumulate(r.chunk_tokens, initial=0)) for r in requests]
@@ -353,6 +383,7 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
             if j:
                 ctx[k] += req.input_tokens + before[r][j]
                 held[k] += req.input_tokens + before[r][j] - 1  # (the step adds one)
+                decoders[k].append(r)
                 continue
             done = req.cached_tokens
             room = None if budget is None else max(1, budget - dec[k])
@@ -377,13 +408,15 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
                     inside += 1
                 pre[place] += 1
                 new[place] += size
-                chunks_at[place].setdefault(min(at, place), []).append((done, size))
+                chunks_at[place].setdefault(min(at, place), []).append((r, done, size))
                 done += size
                 att[place] += size * done
                 if place == k:
                     sent[k] = max(sent[k], req.arrival_s)
                 at += 1
             hidden[k] = max(hidden[k], inside)
+    layout = cfg.llamacpp
+    slots = replay_slots(requests, layout.n_parallel) if layout is not None else []
     cols: dict[str, list[Any]] = {k: [] for k in _COLUMNS}
     prev_end: float | None = None
     dropped = 0
@@ -401,9 +434,15 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
         cols["prefill_seqs"].append(pre[k])
         cols["prefill_tokens"].append(new[k])
         cols["prefill_attention_tokens"].append(att[k])
-        cols["prefill_attention_cells"].append(
-            0 if cfg.cells is None else _cells(cfg.cells, k, dec[k], held[k], chunks_at[k])
-        )
+        cells, passes_k, checkpoints = 0, 1 + hidden[k], 0
+        if layout is not None:
+            cells, passes_k, checkpoints = _llamacpp_step(
+                layout, bool(cfg.prompt_stops), requests, slots, k, decoders[k], held[k],
+                chunks_at[k],
+            )  # fmt: skip
+        cols["prefill_attention_cells"].append(cells)
+        cols["passes"].append(passes_k)
+        cols["checkpoints"].append(checkpoints)
         cols["run"].append(run)
     ints = {
         k: np.asarray(cols[k], dtype=np.int64) for k in _COLUMNS if k not in ("latency_ms", "run")
@@ -414,28 +453,87 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
         dropped=dropped,
         gap_ms=(gap_s * 1000.0,),
         approximated=sum(r.approximate for r in requests),
-        cells=cfg.cells is not None,
+        llamacpp=cfg.llamacpp is not None,
         **ints,
     )
 
 
-def _cells(
-    layout: CellLayout,
+def replay_slots(requests: list[StreamedRequest], n_parallel: int) -> list[int]:
+    """The slot each request of a run sat in, replaying llama-server's choice on the
+    streams (``StepRebuild.llamacpp``): a request sent takes the idle slot released
+    longest ago (``get_available_slot``'s LRU, as
+    :meth:`~lyra_simpy.policies.llamacpp.LlamaCppServer.free_slot` has it: on a tie the
+    highest id), or waits in order of sending for the next slot released; a slot is
+    released at its request's last token."""
+    finish = [req.chunk_s[-1] for req in requests]
+    slot_of = [-1] * len(requests)
+    busy: list[int | None] = [None] * n_parallel
+    last_used = [-1.0] * n_parallel
+    waiting: deque[int] = deque()
+    releases: list[tuple[float, int]] = []  # (when, slot), a heap
+
+    def assign() -> None:
+        while waiting:
+            idle = [i for i in range(n_parallel) if busy[i] is None]
+            if not idle:
+                return
+            slot = min(idle, key=lambda i: (last_used[i], -i))
+            r = waiting.popleft()
+            busy[slot], slot_of[r] = r, slot
+            heapq.heappush(releases, (finish[r], slot))
+
+    def release_until(t: float) -> None:
+        while releases and releases[0][0] <= t:
+            when, slot = heapq.heappop(releases)
+            busy[slot], last_used[slot] = None, when
+            assign()
+
+    for r in sorted(range(len(requests)), key=lambda r: requests[r].arrival_s):
+        release_until(requests[r].arrival_s)
+        waiting.append(r)
+        assign()
+    release_until(np.inf)
+    return slot_of
+
+
+def _llamacpp_step(
+    layout: LlamaCppLayout,
+    stops: bool,
+    requests: list[StreamedRequest],
+    slots: list[int],
     k: int,
-    dec: int,
+    decoders: list[int],
     held: int,
-    chunks_at: dict[int, list[tuple[int, int]]],
-) -> int:
-    """Cells attended by the prompt tokens of rebuilt step *k* (``StepRebuild.cells``):
-    its own engine step's (after its *dec* decodes, the buffer holding *held* decoder
-    cells and each prompt's earlier tokens) and those of the engine steps hidden in it
-    (the prompts alone)."""
-    total = 0
-    for sub, chunks in chunks_at.items():
+    chunks_at: dict[int, list[tuple[int, int, int]]],
+) -> tuple[int, int, int]:
+    """(cells, passes, checkpoints) of rebuilt step *k* (``StepRebuild.llamacpp``): its
+    own engine step's — its *decoders* in slot order, then its prompt chunks (request,
+    tokens before, tokens) in slot order, the buffer holding *held* decoder cells and
+    each prompt's earlier tokens — and those of the engine steps hidden in it (their
+    prompts alone)."""
+    from lyra_simpy.policies.ubatch import passes
+
+    cells = n_passes = checkpoints = 0
+    for sub in sorted({*chunks_at, k}):
         own = sub == k
-        cells = (held if own else 0) + sum(before for before, _ in chunks)
-        total += step_attention_cells(layout, dec if own else 0, chunks, cells)
-    return total
+        chunks = sorted(chunks_at.get(sub, []), key=lambda c: slots[c[0]])
+        decoding = sorted(slots[r] for r in decoders) if own else []
+        segments = [(s, 1) for s in decoding] + [(slots[r], size) for r, _, size in chunks]
+        if segments:
+            n_passes += passes(
+                segments, layout.batch_tokens, layout.ubatch_tokens, layout.kv_unified
+            )
+        if chunks:
+            buffer = (held if own else 0) + sum(b for _, b, _ in chunks)
+            pieces = [(b, size) for _, b, size in chunks]
+            cells += step_attention_cells(layout, len(decoding), pieces, buffer)
+        if stops:  # the engine model's rule (LlamaCppServer.plan)
+            checkpoints += sum(
+                1
+                for r, b, size in chunks
+                if b and requests[r].input_tokens - b - size < layout.ubatch_tokens
+            )
+    return cells, max(n_passes, 1), checkpoints
 
 
 def steps_of_runs(folders: list[Path], cfg: StepRebuild) -> Steps:
@@ -446,5 +544,5 @@ def steps_of_runs(folders: list[Path], cfg: StepRebuild) -> Steps:
         dropped=sum(p.dropped for p in parts),
         gap_ms=tuple(g for p in parts for g in p.gap_ms),
         approximated=sum(p.approximated for p in parts),
-        cells=cfg.cells is not None,
+        llamacpp=cfg.llamacpp is not None,
     )

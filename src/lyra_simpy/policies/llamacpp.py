@@ -216,7 +216,7 @@ def n_kv(cells: int, stream: int) -> int:
 
 class CellCounts(Protocol):
     """What :func:`step_attention_cells` reads of a KV layout (:class:`LlamaCppConfig`,
-    or :class:`~lyra_simpy.calibration.runs.CellLayout` for steps rebuilt from runs)."""
+    or :class:`~lyra_simpy.calibration.runs.LlamaCppLayout` for steps rebuilt from runs)."""
 
     @property
     def kv_unified(self) -> bool: ...

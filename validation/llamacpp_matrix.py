@@ -50,6 +50,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import speed_gate
+from llamacpp_steps import load_ratios
 from profile_columns import write_by_mean_step
 
 from lyra_simpy.calibration.fitfile import load_fit
@@ -225,7 +226,8 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
                               "gate_probes": len(gate), "step_after": probe()})  # fmt: skip
             table = here / f"{load}_compare.json"
             run("compare", str(_sim(here / "sim" / load)), *runs, "--json", str(table), log=log)
-            out["loads"][load] = {"table": json.loads(table.read_text()), "machine": loads}
+            out["loads"][load] = {"table": json.loads(table.read_text()), "machine": loads,
+                                  "steps_vs_fit": load_ratios(here, load, "probes")}  # fmt: skip
     table2(cfg, reg, quick, out, REPEATS, log)
     out["fits"]["probes"] = yaml.safe_load(fit.read_text())["coefficients"]
     return out
@@ -276,6 +278,7 @@ def table2(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int,
         run("compare", str(_sim(here / "sim_t2" / load)), *reals[load], "--json", str(table),
             log=log)  # fmt: skip
         out["table2"][load] = json.loads(table.read_text())
+        out.setdefault("table2_steps", {})[load] = load_ratios(here, load, "runs")
     out.setdefault("fits", {})["runs"] = fitted.coefficients.model_dump()
     out["runs_spells"] = None if spells is None else spells.model_dump()
     out["runs_spells_simulated"] = found is not None
@@ -333,6 +336,7 @@ def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
         run("compare", str(_sim(here / "sim" / load)), *real_runs(here, load, repeats),
             "--json", str(table), log=log)  # fmt: skip
         res["loads"][load]["table"] = json.loads(table.read_text())
+        res["loads"][load]["steps_vs_fit"] = load_ratios(here, load, "probes")
     res.setdefault("fits", {})["probes"] = yaml.safe_load(fit.read_text())["coefficients"]
 
 
@@ -447,6 +451,14 @@ def _row(row: dict[str, Any]) -> tuple[str, bool]:
     return f"{_pct(err)} (±{100 * spread:.0f} %){'' if ok else ' ✗'}", ok
 
 
+def _steps(got: dict[str, float] | None) -> str:
+    """The real runs' steps measured / predicted by the table's fit
+    (:func:`llamacpp_steps.load_ratios`): where a row's latency misses come from."""
+    if not got:
+        return "—"
+    return f"{got['decode_p50']:.2f} · {got['decode_mean']:.2f}, {got['prompt_p50']:.2f}"
+
+
 def _machine(x: dict[str, Any]) -> str:
     """One real run's load average before→after and, for gated runs, the batch-1 step
     the speed probe read before·after it (ms)."""
@@ -509,15 +521,18 @@ def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any]) -> 
             else ""
         )
     )
-    head = "| load | " + " | ".join(METRICS) + " | load avg before→after (step) |"
-    sep = "|" + "---|" * (len(METRICS) + 2)
+    head = ("| load | " + " | ".join(METRICS) + " | real steps / the table's fit: decode p50 · "
+            "mean, with a prompt p50 | load avg before→after (step) |")  # fmt: skip
+    sep = "|" + "---|" * (len(METRICS) + 3)
     for key, res in results.items():
         cfg, reg = key.split("/")
         flags = " ".join(res["flags"])
-        for title, tables in (
+        for title, tables, ratios in (
             ("Table 1 — calibrated from probes alone", {
-                k: v["table"] for k, v in res["loads"].items()}),
-            (f"Table 2 — calibrated on the real runs of {FIT_LOAD}", res["table2"]),
+                k: v["table"] for k, v in res["loads"].items()},
+             {k: v.get("steps_vs_fit") for k, v in res["loads"].items()}),
+            (f"Table 2 — calibrated on the real runs of {FIT_LOAD}", res["table2"],
+             res.get("table2_steps", {})),
         ):  # fmt: skip
             lines += ["", f"### `{flags}`, {reg} requests: {title}", "", head, sep]
             for load, table in tables.items():
@@ -525,7 +540,8 @@ def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any]) -> 
                 cells = [_row(by[m])[0] for m in METRICS]
                 m = res["loads"][load]["machine"]
                 machine = "; ".join(_machine(x) for x in m)
-                lines.append(f"| {load} | " + " | ".join(cells) + f" | {machine} |")
+                lines.append(f"| {load} | " + " | ".join(cells) + f" | {_steps(ratios.get(load))}"
+                             f" | {machine} |")  # fmt: skip
         lines.append("")
         fits = {k: ", ".join(f"{t} {v:.3g}" for t, v in c.items() if v > 1e-9)
                 for k, c in res["fits"].items()}  # fmt: skip

@@ -56,12 +56,34 @@ def _median(values: np.ndarray) -> str:
     return f"{np.median(values):.2f}" if len(values) else "—"
 
 
+def load_ratios(point: Path, load: str, which: str = "probes") -> dict[str, float] | None:
+    """The real runs of *load* at *point*, measured / predicted by the fit of its probes
+    or of its runs (*which*): ``decode_p50``, ``decode_mean`` and ``decode_steps`` of the
+    decode-only steps, ``prompt_p50`` and ``prompt_steps`` of those that carry prompt
+    tokens (None: no stored runs)."""
+    runs = sorted((point / "real" / load).glob("run*"))
+    if not runs:
+        return None
+    fit = load_fit(point / f"fit_{which}.yaml")
+    config = load_scenario(point / f"{load}.yaml").scheduler
+    assert isinstance(config, LlamaCppConfig)
+    steps = steps_of_runs(runs, rebuild(config, fit))
+    ratio = steps.latency_ms / priced(steps, fit)
+    prompt = steps.prefill_seqs > 0
+    nan = float("nan")
+    return {
+        "decode_p50": float(np.median(ratio[~prompt])) if (~prompt).any() else nan,
+        "decode_mean": float(ratio[~prompt].mean()) if (~prompt).any() else nan,
+        "decode_steps": int((~prompt).sum()),
+        "prompt_p50": float(np.median(ratio[prompt])) if prompt.any() else nan,
+        "prompt_steps": int(prompt.sum()),
+    }
+
+
 def point_rows(point: Path, which: str = "probes") -> list[str]:
     """One line per load of *point*: decode-only and prompt steps, measured / predicted
     by the fit of its probes (Table 1's) or of its runs (*which*: ``runs``, Table 2's)."""
     fit = load_fit(point / f"fit_{which}.yaml")
-    config = load_scenario(point / "poisson_0.3.yaml").scheduler
-    assert isinstance(config, LlamaCppConfig)
     profile = read_profile(point / "profile.csv")
     probe = profile.latency_ms / predict_ms(fit, profile)
     lines = [
@@ -71,15 +93,13 @@ def point_rows(point: Path, which: str = "probes") -> list[str]:
         f"{_median(probe[profile.phase == 'decode'])}"
     ]
     for load in LOADS:
-        runs = sorted((point / "real" / load).glob("run*"))
-        if not runs:
+        got = load_ratios(point, load, which)
+        if got is None:
             continue
-        steps = steps_of_runs(runs, rebuild(config, fit))
-        ratio = steps.latency_ms / priced(steps, fit)
-        prompt = steps.prefill_seqs > 0
         lines.append(
-            f"  {load:<12} decode-only {_median(ratio[~prompt]):>5} ({(~prompt).sum():5d} steps)"
-            f"   with a prompt {_median(ratio[prompt]):>5} ({prompt.sum():4d} steps)"
+            f"  {load:<12} decode-only {got['decode_p50']:5.2f} (mean {got['decode_mean']:4.2f},"
+            f" {got['decode_steps']:5d} steps)   with a prompt {got['prompt_p50']:5.2f}"
+            f" ({got['prompt_steps']:4d} steps)"
         )
     return lines
 

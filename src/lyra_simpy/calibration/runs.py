@@ -155,8 +155,11 @@ class LlamaCppLayout(Closed):
 
 def rebuild_for(scheduler: Any) -> dict[str, Any]:
     """The :class:`StepRebuild` fields a scenario's engine implies: llama.cpp's checkpoint
-    stops, ``n_batch`` and KV layout; a chunked-prefill scheduler's token budget; nothing
-    for an engine that computes every prompt in one step."""
+    stops, ``n_batch`` and KV layout; a chunked-prefill scheduler's token budget (vLLM);
+    nothing for an engine that computes every prompt in one step, nor for SGLang's
+    prefill-first batches, whose earlier chunks run in prefill-only steps between the
+    decodes rather than beside them (the placement ``prompt_budget`` assumes; not
+    rebuilt chunk by chunk yet)."""
     from lyra_simpy.policies.chunked import ChunkedPrefillConfig
     from lyra_simpy.policies.llamacpp import LlamaCppConfig
 

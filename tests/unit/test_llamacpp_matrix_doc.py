@@ -1,0 +1,81 @@
+"""The llama.cpp matrix's document (validation/llamacpp_matrix.py) is written from the
+numbers: the summary's three tables, each load's row with its cells and the evidence of
+its real steps, the fits and the spells line."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _matrix() -> Any:
+    sys.path.insert(0, str(ROOT / "validation"))
+    spec = importlib.util.spec_from_file_location(
+        "llamacpp_matrix_doc", ROOT / "validation" / "llamacpp_matrix.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+METRICS = (
+    "output_throughput",
+    "median_ttft_ms",
+    "median_tpot_ms",
+    "median_e2el_ms",
+    "p90_ttft_ms",
+    "p90_tpot_ms",
+    "p90_e2el_ms",
+)
+
+
+def _table(error: float, spread: float) -> list[dict[str, Any]]:
+    row = {"sim": 1.0, "real": 1.0, "error": error, "spread": spread, "runs": [1.0]}
+    return [{"metric": m, **row} for m in METRICS]
+
+
+def test_the_document_is_written_from_the_numbers(tmp_path: Path, monkeypatch: Any) -> None:
+    m = _matrix()
+    monkeypatch.setattr(m, "PUBLISHED", tmp_path / "m.json")
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"reading before\n{m.START}\nold tables\n{m.END}\nreading after\n")
+    machine = [{"before": "1.0 1.0 1.0", "after": "1.5 1.0 1.0", "step_before": 28.4,
+                "step_after": None}]  # fmt: skip
+    ratios = {"decode_p50": 1.04, "decode_mean": 1.06, "decode_steps": 400,
+              "prompt_p50": 1.13, "prompt_steps": 40}  # fmt: skip
+    loads = {"closed_8": {"table": _table(0.113, 0.14), "machine": machine,
+                          "steps_vs_fit": ratios}}  # fmt: skip
+    coef = {"fixed_ms": 20.0, "per_decode_seq_ms": 8.0, "per_extra_pass_ms": 0.0}
+    res = {
+        "flags": ["-np", "4", "-kvu"], "loads": loads, "capacity_req_s": 3.1,
+        "table2": {"closed_8": _table(0.0, 0.1)}, "table2_steps": {"closed_8": None},
+        "table3": {"closed_8": _table(0.2, 0.1)},
+        "fits": {"probes": coef, "runs": {**coef, "per_extra_pass_ms": 11.0}, "joint": coef},
+        "runs_spells": {"share": 0.056, "factor": 1.82, "steps": 1.3, "decode_steps": 3000},
+        "runs_spells_simulated": False,
+    }  # fmt: skip
+    facts = {"cpu": "x", "cores": 2, "repeats": 3, "wall_min": 9}
+    m.write_section(doc, facts, {"kvu/long": res})
+    text = doc.read_text()
+    assert text.startswith("reading before\n")
+    assert text.endswith("reading after\n")
+    assert "old tables" not in text
+    # the summary: Table 1 misses throughput (11.3 % > 5 %), Table 2 has all 7, Table 3 none
+    assert "| `-np 4 -kvu` | long | 6 / 7 | 11 % | 7 / 7 | 0 % | 0 / 7 | 20 % |" in text
+    # each table's row: its cells, then the evidence of its real steps by its fit
+    assert "| closed_8 | +11.3 % (±14 %) ✗ | +11.3 % (±14 %) |" in text
+    assert "| 1.04 · 1.06, 1.13 | 1.0→1.5 (28·— ms) |" in text
+    assert "| closed_8 | +0.0 % (±10 %) | +0.0 % (±10 %) |" in text  # Table 2
+    assert "| — | 1.0→1.5 (28·— ms) |" in text  # (no ratios stored for it)
+    assert "Table 3 — calibrated on the probes and the real runs of poisson_0.6 together" in text
+    assert "Fit on runs: fixed_ms 20, per_decode_seq_ms 8, per_extra_pass_ms 11." in text
+    assert "Fit on both: fixed_ms 20, per_decode_seq_ms 8." in text
+    assert "Slow spells in those runs (not simulated; `--spells` does): 6% of" in text
+    assert json.loads((tmp_path / "m.json").read_text())["results"]["kvu/long"] == res

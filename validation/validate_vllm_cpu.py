@@ -894,9 +894,10 @@ in which all its requests decode (`lyra_simpy.live.client.lockstep_step_ms`; col
 `median_gap_ms` and `mean_step_ms`, `ProfileGrid.decode_step` picks the latency). On
 this run's profile the means run -6 to +15 % from the medians, and Table 1 puts 43 of
 64 cells in target with them against 42 with the medians (the summary's third column;
-at the run before, 24 against 20; `--resimulate` recomputes both). On the llama.cpp matrix the same swap gives 30,
-26 and 12 of 35 against 29, 24 and 20 (docs/VALIDATION-llamacpp.md): a probe of a few
-seconds catches as many slow steps as it happens to, more than its runs had there. The
+at the run before, 24 against 20; `--resimulate` recomputes both). On the llama.cpp
+matrix the same swap gives 30, 26 and 12 of 35 against 29, 24 and 20
+(docs/VALIDATION-llamacpp.md): a probe of a few seconds catches as many slow steps as it
+happens to, more than its runs had there. The
 median stays the default (robust, as issue 12 asks); the slow steps are modelled apart,
 from runs (8).
 

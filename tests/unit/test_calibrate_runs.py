@@ -20,16 +20,9 @@ from lyra_simpy import Results, scenario_from_dict, simulate
 from lyra_simpy.calibration.fit import TERMS
 from lyra_simpy.calibration.fitfile import load_fit, write_fit
 from lyra_simpy.calibration.fitruns import fit_runs
-from lyra_simpy.calibration.runs import (
-    LlamaCppLayout,
-    StepRebuild,
-    StreamedRequest,
-    read_run,
-    rebuild_for,
-    rebuild_steps,
-    replay_slots,
-    steps_of_runs,
-)
+from lyra_simpy.calibration.llamacpp_runs import LlamaCppLayout, replay_slots
+from lyra_simpy.calibration.runs import StepRebuild, rebuild_for, rebuild_steps, steps_of_runs
+from lyra_simpy.calibration.streams import StreamedRequest, read_run
 from lyra_simpy.cli import main
 from lyra_simpy.metrics.io import write_jsonl
 
@@ -119,8 +112,6 @@ def test_idle_start_drop_leaves_out_steps_begun_on_an_arrival(runs):
 
 
 def test_a_request_never_gets_two_tokens_in_one_step():
-    from lyra_simpy.calibration.runs import StreamedRequest
-
     # two tokens of one request 0.1 ms apart: two steps, whatever the gap threshold
     req = StreamedRequest(0.0, 10, 0, [0.010, 0.0101], [1, 1])
     steps = rebuild_steps([req], StepRebuild(gap_ms=5.0))

@@ -4,7 +4,7 @@ with a profile CSV (``lyra-simpy calibrate --from-runs DIR... [--profile CSV]``)
 Both kinds of row enter one fit (:func:`~lyra_simpy.calibration.fit.fit_coefficients`,
 same terms, same relative-error loss): a profile row as
 :func:`~lyra_simpy.calibration.fit.design_matrix` reads it, a rebuilt step with its own
-exact composition (:meth:`~lyra_simpy.calibration.runs.Steps.design_matrix`). The report
+exact composition (:meth:`~lyra_simpy.calibration.steps.Steps.design_matrix`). The report
 gives the profile's phases and the runs' (``runs:decode``, ...) apart, so one sees how well
 the one explains the other; the decode table (``decode_batch_residual_ms``) takes the
 median over both.
@@ -38,7 +38,8 @@ from lyra_simpy.calibration.fit import (
     rowwise_dot,
 )
 from lyra_simpy.calibration.profiles import Profile, read_profile
-from lyra_simpy.calibration.runs import StepRebuild, Steps, steps_of_runs
+from lyra_simpy.calibration.runs import StepRebuild, steps_of_runs
+from lyra_simpy.calibration.steps import Steps
 from lyra_simpy.errors import TraceError
 
 

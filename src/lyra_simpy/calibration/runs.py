@@ -38,26 +38,18 @@ chunks emit no token, speculative decoding's several tokens per chunk).
 
 from __future__ import annotations
 
-import heapq
 import itertools
-import json
-from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import numpy.typing as npt
 from pydantic import ConfigDict, PositiveFloat, PositiveInt
 
+from lyra_simpy.calibration.llamacpp_runs import Chunk, LlamaCppLayout, replay_slots, step_terms
+from lyra_simpy.calibration.steps import COLUMNS, Steps, join_steps
+from lyra_simpy.calibration.streams import StreamedRequest, read_run
 from lyra_simpy.config import Closed
-from lyra_simpy.errors import TraceError
-from lyra_simpy.policies.llamacpp import prompt_chunk, step_attention_cells
-
-TOKENS_FILE = "tokens.jsonl"
-"""The replay's side file of per-token times (:mod:`~lyra_simpy.live.replay`)."""
-Floats = npt.NDArray[np.float64]
-Ints = npt.NDArray[np.int64]
+from lyra_simpy.policies.llamacpp import prompt_chunk
 
 
 class StepRebuild(Closed):
@@ -134,25 +126,6 @@ class StepRebuild(Closed):
         return float(np.percentile(np.concatenate(gaps), 5)) / 2.0
 
 
-class LlamaCppLayout(Closed):
-    """The llama.cpp server a rebuilt step's cells and passes are counted by
-    (``StepRebuild.llamacpp``; the fields of :class:`~lyra_simpy.policies.llamacpp.LlamaCppConfig`
-    of the same names)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    n_parallel: PositiveInt
-    """Slots (``-np``)."""
-    batch_tokens: PositiveInt
-    """Tokens per step (effective ``n_batch``)."""
-    kv_unified: bool
-    """One buffer for every slot (``-kvu``), or a stream per slot."""
-    ubatch_tokens: PositiveInt
-    """Tokens per forward pass (effective ``n_ubatch``)."""
-    stream_cells: PositiveInt
-    """Cells of one KV stream: the whole buffer with ``-kvu``, else a slot's."""
-
-
 def rebuild_for(scheduler: Any) -> dict[str, Any]:
     """The :class:`StepRebuild` fields a scenario's engine implies: llama.cpp's checkpoint
     stops, ``n_batch`` and KV layout; a chunked-prefill scheduler's token budget (vLLM);
@@ -194,165 +167,6 @@ def prompt_split(tokens: int, stops: tuple[int, ...], room: int | None = None) -
     return chunks
 
 
-@dataclass(frozen=True)
-class Steps:
-    """Rebuilt steps as columns (one entry per step); the row-like columns make them
-    readable by the fit report like profile rows."""
-
-    latency_ms: Floats
-    steps: Ints
-    """Engine steps inside the rebuilt one: 1, or more when a prompt's earlier chunks
-    ran in steps that emitted no token (``StepRebuild.prompt_stops``)."""
-    decode_seqs: Ints
-    decode_context_tokens: Ints
-    prefill_seqs: Ints
-    prefill_tokens: Ints
-    prefill_attention_tokens: Ints
-    prefill_attention_cells: Ints
-    """Σ over a step's prompt tokens of the KV cells each attends over
-    (``StepRebuild.llamacpp``; 0 without it)."""
-    passes: Ints
-    """Forward passes of the engine steps in the rebuilt one (``StepRebuild.llamacpp``;
-    one per engine step without it)."""
-    checkpoints: Ints
-    """Context checkpoints copied in it (``StepRebuild.llamacpp``; 0 without it)."""
-    run: npt.NDArray[np.str_]
-    """The run folder each step came from."""
-    dropped: int = 0
-    """Steps found but left out: begun idle under ``idle_start: drop``, or the first of
-    a run without a prompt in it (no known start)."""
-    gap_ms: tuple[float, ...] = ()
-    """The gap each run's steps were cut at (``StepRebuild.gap_ms``, resolved)."""
-    approximated: int = 0
-    """Requests taken at one token a chunk (``StreamedRequest.approximate``)."""
-    llamacpp: bool = False
-    """Rebuilt as llama-server runs (``StepRebuild.llamacpp``): attention in cells, and
-    the pass and checkpoint terms."""
-
-    def __len__(self) -> int:
-        return len(self.latency_ms)
-
-    @property
-    def phase(self) -> npt.NDArray[np.str_]:
-        """``runs:prefill``, ``runs:decode`` or ``runs:mixed`` per step."""
-        kind = np.where(
-            self.prefill_seqs == 0,
-            "runs:decode",
-            np.where(self.decode_seqs == 0, "runs:prefill", "runs:mixed"),
-        )
-        return np.asarray(kind, dtype=np.str_)
-
-    @property
-    def batch_size(self) -> Ints:
-        return np.asarray(self.decode_seqs + self.prefill_seqs, dtype=np.int64)
-
-    @property
-    def input_tokens(self) -> Ints:
-        return self.prefill_tokens
-
-    @property
-    def context_len(self) -> Ints:
-        """Mean decode context per decoding sequence (0 without decodes), rounded."""
-        seqs = np.maximum(self.decode_seqs, 1)
-        return np.asarray(np.rint(self.decode_context_tokens / seqs), dtype=np.int64)
-
-    def design_matrix(self) -> Floats:
-        """One column per term of :data:`~lyra_simpy.calibration.fit.TERMS` (and, rebuilt
-        as llama-server runs, of ``ALL_TERMS``: extra passes, checkpoints)."""
-        columns = [
-            self.steps,
-            self.decode_seqs,
-            self.decode_context_tokens,
-            self.prefill_tokens,
-            self.prefill_attention_cells if self.llamacpp else self.prefill_attention_tokens,
-        ]
-        if self.llamacpp:
-            columns += [self.passes - self.steps, self.checkpoints]
-        return np.column_stack([c.astype(np.float64) for c in columns])
-
-
-_COLUMNS = tuple(
-    k
-    for k in Steps.__dataclass_fields__
-    if k not in ("dropped", "gap_ms", "approximated", "llamacpp")
-)
-
-
-@dataclass(frozen=True)
-class StreamedRequest:
-    """What a replay recorded of one request: when it was sent, its prompt, and when
-    each token-carrying chunk arrived with how many tokens."""
-
-    arrival_s: float
-    input_tokens: int
-    cached_tokens: int
-    chunk_s: list[float]
-    chunk_tokens: list[int]
-    approximate: bool = False
-    """The stream held fewer chunks than tokens (``counted_by: usage``, e.g. a token
-    whose text the server held back until the next): taken at one token a chunk, so
-    the steps where it decoded without a chunk miss its decode."""
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read ({exc.strerror})") from None
-    out = []
-    for k, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError:
-            row = None
-        if not isinstance(row, dict):
-            raise TraceError(f"{path}: line {k}: not a JSON object")
-        out.append(row)
-    return out
-
-
-def read_run(folder: Path) -> list[StreamedRequest]:
-    """The requests of the replayed run in *folder* that got tokens, with their chunk
-    times. A request counted by ``usage`` (its chunks did not match its tokens) is taken
-    at one token a chunk (``StreamedRequest.approximate``)."""
-    tokens_path = folder / TOKENS_FILE
-    if not tokens_path.is_file():
-        raise TraceError(
-            f"{folder}: no {TOKENS_FILE} (per-token times); replay the run again with "
-            "this version of lyra-simpy, which writes it"
-        )
-    records = {r.get("request_id"): r for r in _read_jsonl(folder / "requests.jsonl")}
-    out = []
-    for row in _read_jsonl(tokens_path):
-        rid = row.get("request_id")
-        rec = records.get(rid)
-        if rec is None:
-            raise TraceError(f"{tokens_path}: request_id {rid!r} is not in requests.jsonl")
-        times, counts = row.get("chunk_s"), row.get("chunk_tokens")
-        approximate = False
-        if counts is None and isinstance(times, list):
-            # counted by usage: which chunk carried which token is unknown
-            approximate, counts = True, [1] * len(times)
-        if not isinstance(times, list) or not isinstance(counts, list) or len(times) != len(counts):
-            raise TraceError(
-                f"{tokens_path}: request {rid}: chunk_s and chunk_tokens must be lists "
-                "of one length"
-            )
-        out.append(
-            StreamedRequest(
-                float(rec["arrival_s"]),
-                int(rec["input_tokens"]),
-                int(rec.get("cached_tokens") or 0),
-                [float(t) for t in times],
-                [int(n) for n in counts],
-                approximate,
-            )
-        )
-    return out
-
-
 def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = "") -> Steps:
     """The engine steps of one run (module docstring)."""
     events = sorted((t, r, j) for r, req in enumerate(requests) for j, t in enumerate(req.chunk_s))
@@ -371,11 +185,10 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
     n = len(clusters)
     hidden, pre, new, att, ctx = [0] * n, [0] * n, [0] * n, [0] * n, [0] * n
     dec = [sum(1 for _, _, j in c if j) for c in clusters]  # a chunk after the first
-    held = [0] * n  # decoders' KV cells before each step (StepRebuild.llamacpp)
     decoders: list[list[int]] = [[] for _ in range(n)]
     # the prompt chunks (request, tokens before, tokens) of each engine step, by rebuilt
     # step and engine step: a chunk hidden inside step k ran in an engine step before k's
-    chunks_at: list[dict[int, list[tuple[int, int, int]]]] = [{} for _ in range(n)]
+    chunks_at: list[dict[int, list[Chunk]]] = [{} for _ in range(n)]
     sent = [-np.inf] * n
     # tokens each request had received before each of its chunks (once, not per chunk)
     before = [list(itertools.accumulate(r.chunk_tokens, initial=0)) for r in requests]
@@ -385,7 +198,6 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
             req = requests[r]
             if j:
                 ctx[k] += req.input_tokens + before[r][j]
-                held[k] += req.input_tokens + before[r][j] - 1  # (the step adds one)
                 decoders[k].append(r)
                 continue
             done = req.cached_tokens
@@ -420,7 +232,7 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
             hidden[k] = max(hidden[k], inside)
     layout = cfg.llamacpp
     slots = replay_slots(requests, layout.n_parallel) if layout is not None else []
-    cols: dict[str, list[Any]] = {k: [] for k in _COLUMNS}
+    cols: dict[str, list[Any]] = {k: [] for k in COLUMNS}
     prev_end: float | None = None
     dropped = 0
     for k in range(n):
@@ -439,8 +251,10 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
         cols["prefill_attention_tokens"].append(att[k])
         cells, passes_k, checkpoints = 0, 1 + hidden[k], 0
         if layout is not None:
-            cells, passes_k, checkpoints = _llamacpp_step(
-                layout, bool(cfg.prompt_stops), requests, slots, k, decoders[k], held[k],
+            # the decoders' KV cells before the step: their contexts less the token it adds
+            held = ctx[k] - dec[k]
+            cells, passes_k, checkpoints = step_terms(
+                layout, bool(cfg.prompt_stops), requests, slots, k, decoders[k], held,
                 chunks_at[k],
             )  # fmt: skip
         cols["prefill_attention_cells"].append(cells)
@@ -448,7 +262,7 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
         cols["checkpoints"].append(checkpoints)
         cols["run"].append(run)
     ints = {
-        k: np.asarray(cols[k], dtype=np.int64) for k in _COLUMNS if k not in ("latency_ms", "run")
+        k: np.asarray(cols[k], dtype=np.int64) for k in COLUMNS if k not in ("latency_ms", "run")
     }
     return Steps(
         latency_ms=np.asarray(cols["latency_ms"], dtype=np.float64),
@@ -461,91 +275,7 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
     )
 
 
-def replay_slots(requests: list[StreamedRequest], n_parallel: int) -> list[int]:
-    """The slot each request of a run sat in, replaying llama-server's choice on the
-    streams (``StepRebuild.llamacpp``): a request sent takes the idle slot released
-    longest ago (``get_available_slot``'s LRU, as
-    :meth:`~lyra_simpy.policies.llamacpp.LlamaCppServer.free_slot` has it: on a tie the
-    highest id), or waits in order of sending for the next slot released; a slot is
-    released at its request's last token."""
-    finish = [req.chunk_s[-1] for req in requests]
-    slot_of = [-1] * len(requests)
-    busy: list[int | None] = [None] * n_parallel
-    last_used = [-1.0] * n_parallel
-    waiting: deque[int] = deque()
-    releases: list[tuple[float, int]] = []  # (when, slot), a heap
-
-    def assign() -> None:
-        while waiting:
-            idle = [i for i in range(n_parallel) if busy[i] is None]
-            if not idle:
-                return
-            slot = min(idle, key=lambda i: (last_used[i], -i))
-            r = waiting.popleft()
-            busy[slot], slot_of[r] = r, slot
-            heapq.heappush(releases, (finish[r], slot))
-
-    def release_until(t: float) -> None:
-        while releases and releases[0][0] <= t:
-            when, slot = heapq.heappop(releases)
-            busy[slot], last_used[slot] = None, when
-            assign()
-
-    for r in sorted(range(len(requests)), key=lambda r: requests[r].arrival_s):
-        release_until(requests[r].arrival_s)
-        waiting.append(r)
-        assign()
-    release_until(np.inf)
-    return slot_of
-
-
-def _llamacpp_step(
-    layout: LlamaCppLayout,
-    stops: bool,
-    requests: list[StreamedRequest],
-    slots: list[int],
-    k: int,
-    decoders: list[int],
-    held: int,
-    chunks_at: dict[int, list[tuple[int, int, int]]],
-) -> tuple[int, int, int]:
-    """(cells, passes, checkpoints) of rebuilt step *k* (``StepRebuild.llamacpp``): its
-    own engine step's — its *decoders* in slot order, then its prompt chunks (request,
-    tokens before, tokens) in slot order, the buffer holding *held* decoder cells and
-    each prompt's earlier tokens — and those of the engine steps hidden in it (their
-    prompts alone)."""
-    from lyra_simpy.policies.ubatch import passes
-
-    cells = n_passes = checkpoints = 0
-    for sub in sorted({*chunks_at, k}):
-        own = sub == k
-        chunks = sorted(chunks_at.get(sub, []), key=lambda c: slots[c[0]])
-        decoding = sorted(slots[r] for r in decoders) if own else []
-        segments = [(s, 1) for s in decoding] + [(slots[r], size) for r, _, size in chunks]
-        if segments:
-            n_passes += passes(
-                segments, layout.batch_tokens, layout.ubatch_tokens, layout.kv_unified
-            )
-        if chunks:
-            buffer = (held if own else 0) + sum(b for _, b, _ in chunks)
-            pieces = [(b, size) for _, b, size in chunks]
-            cells += step_attention_cells(layout, len(decoding), pieces, buffer)
-        if stops:  # the engine model's rule (LlamaCppServer.plan)
-            checkpoints += sum(
-                1
-                for r, b, size in chunks
-                if b and requests[r].input_tokens - b - size < layout.ubatch_tokens
-            )
-    return cells, max(n_passes, 1), checkpoints
-
-
 def steps_of_runs(folders: list[Path], cfg: StepRebuild) -> Steps:
     """The rebuilt steps of every run in *folders*, run after run."""
     parts = [rebuild_steps(read_run(f), cfg, str(f)) for f in folders]
-    return Steps(
-        **{name: np.concatenate([getattr(p, name) for p in parts]) for name in _COLUMNS},
-        dropped=sum(p.dropped for p in parts),
-        gap_ms=tuple(g for p in parts for g in p.gap_ms),
-        approximated=sum(p.approximated for p in parts),
-        llamacpp=cfg.llamacpp is not None,
-    )
+    return join_steps(parts, cfg.llamacpp is not None)

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt
 
+from lyra_simpy.calibration.streams import TOKENS_FILE
 from lyra_simpy.engine.request import RECORD_FIELDS
 from lyra_simpy.live.client import (
     Api,
@@ -203,11 +204,6 @@ def records(run: _Run) -> tuple[list[dict[str, Any]], list[float]]:
             row["engine_timings"] = o.timings
         rows.append(row)
     return rows, gaps
-
-
-TOKENS_FILE = "tokens.jsonl"
-"""The side file of per-token times (module docstring); not part of the DESIGN §4
-contract, which ``requests.jsonl`` keeps unchanged."""
 
 
 def token_rows(run: _Run) -> list[dict[str, Any]]:

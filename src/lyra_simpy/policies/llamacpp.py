@@ -215,8 +215,9 @@ def n_kv(cells: int, stream: int) -> int:
 
 
 class CellCounts(Protocol):
-    """What :func:`step_attention_cells` reads of a KV layout (:class:`LlamaCppConfig`,
-    or :class:`~lyra_simpy.calibration.runs.LlamaCppLayout` for steps rebuilt from runs)."""
+    """What :func:`step_attention_cells` reads of a KV layout (:class:`LlamaCppConfig`, or
+    :class:`~lyra_simpy.calibration.llamacpp_runs.LlamaCppLayout` for steps rebuilt from
+    runs)."""
 
     @property
     def kv_unified(self) -> bool: ...

@@ -1,0 +1,115 @@
+"""llama-server's side of a rebuilt step (``StepRebuild.llamacpp``): the slots its
+requests sat in, replayed from the streams, and the forward passes, KV cells and context
+checkpoints the ``llamacpp`` engine model would charge for them
+(:mod:`~lyra_simpy.policies.llamacpp`, :mod:`~lyra_simpy.policies.ubatch`)."""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+import numpy as np
+from pydantic import ConfigDict, PositiveInt
+
+from lyra_simpy.calibration.streams import StreamedRequest
+from lyra_simpy.config import Closed
+from lyra_simpy.policies.llamacpp import step_attention_cells
+from lyra_simpy.policies.ubatch import passes
+
+Chunk = tuple[int, int, int]
+"""A prompt chunk of a step: (request index, its tokens computed before, tokens)."""
+
+
+class LlamaCppLayout(Closed):
+    """The llama.cpp server a rebuilt step's cells and passes are counted by
+    (``StepRebuild.llamacpp``; the fields of :class:`~lyra_simpy.policies.llamacpp.LlamaCppConfig`
+    of the same names)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    n_parallel: PositiveInt
+    """Slots (``-np``)."""
+    batch_tokens: PositiveInt
+    """Tokens per step (effective ``n_batch``)."""
+    kv_unified: bool
+    """One buffer for every slot (``-kvu``), or a stream per slot."""
+    ubatch_tokens: PositiveInt
+    """Tokens per forward pass (effective ``n_ubatch``)."""
+    stream_cells: PositiveInt
+    """Cells of one KV stream: the whole buffer with ``-kvu``, else a slot's."""
+
+
+def replay_slots(requests: list[StreamedRequest], n_parallel: int) -> list[int]:
+    """The slot each request of a run sat in, replaying llama-server's choice on the
+    streams (``StepRebuild.llamacpp``): a request sent takes the idle slot released
+    longest ago (``get_available_slot``'s LRU, as
+    :meth:`~lyra_simpy.policies.llamacpp.LlamaCppServer.free_slot` has it: on a tie the
+    highest id), or waits in order of sending for the next slot released; a slot is
+    released at its request's last token."""
+    finish = [req.chunk_s[-1] for req in requests]
+    slot_of = [-1] * len(requests)
+    busy: list[int | None] = [None] * n_parallel
+    last_used = [-1.0] * n_parallel
+    waiting: deque[int] = deque()
+    releases: list[tuple[float, int]] = []  # (when, slot), a heap
+
+    def assign() -> None:
+        while waiting:
+            idle = [i for i in range(n_parallel) if busy[i] is None]
+            if not idle:
+                return
+            slot = min(idle, key=lambda i: (last_used[i], -i))
+            r = waiting.popleft()
+            busy[slot], slot_of[r] = r, slot
+            heapq.heappush(releases, (finish[r], slot))
+
+    def release_until(t: float) -> None:
+        while releases and releases[0][0] <= t:
+            when, slot = heapq.heappop(releases)
+            busy[slot], last_used[slot] = None, when
+            assign()
+
+    for r in sorted(range(len(requests)), key=lambda r: requests[r].arrival_s):
+        release_until(requests[r].arrival_s)
+        waiting.append(r)
+        assign()
+    release_until(np.inf)
+    return slot_of
+
+
+def step_terms(
+    layout: LlamaCppLayout,
+    stops: bool,
+    requests: list[StreamedRequest],
+    slots: list[int],
+    k: int,
+    decoders: list[int],
+    held: int,
+    chunks_at: dict[int, list[Chunk]],
+) -> tuple[int, int, int]:
+    """(cells, passes, checkpoints) of rebuilt step *k* (``StepRebuild.llamacpp``): its
+    own engine step's — its *decoders* in slot order, then its prompt chunks (request,
+    tokens before, tokens) in slot order, the buffer holding *held* decoder cells and
+    each prompt's earlier tokens — and those of the engine steps hidden in it (their
+    prompts alone)."""
+    cells = n_passes = checkpoints = 0
+    for sub in sorted({*chunks_at, k}):
+        own = sub == k
+        chunks = sorted(chunks_at.get(sub, []), key=lambda c: slots[c[0]])
+        decoding = sorted(slots[r] for r in decoders) if own else []
+        segments = [(s, 1) for s in decoding] + [(slots[r], size) for r, _, size in chunks]
+        if segments:
+            n_passes += passes(
+                segments, layout.batch_tokens, layout.ubatch_tokens, layout.kv_unified
+            )
+        if chunks:
+            buffer = (held if own else 0) + sum(b for _, b, _ in chunks)
+            pieces = [(b, size) for _, b, size in chunks]
+            cells += step_attention_cells(layout, len(decoding), pieces, buffer)
+        if stops:  # the engine model's rule (LlamaCppServer.plan)
+            checkpoints += sum(
+                1
+                for r, b, size in chunks
+                if b and requests[r].input_tokens - b - size < layout.ubatch_tokens
+            )
+    return cells, max(n_passes, 1), checkpoints

@@ -339,13 +339,12 @@ def _calibrate_runs(args: argparse.Namespace, profile: Path | None) -> int:
 
         implied = rebuild_for(load_scenario(args.scenario).scheduler)
     given = {
-        **implied,
         "gap_ms": args.step_gap_ms,
         "idle_start": args.idle_start,
-        "prompt_stops": stops if stops is not None else implied.get("prompt_stops"),
-        "prompt_budget": args.prompt_budget or implied.get("prompt_budget"),
-    }
-    rebuild = StepRebuild(**{k: v for k, v in given.items() if v is not None})
+        "prompt_stops": stops,
+        "prompt_budget": args.prompt_budget,
+    }  # what is given overrides what the scenario implies
+    rebuild = StepRebuild(**{**implied, **{k: v for k, v in given.items() if v is not None}})
     fit = fit_runs(args.from_runs, profile, rebuild, args.loss, args.out)
     print(format_report(fit))
     if args.out is not None:

@@ -554,3 +554,19 @@ def test_a_fit_on_per_slot_runs_gives_back_the_pass_and_checkpoint_costs(tmp_pat
     for term in ("fixed_ms", "per_decode_seq_ms", "per_prefill_token_ms",
                  "per_extra_pass_ms", "per_checkpoint_ms"):  # fmt: skip
         assert getattr(got, term) == pytest.approx(want[term], rel=0.05), term
+
+
+def test_given_rebuild_flags_override_what_the_scenario_implies(runs, tmp_path):
+    raw = runs_raw(1, 2.0)
+    raw["scheduler"] = {"name": "llamacpp", "n_parallel": 4, "sliding_window": True}
+    scenario_file = tmp_path / "llama.yaml"
+    scenario_file.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "fit.yaml"
+    argv = ["calibrate", "--from-runs", str(runs[0][0]), "--scenario", str(scenario_file)]
+    assert main([*argv, "--prompt-budget", "64", "--out", str(out)]) == 0
+    fitted = load_fit(out).runs
+    assert fitted is not None
+    rebuild = fitted.rebuild
+    assert rebuild["prompt_budget"] == 64  # given
+    assert rebuild["prompt_stops"] == [516, 4]  # implied: -ub 512 and 4 before the end
+    assert rebuild["llamacpp"]["n_parallel"] == 4

@@ -28,11 +28,10 @@ class ProfileGrid(BaseModel):
     mean step of the lock-step window, once every prompt is in until the first stream
     ends (:func:`~lyra_simpy.live.client.lockstep_step_ms`) — what a TPOT averages over,
     the slow steps included, but as many of them as the probe's few seconds caught. Both
-    are written either way (extra columns ``median_gap_ms`` and ``mean_step_ms``). On the
-    validation matrices, the same probes with the means: vLLM 24 of 64 Table 1 cells
-    against 20; llama.cpp 30, 26 and 12 of 35 against 29, 24 and 20 (the last point's
-    probes caught slow steps its runs did not have). A host's slow spells are modelled
-    apart (``cost.jitter.spells``, fitted on runs)."""
+    are written either way (extra columns ``median_gap_ms`` and ``mean_step_ms``; the
+    validation matrices compare the two on the same probes: ``--resimulate`` with
+    ``--decode-step mean`` for llama.cpp, the vLLM document's third column). A host's slow
+    spells are modelled apart (``cost.jitter.spells``, fitted on runs)."""
     mixed_batch: list[PositiveInt] = [1, 3, 7]
     """Decoders beside the probe: each must be below the server's slots (the probe
     needs one), else the probe waits and runs with the decoders gone (checked against

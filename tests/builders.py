@@ -165,8 +165,10 @@ def runs_raw(seed: int, rate: float, n: int = 120) -> dict[str, Any]:
 
 def token_times(res: Any) -> list[list[float]]:
     """Each request's token times: its first token, then the end of every later
-    iteration up to its finish (one replica, no preemption: it decodes in each)."""
-    ends = np.asarray(res.timeseries["end_s"])
+    iteration that decoded up to its finish (one replica, no preemption: it decodes in
+    each; a prefill-only iteration of SGLang's scheduler decodes nobody)."""
+    ts = res.timeseries
+    ends = np.asarray(ts["end_s"])[np.asarray(ts["decode_seqs"]) > 0]
     rec = res.records
     out = []
     for first, finish, n in zip(

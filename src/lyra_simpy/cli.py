@@ -121,14 +121,24 @@ def _parser() -> argparse.ArgumentParser:
         "steps before its first token (default: no limit)",
     )
     cal.add_argument(
+        "--prompts-alone",
+        action="store_true",
+        default=None,
+        help="with --from-runs: the engine computes prompts in steps of their own, never "
+        "beside decodes (SGLang's default prefill-first batches); with --prompt-budget "
+        "(its --chunked-prefill-size) a long prompt's chunks ran back to back before its "
+        "first token",
+    )
+    cal.add_argument(
         "--scenario",
         type=Path,
         default=None,
         metavar="YAML",
         help="with --from-runs: a scenario whose engine served the runs; its scheduler "
-        "gives the prompt stops, the prompt budget and (llama.cpp) the KV cells a prompt "
-        "attends over, so the steps are rebuilt as that engine ran them (--prompt-stops "
-        "and --prompt-budget override)",
+        "gives the prompt stops, the prompt budget, whether prompts run alone (SGLang) "
+        "and (llama.cpp) the KV cells a prompt attends over, so the steps are rebuilt as "
+        "that engine ran them (--prompt-stops, --prompt-budget and --prompts-alone "
+        "override)",
     )
     cal.add_argument(
         "--idle-start",
@@ -295,11 +305,12 @@ def _calibrate(args: argparse.Namespace) -> int:
         or args.idle_start is not None
         or args.prompt_stops
         or args.prompt_budget is not None
+        or args.prompts_alone
         or args.scenario is not None
     ):
         raise LyraError(
-            "calibrate: --step-gap-ms, --idle-start, --prompt-stops, --prompt-budget and "
-            "--scenario need --from-runs"
+            "calibrate: --step-gap-ms, --idle-start, --prompt-stops, --prompt-budget, "
+            "--prompts-alone and --scenario need --from-runs"
         )
     fit = calibrate(profile, args.out, args.figure, args.loss)
     print(format_report(fit, str(profile)))
@@ -337,12 +348,14 @@ def _calibrate_runs(args: argparse.Namespace, profile: Path | None) -> int:
     if args.scenario is not None:
         from lyra_simpy.scenario import load_scenario
 
-        implied = rebuild_for(load_scenario(args.scenario).scheduler)
+        served = load_scenario(args.scenario)
+        implied = rebuild_for(served.scheduler, served.kv_cache.block_size)
     given = {
         "gap_ms": args.step_gap_ms,
         "idle_start": args.idle_start,
         "prompt_stops": stops,
         "prompt_budget": args.prompt_budget,
+        "prompts_alone": args.prompts_alone,
     }  # what is given overrides what the scenario implies
     rebuild = StepRebuild(**{**implied, **{k: v for k, v in given.items() if v is not None}})
     fit = fit_runs(args.from_runs, profile, rebuild, args.loss, args.out)

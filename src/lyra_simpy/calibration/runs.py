@@ -9,7 +9,9 @@ the tokens that reach the client at (nearly) the same instant belong to one step
 1. **Cluster.** Every token-carrying chunk of every request, sorted by time; a new step
    starts where the gap to the previous chunk exceeds ``StepRebuild.gap_ms`` (by default
    half the shortest step the run's streams show), or where a
-   request would get a second chunk in the same step (one chunk per request per step).
+   request would get a second chunk in the same step (one chunk per request per step),
+   or, with ``StepRebuild.prompts_alone``, where first tokens give way to decode tokens
+   or back.
 2. **End.** A step ends at the median of its chunks' times (robust to one late chunk).
 3. **Composition.** A request's first chunk is its prefill: ``input_tokens −
    cached_tokens`` new tokens after ``cached_tokens`` cached — the whole prompt in one
@@ -20,13 +22,18 @@ the tokens that reach the client at (nearly) the same instant belong to one step
    each earlier chunk in the step before — or in an earlier step that hid engine steps
    of its own and ended after the request arrived (it joined that step's last engine
    step: a prompt arriving while another's first chunk runs) — or hidden inside this
-   step when no step in between emitted a token. Its *j*-th chunk (j ≥ 1) is a decode
+   step when no step in between emitted a token. With ``StepRebuild.prompts_alone``
+   (SGLang's prefill-only steps) the chunks ran back to back before the first token,
+   hidden inside its step, the first one possibly at the end of the prompt-only step
+   before (:func:`alone_chunks`). Its *j*-th chunk (j ≥ 1) is a decode
    reading ``input_tokens + tokens before the chunk`` context tokens (the engine's KV
    length as :class:`~lyra_simpy.engine.request.Request` counts it).
 4. **Duration** = end − start, where a step starts when the previous step ended, or —
    when a request prefilled in it was sent after that (the engine was idle) — when the
-   last such request was sent (``idle_start: arrival``; ``drop`` leaves such steps out,
-   since their time includes the request's trip to the server).
+   last such request was sent (of those with the most engine steps in it: a prompt that
+   joined the last of several hidden engine steps does not count; ``idle_start:
+   arrival``; ``drop`` leaves such steps out, since their time includes the request's
+   trip to the server).
 
 Each rebuilt step becomes one row of the fit, with the terms of
 :mod:`~lyra_simpy.calibration.fit` (a step with *d* decodes and *p* prompts: ``d`` decode
@@ -91,6 +98,26 @@ class StepRebuild(Closed):
     steps before it, and a step's other prompts are not counted against its room.
     None (default): no limit."""
 
+    prompts_alone: bool = False
+    """An engine whose steps compute prompts *or* decode, never both: SGLang's
+    prefill-first batches (``Scheduler.get_next_batch_to_run``, without
+    ``--enable-mixed-chunk``; the engine model's
+    :mod:`~lyra_simpy.policies.prefill_first`). Then a step's first tokens and its
+    decode tokens cannot be one step (a change of kind in the token times starts a new
+    one), and with ``prompt_budget`` (``--chunked-prefill-size``) a prompt's chunks run
+    in prefill-only steps back to back, as SGLang's ``PrefillAdder`` continues the
+    chunked request first and admits nothing beside it: its middle chunks emit no token
+    and are hidden inside its first token's step, and its first chunk is there too,
+    unless the step before only computed prompts, began after the request arrived and
+    left room in the budget (less the pages its prompts took): a new request chunked at
+    the end of that batch. A first chunk is a whole number of ``page_tokens`` pages;
+    the decodes do not take from the budget. False (default): prompts run beside
+    decodes, as vLLM and llama.cpp run them."""
+    page_tokens: PositiveInt = 1
+    """Tokens a KV page holds: a prompt longer than a step's room starts with whole
+    pages, as SGLang cuts it (``--page-size``, 1 by default; the engine model pages by
+    ``kv_cache.block_size``). 1 (default): any number of tokens, as vLLM and llama.cpp."""
+
     llamacpp: LlamaCppLayout | None = None
     """Rebuild the steps as ``llama-server`` runs them, in the units the ``llamacpp``
     engine model charges (None, the default: none of this):
@@ -126,15 +153,15 @@ class StepRebuild(Closed):
         return float(np.percentile(np.concatenate(gaps), 5)) / 2.0
 
 
-def rebuild_for(scheduler: Any) -> dict[str, Any]:
+def rebuild_for(scheduler: Any, block_size: int = 1) -> dict[str, Any]:
     """The :class:`StepRebuild` fields a scenario's engine implies: llama.cpp's checkpoint
     stops, ``n_batch`` and KV layout; a chunked-prefill scheduler's token budget (vLLM);
-    nothing for an engine that computes every prompt in one step, nor for SGLang's
-    prefill-first batches, whose earlier chunks run in prefill-only steps between the
-    decodes rather than beside them (the placement ``prompt_budget`` assumes; not
-    rebuilt chunk by chunk yet)."""
+    SGLang's chunk budget in pages of the scenario's *block_size*, in prefill-only steps
+    (with ``enable_mixed_chunk``: beside the decodes, placed as vLLM's); nothing for an
+    engine that computes every prompt in one step."""
     from lyra_simpy.policies.chunked import ChunkedPrefillConfig
     from lyra_simpy.policies.llamacpp import LlamaCppConfig
+    from lyra_simpy.policies.prefill_first import PrefillFirstConfig
 
     if isinstance(scheduler, LlamaCppConfig):
         layout = LlamaCppLayout(
@@ -151,20 +178,74 @@ def rebuild_for(scheduler: Any) -> dict[str, Any]:
         }
     if isinstance(scheduler, ChunkedPrefillConfig):
         return {"prompt_budget": scheduler.alone_chunk_tokens}
+    if isinstance(scheduler, PrefillFirstConfig):
+        budget = {"prompt_budget": scheduler.chunked_prefill_size, "page_tokens": block_size}
+        if scheduler.enable_mixed_chunk:
+            return budget
+        return {**budget, "prompts_alone": True}
     return {}
 
 
-def prompt_split(tokens: int, stops: tuple[int, ...], room: int | None = None) -> list[int]:
+def prompt_split(
+    tokens: int, stops: tuple[int, ...], room: int | None = None, page: int = 1
+) -> list[int]:
     """The chunks a prompt of *tokens* is computed in when the engine stops at each of
     *stops* tokens before its end (``StepRebuild.prompt_stops``) and a step has *room*
     prompt tokens (``StepRebuild.prompt_budget`` less the step's decodes; None: no
     limit), first chunk first: the llamacpp scheduler's own rule
-    (:func:`~lyra_simpy.policies.llamacpp.prompt_chunk`)."""
+    (:func:`~lyra_simpy.policies.llamacpp.prompt_chunk`). With pages of *page* tokens
+    a prompt that does not fit the room in whole pages starts with as many whole pages
+    as fit (SGLang's ``PrefillAdder``)."""
     chunks = []
+    if room is not None and page > 1 and -(-tokens // page) * page > room >= page:
+        chunks.append(room // page * page)
+        tokens -= chunks[0]
     while tokens > 0:
         chunks.append(prompt_chunk(tokens, room or tokens, stops))
         tokens -= chunks[-1]
     return chunks
+
+
+def alone_chunks(
+    cfg: StepRebuild,
+    req: StreamedRequest,
+    tokens: int,
+    k: int,
+    ends: list[float],
+    dec: list[int],
+    sent: list[float],
+    taken: list[int],
+    hidden: list[int],
+    new: list[int],
+    last_new: list[int],
+) -> tuple[list[tuple[int, int]], int]:
+    """Where the *tokens* new prompt tokens of *req*, whose first token came in step *k*,
+    were computed by an engine that runs prompts alone (``StepRebuild.prompts_alone``):
+    the (step, tokens) chunks, first chunk first, and how many engine steps of its own
+    step *k* hides. The engine model's rule (:mod:`~lyra_simpy.policies.prefill_first`):
+    a new prompt longer than the budget left is cut to whole pages, and continues with
+    up to the budget in each following step, nothing else beside it."""
+    budget, page = cfg.prompt_budget, cfg.page_tokens
+    if budget is None or tokens <= 0:
+        return [(k, tokens)], 0
+    paged = -(-tokens // page) * page
+    first = None
+    if k >= 1 and dec[k - 1] == 0:  # the step before computed prompts only
+        start = max(ends[k - 2] if k >= 2 else -np.inf, sent[k - 1])
+        if hidden[k - 1] and np.isfinite(start):
+            # its last engine step began after those it hides: in proportion to the
+            # prompt tokens it computed (a prompt-only step's cost is mostly theirs)
+            start = ends[k - 1] - (ends[k - 1] - start) * last_new[k - 1] / max(1, new[k - 1])
+        left = budget - taken[k - 1]
+        if req.arrival_s <= start and paged > left >= page:
+            first = (k - 1, left // page * page)
+    if first is None and paged > budget:
+        first = (k, max(1, budget // page * page))
+    if first is None:
+        return [(k, tokens)], 0
+    rest = tokens - first[1]
+    chunks = [first] + [(k, min(budget, rest - i)) for i in range(0, rest, budget)]
+    return chunks, sum(1 for place, _ in chunks if place == k) - 1
 
 
 def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = "") -> Steps:
@@ -174,10 +255,17 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
     members: set[int] = set()
     last = -np.inf
     gap_s = cfg.gap_s(requests)
+    kind = False  # the current step's chunks are first tokens (prompts_alone)
     for t, r, j in events:
-        if not clusters or t - last > gap_s or r in members:
+        if (
+            not clusters
+            or t - last > gap_s
+            or r in members
+            or (cfg.prompts_alone and (j == 0) != kind)
+        ):
             clusters.append([])
             members = set()
+            kind = j == 0
         clusters[-1].append((t, r, j))
         members.add(r)
         last = t
@@ -189,10 +277,22 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
     # the prompt chunks (request, tokens before, tokens) of each engine step, by rebuilt
     # step and engine step: a chunk hidden inside step k ran in an engine step before k's
     chunks_at: list[dict[int, list[Chunk]]] = [{} for _ in range(n)]
-    sent = [-np.inf] * n
+    # when the engine could start each step, were it idle: when the last of the prompts
+    # computed in its first engine step was sent (the prompts with the most engine steps
+    # in it; one that joined a later engine step, arriving meanwhile, does not count)
+    sent, depth = [-np.inf] * n, [0] * n
+
+    def began(k: int, steps_in_k: int, arrival_s: float) -> None:
+        if steps_in_k > depth[k]:
+            depth[k], sent[k] = steps_in_k, arrival_s
+        elif steps_in_k == depth[k]:
+            sent[k] = max(sent[k], arrival_s)
+
     # tokens each request had received before each of its chunks (once, not per chunk)
     before = [list(itertools.accumulate(r.chunk_tokens, initial=0)) for r in requests]
     budget = cfg.prompt_budget
+    # the prompt tokens of each step's last engine step, and the budget they took in pages
+    last_new, taken = [0] * n, [0] * n
     for k, cluster in enumerate(clusters):
         for _, r, j in cluster:
             req = requests[r]
@@ -201,9 +301,24 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
                 decoders[k].append(r)
                 continue
             done = req.cached_tokens
-            room = None if budget is None else max(1, budget - dec[k])
             new_tokens = req.input_tokens - req.cached_tokens
-            chunks = prompt_split(new_tokens, cfg.prompt_stops, room) or [0]
+            if cfg.prompts_alone:
+                placed, inside = alone_chunks(
+                    cfg, req, new_tokens, k, ends, dec, sent, taken, hidden, new, last_new
+                )
+                hidden[k] = max(hidden[k], inside)
+                for i, (place, size) in enumerate(placed):
+                    pre[place] += 1
+                    new[place] += size
+                    if place < k or i == len(placed) - 1:  # in its step's last engine step
+                        taken[place] += -(-size // cfg.page_tokens) * cfg.page_tokens
+                        last_new[place] += size
+                    done += size
+                    att[place] += size * done
+                began(k, inside + 1, req.arrival_s)
+                continue
+            room = None if budget is None else max(1, budget - dec[k])
+            chunks = prompt_split(new_tokens, cfg.prompt_stops, room, cfg.page_tokens) or [0]
             at = k - (len(chunks) - 1)  # the step each chunk ran in, earliest first
             inside = 0
             for size in chunks:
@@ -226,10 +341,9 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
                 chunks_at[place].setdefault(min(at, place), []).append((r, done, size))
                 done += size
                 att[place] += size * done
-                if place == k:
-                    sent[k] = max(sent[k], req.arrival_s)
                 at += 1
             hidden[k] = max(hidden[k], inside)
+            began(k, inside + 1, req.arrival_s)
     layout = cfg.llamacpp
     slots = replay_slots(requests, layout.n_parallel) if layout is not None else []
     cols: dict[str, list[Any]] = {k: [] for k in COLUMNS}

@@ -50,6 +50,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import speed_gate
+from llamacpp_idle import excess_by_idle
 from llamacpp_steps import load_ratios
 from profile_columns import write_by_mean_step
 
@@ -230,7 +231,15 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
                                   "steps_vs_fit": load_ratios(here, load, "probes")}  # fmt: skip
     table2(cfg, reg, quick, out, REPEATS, log)
     out["fits"]["probes"] = yaml.safe_load(fit.read_text())["coefficients"]
+    with_idle(here, out)
     return out
+
+
+def with_idle(here: Path, res: dict[str, Any]) -> None:
+    """*res* with the server log's lone prompts by the idle time before them, less the
+    probes' (:mod:`llamacpp_idle`), when the point's log is here."""
+    if (here / "llama-server.log").is_file() and (here / "profile.csv").is_file():
+        res["idle"] = [list(cell) for cell in excess_by_idle(here)]
 
 
 def real_runs(here: Path, load: str, repeats: int) -> list[str]:
@@ -396,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
             resimulate(key, res, keep["facts"]["repeats"], log, args.decode_step == "mean")
             table2(cfg, reg, keep["facts"]["quick"], res, keep["facts"]["repeats"], log,
                    args.spells)  # fmt: skip
+            with_idle(OUT / f"{cfg}_{reg}", res)
         keep["facts"]["resimulated"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         stored.write_text(json.dumps({**keep, "commands": log}, indent=1))
         write_section(DOC, keep["facts"], keep["results"])
@@ -408,6 +418,8 @@ def main(argv: list[str] | None = None) -> int:
                    args.spells)  # fmt: skip
         stored.write_text(json.dumps({**keep, "commands": log}, indent=1))
     if args.doc_only or args.table2:
+        for key, res in keep.get("results", {}).items():
+            with_idle(OUT / key.replace("/", "_"), res)
         write_section(DOC, keep["facts"], keep["results"])
         return 0
     configs = ["default"] if quick else list(CONFIGS)
@@ -585,10 +597,17 @@ def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any]) -> 
         spells = (f" Slow spells in those runs ({how}): {sp['share']:.0%} of "
                   f"the decode steps at {sp['factor']:.2f}x, {sp['steps']:.1f} steps a spell."
                   if sp else "")  # fmt: skip
+        idle = res.get("idle")
+        idled = "" if not idle else (
+            " Lone prompts, by the server's idle time before them: the engine's prompt time "
+            "less the probe's (`validation/llamacpp_idle.py`): " + "; ".join(
+                f"{name} {n}{'' if ex is None else f' at {ex:+.1f} ms'}" for name, n, ex in idle
+            ) + "."
+        )  # fmt: skip
         lines.append(f"Capacity (simulated, {cfg}): {cap:.3f} req/s. Fit from probes: "
                      f"{fits['probes']}. Fit on runs: {fits['runs']}."
                      + (f" Fit on both: {fits['joint']}." if "joint" in fits else "")
-                     + f"{spells}{gated}")  # fmt: skip
+                     + f"{spells}{gated}{idled}")  # fmt: skip
     lines += ["", END]
     text = doc.read_text() if doc.is_file() else ""
     if START in text and END in text:

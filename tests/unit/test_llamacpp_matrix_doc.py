@@ -52,6 +52,7 @@ def test_the_document_is_written_from_the_numbers(tmp_path: Path, monkeypatch: A
         "fits": {"probes": coef, "runs": {**coef, "per_extra_pass_ms": 11.0}, "joint": coef},
         "runs_spells": {"share": 0.056, "factor": 1.82, "steps": 1.3, "decode_steps": 3000},
         "runs_spells_simulated": False,
+        "idle": [["0-0.1 s", 72, 0.0], ["0.1-0.3 s", 0, None], ["0.3-1 s", 36, 19.3]],
     }  # fmt: skip
     facts = {"cpu": "x", "cores": 2, "repeats": 3, "wall_min": 9}
     m.write_section(doc, facts, {"kvu/long": res})
@@ -70,4 +71,8 @@ def test_the_document_is_written_from_the_numbers(tmp_path: Path, monkeypatch: A
     assert "Fit on runs: fixed_ms 20, per_decode_seq_ms 8, per_extra_pass_ms 11." in text
     assert "Fit on both: fixed_ms 20, per_decode_seq_ms 8." in text
     assert "Slow spells in those runs (not simulated; `--spells` does): 6% of" in text
+    assert (
+        "the engine's prompt time less the probe's (`validation/llamacpp_idle.py`): 0-0.1 s "
+        "72 at +0.0 ms; 0.1-0.3 s 0; 0.3-1 s 36 at +19.3 ms." in text
+    )
     assert json.loads((tmp_path / "m.json").read_text())["results"]["kvu/long"] == res

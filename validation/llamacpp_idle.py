@@ -74,11 +74,16 @@ def excess_by_idle(point: Path) -> list[tuple[str, int, float | None]]:
     """(idle group, lone tasks, median excess ms) for one point."""
     done = tasks(point / "llama-server.log")
     xs, ys = lone_prompt_ms(point / "profile.csv")
+    done.sort(key=lambda d: d["start"])
     ends = sorted(d["end"] for d in done)
     groups: dict[int, list[float]] = {k: [] for k in range(len(IDLE_S) + 1)}
-    for d in done:
+    latest = -np.inf  # the last release of the tasks launched before this one
+    for i, d in enumerate(done):
         prompt_end = d["start"] + d["prompt_ms"] / 1e3
-        if any(o is not d and o["start"] < prompt_end and o["end"] > d["start"] for o in done):
+        after = done[i + 1]["start"] if i + 1 < len(done) else np.inf
+        alone = latest <= d["start"] and after >= prompt_end
+        latest = max(latest, d["end"])
+        if not alone:
             continue  # another task shared its prompt's steps
         k = bisect.bisect_left(ends, d["start"]) - 1
         if k < 0:

@@ -321,7 +321,8 @@ def test_prompt_budget_recovers_the_coefficients_of_chunked_runs(tmp_path):
 def test_prompt_budget_needs_runs_and_a_count(runs, capsys):
     prof = str(DATA / "synthetic_profile.csv")
     assert main(["calibrate", prof, "--prompt-budget", "256"]) == 2
-    assert "--prompts-alone and --scenario need --from-runs" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--prompt-budget, --prompts-alone and --scenario need --from-runs" in err
     with pytest.raises(SystemExit) as exc:
         main(["calibrate", "--from-runs", str(runs[0][0]), "--prompt-budget", "0"])
     assert exc.value.code == 2

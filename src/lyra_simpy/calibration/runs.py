@@ -46,6 +46,7 @@ chunks emit no token, speculative decoding's several tokens per chunk).
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -56,6 +57,7 @@ from lyra_simpy.calibration.llamacpp_runs import Chunk, LlamaCppLayout, replay_s
 from lyra_simpy.calibration.steps import COLUMNS, Steps, join_steps
 from lyra_simpy.calibration.streams import StreamedRequest, read_run
 from lyra_simpy.config import Closed
+from lyra_simpy.engine.kv import blocks_for
 from lyra_simpy.policies.llamacpp import prompt_chunk
 
 
@@ -197,7 +199,7 @@ def prompt_split(
     a prompt that does not fit the room in whole pages starts with as many whole pages
     as fit (SGLang's ``PrefillAdder``)."""
     chunks = []
-    if room is not None and page > 1 and -(-tokens // page) * page > room >= page:
+    if room is not None and page > 1 and blocks_for(tokens, page) * page > room >= page:
         chunks.append(room // page * page)
         tokens -= chunks[0]
     while tokens > 0:
@@ -206,46 +208,92 @@ def prompt_split(
     return chunks
 
 
+@dataclass(frozen=True)
+class StepsSoFar:
+    """What :func:`rebuild_steps` knows of each rebuilt step while it places prompts
+    (one entry per step; the lists are its own, filled as it goes)."""
+
+    ends: list[float]
+    """When each step ended."""
+    dec: list[int]
+    """Decode chunks in each step."""
+    hidden: list[int]
+    """Engine steps each step hides."""
+    sent: list[float]
+    """When the engine could have begun each step, were it idle."""
+    new: list[int]
+    """Prompt tokens computed in each step."""
+    last_new: list[int]
+    """Prompt tokens computed in each step's last engine step."""
+    taken: list[int]
+    """The budget those took, in whole pages."""
+
+
+def beside_chunks(
+    cfg: StepRebuild, req: StreamedRequest, tokens: int, k: int, so_far: StepsSoFar
+) -> tuple[list[tuple[int, int, int]], int]:
+    """Where the *tokens* new prompt tokens of *req*, whose first token came in step *k*,
+    were computed by an engine that runs prompts beside decodes (vLLM, llama.cpp): the
+    (rebuilt step, tokens, engine step) chunks, first chunk first, and how many engine
+    steps of its own step *k* hides. Its last chunk is in step *k*, each earlier one in
+    the step before, unless that step began before the request arrived — and hid no
+    engine steps of its own that ended after the arrival (a prompt arriving while
+    another's first chunks run joins that prompt's last chunk) — then it ran in a step
+    hidden inside step *k* (no token of its own; prompts that arrived together share it).
+    """
+    ends, hidden = so_far.ends, so_far.hidden
+    room = None if cfg.prompt_budget is None else max(1, cfg.prompt_budget - so_far.dec[k])
+    chunks = prompt_split(tokens, cfg.prompt_stops, room, cfg.page_tokens) or [0]
+    at = k - (len(chunks) - 1)  # the step each chunk ran in, earliest first
+    placed, inside = [], 0
+    for size in chunks:
+        place = k
+        if at >= 0 and (
+            (at >= 1 and ends[at - 1] >= req.arrival_s)
+            or (at < k and hidden[at] and ends[at] > req.arrival_s)
+        ):
+            place = at
+        if place == k and at < k:
+            inside += 1
+        placed.append((place, size, min(at, place)))
+        at += 1
+    return placed, inside
+
+
 def alone_chunks(
-    cfg: StepRebuild,
-    req: StreamedRequest,
-    tokens: int,
-    k: int,
-    ends: list[float],
-    dec: list[int],
-    sent: list[float],
-    taken: list[int],
-    hidden: list[int],
-    new: list[int],
-    last_new: list[int],
-) -> tuple[list[tuple[int, int]], int]:
+    cfg: StepRebuild, req: StreamedRequest, tokens: int, k: int, so_far: StepsSoFar
+) -> tuple[list[tuple[int, int, int]], int]:
     """Where the *tokens* new prompt tokens of *req*, whose first token came in step *k*,
     were computed by an engine that runs prompts alone (``StepRebuild.prompts_alone``):
-    the (step, tokens) chunks, first chunk first, and how many engine steps of its own
-    step *k* hides. The engine model's rule (:mod:`~lyra_simpy.policies.prefill_first`):
-    a new prompt longer than the budget left is cut to whole pages, and continues with
-    up to the budget in each following step, nothing else beside it."""
+    the (rebuilt step, tokens, engine step) chunks as :func:`beside_chunks` gives them,
+    and how many engine steps of its own step *k* hides. The engine model's rule
+    (:mod:`~lyra_simpy.policies.prefill_first`): a new prompt longer than the budget
+    left is cut to whole pages, and continues with up to the budget in each following
+    step, nothing else beside it."""
     budget, page = cfg.prompt_budget, cfg.page_tokens
     if budget is None or tokens <= 0:
-        return [(k, tokens)], 0
-    paged = -(-tokens // page) * page
+        return [(k, tokens, k)], 0
+    paged = blocks_for(tokens, page) * page
     first = None
-    if k >= 1 and dec[k - 1] == 0:  # the step before computed prompts only
-        start = max(ends[k - 2] if k >= 2 else -np.inf, sent[k - 1])
-        if hidden[k - 1] and np.isfinite(start):
+    s = so_far
+    if k >= 1 and s.dec[k - 1] == 0:  # the step before computed prompts only
+        start = max(s.ends[k - 2] if k >= 2 else -np.inf, s.sent[k - 1])
+        if s.hidden[k - 1] and np.isfinite(start):
             # its last engine step began after those it hides: in proportion to the
             # prompt tokens it computed (a prompt-only step's cost is mostly theirs)
-            start = ends[k - 1] - (ends[k - 1] - start) * last_new[k - 1] / max(1, new[k - 1])
-        left = budget - taken[k - 1]
+            share = s.last_new[k - 1] / max(1, s.new[k - 1])
+            start = s.ends[k - 1] - (s.ends[k - 1] - start) * share
+        left = budget - s.taken[k - 1]
         if req.arrival_s <= start and paged > left >= page:
             first = (k - 1, left // page * page)
     if first is None and paged > budget:
         first = (k, max(1, budget // page * page))
     if first is None:
-        return [(k, tokens)], 0
+        return [(k, tokens, k)], 0
     rest = tokens - first[1]
     chunks = [first] + [(k, min(budget, rest - i)) for i in range(0, rest, budget)]
-    return chunks, sum(1 for place, _ in chunks if place == k) - 1
+    hides = len(chunks) - 1 - (first[0] < k)  # the chunks before its last, in step k
+    return [(place, size, place) for place, size in chunks], hides
 
 
 def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = "") -> Steps:
@@ -290,9 +338,9 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
 
     # tokens each request had received before each of its chunks (once, not per chunk)
     before = [list(itertools.accumulate(r.chunk_tokens, initial=0)) for r in requests]
-    budget = cfg.prompt_budget
     # the prompt tokens of each step's last engine step, and the budget they took in pages
     last_new, taken = [0] * n, [0] * n
+    so_far = StepsSoFar(ends, dec, hidden, sent, new, last_new, taken)
     for k, cluster in enumerate(clusters):
         for _, r, j in cluster:
             req = requests[r]
@@ -301,48 +349,21 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
                 decoders[k].append(r)
                 continue
             done = req.cached_tokens
-            new_tokens = req.input_tokens - req.cached_tokens
+            tokens = req.input_tokens - req.cached_tokens
             if cfg.prompts_alone:
-                placed, inside = alone_chunks(
-                    cfg, req, new_tokens, k, ends, dec, sent, taken, hidden, new, last_new
-                )
-                hidden[k] = max(hidden[k], inside)
-                for i, (place, size) in enumerate(placed):
-                    pre[place] += 1
-                    new[place] += size
-                    if place < k or i == len(placed) - 1:  # in its step's last engine step
-                        taken[place] += -(-size // cfg.page_tokens) * cfg.page_tokens
-                        last_new[place] += size
-                    done += size
-                    att[place] += size * done
-                began(k, inside + 1, req.arrival_s)
-                continue
-            room = None if budget is None else max(1, budget - dec[k])
-            chunks = prompt_split(new_tokens, cfg.prompt_stops, room, cfg.page_tokens) or [0]
-            at = k - (len(chunks) - 1)  # the step each chunk ran in, earliest first
-            inside = 0
-            for size in chunks:
-                # a step begun before this request arrived cannot hold its chunk, unless
-                # engine steps were hidden inside it (its last one may have begun after
-                # the arrival: a prompt that arrives while another's first chunks run
-                # joins that prompt's last chunk); otherwise the chunk ran in a step
-                # hidden inside the first token's (no token of its own; prompts that
-                # arrived together share it)
-                place = k
-                if at >= 0 and (
-                    (at >= 1 and ends[at - 1] >= req.arrival_s)
-                    or (at < k and hidden[at] and ends[at] > req.arrival_s)
-                ):
-                    place = at
-                if place == k and at < k:
-                    inside += 1
+                placed, inside = alone_chunks(cfg, req, tokens, k, so_far)
+            else:
+                placed, inside = beside_chunks(cfg, req, tokens, k, so_far)
+            hidden[k] = max(hidden[k], inside)
+            for i, (place, size, engine_step) in enumerate(placed):
                 pre[place] += 1
                 new[place] += size
-                chunks_at[place].setdefault(min(at, place), []).append((r, done, size))
+                chunks_at[place].setdefault(engine_step, []).append((r, done, size))
+                if place < k or i == len(placed) - 1:  # in its step's last engine step
+                    taken[place] += blocks_for(size, cfg.page_tokens) * cfg.page_tokens
+                    last_new[place] += size
                 done += size
                 att[place] += size * done
-                at += 1
-            hidden[k] = max(hidden[k], inside)
             began(k, inside + 1, req.arrival_s)
     layout = cfg.llamacpp
     slots = replay_slots(requests, layout.n_parallel) if layout is not None else []

@@ -309,45 +309,53 @@ def from_runs(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int
         out["runs_spells_simulated"] = found is not None
 
 
-def with_attention_column(here: Path, flags: list[str]) -> bool:
-    """Give the point's stored ``profile.csv`` the ``attention_cells`` column, computed
-    for each probe row as ``lyra-simpy profile`` now writes it (the probes' layout is
-    fixed by the grid and the flags); False when it has one already."""
-    from lyra_simpy.live.llamacpp_probes import llamacpp_config, prompt_attention
+def with_probe_columns(here: Path, flags: list[str]) -> list[str]:
+    """Give the point's stored ``profile.csv`` the columns ``lyra-simpy profile`` now
+    writes that it lacks — ``attention_cells``, ``output_passes`` — computed for each
+    probe row by the profiler's own rules (the probes' layout is fixed by the grid and
+    the flags; a decode row's every pass computes logits); the columns added."""
+    from lyra_simpy.live.llamacpp_probes import llamacpp_config, prompt_attention, prompt_steps
     from lyra_simpy.live.profile_grid import ProfileGrid
 
     path = here / "profile.csv"
     lines = path.read_text().splitlines()
     head = lines[0].split(",")
-    if "attention_cells" in head:
-        return False
+    added = [c for c in ("attention_cells", "output_passes") if c not in head]
+    if not added:
+        return []
     llama = llamacpp_config(" ".join(flags), ProfileGrid(**yaml.safe_load(
         (here / "grid.yaml").read_text())))  # fmt: skip
     assert llama is not None
     at = {name: head.index(name) for name in ("phase", "batch_size", "input_tokens",
-                                              "context_len")}  # fmt: skip
-    out = [lines[0] + ",attention_cells"]
+                                              "context_len", "passes")}  # fmt: skip
+    out = [",".join([lines[0], *added])]
     for line in lines[1:]:
         cell = line.split(",")
-        phase, b, i, c = (cell[at[k]] for k in at)
-        cells = 0 if phase == "decode" else prompt_attention(
-            llama, int(i), 0 if phase == "prefill" else int(b), int(c))  # fmt: skip
-        out.append(f"{line},{cells}")
+        phase, b, i, c, n = (cell[at[k]] for k in at)
+        decoders = 0 if phase == "prefill" else int(b)
+        value = {
+            "attention_cells": 0 if phase == "decode"
+            else prompt_attention(llama, int(i), decoders, int(c)),
+            "output_passes": int(n) if phase == "decode"
+            else prompt_steps(llama, int(i), decoders)[3],
+        }  # fmt: skip
+        out.append(",".join([line, *(str(value[k]) for k in added)]))
     path.write_text("\n".join(out) + "\n")
-    return True
+    return added
 
 
 def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
                mean_step: bool = False) -> None:  # fmt: skip
     """Table 1 and 2 of a stored point again, from its stored profile and real runs (no
-    server): the profile gets the ``attention_cells`` column if it lacks it, is fitted
-    again (*mean_step*: its decode rows priced by their ``mean_step_ms``, an ablation),
-    and every load's stored scenario (the arrival rates its real runs were replayed at)
-    is simulated and compared again."""
+    server): the profile gets the columns the profiler now writes if it lacks them
+    (:func:`with_probe_columns`), is fitted again (*mean_step*: its decode rows priced by
+    their ``mean_step_ms``, an ablation), and every load's stored scenario (the arrival
+    rates its real runs were replayed at) is simulated and compared again."""
     cfg, reg = key.split("/")
     here = OUT / f"{cfg}_{reg}"
-    if with_attention_column(here, CONFIGS[cfg]):
-        print(f"{key}: profile.csv given the attention_cells column", flush=True)
+    added = with_probe_columns(here, CONFIGS[cfg])
+    if added:
+        print(f"{key}: profile.csv given the column(s) {', '.join(added)}", flush=True)
     fit = here / "fit_probes.yaml"
     profile = here / "profile.csv"
     if mean_step and write_by_mean_step(profile, here / "profile_mean_step.csv"):

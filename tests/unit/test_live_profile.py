@@ -38,6 +38,9 @@ def test_profile_writes_the_contract_and_says_how_it_timed(tmp_path: Path) -> No
     assert prof.context_len.tolist()[2:5] == [10, 10, 10]
     assert prof.passes is not None
     assert prof.passes.tolist() == [1, 1, 1, 1, 2, 2]  # the mixed probe shares slot 0's pass
+    # logits: each decode pass, each prompt's last token (the mixed probe's: its own pass)
+    assert prof.output_passes is not None
+    assert prof.output_passes.tolist() == [1, 1, 1, 1, 2, 2]
     # per-slot KV: a prompt attends over its own stream, padded to 256 cells
     assert prof.attention_cells is not None
     assert prof.attention_cells.tolist() == [8 * 256, 16 * 256, 0, 0, 0, 8 * 256]

@@ -23,7 +23,7 @@ from lyra_simpy.live.llamacpp_probes import llamacpp_config, prompt_steps
 from lyra_simpy.live.profile_grid import ProfileGrid
 from lyra_simpy.policies import EngineView, LlamaCppConfig, LlamaCppServer
 from lyra_simpy.policies.llamacpp import prompt_chunk
-from lyra_simpy.policies.ubatch import passes, split_equal, split_simple, ubatches
+from lyra_simpy.policies.ubatch import pass_counts, passes, split_equal, split_simple, ubatches
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -137,6 +137,45 @@ def test_ubatch_splits_of_long_prompts():
     assert passes([(0, 300)], 256, 128, unified=True) == 3
 
 
+@pytest.mark.parametrize(
+    ("segments", "outputs", "unified", "want"),
+    [
+        # decodes in slots 0 and 2: two passes, each with a decode's logits
+        ([(0, 1), (2, 1)], [True, True], False, (2, 2)),
+        # a decode in slot 0 and the first 300 tokens of a prompt in slot 1: one token
+        # each, then the prompt's 299 alone, without logits
+        ([(0, 1), (1, 300)], [True, False], False, (2, 1)),
+        # the same chunk ending its prompt: its last token's pass has logits too
+        ([(0, 1), (1, 300)], [True, True], False, (2, 2)),
+        # -kvu: 1 + 600 tokens in ubatches of 512; the prompt ends in the second
+        ([(0, 1), (1, 600)], [True, True], True, (2, 2)),
+        ([(0, 1), (1, 600)], [True, False], True, (2, 1)),
+        # a chunk that ends no prompt, alone: passes but no logits
+        ([(1, 1000)], [False], True, (2, 0)),
+        # n_batch 256 cuts views first: 300 tokens as 128, 128, 44; the end in the last
+        ([(0, 300)], [True], True, (3, 1)),
+    ],
+)
+def test_pass_counts_count_the_passes_that_compute_logits(segments, outputs, unified, want):
+    n_batch = 256 if segments == [(0, 300)] else 2048
+    n_ubatch = 128 if segments == [(0, 300)] else 512
+    assert pass_counts(segments, outputs, n_batch, n_ubatch, unified) == want
+    assert want[0] == passes(segments, n_batch, n_ubatch, unified)
+
+
+def test_the_plan_says_which_steps_compute_logits():
+    # a prompt of 300 cut for a context checkpoint: 296 tokens without logits, then 4 with
+    s = LlamaCppServer(LlamaCppConfig(n_parallel=2, sliding_window=True))
+    r = waiting_req(0, 300, 5)
+    first = s.plan(view(waiting=[r]))
+    assert first.prefill == [(r, 296)]
+    assert (first.passes, first.output_passes) == (1, 0)
+    r.running, r.computed_tokens = True, 296
+    last = s.plan(view(running=[r]))
+    assert last.prefill == [(r, 4)]
+    assert (last.passes, last.output_passes) == (1, 1)
+
+
 def test_the_plan_counts_passes_of_fragmented_slots():
     s = LlamaCppServer(LlamaCppConfig(n_parallel=4))
     w = [waiting_req(i, 10, 50) for i in range(3)]
@@ -148,6 +187,7 @@ def test_the_plan_counts_passes_of_fragmented_slots():
     plan = s.plan(view(running=[w[0], w[2]]))
     assert plan.decode == [w[2], w[0]]  # slots 1 and 3
     assert plan.passes == 2
+    assert plan.output_passes == 2  # each pass computes its decode's logits
 
 
 # -- checkpoint stops -------------------------------------------------------------------
@@ -182,11 +222,14 @@ def test_no_stops_without_sliding_window_or_checkpoints():
 
 def test_prompt_steps_of_probes():
     c = LlamaCppConfig(n_parallel=4, n_ctx=4096, sliding_window=True)
-    assert prompt_steps(c, 300, 0) == (2, 2, 1)  # 296 then 4 with a checkpoint
-    assert prompt_steps(c, 4, 0) == (1, 1, 0)
-    assert prompt_steps(c, 1000, 0) == (3, 3, 2)  # 484, 512 (+ckpt), 4 (+ckpt)
-    # beside 3 decoders in slots 0-2, the prompt in slot 3 shares their first pass
-    assert prompt_steps(c, 64, 3) == (2, 4, 1)
+    # (steps, passes, checkpoints, passes computing logits: only the prompt's last step)
+    assert prompt_steps(c, 300, 0) == (2, 2, 1, 1)  # 296 then 4 with a checkpoint
+    assert prompt_steps(c, 4, 0) == (1, 1, 0, 1)
+    assert prompt_steps(c, 1000, 0) == (3, 3, 2, 1)  # 484, 512 (+ckpt), 4 (+ckpt)
+    # beside 3 decoders in slots 0-2, the prompt in slot 3 shares their first pass, which
+    # computes their logits in both steps; the prompt's own last 3 tokens a pass of their
+    # own with its logits (60 = 1 + 59, then 4 = 1 + 3)
+    assert prompt_steps(c, 64, 3) == (2, 4, 1, 3)
 
 
 def _run(sliding: bool, ckpt_ms: float = 0.0) -> float:
@@ -223,6 +266,26 @@ def _fit_with(tmp_path: Path, **coef: float) -> Path:
     return path
 
 
+def test_profile_cost_charges_passes_that_compute_logits(tmp_path):
+    path = _fit_with(tmp_path, per_extra_pass_ms=2.0, per_output_pass_ms=4.0)
+    cost = ProfileCost(ProfileCostConfig.model_validate({"name": "profile", "path": str(path)}), 4)
+    # decode of 3 rows at 100 context: 5 + 4 (its logits) + 0.5 x 3 + 0.002 x 300 = 11.1 ms,
+    # fused or not
+    one = BatchShape(0, 0, 0, 3, 3, 300)
+    assert cost.iteration_s(one) == pytest.approx(11.1e-3)
+    assert cost.decode_span_s(3, 300, 3, 2) == pytest.approx([11.1e-3, 11.106e-3])
+    # in three passes (fragmented slots), each with logits: + 2 x (2 + 4) ms
+    three = BatchShape(0, 0, 0, 3, 3, 300, 0, 3, 0, -1, 3)
+    assert cost.iteration_s(three) == pytest.approx(23.1e-3)
+    # a prompt's first 296 tokens (no logits): 5 + 0.05 x 296 + 1e-4 x 296²; its last 4
+    # (logits) + 4
+    pair = 1e-4 * 296 * 296
+    first = BatchShape(1, 296, 296 * 296, 0, 0, 0, 0, 1, 0, -1, 0)
+    assert cost.iteration_s(first) == pytest.approx((5 + 0.05 * 296 + pair) / 1000)
+    last = BatchShape(1, 4, 4 * 300, 0, 0, 0)
+    assert cost.iteration_s(last) == pytest.approx((5 + 4 + 0.2 + 0.12) / 1000)
+
+
 def test_profile_cost_charges_extra_passes_and_checkpoints(tmp_path):
     path = _fit_with(tmp_path, per_extra_pass_ms=2.0, per_checkpoint_ms=3.0)
     cfg = ProfileCostConfig.model_validate({"name": "profile", "path": str(path)})
@@ -256,6 +319,39 @@ def test_calibrate_fits_pass_and_checkpoint_terms_from_the_extra_columns(tmp_pat
     np.testing.assert_allclose(predict_ms(fit, read_profile(path)), read_profile(path).latency_ms)
     robust = fit_profile(read_profile(path), loss="soft_l1").coefficients
     assert robust.per_extra_pass_ms == pytest.approx(per_pass, rel=1e-3)
+
+
+def test_calibrate_fits_the_logits_term_from_the_output_passes_column(tmp_path):
+    # llama.cpp's probes as lyra-simpy profile writes them (-kvu, checkpoints on): a
+    # prompt's first step computes no logits, its last step and every decode pass do. A
+    # lone prompt's two steps always copy a checkpoint too: the mixed rows, whose decodes
+    # compute logits in both steps, tell a step's logits from its fixed cost
+    f, seq, pre, per_pass, ckpt, logits = 3.0, 0.5, 0.05, 1.0, 0.5, 12.0
+    head = "phase,batch_size,input_tokens,context_len,latency_ms,steps,passes,checkpoints"
+    rows = [head + ",output_passes"]
+    for p, steps, ck in [(4, 1, 0), (8, 2, 1), (64, 2, 1), (300, 2, 1)]:
+        ms = steps * f + pre * p + ck * ckpt + logits
+        rows.append(f"prefill,1,{p},0,{ms},{steps},{steps},{ck},1")
+    for b, n in [(1, 1), (2, 1), (4, 1), (2, 2), (3, 2)]:
+        ms = f + seq * b + (per_pass + logits) * (n - 1) + logits
+        rows.append(f"decode,{b},0,0,{ms},1,{n},0,{n}")
+    for b, p in [(1, 64), (3, 256)]:
+        ms = 2 * (f + seq * b + logits) + pre * p + ckpt
+        rows.append(f"mixed,{b},{p},0,{ms},2,2,1,2")
+    path = tmp_path / "p.csv"
+    path.write_text("\n".join(rows) + "\n")
+    c = fit_profile(read_profile(path)).coefficients
+    assert c.fixed_ms == pytest.approx(f)
+    assert c.per_output_pass_ms == pytest.approx(logits)
+    assert c.per_extra_pass_ms == pytest.approx(per_pass)
+    assert c.per_checkpoint_ms == pytest.approx(ckpt)
+    # a profile written before the column: derived (a prefill row's last step, each
+    # decode pass, one a step of a mixed row: exact here)
+    old = tmp_path / "old.csv"
+    old.write_text("\n".join(r.rsplit(",", 1)[0] for r in rows[:1]) + "\n" + "\n".join(
+        r.rsplit(",", 1)[0] for r in rows[1:]) + "\n")  # fmt: skip
+    derived = fit_profile(read_profile(old))
+    assert derived.coefficients.per_output_pass_ms == pytest.approx(logits)  # (derived)
 
 
 def test_profiles_without_the_columns_fit_as_before():

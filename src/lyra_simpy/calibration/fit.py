@@ -9,10 +9,21 @@ The model has one non-negative coefficient per physical term (milliseconds)::
          + per_prefill_attention_ms × Σ new × (cached + new)   prefill attention (quadratic)
          + per_extra_pass_ms × (passes − steps)      llama.cpp: ubatches beyond one a step
          + per_checkpoint_ms × checkpoints           llama.cpp: context checkpoint copies
+         + per_output_pass_ms × output passes        llama.cpp: passes computing logits
 
 The first term is charged once per engine step the row covers (``steps``, 1 unless the
-profile says otherwise); the last two only for a profile with ``passes``/``checkpoints``
-columns (:data:`~lyra_simpy.calibration.profiles.STEP_COLUMNS`). A profile with the
+profile says otherwise); the last three only for a profile with step columns
+(:data:`~lyra_simpy.calibration.profiles.STEP_COLUMNS`). The last is llama.cpp's output
+projection: a forward pass computes logits only when it holds an output row (a decode,
+or a prompt's last token; :func:`~lyra_simpy.policies.ubatch.pass_counts`), over the
+whole vocabulary — on Gemma 3 270M (262k × 640) more weight than all its layers. A
+decode step has one such pass (or one per run of slots), a prompt's last step one, and a
+step of prompt chunks that end no prompt (the first step of a prompt cut for a context
+checkpoint, or by ``n_batch``) none; ``fixed_ms`` is then a step's cost without logits.
+Without the term it was one average of both kinds of step: the probe rows of the
+llama.cpp matrix's six profiles fit 1–4 % rms instead of 4–11 % (docs/calibration.md §8).
+Fits of other engines' profiles (no step columns) leave it 0: a step's logits are in
+``fixed_ms``, as vLLM and SGLang compute them in every step. A profile with the
 ``attention_cells`` column (llama.cpp) gives the attention term its own units: prompt
 tokens × the KV cells each attends over (``ProfileFit.attention: n_kv``; the engine's
 padded ``n_kv``, :mod:`~lyra_simpy.policies.llamacpp`).
@@ -71,7 +82,7 @@ TERMS = (
     "per_prefill_token_ms",
     "per_prefill_attention_ms",
 )
-STEP_TERMS = ("per_extra_pass_ms", "per_checkpoint_ms")
+STEP_TERMS = ("per_extra_pass_ms", "per_checkpoint_ms", "per_output_pass_ms")
 """llama.cpp's terms, fitted only from a profile with ``passes``/``checkpoints`` columns
 (:data:`~lyra_simpy.calibration.profiles.STEP_COLUMNS`); otherwise absent from the fit's
 columns and 0 in its coefficients."""
@@ -84,6 +95,7 @@ UNITS = {
     "per_prefill_attention_ms": "ms per (new x (cached + new)) prompt token pair",
     "per_extra_pass_ms": "ms per forward pass beyond a step's first (llama.cpp ubatch)",
     "per_checkpoint_ms": "ms per context checkpoint copied (llama.cpp)",
+    "per_output_pass_ms": "ms per forward pass computing logits (llama.cpp output projection)",
 }
 FORMAT = "lyra-simpy/profile-fit/1"
 Loss = Literal["nnls", "soft_l1"]
@@ -111,6 +123,7 @@ class Coefficients(_Closed):
     per_prefill_attention_ms: NonNegativeFloat = 0.0
     per_extra_pass_ms: NonNegativeFloat = 0.0
     per_checkpoint_ms: NonNegativeFloat = 0.0
+    per_output_pass_ms: NonNegativeFloat = 0.0
 
 
 class PhaseFit(_Closed):
@@ -244,12 +257,16 @@ def design_matrix(profile: Profile, cells: bool = True) -> npt.NDArray[np.float6
         prompt_tokens,
         attention,
     ]
-    if profile.passes is not None or profile.checkpoints is not None:
+    if any(x is not None for x in (profile.passes, profile.checkpoints, profile.output_passes)):
         passes = steps if profile.passes is None else profile.passes.astype(np.float64)
         checkpoints = (
             np.zeros_like(b) if profile.checkpoints is None else profile.checkpoints.astype(float)
         )
-        columns += [passes - steps, checkpoints]
+        if profile.output_passes is not None:
+            outputs = profile.output_passes.astype(np.float64)
+        else:  # (Profile.output_passes)
+            outputs = np.where(pre, 1.0, np.where(mixed, steps, passes))
+        columns += [passes - steps, checkpoints, outputs]
     return np.column_stack(columns)
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lyra_simpy.calibration.fit import (
+    ALL_TERMS,
     METHODS,
     Loss,
     NoiseFit,
@@ -73,13 +74,23 @@ def _join(profile: Profile | None, steps: Steps) -> tuple[_Rows, np.ndarray, np.
         )
     xs = [design_matrix(profile, cells=steps.llamacpp)] if profile is not None else []
     xs.append(steps.design_matrix())
-    # (a profile without the pass and checkpoint columns, or steps not rebuilt as
-    # llama-server runs: one pass a step, no checkpoint)
+    # (a profile without the step columns, or steps not rebuilt as llama-server runs: one
+    # pass a step, no checkpoint, logits in each step)
     width = max(x.shape[1] for x in xs)
-    xs = [np.pad(x, ((0, 0), (0, width - x.shape[1]))) for x in xs]
+    xs = [_widen(x, width) for x in xs]
     lines = [np.arange(len(profile), dtype=np.int64) + 2] if profile is not None else []
     lines.append(np.arange(len(steps), dtype=np.int64))
     return rows, np.vstack(xs), np.concatenate(lines)
+
+
+def _widen(x: npt.NDArray[np.float64], width: int) -> npt.NDArray[np.float64]:
+    """*x* with the step terms it lacks (:data:`~lyra_simpy.calibration.fit.STEP_TERMS`):
+    no extra pass, no checkpoint, one pass computing logits a step (its first column)."""
+    if x.shape[1] >= width:
+        return x
+    out = np.pad(x, ((0, 0), (0, width - x.shape[1])))
+    out[:, ALL_TERMS.index("per_output_pass_ms")] = x[:, 0]
+    return out
 
 
 def fit_runs(

@@ -14,7 +14,7 @@ from pydantic import ConfigDict, PositiveInt
 from lyra_simpy.calibration.streams import StreamedRequest
 from lyra_simpy.config import Closed
 from lyra_simpy.policies.llamacpp import step_attention_cells
-from lyra_simpy.policies.ubatch import passes
+from lyra_simpy.policies.ubatch import pass_counts
 
 Chunk = tuple[int, int, int]
 """A prompt chunk of a step: (request index, its tokens computed before, tokens)."""
@@ -86,22 +86,28 @@ def step_terms(
     decoders: list[int],
     held: int,
     chunks_at: dict[int, list[Chunk]],
-) -> tuple[int, int, int]:
-    """(cells, passes, checkpoints) of rebuilt step *k* (``StepRebuild.llamacpp``): its
-    own engine step's — its *decoders* in slot order, then its prompt chunks (request,
-    tokens before, tokens) in slot order, the buffer holding *held* decoder cells and
-    each prompt's earlier tokens — and those of the engine steps hidden in it (their
-    prompts alone)."""
-    cells = n_passes = checkpoints = 0
+) -> tuple[int, int, int, int]:
+    """(cells, passes, checkpoints, passes computing logits) of rebuilt step *k*
+    (``StepRebuild.llamacpp``): its own engine step's — its *decoders* in slot order, then
+    its prompt chunks (request, tokens before, tokens) in slot order, the buffer holding
+    *held* decoder cells and each prompt's earlier tokens — and those of the engine steps
+    hidden in it (their prompts alone). A decode's token and a chunk that ends its prompt
+    get logits (:func:`~lyra_simpy.policies.ubatch.pass_counts`)."""
+    cells = n_passes = checkpoints = outputs = 0
     for sub in sorted({*chunks_at, k}):
         own = sub == k
         chunks = sorted(chunks_at.get(sub, []), key=lambda c: slots[c[0]])
         decoding = sorted(slots[r] for r in decoders) if own else []
         segments = [(s, 1) for s in decoding] + [(slots[r], size) for r, _, size in chunks]
+        ends = [True] * len(decoding) + [
+            b + size >= requests[r].input_tokens for r, b, size in chunks
+        ]
         if segments:
-            n_passes += passes(
-                segments, layout.batch_tokens, layout.ubatch_tokens, layout.kv_unified
+            n, out = pass_counts(
+                segments, ends, layout.batch_tokens, layout.ubatch_tokens, layout.kv_unified
             )
+            n_passes += n
+            outputs += out
         if chunks:
             buffer = (held if own else 0) + sum(b for _, b, _ in chunks)
             pieces = [(b, size) for _, b, size in chunks]
@@ -112,4 +118,4 @@ def step_terms(
                 for r, b, size in chunks
                 if b and requests[r].input_tokens - b - size < layout.ubatch_tokens
             )
-    return cells, max(n_passes, 1), checkpoints
+    return cells, max(n_passes, 1), checkpoints, outputs

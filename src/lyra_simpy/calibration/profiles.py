@@ -10,12 +10,12 @@ One row per measured step, header required:
 * ``mixed``: ``batch_size`` decoding sequences at ``context_len`` together with
   ``input_tokens`` prompt tokens being prefilled in the same step.
 
-Extra columns are allowed and ignored, except the optional ``steps``, ``passes`` and
-``checkpoints`` (:data:`STEP_COLUMNS`). The metadata (``hardware``, ``model``, ``engine``,
-``version``, ``tp``, ``date``, anything else) lives beside the CSV in a YAML file of the
-same stem (``x.csv`` → ``x.yaml``, or ``x.meta.yaml``). Every problem is one line naming
-the file, the row, the column, the value and what is allowed
-(:class:`~lyra_simpy.errors.TraceError`).
+Extra columns are allowed and ignored, except the optional ``steps``, ``passes``,
+``checkpoints``, ``output_passes`` (:data:`STEP_COLUMNS`) and ``attention_cells``. The
+metadata (``hardware``, ``model``, ``engine``, ``version``, ``tp``, ``date``, anything
+else) lives beside the CSV in a YAML file of the same stem (``x.csv`` → ``x.yaml``, or
+``x.meta.yaml``). Every problem is one line naming the file, the row, the column, the
+value and what is allowed (:class:`~lyra_simpy.errors.TraceError`).
 """
 
 from __future__ import annotations
@@ -34,14 +34,14 @@ from lyra_simpy.errors import TraceError
 
 COLUMNS = ("phase", "batch_size", "input_tokens", "context_len", "latency_ms")
 """The contract's columns, in order (DESIGN §4)."""
-STEP_COLUMNS = ("steps", "passes", "checkpoints")
+STEP_COLUMNS = ("steps", "passes", "checkpoints", "output_passes")
+"""Optional extra columns that the fit reads (``lyra-simpy profile`` writes them for
+llama.cpp; see :class:`Profile`): integers >= 1, >= 1, >= 0 and >= 0."""
 ATTENTION_COLUMN = "attention_cells"
 """Optional column: Σ over the row's prompt tokens of the KV cells each attends over, as
 the engine runs the probe (llama.cpp's padded ``n_kv``,
 :func:`~lyra_simpy.policies.llamacpp.step_attention_cells`; ``lyra-simpy profile``
 writes it for llama.cpp). A fit then prices prompt attention per token × cell."""
-"""Optional extra columns that the fit reads (``lyra-simpy profile`` writes them for
-llama.cpp; see :class:`Profile`): integers >= 1, >= 1 and >= 0."""
 PHASES = ("prefill", "decode", "mixed")
 METADATA_KEYS = ("hardware", "model", "engine", "version", "tp", "date")
 """What the metadata YAML should say (missing keys are reported as ``unknown``)."""
@@ -68,6 +68,12 @@ class Profile:
     together; None: one per step."""
     checkpoints: npt.NDArray[np.int64] | None = None
     """Optional column ``checkpoints``: llama.cpp context checkpoints copied; None: 0."""
+    output_passes: npt.NDArray[np.int64] | None = None
+    """Optional column ``output_passes``: those passes that computed logits (a decode's
+    token or a prompt's last: :func:`~lyra_simpy.policies.ubatch.pass_counts`); None:
+    one for a ``prefill`` row (its prompts end together), every pass of a ``decode`` row,
+    one per step of a ``mixed`` row (exact when its prompt shares a pass with the
+    decodes)."""
     attention_cells: npt.NDArray[np.int64] | None = None
     """Optional column ``attention_cells`` (:data:`ATTENTION_COLUMN`); None: prompt
     attention is counted as Σ new × (cached + new)."""
@@ -199,7 +205,7 @@ def read_profile(path: str | Path) -> Profile:
     )
 
 
-_LOW = {"steps": 1, "passes": 1, "checkpoints": 0, ATTENTION_COLUMN: 0}
+_LOW = {"steps": 1, "passes": 1, "checkpoints": 0, "output_passes": 0, ATTENTION_COLUMN: 0}
 
 
 def write_profile(path: Path, rows: list[dict[str, Any]], extra: tuple[str, ...] = ()) -> None:

@@ -34,6 +34,10 @@ class Steps:
     one per engine step without it)."""
     checkpoints: Ints
     """Context checkpoints copied in it (``StepRebuild.llamacpp``; 0 without it)."""
+    output_passes: Ints
+    """Forward passes in it that computed logits: its decodes' and the passes holding a
+    prompt's last token (``StepRebuild.llamacpp``; 1 without it: the step that emitted
+    its tokens)."""
     run: npt.NDArray[np.str_]
     """The run folder each step came from."""
     dropped: int = 0
@@ -76,7 +80,8 @@ class Steps:
 
     def design_matrix(self) -> Floats:
         """One column per term of :data:`~lyra_simpy.calibration.fit.TERMS` (and, rebuilt
-        as llama-server runs, of ``ALL_TERMS``: extra passes, checkpoints)."""
+        as llama-server runs, of ``ALL_TERMS``: extra passes, checkpoints, passes computing
+        logits)."""
         columns = [
             self.steps,
             self.decode_seqs,
@@ -85,7 +90,7 @@ class Steps:
             self.prefill_attention_cells if self.llamacpp else self.prefill_attention_tokens,
         ]
         if self.llamacpp:
-            columns += [self.passes - self.steps, self.checkpoints]
+            columns += [self.passes - self.steps, self.checkpoints, self.output_passes]
         return np.column_stack([c.astype(np.float64) for c in columns])
 
 

@@ -50,6 +50,11 @@ class BatchShape(NamedTuple):
     ``n_kv``, :mod:`~lyra_simpy.policies.llamacpp`); -1: not known, the same as
     ``prefill_attention_tokens``. Read only by a ``profile`` cost fitted on a profile
     that measured it (``ProfileFit.attention == "n_kv"``)."""
+    output_passes: int = 1
+    """Forward passes that compute logits (llama.cpp runs the output projection only in
+    a pass with an output row: a decode, or a prompt's last token,
+    :func:`~lyra_simpy.policies.ubatch.pass_counts`); 1 for every other engine. Charged by
+    ``profile`` only (``per_output_pass_ms``; the fixed cost holds one)."""
 
 
 def verify_rows_tokens(shape: BatchShape, rows: int) -> int:

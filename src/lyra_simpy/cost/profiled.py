@@ -9,18 +9,19 @@ scenario's folder. The terms and how they are fitted are in
     t_ms = fixed + per_decode_seq × rows + per_context_token × Σ context
          + per_prefill_token × prompt tokens + per_prefill_attention × Σ new × (cached + new)
          + per_extra_pass × (passes − 1) + per_checkpoint × checkpoints
+         + per_output_pass × output passes
 
 where *rows* is the decode row count, padded (:mod:`~lyra_simpy.cost.padding`) in
-decode-only iterations as for ``linear``. The last two terms are llama.cpp's: forward
-passes beyond the first and context checkpoints of an iteration
-(``BatchShape.passes``/``checkpoints``); they are 0 in fits of profiles that do not
-measure them. A fit of a profile with the ``attention_cells`` column (llama.cpp:
-``ProfileFit.attention`` is ``n_kv``) prices prompt attention per prompt token × KV
-cell attended, on ``BatchShape.prefill_attention_cells``, instead of Σ new × (cached +
-new). Outside the profile's measured grid each term
-extends linearly; with non-negative coefficients time never falls as a batch grows.
-The file is read (and a CSV fitted) while the scenario is validated, so a missing or
-malformed profile fails before anything is simulated.
+decode-only iterations as for ``linear``. The last three terms are llama.cpp's: forward
+passes beyond the first, context checkpoints, and passes that compute logits (a
+decode-only step has as many as passes; ``BatchShape.passes``/``checkpoints``/
+``output_passes``); they are 0 in fits of profiles that do not measure them. A fit of a
+profile with the ``attention_cells`` column (llama.cpp: ``ProfileFit.attention`` is
+``n_kv``) prices prompt attention per prompt token × KV cell attended, on
+``BatchShape.prefill_attention_cells``, instead of Σ new × (cached + new). Outside the
+profile's measured grid each term extends linearly; with non-negative coefficients time
+never falls as a batch grows. The file is read (and a CSV fitted) while the scenario is
+validated, so a missing or malformed profile fails before anything is simulated.
 """
 
 from __future__ import annotations
@@ -164,6 +165,7 @@ class ProfileCost:
         self._per_attention = c.per_prefill_attention_ms
         self._per_pass = c.per_extra_pass_ms
         self._per_checkpoint = c.per_checkpoint_ms
+        self._per_output = c.per_output_pass_ms
         self._cells = config.fit.attention == "n_kv"
         """The attention term is per prompt token × cell attended (llama.cpp's ``n_kv``):
         charged on ``BatchShape.prefill_attention_cells`` where the scheduler gives it."""
@@ -175,18 +177,19 @@ class ProfileCost:
         """Row count → fixed part of a decode-only iteration (ms), computed once."""
 
     def iteration_s(self, shape: BatchShape) -> float:
-        passes, checkpoints = shape.passes, shape.checkpoints
-        extra = passes != 1 or checkpoints != 0
+        passes, checkpoints, outputs = shape.passes, shape.checkpoints, shape.output_passes
+        extra = passes != 1 or checkpoints != 0 or outputs != 1
         if not shape.prefill_seqs and not shape.verify_tokens:
             if extra:  # (never fused: see BatchShape.passes)
                 fixed = self.decode_span_s(shape.decode_rows, 0, 0, 1)[0] * 1000.0
                 ms = fixed + self._per_ctx * shape.decode_context_tokens
-                return (ms + self._extra_ms(passes, checkpoints)) / 1000.0
+                return (ms + self._extra_ms(passes, checkpoints, outputs)) / 1000.0
             return self.decode_span_s(shape.decode_rows, shape.decode_context_tokens, 0, 1)[0]
         rows = shape.decode_rows if shape.prefill_seqs else self._pad(shape.decode_rows)
         verify = verify_rows_tokens(shape, rows)
         ms = (
             self._fixed_ms
+            + self._per_output
             + self._per_seq * rows
             + self._per_ctx * shape.decode_context_tokens
             + self._per_prefill * (shape.prefill_tokens + verify)
@@ -203,12 +206,17 @@ class ProfileCost:
             if not shape.prefill_seqs:
                 ms += self._residual_ms(rows)
         if extra:
-            ms += self._extra_ms(passes, checkpoints)
+            ms += self._extra_ms(passes, checkpoints, outputs)
         return ms / 1000.0
 
-    def _extra_ms(self, passes: int, checkpoints: int) -> float:
-        """llama.cpp's extra forward passes and context checkpoints (BatchShape)."""
-        return self._per_pass * (passes - 1) + self._per_checkpoint * checkpoints
+    def _extra_ms(self, passes: int, checkpoints: int, outputs: int) -> float:
+        """llama.cpp's forward passes beyond one, context checkpoints and passes computing
+        logits other than one (BatchShape; the step's own one is in the fixed part)."""
+        return (
+            self._per_pass * (passes - 1)
+            + self._per_checkpoint * checkpoints
+            + self._per_output * (outputs - 1)
+        )
 
     def _residual_ms(self, rows: int) -> float:
         """The decode table's correction at *rows* (0 without the table)."""
@@ -220,6 +228,9 @@ class ProfileCost:
         fixed = self._fixed.get(rows)
         if fixed is None:
             padded = self._pad(rows)
-            fixed = self._fixed_ms + self._per_seq * padded + self._residual_ms(padded)
+            fixed = (
+                self._fixed_ms + self._per_output + self._per_seq * padded
+                + self._residual_ms(padded)
+            )  # fmt: skip
             self._fixed[rows] = fixed
         return affine_span_s(fixed, self._per_ctx, context_tokens, growth, k)

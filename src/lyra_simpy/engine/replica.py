@@ -351,10 +351,10 @@ class Replica(Runs):
             )
             assert self.spec is not None
             duration = self.cost.iteration_s(shape) + self.spec.draft_s
-        elif prefill or plan.passes != 1 or plan.checkpoints:
+        elif prefill or plan.passes != 1 or plan.checkpoints or plan.output_passes != 1:
             shape = BatchShape(
                 len(prefill), prefill_tokens, attention, n_dec, rows, context, 0,
-                plan.passes, plan.checkpoints, plan.prefill_attention_cells,
+                plan.passes, plan.checkpoints, plan.prefill_attention_cells, plan.output_passes,
             )  # fmt: skip
             duration = self.cost.iteration_s(shape)
         else:

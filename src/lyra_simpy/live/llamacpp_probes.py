@@ -1,7 +1,8 @@
 """What llama.cpp's server runs for each probe of ``lyra-simpy profile``: its knobs from the
-launch flags, and per probe row the steps, forward passes, context checkpoints and
-attention cells (the extra columns of a llama.cpp profile, :mod:`lyra_simpy.live.profile`),
-by the rules of :mod:`~lyra_simpy.policies.llamacpp` and :mod:`~lyra_simpy.policies.ubatch`.
+launch flags, and per probe row the steps, forward passes, context checkpoints, passes
+computing logits and attention cells (the extra columns of a llama.cpp profile,
+:mod:`lyra_simpy.live.profile`), by the rules of :mod:`~lyra_simpy.policies.llamacpp`
+and :mod:`~lyra_simpy.policies.ubatch`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from lyra_simpy.errors import LyraError
 from lyra_simpy.policies.llamacpp import LlamaCppConfig, prompt_chunk, step_attention_cells
-from lyra_simpy.policies.ubatch import passes
+from lyra_simpy.policies.ubatch import pass_counts
 
 if TYPE_CHECKING:
     from lyra_simpy.live.profile_grid import ProfileGrid
@@ -44,25 +45,30 @@ def check_slots(grid: ProfileGrid, llama: LlamaCppConfig) -> None:
         )
 
 
-def probe_passes(llama: LlamaCppConfig, segments: list[tuple[int, int]]) -> int:
-    return passes(segments, llama.batch_tokens, llama.ubatch_tokens, llama.kv_unified)
+def probe_passes(
+    llama: LlamaCppConfig, segments: list[tuple[int, int]], outputs: list[bool]
+) -> tuple[int, int]:
+    """(passes, passes computing logits) of one step of *segments* (slot, tokens)."""
+    return pass_counts(segments, outputs, llama.batch_tokens, llama.ubatch_tokens, llama.kv_unified)
 
 
-def prompt_steps(llama: LlamaCppConfig, prompt: int, decoders: int) -> tuple[int, int, int]:
-    """(steps, passes, checkpoints) llama.cpp runs for a prompt of *prompt* tokens in slot
-    *decoders*, beside *decoders* sequences decoding in slots 0..decoders−1 in each step
-    (:mod:`~lyra_simpy.policies.llamacpp`)."""
+def prompt_steps(llama: LlamaCppConfig, prompt: int, decoders: int) -> tuple[int, int, int, int]:
+    """(steps, passes, checkpoints, passes computing logits) llama.cpp runs for a prompt
+    of *prompt* tokens in slot *decoders*, beside *decoders* sequences decoding in slots
+    0..decoders−1 in each step (:mod:`~lyra_simpy.policies.llamacpp`)."""
     stops, nub = llama.checkpoint_stops, llama.ubatch_tokens
-    done = steps = n_passes = checkpoints = 0
+    done = steps = n_passes = checkpoints = n_outputs = 0
     while done < prompt:
         take = prompt_chunk(prompt - done, llama.batch_tokens - decoders, stops)
         segments = [(k, 1) for k in range(decoders)] + [(decoders, take)]
-        n_passes += probe_passes(llama, segments)
+        n, out = probe_passes(llama, segments, [True] * decoders + [done + take == prompt])
+        n_passes += n
+        n_outputs += out
         if stops and done and prompt - done - take < nub:
             checkpoints += 1
         done += take
         steps += 1
-    return steps, n_passes, checkpoints
+    return steps, n_passes, checkpoints, n_outputs
 
 
 def prompt_attention(llama: LlamaCppConfig, prompt: int, decoders: int, context: int) -> int:

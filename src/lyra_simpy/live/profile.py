@@ -35,12 +35,14 @@ which timing each phase used (``timing_source``).
 flags, read by :mod:`lyra_simpy.presets.llamacpp`): every probe pins its requests to
 slots (the request field ``id_slot``; decoders in slots 0..B−1, a mixed probe in slot B),
 so the forward passes of each step are known, and every row gets the extra columns
-``steps``, ``passes`` and ``checkpoints`` (:data:`~lyra_simpy.calibration.profiles.STEP_COLUMNS`)
-that :mod:`~lyra_simpy.policies.llamacpp` says the server runs for it: a prompt split for
-a context checkpoint is two steps and a checkpoint (on a model with sliding-window
-attention: ``grid.sliding_window``), a prompt beside the decoders shares a pass with the
-slot before it; and ``attention_cells``, the KV cells its prompt tokens attend over (with
-``-kvu``, the decoders' cells too; :mod:`~lyra_simpy.live.llamacpp_probes`). Two probes
+``steps``, ``passes``, ``checkpoints`` and ``output_passes``
+(:data:`~lyra_simpy.calibration.profiles.STEP_COLUMNS`) that
+:mod:`~lyra_simpy.policies.llamacpp` says the server runs for it: a prompt split for a
+context checkpoint is two steps and a checkpoint (on a model with sliding-window
+attention: ``grid.sliding_window``), of which only the second computes logits (the
+prompt's last token); a prompt beside the decoders shares a pass with the slot before
+it; and ``attention_cells``, the KV cells its prompt tokens attend over (with ``-kvu``,
+the decoders' cells too; :mod:`~lyra_simpy.live.llamacpp_probes`). Two probes
 measure what those mechanics cost:
 
 * ``fragmented_decode_batch``: *B* decoders in every other slot (0, 2, 4, ...): the same
@@ -154,8 +156,8 @@ def profile(
     prober.pin = llama is not None
     rows: list[tuple[str, int, int, int, float, float, float, float]] = []
     nan = float("nan")
-    counts: list[tuple[int, int, int, int]] = []
-    """(steps, passes, checkpoints, attention_cells) of each row (llama.cpp only)."""
+    counts: list[tuple[int, int, int, int, int]] = []
+    """(steps, passes, checkpoints, output_passes, attention_cells) of each row (llama.cpp only)."""
 
     def med(values: list[float]) -> float:
         return float(statistics.median(values))
@@ -202,7 +204,9 @@ def profile(
         if llama is None:
             continue
         if phase == "decode":
-            counts.append((1, probe_passes(llama, [(k * stride, 1) for k in range(b)]), 0, 0))
+            segments = [(k * stride, 1) for k in range(b)]
+            n_passes, logits = probe_passes(llama, segments, [True] * b)
+            counts.append((1, n_passes, 0, logits, 0))
         else:
             decoders = 0 if phase == "prefill" else b
             cells = prompt_attention(llama, n, decoders, rows[-1][3])
@@ -225,12 +229,14 @@ def profile(
             "phase,batch_size,input_tokens,context_len,latency_ms,engine_ms,median_gap_ms,"
             "mean_step_ms"
         )
-        lines = [head + (",steps,passes,checkpoints,attention_cells" if counts else "")]
+        lines = [
+            head + (",steps,passes,checkpoints,output_passes,attention_cells" if counts else "")
+        ]
         for k, (ph, b, i, c, lat, eng, gap, mean) in enumerate(rows):
             extra = ",".join("" if v != v else f"{v:.4f}" for v in (eng, gap, mean))
             line = f"{ph},{b},{i},{c},{lat:.4f},{extra}"
             if counts:
-                line += ",{},{},{},{}".format(*counts[k])
+                line += ",{},{},{},{},{}".format(*counts[k])
             lines.append(line)
         tmp.write_text("\n".join(lines) + "\n")
 

@@ -89,6 +89,11 @@ class BatchPlan:
     :func:`~lyra_simpy.policies.llamacpp.step_attention_cells`); -1: each prompt token
     attends its own sequence's cached and new tokens. The cost model reads it as
     ``BatchShape.prefill_attention_cells``."""
+    output_passes: int = 1
+    """Forward passes that carry an output row (llama.cpp: a generating slot's token or a
+    prompt's last token, :func:`~lyra_simpy.policies.ubatch.pass_counts`; 0 for a step of
+    prompt chunks that end no prompt); 1 for every other engine, which computes logits in
+    every iteration. The cost model reads it as ``BatchShape.output_passes``."""
 
     @property
     def empty(self) -> bool:

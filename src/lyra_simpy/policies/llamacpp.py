@@ -39,8 +39,12 @@ Read in llama.cpp commit 0c1e570 (vendored by ``llama-cpp-python==0.3.36``, the 
   checkpoint); its TTFT two steps and a copy.
 * **Forward passes** (:mod:`~lyra_simpy.policies.ubatch`): a step's batch runs as one
   pass per ubatch — with per-slot KV one per run of consecutive slot ids (``split_equal``),
-  with ``-kvu`` one per ``n_ubatch`` tokens. The plan tells the cost model
-  (``BatchPlan.passes``, ``BatchPlan.checkpoints``).
+  with ``-kvu`` one per ``n_ubatch`` tokens. A pass computes logits only when it holds an
+  output row — a decoding slot's token, or the last token of a prompt (a chunk that ends
+  no prompt has none; ``update_slots``: ``batch.set_output`` for the last prompt token):
+  the output projection over the whole vocabulary (262k rows on Gemma 3, more weight than
+  the layers). The plan tells the cost model (``BatchPlan.passes``,
+  ``BatchPlan.output_passes``, ``BatchPlan.checkpoints``).
 * **What a prompt token attends over** (:func:`step_attention_cells`): a pass's attention
   spans ``n_kv`` cells of each KV stream in it, masked — the highest used cell of the
   stream plus one, padded to 256, at most the stream's size (``src/llama-kv-cache.cpp``,
@@ -87,7 +91,7 @@ from lyra_simpy.config import Closed
 from lyra_simpy.engine.kv import blocks_for
 from lyra_simpy.engine.request import RejectReason, Request
 from lyra_simpy.policies.base import BatchPlan, EngineView
-from lyra_simpy.policies.ubatch import passes
+from lyra_simpy.policies.ubatch import pass_counts
 
 PAD = 256
 """``GGML_PAD(n_ctx, 256)`` and ``GGML_PAD(n_ctx_seq, 256)`` in ``llama_context``."""
@@ -326,10 +330,12 @@ class LlamaCppServer:
             self._assign(view, view.free_blocks - reserved)
         plan = BatchPlan()
         segments: list[tuple[int, int]] = []
+        outputs: list[bool] = []  # each segment's last token gets logits
         for i, req in enumerate(slots):
             if req is not None and started[i] and _decoding(req):
                 plan.decode.append(req)
                 segments.append((i, 1))
+                outputs.append(True)
         n_decode = len(segments)
         room = c.batch_tokens - n_decode
         if c.cont_batching or not segments:
@@ -343,12 +349,15 @@ class LlamaCppServer:
                 take = prompt_chunk(left, room, self._stops)
                 plan.prefill.append((req, take))
                 segments.append((i, take))
+                outputs.append(take == left)
                 room -= take
                 if self._stops and req.computed_tokens and left - take < nub:
                     plan.checkpoints += 1
                 started[i] = True
         if segments:
-            plan.passes = passes(segments, c.batch_tokens, c.ubatch_tokens, c.kv_unified)
+            plan.passes, plan.output_passes = pass_counts(
+                segments, outputs, c.batch_tokens, c.ubatch_tokens, c.kv_unified
+            )
         if plan.prefill:
             held = 0
             if c.kv_unified:

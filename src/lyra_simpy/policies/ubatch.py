@@ -22,6 +22,16 @@ So decoding slots {0, 1, 2, 3} is one pass, slots {0, 2, 3} two ({0}, {2, 3}), a
 prompt beside the decode of the slot before it shares a pass with it one token each.
 A batch is given as *segments*: (slot id, tokens) in batch order, each slot at most once
 (a slot either generates or processes its prompt in a step).
+
+* ``tools/server/server-context.cpp``, ``update_slots``: a token gets logits (an *output
+  row*) when it is a generating slot's sampled token, or the last token of a prompt
+  (``batch.set_output(batch.size() - 1, true)`` once the slot's whole prompt is in the
+  batch: "extract the logits only for the last token"); a prompt chunk that does not
+  end its prompt has none. ``src/llama-context.cpp``,
+  ``decode``: a ubatch with output rows runs the output projection (``result_output``: the
+  hidden states × the vocabulary matrix, 262k rows on Gemma 3) and the sampler reads them;
+  a ubatch without skips it. :func:`pass_counts` counts the passes that carry one
+  (``per_output_pass_ms`` in :mod:`~lyra_simpy.calibration.fit`).
 """
 
 from __future__ import annotations
@@ -99,6 +109,33 @@ def passes(segments: Segments, n_batch: int, n_ubatch: int, unified: bool) -> in
         total = sum(t for _, t in segments)
         return sum(-(-len_ // n_ubatch) for len_ in _view_sizes(total, n_batch))
     return len(ubatches(segments, n_batch, n_ubatch, unified))
+
+
+def pass_counts(
+    segments: Segments, outputs: Sequence[bool], n_batch: int, n_ubatch: int, unified: bool
+) -> tuple[int, int]:
+    """(forward passes, passes with an output row) of one step's batch; *outputs* says,
+    per segment, whether its last token gets logits (a generating slot's token, or a
+    chunk that ends its prompt: module docstring)."""
+    if unified:
+        ends, at = set(), 0
+        for (_, tokens), out in zip(segments, outputs, strict=True):
+            at += tokens
+            if out:  # the pass of its last token: (view, ubatch in the view)
+                view, offset = divmod(at - 1, n_batch)
+                ends.add((view, offset // n_ubatch))
+        return passes(segments, n_batch, n_ubatch, unified), len(ends)
+    left = dict(segments)
+    emits = {slot for (slot, _), out in zip(segments, outputs, strict=True) if out}
+    all_passes = ubatches(segments, n_batch, n_ubatch, unified)
+    with_output = 0
+    for ubatch in all_passes:
+        last = False
+        for slot, take in ubatch:
+            left[slot] -= take
+            last = last or (not left[slot] and slot in emits)
+        with_output += last
+    return len(all_passes), with_output
 
 
 def _view_sizes(total: int, n_batch: int) -> list[int]:

@@ -21,7 +21,8 @@ decode step has one such pass (or one per run of slots), a prompt's last step on
 step of prompt chunks that end no prompt (the first step of a prompt cut for a context
 checkpoint, or by ``n_batch``) none; ``fixed_ms`` is then a step's cost without logits.
 Without the term it was one average of both kinds of step: the probe rows of the
-llama.cpp matrix's six profiles fit 1–4 % rms instead of 4–11 % (docs/calibration.md §8).
+llama.cpp matrix's six profiles fit 1–7 % rms with it, 6–11 % without
+(docs/calibration.md §9).
 Fits of other engines' profiles (no step columns) leave it 0: a step's logits are in
 ``fixed_ms``, as vLLM and SGLang compute them in every step. A profile with the
 ``attention_cells`` column (llama.cpp) gives the attention term its own units: prompt

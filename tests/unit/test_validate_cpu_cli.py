@@ -32,3 +32,9 @@ def test_an_unknown_flag_is_one_line_and_exit_2() -> None:
     assert out.returncode == 2
     assert "unrecognized arguments: --repeats 5" in out.stderr
     assert out.stdout == ""
+
+
+def test_a_matrix_gate_outside_zero_to_one_is_one_line_and_runs_nothing() -> None:
+    out = _run("--matrix", "--gate", "1.5")
+    assert out.returncode == 1
+    assert out.stderr.strip() == "--gate: got 1.5, must be a fraction between 0 and 1"

@@ -27,10 +27,10 @@ A batch is given as *segments*: (slot id, tokens) in batch order, each slot at m
   row*) when it is a generating slot's sampled token, or the last token of a prompt
   (``batch.set_output(batch.size() - 1, true)`` once the slot's whole prompt is in the
   batch: "extract the logits only for the last token"); a prompt chunk that does not
-  end its prompt has none. ``src/llama-context.cpp``,
-  ``decode``: a ubatch with output rows runs the output projection (``result_output``: the
-  hidden states × the vocabulary matrix, 262k rows on Gemma 3) and the sampler reads them;
-  a ubatch without skips it. :func:`pass_counts` counts the passes that carry one
+  end its prompt has none. ``src/models/gemma3.cpp``: the last layer keeps only the output
+  rows (``ggml_get_rows(cur, inp_out_ids)``) before the output projection (the hidden
+  states × the vocabulary matrix, 262k rows on Gemma 3), so a pass without one computes
+  none of it. :func:`pass_counts` counts the passes that carry one
   (``per_output_pass_ms`` in :mod:`~lyra_simpy.calibration.fit`).
 """
 

@@ -313,9 +313,11 @@ def from_runs(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int
 def with_probe_columns(here: Path, flags: list[str]) -> list[str]:
     """Give the point's stored ``profile.csv`` the columns ``lyra-simpy profile`` now
     writes that it lacks — ``attention_cells``, ``output_passes`` — computed for each
-    probe row by the profiler's own rules (the probes' layout is fixed by the grid and
-    the flags; a decode row's every pass computes logits); the columns added."""
-    from lyra_simpy.live.llamacpp_probes import llamacpp_config, prompt_attention, prompt_steps
+    probe row by the profiler's own rules (``llamacpp_probes.row_counts``; the probes'
+    layout is fixed by the grid and the flags, a decode row's slots every other one when
+    it ran more than one pass), checked against the step columns it has; the columns
+    added."""
+    from lyra_simpy.live.llamacpp_probes import COUNT_COLUMNS, llamacpp_config, row_counts
     from lyra_simpy.live.profile_grid import ProfileGrid
 
     path = here / "profile.csv"
@@ -333,13 +335,11 @@ def with_probe_columns(here: Path, flags: list[str]) -> list[str]:
     for line in lines[1:]:
         cell = line.split(",")
         phase, b, i, c, n = (cell[at[k]] for k in at)
-        decoders = 0 if phase == "prefill" else int(b)
-        value = {
-            "attention_cells": 0 if phase == "decode"
-            else prompt_attention(llama, int(i), decoders, int(c)),
-            "output_passes": int(n) if phase == "decode"
-            else prompt_steps(llama, int(i), decoders)[3],
-        }  # fmt: skip
+        stride = 2 if phase == "decode" and int(n) > 1 else 1  # fragmented_decode_batch
+        value = dict(zip(COUNT_COLUMNS, row_counts(llama, phase, int(b), int(i), int(c), stride),
+                         strict=True))  # fmt: skip
+        kept = {k: int(cell[head.index(k)]) for k in COUNT_COLUMNS if k in head}
+        assert kept == {k: value[k] for k in kept}, (line, value)  # the profiler's own rules
         out.append(",".join([line, *(str(value[k]) for k in added)]))
     path.write_text("\n".join(out) + "\n")
     return added

@@ -87,3 +87,25 @@ def prompt_attention(llama: LlamaCppConfig, prompt: int, decoders: int, context:
         done += take
         step += 1
     return total
+
+
+COUNT_COLUMNS = ("steps", "passes", "checkpoints", "output_passes", "attention_cells")
+"""The extra columns :func:`row_counts` gives, in its order (``lyra-simpy profile``
+writes them so)."""
+
+
+def row_counts(
+    llama: LlamaCppConfig, phase: str, batch: int, prompt: int, context: int, stride: int = 1
+) -> tuple[int, int, int, int, int]:
+    """The extra columns of one probe row — (steps, passes, checkpoints, output_passes,
+    attention_cells) — as the server runs it: a ``decode`` row's *batch* decoders in
+    every *stride*-th slot, one step whose every pass computes logits; a ``prefill`` or
+    ``mixed`` row's prompt of *prompt* tokens beside *batch* decoders (mixed) of
+    *context* tokens."""
+    if phase == "decode":
+        segments = [(k * stride, 1) for k in range(batch)]
+        n_passes, logits = probe_passes(llama, segments, [True] * batch)
+        return 1, n_passes, 0, logits, 0
+    decoders = 0 if phase == "prefill" else batch
+    cells = prompt_attention(llama, prompt, decoders, context)
+    return (*prompt_steps(llama, prompt, decoders), cells)

@@ -78,11 +78,10 @@ from lyra_simpy.live.client import (
 )
 from lyra_simpy.live.limits import endpoint_limits, token_range, with_vocab
 from lyra_simpy.live.llamacpp_probes import (
+    COUNT_COLUMNS,
     check_slots,
     llamacpp_config,
-    probe_passes,
-    prompt_attention,
-    prompt_steps,
+    row_counts,
 )
 from lyra_simpy.live.prober import Prober
 from lyra_simpy.live.profile_grid import ProfileGrid
@@ -203,14 +202,8 @@ def profile(
             rows.append(("mixed", b, n, int(other), lat, nan, nan, nan))
         if llama is None:
             continue
-        if phase == "decode":
-            segments = [(k * stride, 1) for k in range(b)]
-            n_passes, logits = probe_passes(llama, segments, [True] * b)
-            counts.append((1, n_passes, 0, logits, 0))
-        else:
-            decoders = 0 if phase == "prefill" else b
-            cells = prompt_attention(llama, n, decoders, rows[-1][3])
-            counts.append((*prompt_steps(llama, n, decoders), cells))
+        _, _, prompt, context, *_ = rows[-1]
+        counts.append(row_counts(llama, phase, b, prompt, context, stride))
     sources = {
         "prefill": prober.timed_by.get("prefill", "client TTFT"),
         "decode": (
@@ -229,14 +222,12 @@ def profile(
             "phase,batch_size,input_tokens,context_len,latency_ms,engine_ms,median_gap_ms,"
             "mean_step_ms"
         )
-        lines = [
-            head + (",steps,passes,checkpoints,output_passes,attention_cells" if counts else "")
-        ]
+        lines = [head + ("," + ",".join(COUNT_COLUMNS) if counts else "")]
         for k, (ph, b, i, c, lat, eng, gap, mean) in enumerate(rows):
             extra = ",".join("" if v != v else f"{v:.4f}" for v in (eng, gap, mean))
             line = f"{ph},{b},{i},{c},{lat:.4f},{extra}"
             if counts:
-                line += ",{},{},{},{},{}".format(*counts[k])
+                line += "," + ",".join(map(str, counts[k]))
             lines.append(line)
         tmp.write_text("\n".join(lines) + "\n")
 

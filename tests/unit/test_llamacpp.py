@@ -138,27 +138,27 @@ def test_ubatch_splits_of_long_prompts():
 
 
 @pytest.mark.parametrize(
-    ("segments", "outputs", "unified", "want"),
+    ("segments", "outputs", "unified", "n_batch", "n_ubatch", "want"),
     [
         # decodes in slots 0 and 2: two passes, each with a decode's logits
-        ([(0, 1), (2, 1)], [True, True], False, (2, 2)),
+        ([(0, 1), (2, 1)], [True, True], False, 2048, 512, (2, 2)),
         # a decode in slot 0 and the first 300 tokens of a prompt in slot 1: one token
         # each, then the prompt's 299 alone, without logits
-        ([(0, 1), (1, 300)], [True, False], False, (2, 1)),
+        ([(0, 1), (1, 300)], [True, False], False, 2048, 512, (2, 1)),
         # the same chunk ending its prompt: its last token's pass has logits too
-        ([(0, 1), (1, 300)], [True, True], False, (2, 2)),
+        ([(0, 1), (1, 300)], [True, True], False, 2048, 512, (2, 2)),
         # -kvu: 1 + 600 tokens in ubatches of 512; the prompt ends in the second
-        ([(0, 1), (1, 600)], [True, True], True, (2, 2)),
-        ([(0, 1), (1, 600)], [True, False], True, (2, 1)),
+        ([(0, 1), (1, 600)], [True, True], True, 2048, 512, (2, 2)),
+        ([(0, 1), (1, 600)], [True, False], True, 2048, 512, (2, 1)),
         # a chunk that ends no prompt, alone: passes but no logits
-        ([(1, 1000)], [False], True, (2, 0)),
+        ([(1, 1000)], [False], True, 2048, 512, (2, 0)),
         # n_batch 256 cuts views first: 300 tokens as 128, 128, 44; the end in the last
-        ([(0, 300)], [True], True, (3, 1)),
+        ([(0, 300)], [True], True, 256, 128, (3, 1)),
     ],
 )
-def test_pass_counts_count_the_passes_that_compute_logits(segments, outputs, unified, want):
-    n_batch = 256 if segments == [(0, 300)] else 2048
-    n_ubatch = 128 if segments == [(0, 300)] else 512
+def test_pass_counts_count_the_passes_that_compute_logits(
+    segments, outputs, unified, n_batch, n_ubatch, want
+):
     assert pass_counts(segments, outputs, n_batch, n_ubatch, unified) == want
     assert want[0] == passes(segments, n_batch, n_ubatch, unified)
 

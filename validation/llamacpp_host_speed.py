@@ -22,9 +22,11 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-STORED = ROOT / "results" / "validation-llamacpp" / "matrix.json"
-PUBLISHED = ROOT / "docs" / "validation" / "llamacpp-matrix.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from llamacpp_matrix import OUT, PUBLISHED
+
+STORED = OUT / "matrix.json"
 
 
 def pairs(matrix: dict[str, Any]) -> list[tuple[str, str, float, float]]:

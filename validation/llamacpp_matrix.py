@@ -387,6 +387,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resimulate", action="store_true",
                         help="refit each stored point's profile and redo Tables 1 and "
                         "2 from its stored runs (no server; --only: those points)")  # fmt: skip
+    parser.add_argument("--summary", type=Path, metavar="JSON", default=None,
+                        help="print the summary table of a stored matrix JSON (e.g. "
+                        "docs/validation/llamacpp-kvu-long-steady.json); runs nothing")  # fmt: skip
     parser.add_argument("--doc-only", action="store_true",
                         help="rewrite the document from the stored numbers")  # fmt: skip
     parser.add_argument("--decode-step", choices=["median", "mean"], default="median",
@@ -407,6 +410,9 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.gate < 1:
         raise SystemExit(f"--gate: got {args.gate}, must be a fraction between 0 and 1")
     speed_gate.GATE = args.gate  # (read by speed_gate.within at each probe)
+    if args.summary is not None:
+        print("\n".join(summary(json.loads(args.summary.read_text())["results"])))
+        return 0
     os.chdir(ROOT)
     quick = os.environ.get("LYRA_QUICK") == "1"
     stored = OUT / "matrix.json"

@@ -38,3 +38,15 @@ def test_a_matrix_gate_outside_zero_to_one_is_one_line_and_runs_nothing() -> Non
     out = _run("--matrix", "--gate", "1.5")
     assert out.returncode == 1
     assert out.stderr.strip() == "--gate: got 1.5, must be a fraction between 0 and 1"
+
+
+def test_the_summary_of_a_stored_matrix_is_its_table_and_runs_nothing() -> None:
+    # the steady-host run of -kvu long that docs/VALIDATION-llamacpp.md item 9 quotes
+    steady = ROOT / "docs" / "validation" / "llamacpp-kvu-long-steady.json"
+    out = _run("--matrix", "--summary", str(steady))
+    assert out.returncode == 0, out.stderr
+    rows = out.stdout.splitlines()
+    assert len(rows) == 3
+    assert rows[2] == (
+        "| `-np 4 -c 4096 -t 2 -kvu` | long | 30 / 35 | 2 % | 31 / 35 | 2 % | 31 / 35 | 2 % |"
+    )

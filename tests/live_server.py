@@ -49,6 +49,7 @@ class StreamServer:
         max_model_len: int | None = None,
         props: bool = True,
         path_s: float = 0.0,
+        timings: bool = False,
     ):
         self.ttft_s = ttft_s
         self.itl_s = itl_s
@@ -59,6 +60,8 @@ class StreamServer:
         self.max_model_len = max_model_len
         self.props = props
         self.path_s = path_s
+        self.timings = timings
+        """Give llama.cpp's ``timings`` (``prompt_ms``: *ttft_s*) with the last chunk."""
         self.prefills: list[float] = []
         """The engine prefill time of each finished request (``/metrics``)."""
         self.faults: dict[int, str] = {}
@@ -229,6 +232,8 @@ class StreamServer:
             if with_ids:
                 choice["token_ids"] = "7" if fault == "bad_ids" else [7] * k
             chunk: dict[str, Any] = {"choices": [choice]}
+            if self.timings and i + k >= n:
+                chunk["timings"] = {"prompt_ms": self.ttft_s * 1000.0}
             if vllm:
                 chunk["usage"] = None
             event(json.dumps(chunk))

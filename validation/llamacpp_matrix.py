@@ -149,6 +149,7 @@ def grid(flags: list[str], regime: dict[str, Any]) -> dict[str, Any]:
         "mixed_prompt_tokens": [lo, hi],
         "mixed_context": lo,
         "fragmented_decode_batch": [2] if slots >= 3 else [],
+        "prefill_together": sorted({2, slots}) if slots >= 2 else [],
         "sliding_window": True,
         "repeats": 3,
         "extra_body": {"cache_prompt": False},
@@ -312,7 +313,8 @@ def from_runs(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int
 
 def with_probe_columns(here: Path, flags: list[str]) -> list[str]:
     """Give the point's stored ``profile.csv`` the columns ``lyra-simpy profile`` now
-    writes that it lacks — ``attention_cells``, ``output_passes`` — computed for each
+    writes that it lacks — ``attention_cells``, ``output_passes``, ``attention_computed``
+    — computed for each
     probe row by the profiler's own rules (``llamacpp_probes.row_counts``; the probes'
     layout is fixed by the grid and the flags, a decode row's slots every other one when
     it ran more than one pass), checked against the step columns it has; the columns
@@ -323,7 +325,7 @@ def with_probe_columns(here: Path, flags: list[str]) -> list[str]:
     path = here / "profile.csv"
     lines = path.read_text().splitlines()
     head = lines[0].split(",")
-    added = [c for c in ("attention_cells", "output_passes") if c not in head]
+    added = [c for c in COUNT_COLUMNS if c not in head]
     if not added:
         return []
     llama = llamacpp_config(" ".join(flags), ProfileGrid(**yaml.safe_load(

@@ -479,7 +479,7 @@ def test_cells_from_runs_need_a_profile_that_measured_them(tmp_path, capsys):
     argv = ["calibrate", prof, "--from-runs", str(runs[0]), "--scenario", str(scenario_file)]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert "synthetic_profile.csv: no attention_cells column" in err
+    assert "synthetic_profile.csv: no attention_cells or attention_computed column" in err
     assert len(err.splitlines()) == 1
 
 
@@ -530,10 +530,16 @@ def test_rebuilt_steps_count_the_passes_of_the_replayed_slots(layout, passes, ch
     assert steps.checkpoints.tolist() == checkpoints
     assert steps.output_passes.tolist() == outputs
     x = steps.design_matrix()
-    assert x.shape[1] == 8
+    assert x.shape[1] == 9
     assert x[:, 5].tolist() == [p - s for p, s in zip(passes, [2, 1, 1], strict=True)]
     assert x[:, 6].tolist() == checkpoints
     assert x[:, 7].tolist() == outputs
+    # the first two rebuilt steps carry prompt tokens, the last only decodes (its
+    # attention is the decode term's)
+    assert x[:, 8].tolist() == steps.prefill_computed_cells.tolist()
+    assert x[0, 8] > 0
+    assert x[1, 8] > 0
+    assert x[2, 8] == 0
 
 
 def test_replayed_slots_follow_llamacpps_lru_choice_and_wait_in_order():

@@ -171,3 +171,42 @@ def test_each_round_walks_the_whole_grid_once(tmp_path: Path) -> None:
     lone = [len(b["prompt"]) for b in bodies if b["max_tokens"] == 1]
     assert lone == [8, 8, 16, 8, 16]  # the warm-up, then one prefill of each size a round
     assert rows == 5
+
+
+def test_prompts_sent_together_are_a_prefill_row_of_their_batch(tmp_path: Path) -> None:
+    # llama.cpp: grid.prefill_together sends B prompts at once, pinned to slots 0..B-1;
+    # the row is timed from the first prompt's start (its first token less its
+    # timings.prompt_ms) to the last one's end
+    grid = GRID.model_copy(update={"prefill_together": [2], "mixed_batch": []})
+    out = tmp_path / "p.csv"
+    with StreamServer(ttft_s=0.05, itl_s=0.01, timings=True) as srv:
+        profile(srv.url, "openai", grid, out, "test box", "-np 4 -kvu")
+        bodies = srv.received
+    prof = read_profile(out)
+    pre = prof.phase == "prefill"
+    assert prof.batch_size[pre].tolist() == [1, 1, 2, 2]
+    assert prof.input_tokens[pre].tolist() == [8, 16, 8, 16]
+    # each prompt took 50 ms by its timings; sent together they overlap
+    together = prof.latency_ms[pre][2:]
+    assert all(50.0 <= ms < 90.0 for ms in together)
+    # the engine model's counts for two prompts in one -kvu step: one pass of 16 (32)
+    # rows, below a flash-attention tile: each row its own causal cells
+    assert prof.passes is not None
+    assert prof.passes[pre].tolist() == [1, 1, 1, 1]
+    assert prof.attention_computed is not None
+    assert prof.attention_computed[pre].tolist() == [36, 136, 72, 272]  # Σ 1..8, Σ 1..16
+    assert prof.attention_cells is not None
+    assert prof.attention_cells[pre].tolist() == [8 * 256, 16 * 256, 16 * 256, 32 * 256]
+    pairs = [b.get("id_slot") for b in bodies if len(b["prompt"]) in (8, 16)]
+    assert {0, 1} <= set(pairs)
+
+
+def test_prompts_together_need_llamacpp_and_slots(tmp_path: Path) -> None:
+    grid = GRID.model_copy(update={"prefill_together": [2]})
+    with StreamServer(props=False) as srv, pytest.raises(LyraError) as err:
+        profile(srv.url, "openai", grid, tmp_path / "p.csv", "test box")
+    assert str(err.value).startswith("grid.prefill_together: got [2], allowed only for llama.cpp")
+    many = GRID.model_copy(update={"prefill_together": [5], "mixed_batch": []})
+    with StreamServer() as srv, pytest.raises(LyraError, match="need 5 slots"):
+        profile(srv.url, "openai", many, tmp_path / "p.csv", "test box", "-np 4")
+    assert not (tmp_path / "p.csv").exists()

@@ -19,7 +19,7 @@ from lyra_simpy.calibration.profiles import read_profile
 from lyra_simpy.cost.base import BatchShape
 from lyra_simpy.cost.profiled import ProfileCost, ProfileCostConfig
 from lyra_simpy.engine.request import Request
-from lyra_simpy.live.llamacpp_probes import llamacpp_config, prompt_steps
+from lyra_simpy.live.llamacpp_probes import llamacpp_config, prompt_counts
 from lyra_simpy.live.profile_grid import ProfileGrid
 from lyra_simpy.policies import EngineView, LlamaCppConfig, LlamaCppServer
 from lyra_simpy.policies.llamacpp import prompt_chunk
@@ -218,6 +218,10 @@ def test_no_stops_without_sliding_window_or_checkpoints():
     assert LlamaCppConfig().checkpoint_stops == ()
     assert LlamaCppConfig(sliding_window=True, ctx_checkpoints=0).checkpoint_stops == ()
     assert prompt_chunk(300, 2048, ()) == 300
+
+
+def prompt_steps(c: LlamaCppConfig, prompt: int, decoders: int) -> tuple[int, ...]:
+    return prompt_counts(c, 1, prompt, decoders, 16)[:4]
 
 
 def test_prompt_steps_of_probes():

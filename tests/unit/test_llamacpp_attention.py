@@ -18,7 +18,7 @@ from lyra_simpy.calibration.fit import fit_profile, predict_ms
 from lyra_simpy.calibration.profiles import read_profile
 from lyra_simpy.cost.base import BatchShape
 from lyra_simpy.cost.profiled import ProfileCost, ProfileCostConfig
-from lyra_simpy.live.llamacpp_probes import prompt_attention
+from lyra_simpy.live.llamacpp_probes import prompt_counts
 from lyra_simpy.policies import EngineView, LlamaCppConfig, LlamaCppServer
 from lyra_simpy.policies.llamacpp import n_kv, step_attention_cells
 
@@ -112,6 +112,10 @@ def test_per_slot_kv_never_clears_or_counts_other_slots():
     assert not PER_SLOT.clears_idle_slots
     assert PER_SLOT.stream_cells == 1024
     assert UNIFIED.stream_cells == 4096
+
+
+def prompt_attention(c: LlamaCppConfig, prompt: int, decoders: int, context: int) -> int:
+    return prompt_counts(c, 1, prompt, decoders, context)[4]
 
 
 def test_the_probe_column_follows_the_probe_layout():

@@ -10,10 +10,12 @@ The model has one non-negative coefficient per physical term (milliseconds)::
          + per_extra_pass_ms × (passes − steps)      llama.cpp: ubatches beyond one a step
          + per_checkpoint_ms × checkpoints           llama.cpp: context checkpoint copies
          + per_output_pass_ms × output passes        llama.cpp: passes computing logits
+         + per_computed_attention_ms × computed cells   llama.cpp: flash-attention tiles
 
 The first term is charged once per engine step the row covers (``steps``, 1 unless the
-profile says otherwise); the last three only for a profile with step columns
-(:data:`~lyra_simpy.calibration.profiles.STEP_COLUMNS`). The last is llama.cpp's output
+profile says otherwise); the last four only for a profile with step columns
+(:data:`~lyra_simpy.calibration.profiles.STEP_COLUMNS`), the very last only where it also
+has the ``attention_computed`` column. The output-pass term is llama.cpp's output
 projection: a forward pass computes logits only when it holds an output row (a decode,
 or a prompt's last token; :func:`~lyra_simpy.policies.ubatch.pass_counts`), over the
 whole vocabulary — on Gemma 3 270M (262k × 640) more weight than all its layers. A
@@ -27,7 +29,14 @@ Fits of other engines' profiles (no step columns) leave it 0: a step's logits ar
 ``fixed_ms``, as vLLM and SGLang compute them in every step. A profile with the
 ``attention_cells`` column (llama.cpp) gives the attention term its own units: prompt
 tokens × the KV cells each attends over (``ProfileFit.attention: n_kv``; the engine's
-padded ``n_kv``, :mod:`~lyra_simpy.policies.llamacpp`).
+padded ``n_kv``, :mod:`~lyra_simpy.policies.llamacpp`). Its CPU flash attention reads
+the mask of every such cell but computes only the 64 × 64 (query row, cell) tiles the
+mask leaves open — a prompt's own cells, causal — so with the ``attention_computed``
+column (:func:`~lyra_simpy.policies.llamacpp.step_computed_cells`) the attention is two
+terms: ``per_prefill_attention_ms`` per cell spanned (the mask scan) and
+``per_computed_attention_ms`` per pair computed. Four prompts of 290 tokens sent
+together cost 13 % less than one of 1 160 on the same passes and cells
+(``validation/llamacpp_masked.py``, docs/calibration.md §9).
 
 A profile row maps onto the terms as DESIGN §4 defines the phases: a ``prefill`` row is
 ``batch_size`` prompts of ``input_tokens`` new tokens after ``context_len`` cached ones;
@@ -83,7 +92,12 @@ TERMS = (
     "per_prefill_token_ms",
     "per_prefill_attention_ms",
 )
-STEP_TERMS = ("per_extra_pass_ms", "per_checkpoint_ms", "per_output_pass_ms")
+STEP_TERMS = (
+    "per_extra_pass_ms",
+    "per_checkpoint_ms",
+    "per_output_pass_ms",
+    "per_computed_attention_ms",
+)
 """llama.cpp's terms, fitted only from a profile with ``passes``/``checkpoints`` columns
 (:data:`~lyra_simpy.calibration.profiles.STEP_COLUMNS`); otherwise absent from the fit's
 columns and 0 in its coefficients."""
@@ -97,6 +111,7 @@ UNITS = {
     "per_extra_pass_ms": "ms per forward pass beyond a step's first (llama.cpp ubatch)",
     "per_checkpoint_ms": "ms per context checkpoint copied (llama.cpp)",
     "per_output_pass_ms": "ms per forward pass computing logits (llama.cpp output projection)",
+    "per_computed_attention_ms": "ms per (query row, KV cell) pair of flash attention computed",
 }
 FORMAT = "lyra-simpy/profile-fit/1"
 Loss = Literal["nnls", "soft_l1"]
@@ -125,6 +140,7 @@ class Coefficients(_Closed):
     per_extra_pass_ms: NonNegativeFloat = 0.0
     per_checkpoint_ms: NonNegativeFloat = 0.0
     per_output_pass_ms: NonNegativeFloat = 0.0
+    per_computed_attention_ms: NonNegativeFloat = 0.0
 
 
 class PhaseFit(_Closed):
@@ -258,7 +274,8 @@ def design_matrix(profile: Profile, cells: bool = True) -> npt.NDArray[np.float6
         prompt_tokens,
         attention,
     ]
-    if any(x is not None for x in (profile.passes, profile.checkpoints, profile.output_passes)):
+    step_columns = (profile.passes, profile.checkpoints, profile.output_passes)
+    if any(x is not None for x in step_columns):
         passes = steps if profile.passes is None else profile.passes.astype(np.float64)
         checkpoints = (
             np.zeros_like(b) if profile.checkpoints is None else profile.checkpoints.astype(float)
@@ -267,7 +284,12 @@ def design_matrix(profile: Profile, cells: bool = True) -> npt.NDArray[np.float6
             outputs = profile.output_passes.astype(np.float64)
         else:  # (Profile.output_passes)
             outputs = np.where(pre, 1.0, np.where(mixed, steps, passes))
-        columns += [passes - steps, checkpoints, outputs]
+        computed = (
+            np.zeros_like(b)
+            if profile.attention_computed is None or not cells
+            else np.where(pre | mixed, profile.attention_computed.astype(np.float64), 0.0)
+        )
+        columns += [passes - steps, checkpoints, outputs, computed]
     return np.column_stack(columns)
 
 

@@ -66,12 +66,18 @@ def _join(profile: Profile | None, steps: Steps) -> tuple[_Rows, np.ndarray, np.
     # The profile's rows in the units of the rebuilt steps: the engine's cells where the
     # steps counted them (StepRebuild.llamacpp), a prompt's own tokens otherwise (the
     # profile's attention_cells column then left unread).
-    if steps.llamacpp and profile is not None and profile.attention_cells is None:
-        raise TraceError(
-            f"{profile.path}: no attention_cells column, and the runs' prompts are counted "
-            "in KV cells (--scenario with a llamacpp engine): profile the server again with "
-            "this version of lyra-simpy, or fit the runs alone"
-        )
+    if steps.llamacpp and profile is not None:
+        lacks = [
+            name
+            for name in ("attention_cells", "attention_computed")
+            if getattr(profile, name) is None
+        ]
+        if lacks:
+            raise TraceError(
+                f"{profile.path}: no {' or '.join(lacks)} column, and the runs' prompts are "
+                "counted in KV cells (--scenario with a llamacpp engine): profile the "
+                "server again with this version of lyra-simpy, or fit the runs alone"
+            )
     xs = [design_matrix(profile, cells=steps.llamacpp)] if profile is not None else []
     xs.append(steps.design_matrix())
     # (a profile without the step columns, or steps not rebuilt as llama-server runs: one

@@ -13,7 +13,7 @@ from pydantic import ConfigDict, PositiveInt
 
 from lyra_simpy.calibration.streams import StreamedRequest
 from lyra_simpy.config import Closed
-from lyra_simpy.policies.llamacpp import step_attention_cells
+from lyra_simpy.policies.llamacpp import step_attention_cells, step_computed_cells
 from lyra_simpy.policies.ubatch import pass_counts
 
 Chunk = tuple[int, int, int]
@@ -86,14 +86,15 @@ def step_terms(
     decoders: list[int],
     held: int,
     chunks_at: dict[int, list[Chunk]],
-) -> tuple[int, int, int, int]:
-    """(cells, passes, checkpoints, passes computing logits) of rebuilt step *k*
+) -> tuple[int, int, int, int, int]:
+    """(cells spanned, cells computed, passes, checkpoints, passes computing logits) of
+    rebuilt step *k*
     (``StepRebuild.llamacpp``): its own engine step's — its *decoders* in slot order, then
     its prompt chunks (request, tokens before, tokens) in slot order, the buffer holding
     *held* decoder cells and each prompt's earlier tokens — and those of the engine steps
     hidden in it (their prompts alone). A decode's token and a chunk that ends its prompt
     get logits (:func:`~lyra_simpy.policies.ubatch.pass_counts`)."""
-    cells = n_passes = checkpoints = outputs = 0
+    cells = computed = n_passes = checkpoints = outputs = 0
     for sub in sorted({*chunks_at, k}):
         own = sub == k
         chunks = sorted(chunks_at.get(sub, []), key=lambda c: slots[c[0]])
@@ -112,10 +113,11 @@ def step_terms(
             buffer = (held if own else 0) + sum(b for _, b, _ in chunks)
             pieces = [(b, size) for _, b, size in chunks]
             cells += step_attention_cells(layout, len(decoding), pieces, buffer)
+            computed += step_computed_cells(layout, len(decoding), pieces, buffer)
         if stops:  # the engine model's rule (LlamaCppServer.plan)
             checkpoints += sum(
                 1
                 for r, b, size in chunks
                 if b and requests[r].input_tokens - b - size < layout.ubatch_tokens
             )
-    return cells, max(n_passes, 1), checkpoints, outputs
+    return cells, computed, max(n_passes, 1), checkpoints, outputs

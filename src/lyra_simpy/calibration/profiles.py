@@ -11,11 +11,11 @@ One row per measured step, header required:
   ``input_tokens`` prompt tokens being prefilled in the same step.
 
 Extra columns are allowed and ignored, except the optional ``steps``, ``passes``,
-``checkpoints``, ``output_passes`` (:data:`STEP_COLUMNS`) and ``attention_cells``. The
-metadata (``hardware``, ``model``, ``engine``, ``version``, ``tp``, ``date``, anything
-else) lives beside the CSV in a YAML file of the same stem (``x.csv`` → ``x.yaml``, or
-``x.meta.yaml``). Every problem is one line naming the file, the row, the column, the
-value and what is allowed (:class:`~lyra_simpy.errors.TraceError`).
+``checkpoints``, ``output_passes`` (:data:`STEP_COLUMNS`), ``attention_cells`` and
+``attention_computed``. The metadata (``hardware``, ``model``, ``engine``, ``version``,
+``tp``, ``date``, anything else) lives beside the CSV in a YAML file of the same stem
+(``x.csv`` → ``x.yaml``, or ``x.meta.yaml``). Every problem is one line naming the file,
+the row, the column, the value and what is allowed (:class:`~lyra_simpy.errors.TraceError`).
 """
 
 from __future__ import annotations
@@ -42,6 +42,13 @@ ATTENTION_COLUMN = "attention_cells"
 the engine runs the probe (llama.cpp's padded ``n_kv``,
 :func:`~lyra_simpy.policies.llamacpp.step_attention_cells`; ``lyra-simpy profile``
 writes it for llama.cpp). A fit then prices prompt attention per token × cell."""
+COMPUTED_COLUMN = "attention_computed"
+"""Optional column: the (query row, KV cell) pairs of attention the engine computes for
+the row's prompt tokens — llama.cpp's CPU flash attention computes only the 64 × 64 tiles
+its mask leaves open (the prompt's own cells, causal), where ``attention_cells`` counts
+every cell its passes span (:func:`~lyra_simpy.policies.llamacpp.step_computed_cells`;
+``lyra-simpy profile`` writes it for llama.cpp). A fit of a profile with step columns
+then prices both (``per_computed_attention_ms``)."""
 PHASES = ("prefill", "decode", "mixed")
 METADATA_KEYS = ("hardware", "model", "engine", "version", "tp", "date")
 """What the metadata YAML should say (missing keys are reported as ``unknown``)."""
@@ -77,6 +84,9 @@ class Profile:
     attention_cells: npt.NDArray[np.int64] | None = None
     """Optional column ``attention_cells`` (:data:`ATTENTION_COLUMN`); None: prompt
     attention is counted as Σ new × (cached + new)."""
+    attention_computed: npt.NDArray[np.int64] | None = None
+    """Optional column ``attention_computed`` (:data:`COMPUTED_COLUMN`); None: not
+    measured (``per_computed_attention_ms`` is then fitted as 0)."""
 
     def __len__(self) -> int:
         return len(self.latency_ms)
@@ -166,7 +176,11 @@ def read_profile(path: str | Path) -> Profile:
                 f"{','.join(COLUMNS)} (DESIGN §4)"
             )
         at = [header.index(c) for c in COLUMNS]
-        opt = {c: header.index(c) for c in (*STEP_COLUMNS, ATTENTION_COLUMN) if c in header}
+        opt = {
+            c: header.index(c)
+            for c in (*STEP_COLUMNS, ATTENTION_COLUMN, COMPUTED_COLUMN)
+            if c in header
+        }
         counts: dict[str, list[int]] = {c: [] for c in opt}
         for line, row in enumerate(reader, start=2):
             if not row or all(not cell.strip() for cell in row):
@@ -205,7 +219,14 @@ def read_profile(path: str | Path) -> Profile:
     )
 
 
-_LOW = {"steps": 1, "passes": 1, "checkpoints": 0, "output_passes": 0, ATTENTION_COLUMN: 0}
+_LOW = {
+    "steps": 1,
+    "passes": 1,
+    "checkpoints": 0,
+    "output_passes": 0,
+    ATTENTION_COLUMN: 0,
+    COMPUTED_COLUMN: 0,
+}
 
 
 def write_profile(path: Path, rows: list[dict[str, Any]], extra: tuple[str, ...] = ()) -> None:

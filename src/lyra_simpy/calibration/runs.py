@@ -384,15 +384,16 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
         cols["prefill_seqs"].append(pre[k])
         cols["prefill_tokens"].append(new[k])
         cols["prefill_attention_tokens"].append(att[k])
-        cells, passes_k, checkpoints, outputs = 0, 1 + hidden[k], 0, 1
+        cells, computed, passes_k, checkpoints, outputs = 0, 0, 1 + hidden[k], 0, 1
         if layout is not None:
             # the decoders' KV cells before the step: their contexts less the token it adds
             held = ctx[k] - dec[k]
-            cells, passes_k, checkpoints, outputs = step_terms(
+            cells, computed, passes_k, checkpoints, outputs = step_terms(
                 layout, bool(cfg.prompt_stops), requests, slots, k, decoders[k], held,
                 chunks_at[k],
             )  # fmt: skip
         cols["prefill_attention_cells"].append(cells)
+        cols["prefill_computed_cells"].append(computed)
         cols["passes"].append(passes_k)
         cols["checkpoints"].append(checkpoints)
         cols["output_passes"].append(outputs)

@@ -29,6 +29,10 @@ class Steps:
     prefill_attention_cells: Ints
     """Σ over a step's prompt tokens of the KV cells each attends over
     (``StepRebuild.llamacpp``; 0 without it)."""
+    prefill_computed_cells: Ints
+    """The (query row, KV cell) pairs of attention computed for its prompt tokens
+    (:func:`~lyra_simpy.policies.llamacpp.step_computed_cells`; ``StepRebuild.llamacpp``;
+    0 without it)."""
     passes: Ints
     """Forward passes of the engine steps in the rebuilt one (``StepRebuild.llamacpp``;
     one per engine step without it)."""
@@ -81,7 +85,7 @@ class Steps:
     def design_matrix(self) -> Floats:
         """One column per term of :data:`~lyra_simpy.calibration.fit.TERMS` (and, rebuilt
         as llama-server runs, of ``ALL_TERMS``: extra passes, checkpoints, passes computing
-        logits)."""
+        logits, attention computed)."""
         columns = [
             self.steps,
             self.decode_seqs,
@@ -90,7 +94,12 @@ class Steps:
             self.prefill_attention_cells if self.llamacpp else self.prefill_attention_tokens,
         ]
         if self.llamacpp:
-            columns += [self.passes - self.steps, self.checkpoints, self.output_passes]
+            columns += [
+                self.passes - self.steps,
+                self.checkpoints,
+                self.output_passes,
+                self.prefill_computed_cells,
+            ]
         return np.column_stack([c.astype(np.float64) for c in columns])
 
 

@@ -55,6 +55,11 @@ class BatchShape(NamedTuple):
     a pass with an output row: a decode, or a prompt's last token,
     :func:`~lyra_simpy.policies.ubatch.pass_counts`); 1 for every other engine. Charged by
     ``profile`` only (``per_output_pass_ms``; the fixed cost holds one)."""
+    prefill_computed_cells: int = 0
+    """(query row, KV cell) pairs of prompt attention computed (llama.cpp's CPU flash
+    attention: the 64 × 64 tiles its mask leaves open, where ``prefill_attention_cells``
+    counts every cell its passes span; :mod:`~lyra_simpy.policies.llamacpp`). Charged by
+    ``profile`` only (``per_computed_attention_ms``)."""
 
 
 def verify_rows_tokens(shape: BatchShape, rows: int) -> int:

@@ -9,7 +9,7 @@ scenario's folder. The terms and how they are fitted are in
     t_ms = fixed + per_decode_seq × rows + per_context_token × Σ context
          + per_prefill_token × prompt tokens + per_prefill_attention × Σ new × (cached + new)
          + per_extra_pass × (passes − 1) + per_checkpoint × checkpoints
-         + per_output_pass × output passes
+         + per_output_pass × output passes + per_computed_attention × computed cells
 
 where *rows* is the decode row count, padded (:mod:`~lyra_simpy.cost.padding`) in
 decode-only iterations as for ``linear``. The last three terms are llama.cpp's: forward
@@ -18,7 +18,10 @@ decode-only step has as many as passes; ``BatchShape.passes``/``checkpoints``/
 ``output_passes``); they are 0 in fits of profiles that do not measure them. A fit of a
 profile with the ``attention_cells`` column (llama.cpp: ``ProfileFit.attention`` is
 ``n_kv``) prices prompt attention per prompt token × KV cell attended, on
-``BatchShape.prefill_attention_cells``, instead of Σ new × (cached + new). Outside the
+``BatchShape.prefill_attention_cells``, instead of Σ new × (cached + new); one with the
+``attention_computed`` column also prices the attention llama.cpp's flash attention
+computes (``BatchShape.prefill_computed_cells``: the tiles its mask leaves open, where
+the cells count every cell a pass spans, which its mask scan reads). Outside the
 profile's measured grid each term extends linearly; with non-negative coefficients time
 never falls as a batch grows. The file is read (and a CSV fitted) while the scenario is
 validated, so a missing or malformed profile fails before anything is simulated.
@@ -166,6 +169,7 @@ class ProfileCost:
         self._per_pass = c.per_extra_pass_ms
         self._per_checkpoint = c.per_checkpoint_ms
         self._per_output = c.per_output_pass_ms
+        self._per_computed = c.per_computed_attention_ms
         self._cells = config.fit.attention == "n_kv"
         """The attention term is per prompt token × cell attended (llama.cpp's ``n_kv``):
         charged on ``BatchShape.prefill_attention_cells`` where the scheduler gives it."""
@@ -199,6 +203,7 @@ class ProfileCost:
                 if self._cells and shape.prefill_attention_cells >= 0
                 else shape.prefill_attention_tokens
             )
+            + self._per_computed * shape.prefill_computed_cells
         )
         if verify:  # each draft token attends to its sequence's context, like a prompt token
             per_seq = shape.verify_tokens / shape.decode_seqs

@@ -10,7 +10,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from lyra_simpy.errors import LyraError
-from lyra_simpy.policies.llamacpp import LlamaCppConfig, prompt_chunk, step_attention_cells
+from lyra_simpy.policies.llamacpp import (
+    LlamaCppConfig,
+    prompt_chunk,
+    step_attention_cells,
+    step_computed_cells,
+)
 from lyra_simpy.policies.ubatch import pass_counts
 
 if TYPE_CHECKING:
@@ -37,10 +42,17 @@ def llamacpp_config(flags: str, grid: ProfileGrid) -> LlamaCppConfig | None:
 
 
 def check_slots(grid: ProfileGrid, llama: LlamaCppConfig) -> None:
-    need = max([*grid.decode_batch, *(2 * b - 1 for b in grid.fragmented_decode_batch)])
+    need = max(
+        [
+            *grid.decode_batch,
+            *(2 * b - 1 for b in grid.fragmented_decode_batch),
+            *grid.prefill_together,
+        ]
+    )
     if need > llama.n_parallel:
         raise LyraError(
-            f"grid.decode_batch / fragmented_decode_batch: need {need} slots, the server "
+            "grid.decode_batch / fragmented_decode_batch / prefill_together: need "
+            f"{need} slots, the server "
             f"has {llama.n_parallel} (-np): requests pinned to a slot would wait"
         )
 
@@ -52,60 +64,76 @@ def probe_passes(
     return pass_counts(segments, outputs, llama.batch_tokens, llama.ubatch_tokens, llama.kv_unified)
 
 
-def prompt_steps(llama: LlamaCppConfig, prompt: int, decoders: int) -> tuple[int, int, int, int]:
-    """(steps, passes, checkpoints, passes computing logits) llama.cpp runs for a prompt
-    of *prompt* tokens in slot *decoders*, beside *decoders* sequences decoding in slots
-    0..decoders−1 in each step (:mod:`~lyra_simpy.policies.llamacpp`)."""
+def prompt_counts(
+    llama: LlamaCppConfig, prompts: int, prompt: int, decoders: int, context: int
+) -> tuple[int, int, int, int, int, int]:
+    """(steps, passes, checkpoints, passes computing logits, attention cells spanned,
+    attention computed) llama.cpp runs for *prompts* prompts of *prompt* tokens each,
+    sent together to slots *decoders*, *decoders* + 1, ..., beside *decoders* sequences
+    of *context* tokens in slots 0..decoders−1 that each decode a token a step
+    (:mod:`~lyra_simpy.policies.llamacpp`: ``update_slots`` fills a step's ``n_batch``
+    in slot order, each prompt's chunk stopping at its checkpoint stops;
+    :func:`~lyra_simpy.policies.llamacpp.step_attention_cells` and
+    :func:`~lyra_simpy.policies.llamacpp.step_computed_cells`). Idle slots are taken to
+    hold no cells: with ``-kvu`` the server's default prompt cache clears them when a
+    probe starts (with ``--cache-ram 0`` they keep an earlier probe's, which this does
+    not count)."""
     stops, nub = llama.checkpoint_stops, llama.ubatch_tokens
-    done = steps = n_passes = checkpoints = n_outputs = 0
-    while done < prompt:
-        take = prompt_chunk(prompt - done, llama.batch_tokens - decoders, stops)
-        segments = [(k, 1) for k in range(decoders)] + [(decoders, take)]
-        n, out = probe_passes(llama, segments, [True] * decoders + [done + take == prompt])
+    done = [0] * prompts
+    steps = n_passes = checkpoints = n_outputs = spanned = computed = 0
+    while min(done) < prompt:
+        room = llama.batch_tokens - decoders
+        chunks: list[tuple[int, int]] = []  # (tokens before, tokens added) of each prompt
+        slots: list[int] = []
+        for k in range(prompts):
+            if room <= 0 or done[k] == prompt:
+                continue
+            take = prompt_chunk(prompt - done[k], room, stops)
+            if stops and done[k] and prompt - done[k] - take < nub:
+                checkpoints += 1
+            chunks.append((done[k], take))
+            slots.append(decoders + k)
+            room -= take
+        segments = [(k, 1) for k in range(decoders)] + [
+            (slot, take) for slot, (_, take) in zip(slots, chunks, strict=True)
+        ]
+        ends = [True] * decoders + [before + take == prompt for before, take in chunks]
+        n, out = probe_passes(llama, segments, ends)
         n_passes += n
         n_outputs += out
-        if stops and done and prompt - done - take < nub:
-            checkpoints += 1
-        done += take
+        held = decoders * (context + steps) + sum(done)
+        spanned += step_attention_cells(llama, decoders, chunks, held)
+        computed += step_computed_cells(llama, decoders, chunks, held)
+        for slot, (_, take) in zip(slots, chunks, strict=True):
+            done[slot - decoders] += take
         steps += 1
-    return steps, n_passes, checkpoints, n_outputs
+    return steps, n_passes, checkpoints, n_outputs, spanned, computed
 
 
-def prompt_attention(llama: LlamaCppConfig, prompt: int, decoders: int, context: int) -> int:
-    """The ``attention_cells`` of a probe row: Σ over the prompt's tokens of the KV cells
-    each attends over (:func:`~lyra_simpy.policies.llamacpp.step_attention_cells`), for a
-    prompt of *prompt* tokens beside *decoders* sequences of *context* tokens that each
-    decode a token a step. Idle slots are taken to hold no cells: with ``-kvu`` the
-    server's default prompt cache clears them when a probe starts (with ``--cache-ram 0``
-    they keep an earlier probe's, which this does not count)."""
-    stops = llama.checkpoint_stops
-    done = total = step = 0
-    while done < prompt:
-        take = prompt_chunk(prompt - done, llama.batch_tokens - decoders, stops)
-        held = decoders * (context + step) + done
-        total += step_attention_cells(llama, decoders, [(done, take)], held)
-        done += take
-        step += 1
-    return total
-
-
-COUNT_COLUMNS = ("steps", "passes", "checkpoints", "output_passes", "attention_cells")
+COUNT_COLUMNS = (
+    "steps",
+    "passes",
+    "checkpoints",
+    "output_passes",
+    "attention_cells",
+    "attention_computed",
+)
 """The extra columns :func:`row_counts` gives, in its order (``lyra-simpy profile``
 writes them so)."""
 
 
 def row_counts(
     llama: LlamaCppConfig, phase: str, batch: int, prompt: int, context: int, stride: int = 1
-) -> tuple[int, int, int, int, int]:
-    """The extra columns of one probe row — (steps, passes, checkpoints, output_passes,
-    attention_cells) — as the server runs it: a ``decode`` row's *batch* decoders in
-    every *stride*-th slot, one step whose every pass computes logits; a ``prefill`` or
-    ``mixed`` row's prompt of *prompt* tokens beside *batch* decoders (mixed) of
+) -> tuple[int, int, int, int, int, int]:
+    """The extra columns of one probe row (:data:`COUNT_COLUMNS`) as the server runs it:
+    a ``decode`` row's *batch* decoders in every *stride*-th slot, one step whose every
+    pass computes logits; a ``prefill`` row's *batch* prompts of *prompt* tokens sent
+    together; a ``mixed`` row's prompt of *prompt* tokens beside *batch* decoders of
     *context* tokens."""
     if phase == "decode":
         segments = [(k * stride, 1) for k in range(batch)]
         n_passes, logits = probe_passes(llama, segments, [True] * batch)
-        return 1, n_passes, 0, logits, 0
-    decoders = 0 if phase == "prefill" else batch
-    cells = prompt_attention(llama, prompt, decoders, context)
-    return (*prompt_steps(llama, prompt, decoders), cells)
+        return 1, n_passes, 0, logits, 0, 0
+    if phase == "prefill":  # batch_size prompts sent together (grid.prefill_together)
+        return prompt_counts(llama, batch, prompt, 0, 0)
+    return prompt_counts(llama, 1, prompt, batch, context)

@@ -147,6 +147,25 @@ class Prober:
         out = await self._send(p, 1, time.perf_counter(), slot=0)
         return self._prompt_ms(out, "prefill", await self._engine_prefill_ms(before), p)
 
+    async def prefill_together(self, b: int, p: int) -> float:
+        """*b* prompts of *p* tokens sent at once to slots 0..b−1 (llama.cpp): the engine's
+        time from the first prompt's start to the last one's end — each request's first
+        token (client clock) less its ``timings.prompt_ms`` is its start."""
+        t0 = time.perf_counter()
+        outs = await asyncio.gather(*(self._send(p, 1, t0, slot=k) for k in range(b)))
+        ends, starts = [], []
+        for o in outs:
+            ms = o.timings.get("prompt_ms") if o.timings else None
+            if not isinstance(ms, (int, float)):
+                raise LyraError(
+                    "profile: grid.prefill_together needs the engine's timings.prompt_ms "
+                    "(llama.cpp's /completion); this endpoint gave none"
+                )
+            ends.append(o.chunk_s[0])
+            starts.append(o.chunk_s[0] - float(ms) / 1000.0)
+        self.timed_by["prefill"] = "engine timings.prompt_ms"
+        return (max(ends) - min(starts)) * 1000.0
+
     async def decode(self, b: int, ctx: int, stride: int = 1) -> tuple[float, float, float]:
         """*b* requests of *ctx* prompt tokens decoding together: (the median chunk gap,
         the lock-step window's mean step, the engine's mean ``predicted_per_token_ms`` or

@@ -41,16 +41,25 @@ so the forward passes of each step are known, and every row gets the extra colum
 context checkpoint is two steps and a checkpoint (on a model with sliding-window
 attention: ``grid.sliding_window``), of which only the second computes logits (the
 prompt's last token); a prompt beside the decoders shares a pass with the slot before
-it; and ``attention_cells``, the KV cells its prompt tokens attend over (with ``-kvu``,
-the decoders' cells too; :mod:`~lyra_simpy.live.llamacpp_probes`). Two probes
-measure what those mechanics cost:
+it; ``attention_cells``, the KV cells its prompt tokens' passes span (with ``-kvu``,
+the decoders' cells too), and ``attention_computed``, the (query row, cell) pairs of
+those the flash attention computes (:mod:`~lyra_simpy.live.llamacpp_probes`). Three
+probes measure what those mechanics cost:
 
 * ``fragmented_decode_batch``: *B* decoders in every other slot (0, 2, 4, ...): the same
   decode batch as the contiguous one, but *B* forward passes instead of one with per-slot
   KV — the difference is the cost of a pass (``per_extra_pass_ms``);
 * prefill rows of ``checkpoint_prompt_tokens`` (default 4 and 8): a prompt of 4 tokens is
   one step, one of 8 is two (4 + 4) with a checkpoint between — beside the other prefill
-  rows they separate a step's fixed cost from a checkpoint's (``per_checkpoint_ms``).
+  rows they separate a step's fixed cost from a checkpoint's (``per_checkpoint_ms``);
+* ``prefill_together`` (off by default): *B* prompts of each ``prefill_tokens`` length
+  sent at once, a ``prefill`` row of ``batch_size`` *B* timed from the first prompt's
+  start to the last one's end (each request's first token less its ``prompt_ms``). With
+  ``-kvu`` they share passes: the mask spans every prompt's cells, the flash attention
+  computes each one's own — four prompts of 290 tokens cost 13 % less than one of 1 160
+  on the same passes (``validation/llamacpp_masked.py``); beside the lone prompts these
+  rows separate the two attention terms (``per_prefill_attention_ms`` per cell spanned,
+  ``per_computed_attention_ms`` per pair computed).
 
 ``lyra-simpy calibrate`` fits those columns with the same relative-error loss as the
 rest (``--loss soft_l1`` for the robust one); every row is already a median of
@@ -155,17 +164,25 @@ def profile(
     prober.pin = llama is not None
     rows: list[tuple[str, int, int, int, float, float, float, float]] = []
     nan = float("nan")
-    counts: list[tuple[int, int, int, int, int]] = []
-    """(steps, passes, checkpoints, output_passes, attention_cells) of each row (llama.cpp only)."""
+    counts: list[tuple[int, ...]] = []
+    """The :data:`COUNT_COLUMNS` of each row (llama.cpp only)."""
 
     def med(values: list[float]) -> float:
         return float(statistics.median(values))
 
     extra_prefill = grid.checkpoint_prompt_tokens if llama and llama.checkpoint_stops else []
+    if grid.prefill_together and llama is None:
+        raise LyraError(
+            f"grid.prefill_together: got {grid.prefill_together}, allowed only for "
+            "llama.cpp (a server with /props total_slots, and --flags): other engines "
+            "do not say when each prompt started"
+        )
+    together = [b for b in grid.prefill_together if b > 1]
     fragmented = grid.fragmented_decode_batch if llama and not llama.kv_unified else []
     decodes = [(b, 1) for b in grid.decode_batch] + [(b, 2) for b in fragmented]
     plan: list[tuple[str, int, int, int]] = [
         *(("prefill", 1, p, 1) for p in sorted(set(grid.prefill_tokens) | set(extra_prefill))),
+        *(("prefill", b, p, 1) for b in together for p in sorted(set(grid.prefill_tokens))),
         *(("decode", b, ctx, stride) for b, stride in decodes for ctx in grid.decode_context),
         *(("mixed", b, p, 1) for b in grid.mixed_batch for p in grid.mixed_prompt_tokens),
     ]
@@ -182,7 +199,9 @@ def profile(
         # where back to back it would move them all.
         for _ in range(grid.repeats):
             for k, (phase, b, n, stride) in enumerate(plan):
-                if phase == "prefill":
+                if phase == "prefill" and b > 1:
+                    got[k].append((await prober.prefill_together(b, n), nan, nan, nan))
+                elif phase == "prefill":
                     got[k].append((await prober.prefill(n), nan, nan, nan))
                 elif phase == "decode":
                     gap, mean, engine = await prober.decode(b, n, stride)
@@ -195,7 +214,7 @@ def profile(
     for (phase, b, n, stride), values in zip(plan, got, strict=True):
         lat, other, gap, mean = (med([v[j] for v in values]) for j in range(4))
         if phase == "prefill":
-            rows.append(("prefill", 1, n, 0, lat, nan, nan, nan))
+            rows.append(("prefill", b, n, 0, lat, nan, nan, nan))
         elif phase == "decode":
             rows.append(("decode", b, 0, n + grid.decode_steps // 2, lat, other, gap, mean))
         else:

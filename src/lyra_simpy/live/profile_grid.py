@@ -43,6 +43,13 @@ class ProfileGrid(BaseModel):
     fragmented_decode_batch: list[PositiveInt] = [2]
     """llama.cpp with per-slot KV: decode batches measured again in every other slot
     (module docstring); each needs 2B − 1 slots."""
+    prefill_together: list[PositiveInt] = []
+    """llama.cpp: prefill rows of *B* prompts of each ``prefill_tokens`` length sent
+    together (``batch_size`` *B*, pinned to slots 0..B−1), for each *B* listed. With
+    ``-kvu`` they share forward passes, and its flash attention computes each prompt's
+    own cells only, while its mask spans all of them (:mod:`~lyra_simpy.policies.llamacpp`):
+    these rows tell the fit the two apart (``per_computed_attention_ms``), which lone
+    prompts cannot. Each *B* needs *B* slots."""
     checkpoint_prompt_tokens: list[PositiveInt] = [4, 8]
     """llama.cpp on a sliding-window model: extra prefill rows around the checkpoint stop."""
     sliding_window: bool = False

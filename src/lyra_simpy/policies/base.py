@@ -94,6 +94,12 @@ class BatchPlan:
     prompt's last token, :func:`~lyra_simpy.policies.ubatch.pass_counts`; 0 for a step of
     prompt chunks that end no prompt); 1 for every other engine, which computes logits in
     every iteration. The cost model reads it as ``BatchShape.output_passes``."""
+    prefill_computed_cells: int = 0
+    """The (query row, KV cell) pairs of attention the iteration computes for its prompt
+    tokens, where the scheduler knows them (llama.cpp's CPU flash attention computes only
+    the 64 × 64 tiles the mask leaves open,
+    :func:`~lyra_simpy.policies.llamacpp.step_computed_cells`); 0 elsewhere. The cost
+    model reads it as ``BatchShape.prefill_computed_cells``."""
 
     @property
     def empty(self) -> bool:

@@ -311,40 +311,49 @@ def from_runs(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int
         out["runs_spells_simulated"] = found is not None
 
 
+ATTENTION_COUNTS = ("attention_cells", "attention_computed")
+"""Count columns a newer engine model may count differently (how its passes span and
+compute a prompt's attention): recounted in every stored profile, not only added."""
+
+
 def with_probe_columns(here: Path, flags: list[str]) -> list[str]:
-    """Give the point's stored ``profile.csv`` the columns ``lyra-simpy profile`` now
-    writes that it lacks — ``attention_cells``, ``output_passes``, ``attention_computed``
-    — computed for each
-    probe row by the profiler's own rules (``llamacpp_probes.row_counts``; the probes'
-    layout is fixed by the grid and the flags, a decode row's slots every other one when
-    it ran more than one pass), checked against the step columns it has; the columns
-    added."""
+    """Give the point's stored ``profile.csv`` the count columns ``lyra-simpy profile``
+    now writes (``llamacpp_probes.COUNT_COLUMNS``) by the profiler's own rules
+    (``llamacpp_probes.row_counts``; the probes' layout is fixed by the grid and the
+    flags, a decode row's slots every other one when it ran more than one pass): those it
+    lacks added, the attention counts (:data:`ATTENTION_COUNTS`) recounted, and the step
+    columns it has checked against the rules; the columns added or changed."""
     from lyra_simpy.live.llamacpp_probes import COUNT_COLUMNS, llamacpp_config, row_counts
     from lyra_simpy.live.profile_grid import ProfileGrid
 
     path = here / "profile.csv"
     lines = path.read_text().splitlines()
     head = lines[0].split(",")
-    added = [c for c in COUNT_COLUMNS if c not in head]
-    if not added:
-        return []
     llama = llamacpp_config(" ".join(flags), ProfileGrid(**yaml.safe_load(
         (here / "grid.yaml").read_text())))  # fmt: skip
     assert llama is not None
     at = {name: head.index(name) for name in ("phase", "batch_size", "input_tokens",
                                               "context_len", "passes")}  # fmt: skip
-    out = [",".join([lines[0], *added])]
+    base = [k for k, name in enumerate(head) if name not in ATTENTION_COUNTS]
+    kept = [name for name in head if name in COUNT_COLUMNS and name not in ATTENTION_COUNTS]
+    added = [c for c in COUNT_COLUMNS if c not in kept]
+    out = [",".join([*(head[k] for k in base), *added])]
+    changed: set[str] = {c for c in added if c not in head}
     for line in lines[1:]:
         cell = line.split(",")
         phase, b, i, c, n = (cell[at[k]] for k in at)
         stride = 2 if phase == "decode" and int(n) > 1 else 1  # fragmented_decode_batch
         value = dict(zip(COUNT_COLUMNS, row_counts(llama, phase, int(b), int(i), int(c), stride),
                          strict=True))  # fmt: skip
-        kept = {k: int(cell[head.index(k)]) for k in COUNT_COLUMNS if k in head}
-        assert kept == {k: value[k] for k in kept}, (line, value)  # the profiler's own rules
-        out.append(",".join([line, *(str(value[k]) for k in added)]))
-    path.write_text("\n".join(out) + "\n")
-    return added
+        have = {k: int(cell[head.index(k)]) for k in kept}
+        assert have == {k: value[k] for k in kept}, (line, value)  # the profiler's own rules
+        changed |= {
+            k for k in ATTENTION_COUNTS if k in head and int(cell[head.index(k)]) != value[k]
+        }
+        out.append(",".join([*(cell[k] for k in base), *(str(value[k]) for k in added)]))
+    if changed:
+        path.write_text("\n".join(out) + "\n")
+    return sorted(changed)
 
 
 def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
@@ -358,7 +367,7 @@ def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
     here = OUT / f"{cfg}_{reg}"
     added = with_probe_columns(here, CONFIGS[cfg])
     if added:
-        print(f"{key}: profile.csv given the column(s) {', '.join(added)}", flush=True)
+        print(f"{key}: profile.csv given or recounted: {', '.join(added)}", flush=True)
     fit = here / "fit_probes.yaml"
     profile = here / "profile.csv"
     if mean_step and write_by_mean_step(profile, here / "profile_mean_step.csv"):

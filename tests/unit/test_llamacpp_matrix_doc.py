@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -76,3 +78,34 @@ def test_the_document_is_written_from_the_numbers(tmp_path: Path, monkeypatch: A
         "72 at +0.0 ms; 0.1-0.3 s 0; 0.3-1 s 36 at +19.3 ms." in text
     )
     assert json.loads((tmp_path / "m.json").read_text())["results"]["kvu/long"] == res
+
+
+def test_stored_profiles_get_the_counts_of_this_version(tmp_path: Path) -> None:
+    # a stored -kvu profile written before attention_computed, its attention_cells
+    # counted by an older rule: the columns it lacks are added, the attention counts
+    # recounted by the profiler's rules (llamacpp_probes.row_counts), the step columns
+    # checked against them
+    m = MATRIX
+    flags = ["-np", "4", "-c", "4096", "-t", "2", "-kvu"]
+    (tmp_path / "grid.yaml").write_text("sliding_window: true\n")
+    head = "phase,batch_size,input_tokens,context_len,latency_ms,steps,passes,checkpoints"
+    rows = ["prefill,1,300,0,500.0,2,2,1,99", "decode,2,0,200,30.0,1,1,0,0",
+            "prefill,4,290,0,1700.0,2,4,4,5"]  # fmt: skip
+    (tmp_path / "profile.csv").write_text("\n".join([head + ",attention_cells", *rows]) + "\n")
+    assert m.with_probe_columns(tmp_path, flags) == [
+        "attention_cells",
+        "attention_computed",
+        "output_passes",
+    ]
+    lines = (tmp_path / "profile.csv").read_text().splitlines()
+    assert lines[0] == head + ",output_passes,attention_cells,attention_computed"
+    # 296 then 4 tokens (a checkpoint stop): 296 x 512 + 4 x 512 cells spanned; 15 tiles
+    # of 64 x 64, then 297 + ... + 300 pairs computed
+    assert lines[1].endswith(",1,153600,62634")
+    assert lines[2].endswith(",1,0,0")
+    assert lines[3].endswith(",1,960512,262664")  # four prompts of 290 sent together
+    assert m.with_probe_columns(tmp_path, flags) == []  # nothing left to change
+    # a step column the rules disagree with is a stored profile of another layout
+    (tmp_path / "profile.csv").write_text(head + "\nprefill,1,300,0,500.0,2,3,1\n")
+    with pytest.raises(AssertionError):
+        m.with_probe_columns(tmp_path, flags)

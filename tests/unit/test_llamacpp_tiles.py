@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from lyra_simpy.calibration.fit import fit_profile, predict_ms
+from lyra_simpy.calibration.fitfile import format_report
 from lyra_simpy.calibration.profiles import read_profile, write_profile
 from lyra_simpy.cost.base import BatchShape
 from lyra_simpy.cost.profiled import ProfileCost, ProfileCostConfig
@@ -172,6 +173,14 @@ def test_the_fit_separates_cells_spanned_from_pairs_computed(tmp_path):
     for term, value in true.items():
         assert getattr(fit.coefficients, term) == pytest.approx(value, rel=1e-6), term
     np.testing.assert_allclose(predict_ms(fit, profile), profile.latency_ms)
+    # calibrate's report names every term the fit has, in the units it used
+    shown = {line.split()[0]: line for line in format_report(fit).splitlines()[3:13]}
+    assert float(shown["per_computed_attention_ms"].split()[1]) == pytest.approx(4e-4)
+    assert float(shown["per_output_pass_ms"].split()[1]) == pytest.approx(12.0)
+    assert "KV cell its pass spans" in shown["per_prefill_attention_ms"]
+    other = format_report(fit_profile(read_profile(DATA / "synthetic_profile.csv")))
+    assert "per_output_pass_ms" not in other
+    assert "per_computed_attention_ms" not in other
     # without the column (a profile written before it) the term is not measured
     old = tmp_path / "old.csv"
     write_profile(old, rows, COUNT_COLUMNS[:-1])

@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING
 import yaml
 from pydantic import ValidationError
 
-from lyra_simpy.calibration.fit import FORMAT, TERMS, UNITS, Loss, ProfileFit, fit_profile
+from lyra_simpy.calibration.fit import (
+    FORMAT,
+    STEP_TERMS,
+    TERMS,
+    UNITS,
+    Loss,
+    ProfileFit,
+    fit_profile,
+)
 from lyra_simpy.calibration.profiles import read_profile
 from lyra_simpy.errors import TraceError, from_validation_error
 from lyra_simpy.metrics.io import atomic_write
@@ -27,6 +35,10 @@ HEADER = (
     "# Fitted by `lyra-simpy calibrate` (lyra_simpy.calibration.fit): coefficients of the\n"
     "# `profile` cost model in ms, the profile it came from and the fit report.\n"
 )
+
+
+CELL_UNIT = "ms per prompt token x KV cell its pass spans (llama.cpp n_kv)"
+"""``per_prefill_attention_ms``'s unit in a fit made on cells (``ProfileFit.attention``)."""
 
 
 def write_fit(fit: ProfileFit, path: Path) -> None:
@@ -130,8 +142,13 @@ def format_report(fit: ProfileFit, profile_label: str | None = None) -> str:
         + ", ".join(f"{k}={meta.get(k, 'unknown')}" for k in ("hardware", "model", "engine", "tp")),
         f"coefficients ({LOSS_WORDS.get(fit.method, fit.method)} on relative error):",
     ]
-    for term in TERMS:
-        lines.append(f"  {term:<26} {getattr(fit.coefficients, term):>12.6g}  {UNITS[term]}")
+    # llama.cpp's terms where the fit had their columns (attention in KV cells, or any
+    # of them fitted); the attention term in the units the fit used
+    cells = fit.attention == "n_kv"
+    steps = [t for t in STEP_TERMS if cells or getattr(fit.coefficients, t)]
+    for term in (*TERMS, *steps):
+        unit = CELL_UNIT if cells and term == "per_prefill_attention_ms" else UNITS[term]
+        lines.append(f"  {term:<26} {getattr(fit.coefficients, term):>12.6g}  {unit}")
     r2 = fit.fit.r2
     lines.append(f"R² (all rows): {'n/a' if r2 is None else f'{r2:.4f}'}")
     width = max([8, *map(len, fit.fit.phases)])

@@ -58,8 +58,9 @@ probes measure what those mechanics cost:
   ``-kvu`` they share passes: the mask spans every prompt's cells, the flash attention
   computes each one's own — four prompts of 290 tokens cost 13 % less than one of 1 160
   on the same passes (``validation/llamacpp_masked.py``); beside the lone prompts these
-  rows separate the two attention terms (``per_prefill_attention_ms`` per cell spanned,
-  ``per_computed_attention_ms`` per pair computed).
+  rows let the fit tell the two attention terms apart (``per_prefill_attention_ms`` per
+  cell spanned, ``per_computed_attention_ms`` per pair computed; how well, so far:
+  ``docs/VALIDATION-llamacpp.md`` item 10).
 
 ``lyra-simpy calibrate`` fits those columns with the same relative-error loss as the
 rest (``--loss soft_l1`` for the robust one); every row is already a median of

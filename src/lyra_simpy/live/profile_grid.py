@@ -48,8 +48,9 @@ class ProfileGrid(BaseModel):
     together (``batch_size`` *B*, pinned to slots 0..B−1), for each *B* listed. With
     ``-kvu`` they share forward passes, and its flash attention computes each prompt's
     own cells only, while its mask spans all of them (:mod:`~lyra_simpy.policies.llamacpp`):
-    these rows tell the fit the two apart (``per_computed_attention_ms``), which lone
-    prompts cannot. Each *B* needs *B* slots."""
+    these rows let the fit tell the two apart (``per_computed_attention_ms``), which lone
+    prompts cannot (how well, so far: ``docs/VALIDATION-llamacpp.md`` item 10). Each *B*
+    needs *B* slots; 1 adds nothing (the lone prompts)."""
     checkpoint_prompt_tokens: list[PositiveInt] = [4, 8]
     """llama.cpp on a sliding-window model: extra prefill rows around the checkpoint stop."""
     sliding_window: bool = False

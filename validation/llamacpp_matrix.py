@@ -147,7 +147,7 @@ def grid(flags: list[str], regime: dict[str, Any]) -> dict[str, Any]:
         "decode_steps": 16,
         "mixed_batch": [b for b in (1, 3) if b < slots],
         "mixed_prompt_tokens": [lo, hi],
-        "mixed_context": lo,
+        "mixed_context": [lo, hi],
         "fragmented_decode_batch": [2] if slots >= 3 else [],
         "prefill_together": sorted({2, slots}) if slots >= 2 else [],
         "sliding_window": True,

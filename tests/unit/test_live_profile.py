@@ -210,3 +210,18 @@ def test_prompts_together_need_llamacpp_and_slots(tmp_path: Path) -> None:
     with StreamServer() as srv, pytest.raises(LyraError, match="need 5 slots"):
         profile(srv.url, "openai", many, tmp_path / "p.csv", "test box", "-np 4")
     assert not (tmp_path / "p.csv").exists()
+
+
+def test_mixed_rows_at_each_decoder_context(tmp_path: Path) -> None:
+    grid = GRID.model_copy(update={"mixed_context": [8, 24], "decode_batch": [1]})
+    out = tmp_path / "p.csv"
+    with StreamServer(ttft_s=0.02, itl_s=0.01) as srv:
+        profile(srv.url, "openai", grid, out, "test box", "-np 4")
+        bodies = srv.received
+    prof = read_profile(out)
+    mixed = prof.phase == "mixed"
+    # the decoders' prompt of 8 then of 24 tokens, plus what they decoded before the probe
+    contexts = prof.context_len[mixed].tolist()
+    assert len(contexts) == 2
+    assert 8 <= contexts[0] < 24 <= contexts[1]
+    assert {len(b["prompt"]) for b in bodies if b.get("id_slot") == 0} >= {8, 24}

@@ -184,9 +184,11 @@ class Prober:
         mean = lockstep_step_ms(outs, gap)
         return gap, mean, statistics.mean(engine) if engine else float("nan")
 
-    async def mixed(self, b: int, p: int) -> tuple[float, int]:
+    async def mixed(self, b: int, p: int, ctx: int) -> tuple[float, int]:
+        """A prompt of *p* tokens beside *b* decoders of *ctx* prompt tokens: (its prompt
+        time, the decoders' context when it joined)."""
         t0 = time.perf_counter()
-        ctx, steps = self.grid.mixed_context, self.grid.decode_steps
+        steps = self.grid.decode_steps
 
         firsts = [asyncio.Event() for _ in range(b)]
         decoders = [

@@ -22,10 +22,11 @@ minutes apart and a slow spell of a shared host moves one of them, not all.
   probe); or the mean step of the window in which all *B* decode, after the last prompt
   is in. Both are kept either way, in the extra columns ``median_gap_ms`` and
   ``mean_step_ms``. Context: *L* + half the output.
-* ``mixed``: *B* requests decoding (prompt ``mixed_context``), then one probe request
-  with a prompt of *P* tokens and one output token; the engine puts the probe's prompt
-  into the same step as the *B* decodes (llama.cpp ``update_slots``: sampled tokens of
-  decoding slots first, then prompt tokens up to ``n_batch``). Latency: the probe's
+* ``mixed``: *B* requests decoding (prompt ``mixed_context``, or each one of its list),
+  then one probe request with a prompt of *P* tokens and one output token; the engine
+  puts the probe's prompt into the same step as the *B* decodes (llama.cpp
+  ``update_slots``: sampled tokens of decoding slots first, then prompt tokens up to
+  ``n_batch``). Latency: the probe's
   engine time as for ``prefill``, else its client TTFT.
 
 The metadata YAML beside the CSV says engine, version, model, hardware, flags, date and
@@ -94,7 +95,7 @@ from lyra_simpy.live.llamacpp_probes import (
     row_counts,
 )
 from lyra_simpy.live.prober import Prober
-from lyra_simpy.live.profile_grid import ProfileGrid
+from lyra_simpy.live.profile_grid import ProfileGrid, mixed_contexts
 from lyra_simpy.machine import cpu_model
 from lyra_simpy.metrics.io import atomic_write
 
@@ -185,9 +186,15 @@ def profile(
         *(("prefill", 1, p, 1) for p in sorted(set(grid.prefill_tokens) | set(extra_prefill))),
         *(("prefill", b, p, 1) for b in together for p in sorted(set(grid.prefill_tokens))),
         *(("decode", b, ctx, stride) for b, stride in decodes for ctx in grid.decode_context),
-        *(("mixed", b, p, 1) for b in grid.mixed_batch for p in grid.mixed_prompt_tokens),
+        *(
+            ("mixed", b, p, ctx)
+            for ctx in mixed_contexts(grid)
+            for b in grid.mixed_batch
+            for p in grid.mixed_prompt_tokens
+        ),
     ]
-    """The rows: (phase, batch, prompt tokens or decode context, slot stride)."""
+    """The rows: (phase, batch, prompt tokens or decode context, the decode rows' slot
+    stride or the mixed rows' decoder prompt)."""
     got: list[list[tuple[float, float, float, float]]] = [[] for _ in plan]
     """Each row's measurements: (latency, the engine's figure or the mixed context, the
     decode probe's median gap and mean step)."""
@@ -199,20 +206,20 @@ def profile(
         # validation/host_noise.py) then moves one of them, which the median drops,
         # where back to back it would move them all.
         for _ in range(grid.repeats):
-            for k, (phase, b, n, stride) in enumerate(plan):
+            for k, (phase, b, n, arg) in enumerate(plan):
                 if phase == "prefill" and b > 1:
                     got[k].append((await prober.prefill_together(b, n), nan, nan, nan))
                 elif phase == "prefill":
                     got[k].append((await prober.prefill(n), nan, nan, nan))
                 elif phase == "decode":
-                    gap, mean, engine = await prober.decode(b, n, stride)
+                    gap, mean, engine = await prober.decode(b, n, arg)
                     got[k].append((mean if grid.decode_step == "mean" else gap, engine, gap, mean))
                 else:
-                    lat, ctx = await prober.mixed(b, n)
+                    lat, ctx = await prober.mixed(b, n, arg)
                     got[k].append((lat, float(ctx), nan, nan))
 
     asyncio.run(measure())
-    for (phase, b, n, stride), values in zip(plan, got, strict=True):
+    for (phase, b, n, arg), values in zip(plan, got, strict=True):
         lat, other, gap, mean = (med([v[j] for v in values]) for j in range(4))
         if phase == "prefill":
             rows.append(("prefill", b, n, 0, lat, nan, nan, nan))
@@ -223,6 +230,7 @@ def profile(
         if llama is None:
             continue
         _, _, prompt, context, *_ = rows[-1]
+        stride = arg if phase == "decode" else 1
         counts.append(row_counts(llama, phase, b, prompt, context, stride))
     sources = {
         "prefill": prober.timed_by.get("prefill", "client TTFT"),

@@ -37,7 +37,11 @@ class ProfileGrid(BaseModel):
     needs one), else the probe waits and runs with the decoders gone (checked against
     llama.cpp's ``/props`` ``total_slots``)."""
     mixed_prompt_tokens: list[PositiveInt] = [64, 256]
-    mixed_context: PositiveInt = 128
+    mixed_context: PositiveInt | list[PositiveInt] = 128
+    """The decoders' prompt in the mixed probes; a list: the mixed rows at each (with
+    llama.cpp's ``-kvu`` a prompt beside longer decoders spans more cells for the same
+    pairs computed: rows at two contexts let the fit tell the mask scan from the
+    attention computed, ``docs/VALIDATION-llamacpp.md`` item 10)."""
     repeats: PositiveInt = 3
     timeout_s: PositiveFloat = 120.0
     fragmented_decode_batch: list[PositiveInt] = [2]
@@ -65,6 +69,12 @@ class ProfileGrid(BaseModel):
     metadata). Fresh by default: an engine with a prefix cache (vLLM's is on by default)
     keeps the last profile's prompts, and the same ids sent again would be served from
     it, pricing prompts far too cheap."""
+
+
+def mixed_contexts(grid: ProfileGrid) -> list[int]:
+    """``grid.mixed_context`` as a list."""
+    ctx = grid.mixed_context
+    return [ctx] if isinstance(ctx, int) else list(ctx)
 
 
 def load_grid(path: Path) -> ProfileGrid:

@@ -50,3 +50,14 @@ def test_the_summary_of_a_stored_matrix_is_its_table_and_runs_nothing() -> None:
     assert rows[2] == (
         "| `-np 4 -c 4096 -t 2 -kvu` | long | 30 / 35 | 2 % | 31 / 35 | 2 % | 31 / 35 | 2 % |"
     )
+
+
+def test_the_kvu_long_run_with_mixed_rows_at_two_contexts_is_stored_apart() -> None:
+    # docs/VALIDATION-llamacpp.md item 10: -kvu long again with the mixed probe rows at
+    # 200 and 400 decoder tokens, kept out of the tables
+    stored = ROOT / "docs" / "validation" / "llamacpp-kvu-long-mixed.json"
+    out = _run("--matrix", "--summary", str(stored))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[2] == (
+        "| `-np 4 -c 4096 -t 2 -kvu` | long | 26 / 35 | 4 % | 28 / 35 | 2 % | 29 / 35 | 2 % |"
+    )

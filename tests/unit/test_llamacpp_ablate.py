@@ -3,25 +3,12 @@ the prompts-together probe rows (issue 12)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from builders import validation_module
 
-
-def _module() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "llamacpp_ablate", ROOT / "validation" / "llamacpp_ablate.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ABLATE = _module()
+ABLATE = validation_module("llamacpp_ablate")
 
 
 def test_lone_probes_drops_only_prompts_sent_together(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from lyra_simpy.cost.base import BatchShape
 from lyra_simpy.cost.profiled import ProfileCost, ProfileCostConfig
 from lyra_simpy.live.llamacpp_probes import prompt_counts
 from lyra_simpy.policies import EngineView, LlamaCppConfig, LlamaCppServer
-from lyra_simpy.policies.llamacpp import n_kv, step_attention_cells
+from lyra_simpy.policies.llamacpp import n_kv, step_attention
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 PER_SLOT = LlamaCppConfig(n_parallel=4, n_ctx=4096)  # 1024 cells a slot
@@ -41,23 +41,23 @@ def test_n_kv_is_the_used_cells_padded_to_256_within_the_stream(cells, stream, e
 
 def test_with_per_slot_kv_a_prompt_attends_over_its_own_stream():
     # 300 new tokens after 100 held: one ubatch, 400 cells -> 512 each
-    assert step_attention_cells(PER_SLOT, 3, [(100, 300)], held=5000) == 300 * 512
+    assert step_attention(PER_SLOT, 3, [(100, 300)], held=5000).spanned == 300 * 512
     # 700 tokens from nothing: ubatches of 512 (-> 512 cells) and 188 (700 -> 768)
-    assert step_attention_cells(PER_SLOT, 0, [(0, 700)], held=0) == 512 * 512 + 188 * 768
+    assert step_attention(PER_SLOT, 0, [(0, 700)], held=0).spanned == 512 * 512 + 188 * 768
 
 
 def test_with_kvu_a_prompt_attends_over_every_slots_cells():
     # 3 decoders hold 3 x 300 cells; a 200-token prompt after their 3 tokens: the batch
     # is one ubatch of 203 tokens, the buffer then holds 900 + 203 cells -> 1280
-    assert step_attention_cells(UNIFIED, 3, [(0, 200)], held=900) == 200 * 1280
+    assert step_attention(UNIFIED, 3, [(0, 200)], held=900).spanned == 200 * 1280
     # the same prompt alone: 200 cells -> 256
-    assert step_attention_cells(UNIFIED, 0, [(0, 200)], held=0) == 200 * 256
+    assert step_attention(UNIFIED, 0, [(0, 200)], held=0).spanned == 200 * 256
 
 
 def test_kvu_ubatches_cut_the_batch_whatever_the_sequences():
     # 2 decode tokens, prompts of 600 and 100: ubatch 1 = 2 + 510 of the first prompt
     # (cells 100 + 512 -> 768), ubatch 2 = its last 90 + the 100 (cells 100 + 702 -> 1024)
-    got = step_attention_cells(UNIFIED, 2, [(0, 600), (0, 100)], held=100)
+    got = step_attention(UNIFIED, 2, [(0, 600), (0, 100)], held=100).spanned
     assert got == 510 * 768 + 90 * 1024 + 100 * 1024
 
 

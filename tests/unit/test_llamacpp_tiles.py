@@ -1,8 +1,8 @@
 """What llama.cpp's CPU flash attention computes for prompt tokens (issue 12): whole
 64 × 64 (query row, KV cell) tiles the mask leaves open, or each open cell in a pass of
-fewer than 64 rows (``ggml_compute_forward_flash_attn_ext_f16``): the counts of
-``step_computed_cells`` against a reference that lays the cells out one by one and builds
-each row's mask; the probe rows of prompts sent together; the fit and the cost of the
+fewer than 64 rows (``ggml_compute_forward_flash_attn_ext_f16``): the pairs computed of
+``step_attention`` against a reference that lays the cells out one by one and builds each
+row's mask; the probe rows of prompts sent together; the fit and the cost of the
 term."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from lyra_simpy.cost.base import BatchShape
 from lyra_simpy.cost.profiled import ProfileCost, ProfileCostConfig
 from lyra_simpy.live.llamacpp_probes import COUNT_COLUMNS, prompt_counts
 from lyra_simpy.policies import LlamaCppConfig
-from lyra_simpy.policies.llamacpp import FA_TILE, step_attention_cells, step_computed_cells
+from lyra_simpy.policies.llamacpp import FA_TILE, step_attention
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -90,21 +90,21 @@ def test_computed_pairs_match_a_cell_by_cell_reference(n_ubatch, kvu):
         chunks = [
             (int(rng.choice([0, 0, 37, 64, 130])), int(rng.integers(1, 300))) for _ in range(n)
         ]
-        decoders = int(rng.choice([0, 0, 3]))
+        decoders = int(rng.choice([0, 0, 3, 70]))  # (70: decode rows in two query tiles)
         blocks = sum(-(-b // FA_TILE) * FA_TILE for b, _ in chunks)
         held = blocks + decoders * int(rng.integers(20, 200))
         want = reference(config, decoders, chunks, held)
-        assert step_computed_cells(config, decoders, chunks, held) == want, (chunks, decoders)
+        assert step_attention(config, decoders, chunks, held).computed == want, (chunks, decoders)
 
 
 def test_a_lone_prompt_computes_the_tiles_below_its_diagonal():
     # 296 rows from nothing: query tiles 0..4 (the last of 40 rows, padded), each the KV
     # tiles up to its own: 1 + 2 + 3 + 4 + 5 tiles of 64 x 64
-    assert step_computed_cells(UNIFIED, 0, [(0, 296)], 0) == 15 * 64 * 64
+    assert step_attention(UNIFIED, 0, [(0, 296)], 0).computed == 15 * 64 * 64
     # its last 4 tokens: a pass below a tile, each row its own cells: 297 + ... + 300
-    assert step_computed_cells(UNIFIED, 0, [(296, 4)], 296) == 297 + 298 + 299 + 300
+    assert step_attention(UNIFIED, 0, [(296, 4)], 296).computed == 297 + 298 + 299 + 300
     # where the pass spans 296 x 512 cells (n_kv) and 4 x 512
-    assert step_attention_cells(UNIFIED, 0, [(0, 296)], 0) == 296 * 512
+    assert step_attention(UNIFIED, 0, [(0, 296)], 0).spanned == 296 * 512
 
 
 def test_a_prompt_beside_decoders_computes_their_cells_in_its_first_tile():
@@ -112,8 +112,8 @@ def test_a_prompt_beside_decoders_computes_their_cells_in_its_first_tile():
     # rows at cells 606-901. Query tile 0 (3 decode + 61 prompt rows): tiles 0-10 (11);
     # tiles 1-4: the prompt's tiles from 9 (cell 606) to cells 730, 794, 858, 901: 3, 4,
     # 5, 6. With -kvu the pass spans 299 rows x 1024 cells, 296 of them the prompt's
-    assert step_computed_cells(UNIFIED, 3, [(0, 296)], 603) == (11 + 3 + 4 + 5 + 6) * 4096
-    assert step_attention_cells(UNIFIED, 3, [(0, 296)], 603) == 296 * 1024
+    assert step_attention(UNIFIED, 3, [(0, 296)], 603).computed == (11 + 3 + 4 + 5 + 6) * 4096
+    assert step_attention(UNIFIED, 3, [(0, 296)], 603).spanned == 296 * 1024
     swa = UNIFIED.model_copy(update={"sliding_window": True, "n_ctx": 4096})
     # the probe row: that step, then the prompt's last 4 tokens beside the decoders
     # (7 rows: below a tile) at positions 296-299
@@ -131,8 +131,10 @@ def test_prompts_sent_together_span_the_cells_of_one_but_compute_their_own():
     # about the same cells spanned, under a third of the pairs computed
     assert four[4] / one[4] == pytest.approx(0.94, abs=0.01)
     assert four[5] / one[5] == pytest.approx(0.32, abs=0.01)
-    assert four[5] == step_computed_cells(swa, 0, [(0, 286)] * 4, 0) + step_computed_cells(
-        swa, 0, [(286, 4)] * 4, 4 * 286
+    assert (
+        four[5]
+        == step_attention(swa, 0, [(0, 286)] * 4, 0).computed
+        + step_attention(swa, 0, [(286, 4)] * 4, 4 * 286).computed
     )
     # per-slot KV, -b 64 (stops 64 and 4 before the end): a step's room goes to the slots
     # in order — (36, 28), (60, 4), (4, 4: one pass, equal chunks in a run), (-, 60),

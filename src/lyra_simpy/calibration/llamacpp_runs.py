@@ -13,7 +13,7 @@ from pydantic import ConfigDict, PositiveInt
 
 from lyra_simpy.calibration.streams import StreamedRequest
 from lyra_simpy.config import Closed
-from lyra_simpy.policies.llamacpp import step_attention_cells, step_computed_cells
+from lyra_simpy.policies.llamacpp import step_attention
 from lyra_simpy.policies.ubatch import pass_counts
 
 Chunk = tuple[int, int, int]
@@ -112,8 +112,9 @@ def step_terms(
         if chunks:
             buffer = (held if own else 0) + sum(b for _, b, _ in chunks)
             pieces = [(b, size) for _, b, size in chunks]
-            cells += step_attention_cells(layout, len(decoding), pieces, buffer)
-            computed += step_computed_cells(layout, len(decoding), pieces, buffer)
+            counts = step_attention(layout, len(decoding), pieces, buffer)
+            cells += counts.spanned
+            computed += counts.computed
         if stops:  # the engine model's rule (LlamaCppServer.plan)
             checkpoints += sum(
                 1

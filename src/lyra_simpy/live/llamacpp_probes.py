@@ -13,8 +13,7 @@ from lyra_simpy.errors import LyraError
 from lyra_simpy.policies.llamacpp import (
     LlamaCppConfig,
     prompt_chunk,
-    step_attention_cells,
-    step_computed_cells,
+    step_attention,
 )
 from lyra_simpy.policies.ubatch import pass_counts
 
@@ -73,8 +72,7 @@ def prompt_counts(
     of *context* tokens in slots 0..decoders−1 that each decode a token a step
     (:mod:`~lyra_simpy.policies.llamacpp`: ``update_slots`` fills a step's ``n_batch``
     in slot order, each prompt's chunk stopping at its checkpoint stops;
-    :func:`~lyra_simpy.policies.llamacpp.step_attention_cells` and
-    :func:`~lyra_simpy.policies.llamacpp.step_computed_cells`). Idle slots are taken to
+    :func:`~lyra_simpy.policies.llamacpp.step_attention`). Idle slots are taken to
     hold no cells: with ``-kvu`` the server's default prompt cache clears them when a
     probe starts (with ``--cache-ram 0`` they keep an earlier probe's, which this does
     not count)."""
@@ -102,8 +100,9 @@ def prompt_counts(
         n_passes += n
         n_outputs += out
         held = decoders * (context + steps) + sum(done)
-        spanned += step_attention_cells(llama, decoders, chunks, held)
-        computed += step_computed_cells(llama, decoders, chunks, held)
+        counts = step_attention(llama, decoders, chunks, held)
+        spanned += counts.spanned
+        computed += counts.computed
         for slot, (_, take) in zip(slots, chunks, strict=True):
             done[slot - decoders] += take
         steps += 1

@@ -45,7 +45,7 @@ Read in llama.cpp commit 0c1e570 (vendored by ``llama-cpp-python==0.3.36``, the 
   the output projection over the whole vocabulary (262k rows on Gemma 3, more weight than
   the layers). The plan tells the cost model (``BatchPlan.passes``,
   ``BatchPlan.output_passes``, ``BatchPlan.checkpoints``).
-* **What a prompt token attends over** (:func:`step_attention_cells`): a pass's attention
+* **What a prompt token attends over** (:func:`step_attention`): a pass's attention
   spans ``n_kv`` cells of each KV stream in it, masked — the highest used cell of the
   stream plus one, padded to 256, at most the stream's size (``src/llama-kv-cache.cpp``,
   ``get_n_kv``, computed in ``llama_kv_cache_context::apply`` after the ubatch's tokens
@@ -62,7 +62,7 @@ Read in llama.cpp commit 0c1e570 (vendored by ``llama-cpp-python==0.3.36``, the 
   so decode-only steps stay fusable. The plan gives the sum over the step's prompt tokens
   (``BatchPlan.prefill_attention_cells``); a ``profile`` cost fitted on a profile that
   measured it (its ``attention_cells`` column) charges its attention term by it.
-* **What the attention computes** (:func:`step_computed_cells`): the CPU flash attention
+* **What the attention computes** (:func:`step_attention`): the CPU flash attention
   (on by default: ``-fa auto`` resolves to on for the CPU backend) reads the mask of
   every cell of ``n_kv`` for every query row, but computes only the 64 × 64 (query row,
   KV cell) tiles the mask leaves open (``ggml/src/ggml-cpu/ops.cpp``,
@@ -94,7 +94,8 @@ n_parallel`` a decode step is always one pass, and it is.
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+import itertools
+from typing import Literal, NamedTuple, Protocol
 
 from pydantic import ConfigDict, Field, NonNegativeInt, PositiveInt
 
@@ -230,7 +231,7 @@ def n_kv(cells: int, stream: int) -> int:
 
 
 class CellCounts(Protocol):
-    """What :func:`step_attention_cells` reads of a KV layout (:class:`LlamaCppConfig`, or
+    """What :func:`step_attention` reads of a KV layout (:class:`LlamaCppConfig`, or
     :class:`~lyra_simpy.calibration.llamacpp_runs.LlamaCppLayout` for steps rebuilt from
     runs)."""
 
@@ -242,53 +243,46 @@ class CellCounts(Protocol):
     def stream_cells(self) -> int: ...
 
 
-def step_attention_cells(
-    config: CellCounts, decode_tokens: int, chunks: list[tuple[int, int]], held: int
-) -> int:
-    """Σ over a step's prompt tokens of the cells each one's pass attends over
-    (module docstring). *chunks*: (tokens its sequence holds before the step, prompt
-    tokens it adds), in batch order after the step's *decode_tokens* decode tokens;
-    *held*: cells the whole buffer holds before the step (``-kvu`` only)."""
-    nub, stream = config.ubatch_tokens, config.stream_cells
-    total = 0
-    if config.kv_unified:  # split_simple: ubatches of n_ubatch tokens in batch order
-        end_of_batch = decode_tokens + sum(take for _, take in chunks)
-        pos = decode_tokens
-        for _, take in chunks:
-            end = pos + take
-            while pos < end:
-                ub_end = min((pos // nub + 1) * nub, end_of_batch)
-                piece = min(end, ub_end) - pos
-                total += piece * n_kv(held + ub_end, stream)
-                pos += piece
-        return total
-    # split_equal: a prompt's passes hold its stream alone (prompts with equal chunks in
-    # consecutive slots may share a pass in llama.cpp, n_kv their largest: taken alone here)
-    for before, take in chunks:
-        done = 0
-        while done < take:
-            piece = min(nub, take - done)
-            done += piece
-            total += piece * n_kv(before + done, stream)
-    return total
-
-
 FA_TILE = 64
 """Query rows × KV cells of one tile of llama.cpp's CPU flash attention
 (``GGML_FA_TILE_Q`` = ``GGML_FA_TILE_KV`` = 64, ``ggml/src/ggml-cpu/common.h``)."""
 
 
-def _tiles(first: int, last: int) -> range:
-    """The KV tiles holding cells *first*..*last* (inclusive)."""
-    return range(first // FA_TILE, last // FA_TILE + 1)
+class AttentionCounts(NamedTuple):
+    """A step's prompt attention, as :func:`step_attention` counts it."""
+
+    spanned: int
+    """Σ over the prompt tokens of the cells each one's pass spans (``n_kv``, masked
+    cells included: what the mask scan reads)."""
+    computed: int
+    """(query row, KV cell) pairs the flash attention computes for them (whole tiles)."""
 
 
-def step_computed_cells(
+def _tile_count(first: int, last: int) -> int:
+    """KV tiles holding cells *first*..*last* (inclusive; 0 when empty)."""
+    return last // FA_TILE - first // FA_TILE + 1 if last >= first else 0
+
+
+def _stream_pairs(first: int, rows: int) -> int:
+    """Pairs computed for *rows* prompt rows of one sequence at positions *first*,
+    *first* + 1, ..., its cells packed from its stream's first tile: whole tiles below
+    the diagonal when the pass is tiled, else each row's own cells."""
+    if rows < FA_TILE:
+        return rows * first + rows * (rows + 1) // 2
+    return sum(
+        FA_TILE * FA_TILE * ((first + min(q0 + FA_TILE, rows) - 1) // FA_TILE + 1)
+        for q0 in range(0, rows, FA_TILE)
+    )
+
+
+def step_attention(
     config: CellCounts, decode_tokens: int, chunks: list[tuple[int, int]], held: int
-) -> int:
-    """The attention llama.cpp's CPU flash attention computes for a step's prompt tokens,
-    in (query row, KV cell) pairs, Σ over the step's passes that hold prompt tokens (module
-    docstring). *chunks*, *decode_tokens* and *held* as :func:`step_attention_cells`.
+) -> AttentionCounts:
+    """A step's prompt attention (module docstring): the cells each prompt token's pass
+    spans, and the (query row, KV cell) pairs llama.cpp's CPU flash attention computes.
+    *chunks*: (tokens its sequence holds before the step, prompt tokens it adds), in batch
+    order after the step's *decode_tokens* decode tokens; *held*: cells the whole buffer
+    holds before the step (``-kvu`` only).
 
     ``ggml_compute_forward_flash_attn_ext_f16`` (``ggml/src/ggml-cpu/ops.cpp``): a pass of
     at least :data:`FA_TILE` rows runs ``..._tiled``: for each tile of 64 consecutive query
@@ -298,60 +292,47 @@ def step_computed_cells(
     which skips each masked cell of each row (``if (mv == -INFINITY) continue``). A prompt
     token sees the cells of its own sequence up to its own (causal); the other sequences'
     cells and the empty ones are masked. Modelling choices: the cells stay packed (the
-    step's tokens take cells ``held``, ``held`` + 1, ... in batch order, as in
-    :func:`step_attention_cells`); a sequence's cells from earlier steps form one block of
-    whole tiles of its own; a tile whose rows include a decoding sequence's token computes
-    every tile of the *held* cells (a decoding sequence's tokens are spread over the
-    buffer, one a step); a pass that holds no prompt token counts nothing (its attention
-    is the decode term's: its rows see their own context only)."""
-    nub = config.ubatch_tokens
-    if not config.kv_unified:  # split_equal: a prompt's passes hold its stream alone
-        total = 0
+    step's tokens take cells ``held``, ``held`` + 1, ... in batch order); a sequence's
+    cells from earlier steps form one block of whole tiles of its own; a tile whose rows
+    include a decoding sequence's token computes every tile of the *held* cells (a
+    decoding sequence's tokens are spread over the buffer, one a step); a pass that holds
+    no prompt token counts nothing (its attention is the decode term's: its rows see their
+    own context only)."""
+    nub, stream = config.ubatch_tokens, config.stream_cells
+    spanned = computed = 0
+    if not config.kv_unified:
+        # split_equal: a prompt's passes hold its stream alone (prompts with equal chunks
+        # in consecutive slots may share a pass in llama.cpp, n_kv their largest: taken
+        # alone here)
         for before, take in chunks:
-            done = 0
-            while done < take:
+            for done in range(0, take, nub):
                 piece = min(nub, take - done)
-                first = before + done  # the position of the pass's first row
-                if piece < FA_TILE:
-                    total += piece * first + piece * (piece + 1) // 2
-                else:
-                    for q0 in range(0, piece, FA_TILE):
-                        last = first + min(q0 + FA_TILE, piece) - 1
-                        total += FA_TILE * FA_TILE * (last // FA_TILE + 1)
-                done += piece
-        return total
-    # split_simple: ubatches of n_ubatch rows in batch order; row j takes cell held + j
-    # (decode rows first, then each chunk's: chunk c holds rows spans[c]).
-    spans, row = [], decode_tokens
-    for _, take in chunks:
-        spans.append((row, row + take))
-        row += take
-    held_tiles = set(_tiles(0, held - 1)) if held else set()
-    total = 0
-    for u0 in range(decode_tokens - decode_tokens % nub, row, nub):
-        u1 = min(u0 + nub, row)
-        if u1 - u0 < FA_TILE:  # ..._one_chunk: each row its own unmasked cells
-            for (before, _), (s0, s1) in zip(chunks, spans, strict=True):
-                lo, hi = max(u0, s0), min(u1, s1)  # rows lo..hi-1: positions before+lo-s0..
-                if lo < hi:
-                    n, first = hi - lo, before + lo - s0 + 1
-                    total += n * first + n * (n - 1) // 2
-            continue
+                spanned += piece * n_kv(before + done + piece, stream)
+                computed += _stream_pairs(before + done, piece)
+        return AttentionCounts(spanned, computed)
+    # split_simple: ubatches of n_ubatch rows in batch order, the decode rows first; row j
+    # takes cell held + j; chunk c holds rows starts[c]..starts[c + 1] − 1
+    starts = list(itertools.accumulate((take for _, take in chunks), initial=decode_tokens))
+    end = starts[-1]
+    for u0 in range(decode_tokens - decode_tokens % nub, end, nub):
+        u1 = min(u0 + nub, end)
+        spanned += (u1 - max(u0, decode_tokens)) * n_kv(held + u1, stream)
         for q0 in range(u0, u1, FA_TILE):
             q1 = min(q0 + FA_TILE, u1)
-            seen: set[int] = set()
-            earlier = 0  # tiles of the sequences' cells from earlier steps
-            decodes = q0 < decode_tokens
-            if decodes:
-                seen |= held_tiles
-                seen.update(_tiles(held + q0, held + min(q1, decode_tokens) - 1))
-            for (before, _), (s0, s1) in zip(chunks, spans, strict=True):
-                if s0 < q1 and s1 > q0:
-                    seen.update(_tiles(held + s0, held + min(q1, s1) - 1))
-                    if not decodes:  # (with decodes: inside the held tiles)
-                        earlier += -(-before // FA_TILE)
-            total += FA_TILE * FA_TILE * (len(seen) + earlier)
-    return total
+            inside = [c for c in range(len(chunks)) if starts[c] < q1 and starts[c + 1] > q0]
+            if u1 - u0 < FA_TILE:  # ..._one_chunk: each row its own open cells
+                for c in inside:
+                    lo, hi = max(q0, starts[c]), min(q1, starts[c + 1])
+                    computed += _stream_pairs(chunks[c][0] + lo - starts[c], hi - lo)
+            elif q0 < decode_tokens:  # the held tiles, and the step's cells of its rows
+                tiles = _tile_count(0, held - 1) + _tile_count(held + q0, held + q1 - 1)
+                shared = held > 0 and (held - 1) // FA_TILE == (held + q0) // FA_TILE
+                computed += FA_TILE * FA_TILE * (tiles - shared)
+            else:  # its chunks' cells in the step (adjacent), and their earlier blocks
+                tiles = _tile_count(held + starts[inside[0]], held + q1 - 1)
+                tiles += sum(-(-chunks[c][0] // FA_TILE) for c in inside)
+                computed += FA_TILE * FA_TILE * tiles
+    return AttentionCounts(spanned, computed)
 
 
 def _decoding(req: Request) -> bool:
@@ -457,8 +438,8 @@ class LlamaCppServer:
                     r.computed_tokens for r in slots if r is not None
                 )  # (a slot given a request holds none until its prompt starts)
             chunks = [(req.computed_tokens, take) for req, take in plan.prefill]
-            plan.prefill_attention_cells = step_attention_cells(c, n_decode, chunks, held)
-            plan.prefill_computed_cells = step_computed_cells(c, n_decode, chunks, held)
+            counts = step_attention(c, n_decode, chunks, held)
+            plan.prefill_attention_cells, plan.prefill_computed_cells = counts
         return plan
 
     def _assign(self, view: EngineView, free: int) -> None:

@@ -1,14 +1,15 @@
 """The stored llama.cpp matrix priced again by another commit of the simulator, or without
 the probes' prompts-together rows (issue 12, ``docs/VALIDATION-llamacpp.md`` item 10).
 
-``python validation/llamacpp_ablate.py [--commit REV] [--lone-probes]`` copies
-``results/validation-llamacpp`` (the last matrix's profiles and real runs) to a temporary
-folder, rewrites its stored scenarios' paths to the copy, with ``--lone-probes`` drops
-every profile's ``prefill`` rows of ``batch_size`` > 1 (``grid.prefill_together``), checks
-*REV* (default ``HEAD``) out in a temporary git worktree, runs that checkout's
-``validate_cpu.py --matrix --resimulate`` on the copy — no server: the same real runs,
-priced by that commit's engine model and fits — and prints the summary table it gives.
-Nothing in the repository or in ``results/`` changes.
+``python validation/llamacpp_ablate.py [--commit REV] [--lone-probes] [--stored DIR]``
+copies ``results/validation-llamacpp`` (the last matrix's profiles and real runs; or
+*DIR*, a copy of such a folder kept from another run) to a temporary folder, rewrites its
+stored scenarios' paths to the copy, with ``--lone-probes`` drops every profile's
+``prefill`` rows of ``batch_size`` > 1 (``grid.prefill_together``), checks *REV* (default
+``HEAD``) out in a temporary git worktree, runs that checkout's ``validate_cpu.py --matrix
+--resimulate`` on the copy — no server: the same real runs, priced by that commit's engine
+model and fits — and prints the summary table it gives. Nothing in the repository or in
+``results/`` changes.
 """
 
 from __future__ import annotations
@@ -42,15 +43,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit", default="HEAD", help="the simulator's commit (default HEAD)")
     parser.add_argument("--lone-probes", action="store_true",
                         help="fit without the probes' prompts-together rows")  # fmt: skip
+    parser.add_argument("--stored", type=Path, default=None,
+                        help="a stored matrix (default results/validation-llamacpp)")  # fmt: skip
     args = parser.parse_args(argv)
-    if not (STORED / "matrix.json").is_file():
-        print(f"llamacpp_ablate.py: no stored matrix at {STORED} (run validate_cpu.py --matrix)")
+    stored = args.stored or STORED
+    if not (stored / "matrix.json").is_file():
+        print(f"llamacpp_ablate.py: no stored matrix at {stored} (run validate_cpu.py --matrix)")
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         results, checkout = Path(tmp) / "results", Path(tmp) / "checkout"
         copy = results / "validation-llamacpp"
-        shutil.copytree(STORED, copy)
-        for scenario in copy.rglob("*.yaml"):
+        shutil.copytree(stored, copy)
+        for scenario in copy.rglob("*.yaml"):  # (stored scenarios name results/'s files)
             text = scenario.read_text()
             if str(ROOT / "results") in text:
                 scenario.write_text(text.replace(str(ROOT / "results"), str(results)))

@@ -27,3 +27,10 @@ def test_without_a_stored_matrix_it_says_so(tmp_path: Path, monkeypatch: Any, ca
     out = capsys.readouterr().out.strip()
     assert out.startswith("llamacpp_ablate.py: no stored matrix at ")
     assert len(out.splitlines()) == 1
+
+
+def test_a_stored_folder_without_a_matrix_is_named(tmp_path: Path, capsys: Any) -> None:
+    assert ABLATE.main(["--stored", str(tmp_path)]) == 2
+    assert capsys.readouterr().out.strip() == (
+        f"llamacpp_ablate.py: no stored matrix at {tmp_path} (run validate_cpu.py --matrix)"
+    )

@@ -132,10 +132,15 @@ def llamacpp_raw(command: str | None = None, **flags: Any) -> dict[str, Any]:
 
 
 def validation_module(name: str) -> Any:
-    """``validation/NAME.py`` loaded as a module (the scripts are not a package)."""
+    """``validation/NAME.py`` loaded as a module (the scripts are not a package), with
+    ``validation/`` on ``sys.path`` as when it runs as a script (they import each other)."""
     import importlib.util
+    import sys
 
-    path = Path(__file__).resolve().parents[1] / "validation" / f"{name}.py"
+    folder = Path(__file__).resolve().parents[1] / "validation"
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    path = folder / f"{name}.py"
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None
     assert spec.loader is not None

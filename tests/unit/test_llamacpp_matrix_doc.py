@@ -4,30 +4,16 @@ its real steps, the fits and the spells line."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from builders import validation_module
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _matrix() -> Any:
-    sys.path.insert(0, str(ROOT / "validation"))
-    spec = importlib.util.spec_from_file_location(
-        "llamacpp_matrix_doc", ROOT / "validation" / "llamacpp_matrix.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-MATRIX = _matrix()
+MATRIX = validation_module("llamacpp_matrix")
 
 
 def _table(error: float, spread: float) -> list[dict[str, Any]]:

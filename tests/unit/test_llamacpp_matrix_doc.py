@@ -12,7 +12,6 @@ import pytest
 
 from builders import validation_module
 
-ROOT = Path(__file__).resolve().parents[2]
 MATRIX = validation_module("llamacpp_matrix")
 
 

@@ -10,6 +10,12 @@ checkpoint stops; :mod:`lyra_simpy.calibration.runs`), prices each with the prob
 and prints per load the median of measured / predicted for the decode-only steps and
 for the steps that carry prompt tokens, with how many of each. The probe rows' own
 ratios (prefill, mixed) are printed beside them: the fit's residual where it was fitted.
+
+``--by-batch`` prints instead, per load, the decode-only steps' median latency by
+sequences and forward passes (``b4/p1``: four sequences in one pass), each beside the
+profile's decode rows of that batch and passes: what the runs' steps took, with no fit
+in between (a fit linear in the batch misses a host whose batch of 2 costs twice a batch
+of 1 and whose batch of 4 does not cost four times).
 """
 
 from __future__ import annotations
@@ -81,6 +87,55 @@ def load_ratios(point: Path, load: str, which: str = "probes") -> dict[str, floa
     }
 
 
+MIN_STEPS = 10
+"""A (sequences, passes) cell of ``--by-batch`` needs this many steps to be printed."""
+
+
+def _by_batch(
+    latency_ms: np.ndarray, seqs: np.ndarray, passes: np.ndarray, min_n: int
+) -> dict[tuple[int, int], tuple[float, int]]:
+    """(sequences, passes) → (median latency ms, count), cells of *min_n* or more."""
+    out: dict[tuple[int, int], tuple[float, int]] = {}
+    for b, p in sorted({(int(b), int(p)) for b, p in zip(seqs, passes, strict=True)}):
+        hit = (seqs == b) & (passes == p)
+        if hit.sum() >= min_n:
+            out[b, p] = (float(np.median(latency_ms[hit])), int(hit.sum()))
+    return out
+
+
+def decode_by_batch(steps: Steps) -> dict[tuple[int, int], tuple[float, int]]:
+    """(sequences, passes) → (median latency ms, steps) of *steps*' decode-only steps,
+    for every cell with :data:`MIN_STEPS` steps or more."""
+    decode = steps.prefill_seqs == 0
+    return _by_batch(
+        steps.latency_ms[decode], steps.decode_seqs[decode], steps.passes[decode], MIN_STEPS
+    )
+
+
+def batch_rows(point: Path) -> list[str]:
+    """One line per load of *point*: :func:`decode_by_batch` of its real runs, after a
+    line of the profile's decode rows (median latency by batch and passes)."""
+    fit = load_fit(point / "fit_probes.yaml")
+    profile = read_profile(point / "profile.csv")
+    rows = profile.phase == "decode"
+    passes = np.ones_like(profile.batch_size) if profile.passes is None else profile.passes
+    probes = _by_batch(profile.latency_ms[rows], profile.batch_size[rows], passes[rows], 1)
+    lines = [
+        f"{point.name}: decode-only steps, median ms by sequences/passes",
+        "  profile      " + "; ".join(f"b{b}/p{p} {ms:.1f}" for (b, p), (ms, _) in probes.items()),
+    ]
+    for load in LOADS:
+        runs = sorted((point / "real" / load).glob("run*"))
+        if not runs:
+            continue
+        config = load_scenario(point / f"{load}.yaml").scheduler
+        assert isinstance(config, LlamaCppConfig)
+        got = decode_by_batch(steps_of_runs(runs, rebuild(config, fit)))
+        cells = "; ".join(f"b{b}/p{p} {ms:.1f} ({n})" for (b, p), (ms, n) in got.items())
+        lines.append(f"  {load:<12} {cells}")
+    return lines
+
+
 def point_rows(point: Path, which: str = "probes") -> list[str]:
     """One line per load of *point*: decode-only and prompt steps, measured / predicted
     by the fit of its probes (Table 1's) or of its runs (*which*: ``runs``, Table 2's)."""
@@ -111,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fit", choices=["probes", "runs"], default="probes",
                         help="price the steps by the fit of the probes (Table 1's, default) "
                         "or of the fitted load's runs (Table 2's)")  # fmt: skip
+    parser.add_argument("--by-batch", action="store_true",
+                        help="the decode-only steps' median by sequences and passes, beside "
+                        "the profile's decode rows (no fit)")  # fmt: skip
     args = parser.parse_args(argv)
     stored = sorted(p.name for p in OUT.glob("*") if (p / "fit_probes.yaml").is_file())
     names = args.points or stored
@@ -118,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nothing stored in {OUT}: run validate_cpu.py --matrix first", file=sys.stderr)
         return 2
     for name in names:
-        print("\n".join(point_rows(OUT / name, args.fit)))
+        rows = batch_rows(OUT / name) if args.by_batch else point_rows(OUT / name, args.fit)
+        print("\n".join(rows))
     return 0
 
 

@@ -61,3 +61,15 @@ def test_the_kvu_long_run_with_mixed_rows_at_two_contexts_is_stored_apart() -> N
     assert out.stdout.splitlines()[2] == (
         "| `-np 4 -c 4096 -t 2 -kvu` | long | 26 / 35 | 4 % | 28 / 35 | 2 % | 29 / 35 | 2 % |"
     )
+
+
+def test_the_partial_matrix_of_the_amd_host_is_stored_apart() -> None:
+    # docs/VALIDATION-llamacpp.md item 11: three points on another machine
+    stored = ROOT / "docs" / "validation" / "llamacpp-matrix-epyc.json"
+    out = _run("--matrix", "--summary", str(stored))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[2:] == [
+        "| `-np 4 -c 4096 -t 2` | short | 28 / 35 | 5 % | 31 / 35 | 3 % | 28 / 35 | 3 % |",
+        "| `-np 4 -c 4096 -t 2` | long | 19 / 35 | 13 % | 27 / 35 | 9 % | 28 / 35 | 8 % |",
+        "| `-np 2 -c 4096 -t 2 -b 64` | long | 29 / 35 | 3 % | 14 / 35 | 12 % | 14 / 35 | 12 % |",
+    ]

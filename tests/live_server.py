@@ -65,6 +65,8 @@ class StreamServer:
         self.prefills: list[float] = []
         """The engine prefill time of each finished request (``/metrics``)."""
         self.faults: dict[int, str] = {}
+        self.slow_factor = 2.0
+        """How much slower a request with the fault ``slow`` runs (a host's slow spell)."""
         self.received: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         server = self
@@ -166,12 +168,13 @@ class StreamServer:
             h.wfile.flush()
 
         time.sleep(self.path_s)
-        time.sleep(self.ttft_s + (self.slow_first_s if fault == "slow_first" else 0.0))
+        scale = self.slow_factor if fault == "slow" else 1.0
+        time.sleep(self.ttft_s * scale + (self.slow_first_s if fault == "slow_first" else 0.0))
         try:
             if sglang:
                 self._sglang_events(event, fault, len(prompt), n, h)
             else:
-                self._openai_events(event, fault, body, len(prompt), n, h)
+                self._openai_events(event, fault, body, len(prompt), n, h, scale)
         except _DroppedError:
             return
         with self._lock:
@@ -212,6 +215,7 @@ class StreamServer:
         n_in: int,
         n: int,
         h: BaseHTTPRequestHandler,
+        scale: float = 1.0,
     ) -> None:
         vllm = self.style == "vllm"
         with_ids = bool(body.get("return_token_ids")) and vllm
@@ -222,7 +226,7 @@ class StreamServer:
         sent = 0
         for i in range(0, n, step):
             if i:
-                time.sleep(self.itl_s)
+                time.sleep(self.itl_s * scale)
             if self._skip(fault, i // step, event, h):
                 continue
             k = min(step, n - i)
@@ -233,7 +237,7 @@ class StreamServer:
                 choice["token_ids"] = "7" if fault == "bad_ids" else [7] * k
             chunk: dict[str, Any] = {"choices": [choice]}
             if self.timings and i + k >= n:
-                chunk["timings"] = {"prompt_ms": self.ttft_s * 1000.0}
+                chunk["timings"] = {"prompt_ms": self.ttft_s * scale * 1000.0}
             if vllm:
                 chunk["usage"] = None
             event(json.dumps(chunk))

@@ -135,8 +135,16 @@ def scenario(name: str, flags: list[str], regime: dict[str, Any], quick: bool, f
     }
 
 
+SPEED_REFERENCE = False
+"""``--speed-reference``: every profile measurement priced against a lone decode taken
+beside it (``grid.speed_reference``), one profile a point (not retried until the host
+runs at its floor), and the real runs gated on the profile's typical reference step
+instead of the floor."""
+
+
 def grid(flags: list[str], regime: dict[str, Any]) -> dict[str, Any]:
-    """The profile grid for a server with *flags*, covering *regime*'s lengths."""
+    """The profile grid for a server with *flags*, covering *regime*'s lengths
+    (with :data:`SPEED_REFERENCE`, its ``speed_reference``)."""
     slots = int(flags[flags.index("-np") + 1])
     lo, hi = regime["input"]
     prompts = sorted({lo, (lo + hi) // 2, hi, 2 * hi})
@@ -153,6 +161,7 @@ def grid(flags: list[str], regime: dict[str, Any]) -> dict[str, Any]:
         "sliding_window": True,
         "repeats": 3,
         "extra_body": {"cache_prompt": False},
+        **({"speed_reference": True} if SPEED_REFERENCE else {}),
     }
 
 
@@ -197,8 +206,13 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
             return speed_probe(srv.url)
 
         out["gate"] = speed_gate.profile_at_floor(
-            probe, take, "validate-cpu --matrix", check="probe"
-        )
+            probe, take, "validate-cpu --matrix", check="probe",
+            tries=1 if SPEED_REFERENCE else speed_gate.PROFILE_TRIES,
+        )  # fmt: skip
+        if SPEED_REFERENCE:  # the runs at the speed the rows were priced at
+            speed = yaml.safe_load(prof.with_suffix(".yaml").read_text())["speed_reference"]
+            out["gate"]["speed_reference"] = speed
+            out["gate"]["run_ref_ms"] = speed["median_ms"]
         ref_ms = out["gate"]["run_ref_ms"]
         out["gate"]["tolerance"] = speed_gate.GATE
         run("calibrate", str(prof), "--out", str(fit), "--loss", "soft_l1", log=log)
@@ -414,6 +428,9 @@ def main(argv: list[str] | None = None) -> int:
         help="a real run starts once the speed probe is within this fraction "
         f"of the profile's floor (default {speed_gate.GATE}; kept per point)",
     )
+    parser.add_argument("--speed-reference", action="store_true",
+                        help="profile with a speed reference beside each measurement "
+                        "and gate the runs on its typical step (kept per point)")  # fmt: skip
     parser.add_argument("--spells", action="store_true",
                         help="Table 2 with the slow spells its fit found (an ablation: "
                         "the document then shows it so; run again without it)")  # fmt: skip
@@ -421,6 +438,8 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.gate < 1:
         raise SystemExit(f"--gate: got {args.gate}, must be a fraction between 0 and 1")
     speed_gate.GATE = args.gate  # (read by speed_gate.within at each probe)
+    global SPEED_REFERENCE
+    SPEED_REFERENCE = args.speed_reference
     if args.summary is not None:
         print("\n".join(summary(json.loads(args.summary.read_text())["results"])))
         return 0

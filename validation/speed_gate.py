@@ -92,6 +92,7 @@ def profile_at_floor(
     name: str,
     floor: float | None = None,
     check: Literal["profile", "probe"] = "profile",
+    tries: int = PROFILE_TRIES,
 ) -> dict[str, object]:
     """Profile when the host runs at its quickest: find the floor (:func:`floor_of`,
     unless *floor* is given), wait for it, profile (*take_profile* writes the CSV and
@@ -102,18 +103,20 @@ def profile_at_floor(
     after the profile (when they do not: the llama.cpp matrix profiles batch 1 at
     200–400 tokens of context, slower than the probe's 32 whatever the host). The runs
     then wait for that speed: the profile's step (``profile``) or the floor (``probe``),
-    returned as ``run_ref_ms``."""
+    returned as ``run_ref_ms``. *tries*: profiles taken at most (1: the profile prices
+    its rows at its own speed, ``grid.speed_reference``)."""
     probes: list[float | None] = []
     if floor is None:
         floor, probes = floor_of(probe)
-    tries, csv, after = 0, None, None
-    for tries in range(1, PROFILE_TRIES + 1):  # noqa: B007 (the count is returned)
+    csv, after = None, None
+    taken = 0
+    for taken in range(1, tries + 1):  # noqa: B007 (the count is returned)
         wait_for_speed(probe, floor, name)
         csv = take_profile()
         after = profile_step(csv) if check == "profile" else probe()
         if within(after, floor):
             break
     step = profile_step(csv) if csv is not None else None
-    return {"floor_probes_ms": probes, "floor_ms": floor, "profile_tries": tries,
+    return {"floor_probes_ms": probes, "floor_ms": floor, "profile_tries": taken,
             "profile_step_ms": step, "probe_after_profile_ms": after if check == "probe" else None,
             "run_ref_ms": step if check == "profile" else floor}  # fmt: skip

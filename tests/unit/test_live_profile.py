@@ -225,3 +225,69 @@ def test_mixed_rows_at_each_decoder_context(tmp_path: Path) -> None:
     assert len(contexts) == 2
     assert 8 <= contexts[0] < 24 <= contexts[1]
     assert {len(b["prompt"]) for b in bodies if b.get("id_slot") == 0} >= {8, 24}
+
+
+def test_a_speed_reference_beside_each_measurement_prices_rows_at_the_typical_speed(
+    tmp_path: Path,
+) -> None:
+    # grid.speed_reference: a lone decode before every measurement. The host runs three
+    # times as slow for the prefill row and its reference in two rounds of three: the rounds'
+    # median alone keeps the slow value; scaled by the references it reads at the
+    # typical speed
+    grid = GRID.model_copy(
+        update={
+            "prefill_tokens": [8],
+            "decode_batch": [1],
+            "mixed_batch": [],
+            "fragmented_decode_batch": [],
+            "repeats": 3,
+            "speed_reference": True,
+            "speed_reference_context": 16,
+            "decode_steps": 8,
+        }
+    )
+    out = tmp_path / "p.csv"
+    with StreamServer(ttft_s=0.05, itl_s=0.02, timings=True) as srv:
+        # 0 the warm-up; a round: reference, prefill, reference, decode
+        srv.faults = dict.fromkeys([1, 2, 5, 6], "slow")
+        srv.slow_factor = 3.0
+        rows, _ = profile(srv.url, "openai", grid, out, "test box", "-np 4")
+        bodies = srv.received
+    assert rows == 2
+    assert [len(b["prompt"]) for b in bodies] == [8, *[16, 8, 16, 8] * 3]
+    lines = [line.split(",") for line in out.read_text().splitlines()]
+    col = {name: k for k, name in enumerate(lines[0])}
+    prefill, decode = lines[1], lines[2]
+    assert float(prefill[col["raw_latency_ms"]]) == pytest.approx(150.0, rel=0.05)
+    assert float(prefill[col["latency_ms"]]) == pytest.approx(50.0, rel=0.15)
+    assert float(prefill[col["speed_factor"]]) == pytest.approx(3.0, rel=0.15)
+    assert float(decode[col["latency_ms"]]) == pytest.approx(20.0, rel=0.2)
+    assert float(decode[col["speed_factor"]]) == pytest.approx(1.0, rel=0.1)
+    meta = yaml.safe_load(out.with_suffix(".yaml").read_text())
+    speed = meta["speed_reference"]
+    assert speed["references"] == 6
+    assert speed["median_ms"] == pytest.approx(20.0, rel=0.2)
+    assert speed["max_ms"] == pytest.approx(60.0, rel=0.2)
+    # the contract's reader takes the scaled latency and ignores the extra columns
+    assert read_profile(out).latency_ms.tolist()[0] == pytest.approx(50.0, rel=0.15)
+    # every measurement beside its reference, in the order taken
+    pairs = [line.split(",") for line in out.with_suffix(".speed.csv").read_text().splitlines()]
+    assert pairs[0][-2:] == ["reference_ms", "latency_ms"]
+    assert [(r[0], r[1], r[2]) for r in pairs[1:]] == [
+        (str(n), str(k), phase) for n in (1, 2, 3) for k, phase in ((1, "prefill"), (2, "decode"))
+    ]
+    prefills = [float(r[-1]) for r in pairs[1:] if r[2] == "prefill"]
+    assert prefills == pytest.approx([150.0, 150.0, 50.0], rel=0.05)
+    references = [float(r[-2]) for r in pairs[1:] if r[2] == "prefill"]
+    assert references == pytest.approx([60.0, 60.0, 20.0], rel=0.2)
+
+
+def test_without_a_speed_reference_the_profile_has_no_such_columns(tmp_path: Path) -> None:
+    out = tmp_path / "p.csv"
+    with StreamServer(ttft_s=0.01, itl_s=0.002) as srv:
+        profile(srv.url, "openai", GRID, out, "test box", "-np 4")
+    head = out.read_text().splitlines()[0].split(",")
+    assert "speed_factor" not in head
+    assert "raw_latency_ms" not in head
+    assert "speed_reference" not in yaml.safe_load(out.with_suffix(".yaml").read_text())
+    assert not out.with_suffix(".speed.csv").exists()

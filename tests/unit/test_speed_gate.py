@@ -76,3 +76,39 @@ def test_with_a_probe_check_the_runs_wait_for_the_floor(
     assert out["profile_tries"] == 2  # the probe after the first profile read 28
     assert (out["probe_after_profile_ms"], out["run_ref_ms"]) == (20.5, 20.0)
     assert out["profile_step_ms"] == 27.0
+
+
+def test_one_try_keeps_a_profile_taken_off_the_floor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A profile that prices its rows against references beside them
+    (``grid.speed_reference``) is not taken again when the host ran slower."""
+    gate = _gate()
+    monkeypatch.setattr(gate.time, "sleep", lambda s: None)
+    taken: list[Path] = []
+
+    def take() -> Path:
+        taken.append(_profile(tmp_path / "p.csv", [27.0]))
+        return taken[-1]
+
+    probes = iter([20.0, 28.0])  # the wait, then the probe after: 40 % slow
+    out = gate.profile_at_floor(
+        lambda: next(probes), take, "test", floor=20.0, check="probe", tries=1
+    )
+    assert len(taken) == 1
+    assert out["profile_tries"] == 1
+    assert out["probe_after_profile_ms"] == 28.0
+
+
+def test_the_matrix_grid_asks_for_the_reference_only_when_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lyra_simpy.live.profile_grid import ProfileGrid
+
+    matrix = validation_module("llamacpp_matrix")
+    flags, regime = matrix.CONFIGS["default"], matrix.REGIMES["long"]
+    assert "speed_reference" not in matrix.grid(flags, regime)
+    monkeypatch.setattr(matrix, "SPEED_REFERENCE", True)
+    grid = ProfileGrid.model_validate(matrix.grid(flags, regime))
+    assert grid.speed_reference
+    assert grid.speed_reference_context == 32  # the gate's lone request

@@ -29,6 +29,15 @@ minutes apart and a slow spell of a shared host moves one of them, not all.
   ``n_batch``). Latency: the probe's
   engine time as for ``prefill``, else its client TTFT.
 
+With ``grid.speed_reference`` a lone decode request is timed before every measurement,
+and each measurement is scaled by the median of those references over its own before
+the rounds' median is taken: the rows read as the host at the profile's typical speed
+(:class:`~lyra_simpy.live.profile_grid.ProfileGrid` says when that holds); the unscaled
+median and the row's speed factor are kept (``raw_latency_ms``, ``speed_factor``), and
+every measurement beside its reference, in the order taken, goes to ``x.speed.csv`` (so
+whether the reference tracks the measurement can be read from the profile itself:
+``validation/speed_reference.py``).
+
 The metadata YAML beside the CSV says engine, version, model, hardware, flags, date and
 which timing each phase used (``timing_source``).
 
@@ -131,6 +140,26 @@ def _metadata(
     }
 
 
+def _speed_reference(grid: ProfileGrid, beside: list[list[float]]) -> dict[str, Any]:
+    """The metadata's ``speed_reference``: the reference request, the typical step (the
+    median of every reference, what the rows are scaled to) and the spread."""
+    every = [ms for row in beside for ms in row]
+    if not every or any(ms != ms or ms <= 0.0 for ms in every):
+        raise LyraError(
+            "grid.speed_reference: a reference request streamed fewer than two chunks "
+            "(no decode step to read the host's speed from)"
+        )
+    quick, slow = min(every), max(every)
+    return {
+        "request": f"a lone prompt of {grid.speed_reference_context} tokens, "
+        f"{grid.decode_steps} outputs; its median chunk gap",
+        "median_ms": round(float(statistics.median(every)), 3),
+        "min_ms": round(quick, 3),
+        "max_ms": round(slow, 3),
+        "references": len(every),
+    }
+
+
 def profile(
     url: str,
     api: Api,
@@ -198,6 +227,8 @@ def profile(
     got: list[list[tuple[float, float, float, float]]] = [[] for _ in plan]
     """Each row's measurements: (latency, the engine's figure or the mixed context, the
     decode probe's median gap and mean step)."""
+    beside: list[list[float]] = [[] for _ in plan]
+    """Each measurement's speed reference (``grid.speed_reference``), ms."""
 
     async def measure() -> None:
         await prober.prefill(8)  # warm-up
@@ -207,6 +238,9 @@ def profile(
         # where back to back it would move them all.
         for _ in range(grid.repeats):
             for k, (phase, b, n, arg) in enumerate(plan):
+                if grid.speed_reference:
+                    gap, _, _ = await prober.decode(1, grid.speed_reference_context)
+                    beside[k].append(gap)
                 if phase == "prefill" and b > 1:
                     got[k].append((await prober.prefill_together(b, n), nan, nan, nan))
                 elif phase == "prefill":
@@ -219,7 +253,18 @@ def profile(
                     got[k].append((lat, float(ctx), nan, nan))
 
     asyncio.run(measure())
-    for (phase, b, n, arg), values in zip(plan, got, strict=True):
+    speed = _speed_reference(grid, beside) if grid.speed_reference else None
+    raw_rows: list[tuple[float, float]] = []
+    """Each row's unscaled latency and speed factor (``grid.speed_reference``)."""
+    for k, ((phase, b, n, arg), values) in enumerate(zip(plan, got, strict=True)):
+        if speed is not None:
+            factors = [ms / speed["median_ms"] for ms in beside[k]]
+            raw_rows.append((med([v[0] for v in values]), med(factors)))
+            # the timings at the typical speed; a mixed row's context stays
+            values = [
+                (v[0] / f, v[1] if phase == "mixed" else v[1] / f, v[2] / f, v[3] / f)
+                for v, f in zip(values, factors, strict=True)
+            ]
         lat, other, gap, mean = (med([v[j] for v in values]) for j in range(4))
         if phase == "prefill":
             rows.append(("prefill", b, n, 0, lat, nan, nan, nan))
@@ -250,17 +295,23 @@ def profile(
             "phase,batch_size,input_tokens,context_len,latency_ms,engine_ms,median_gap_ms,"
             "mean_step_ms"
         )
-        lines = [head + ("," + ",".join(COUNT_COLUMNS) if counts else "")]
+        head += "," + ",".join(COUNT_COLUMNS) if counts else ""
+        head += ",raw_latency_ms,speed_factor" if raw_rows else ""
+        lines = [head]
         for k, (ph, b, i, c, lat, eng, gap, mean) in enumerate(rows):
             extra = ",".join("" if v != v else f"{v:.4f}" for v in (eng, gap, mean))
             line = f"{ph},{b},{i},{c},{lat:.4f},{extra}"
             if counts:
                 line += "," + ",".join(map(str, counts[k]))
+            if raw_rows:
+                line += f",{raw_rows[k][0]:.4f},{raw_rows[k][1]:.4f}"
             lines.append(line)
         tmp.write_text("\n".join(lines) + "\n")
 
     meta = _metadata(props, url, api, hardware, flags, sources)
     meta["prompt_seed"] = seed
+    if speed is not None:
+        meta["speed_reference"] = speed
     if prober.path_ms:  # the client's TTFT beyond the engine's prompt time, lone prefills
         every = [ms for sizes in prober.path_ms.values() for ms in sizes]
         meta["request_path_ms"] = round(float(statistics.median(every)), 2)
@@ -269,6 +320,17 @@ def profile(
             p: round(float(statistics.median(ms)), 2) for p, ms in sorted(prober.path_ms.items())
         }
     atomic_write(out, write_csv)
+    if speed is not None:
+
+        def write_pairs(tmp: Path) -> None:
+            lines = ["round,row,phase,batch_size,input_tokens,context_len,reference_ms,latency_ms"]
+            for r in range(grid.repeats):
+                for k, (ph, b, i, c, *_) in enumerate(rows):
+                    ref, lat = beside[k][r], got[k][r][0]
+                    lines.append(f"{r + 1},{k + 1},{ph},{b},{i},{c},{ref:.4f},{lat:.4f}")
+            tmp.write_text("\n".join(lines) + "\n")
+
+        atomic_write(out.with_suffix(".speed.csv"), write_pairs)
     atomic_write(
         out.with_suffix(".yaml"), lambda tmp: tmp.write_text(yaml.safe_dump(meta, sort_keys=False))
     )

@@ -1,0 +1,54 @@
+"""validation/speed_reference.py: whether a profile's speed references read the speed
+its measurements ran at."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from builders import validation_module
+
+SCRIPT = validation_module("speed_reference")
+HEAD = "round,row,phase,batch_size,input_tokens,context_len,reference_ms,latency_ms"
+
+
+def _pairs(path: Path, speeds: np.ndarray, slowdowns: np.ndarray) -> Path:
+    """A profile's pairs: 3 rows x 4 rounds; each measurement at *slowdowns*, each
+    reference at *speeds* (both in the order taken)."""
+    base = {1: ("prefill", 100.0), 2: ("decode", 15.0), 3: ("mixed", 400.0)}
+    lines, k = [HEAD], 0
+    for r in range(1, 5):
+        for row, (phase, ms) in base.items():
+            lines.append(f"{r},{row},{phase},1,8,0,{14.0 * speeds[k]:.4f},"
+                         f"{ms * slowdowns[k]:.4f}")  # fmt: skip
+            k += 1
+    profile = path / "p.csv"
+    profile.with_suffix(".speed.csv").write_text("\n".join(lines) + "\n")
+    return profile
+
+
+def test_references_that_read_the_measurements_speed_track_it(tmp_path: Path) -> None:
+    speed = np.random.default_rng(1).uniform(0.8, 1.3, 12)
+    t = SCRIPT.tracking(SCRIPT.read_pairs(_pairs(tmp_path, speed, speed)))
+    assert t["measurements"] == 12
+    assert t["corr"] == pytest.approx(1.0, abs=0.05)
+    assert t["slope"] == pytest.approx(1.0, abs=0.1)
+    assert t["row_spread_scaled"] == pytest.approx(1.0, abs=1e-3)  # every round alike
+    assert t["row_spread_raw"] > 1.15
+    assert set(t["corr_by_phase"]) == {"decode", "mixed", "prefill"}
+    assert f"slope {t['slope']:+.2f} (1: tracks)" in SCRIPT.report("p", t)
+
+
+def test_references_that_read_nothing_widen_the_rows(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    t = SCRIPT.tracking(SCRIPT.read_pairs(_pairs(tmp_path, rng.uniform(0.8, 1.3, 12), np.ones(12))))
+    assert t["corr"] != t["corr"]  # NaN: the measurements never move
+    assert t["row_spread_raw"] == pytest.approx(1.0)
+    assert t["row_spread_scaled"] > 1.1  # scaling adds the references' noise
+
+
+def test_a_profile_without_pairs_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="speed_reference: true"):
+        SCRIPT.read_pairs(tmp_path / "p.csv")

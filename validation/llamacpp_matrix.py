@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import speed_gate
 from llamacpp_idle import excess_by_idle
 from llamacpp_steps import load_ratios
-from profile_columns import write_by_mean_step
+from profile_columns import write_by_column, write_by_mean_step
 
 from lyra_simpy.calibration.fitfile import load_fit
 from lyra_simpy.calibration.profiles import request_path_ms
@@ -371,11 +371,12 @@ def with_probe_columns(here: Path, flags: list[str]) -> list[str]:
 
 
 def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
-               mean_step: bool = False) -> None:  # fmt: skip
+               mean_step: bool = False, unscaled: bool = False) -> None:  # fmt: skip
     """Table 1 and 2 of a stored point again, from its stored profile and real runs (no
     server): the profile gets the columns the profiler now writes if it lacks them
     (:func:`with_probe_columns`), is fitted again (*mean_step*: its decode rows priced by
-    their ``mean_step_ms``, an ablation), and every load's stored scenario (the arrival
+    their ``mean_step_ms``, an ablation; *unscaled*: every row by its ``raw_latency_ms``,
+    the profile's speed references undone), and every load's stored scenario (the arrival
     rates its real runs were replayed at) is simulated and compared again."""
     cfg, reg = key.split("/")
     here = OUT / f"{cfg}_{reg}"
@@ -386,6 +387,11 @@ def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
     profile = here / "profile.csv"
     if mean_step and write_by_mean_step(profile, here / "profile_mean_step.csv"):
         profile = here / "profile_mean_step.csv"
+    if unscaled:
+        if not write_by_column(profile, here / "profile_unscaled.csv", "raw_latency_ms"):
+            raise SystemExit(f"--unscaled: {key}'s profile has no raw_latency_ms column "
+                             "(taken without --speed-reference)")  # fmt: skip
+        profile = here / "profile_unscaled.csv"
     run("calibrate", str(profile), "--out", str(fit), "--loss", "soft_l1", log=log)
     shutil.rmtree(here / "sim", ignore_errors=True)
     for load in LOADS:
@@ -428,6 +434,9 @@ def main(argv: list[str] | None = None) -> int:
         help="a real run starts once the speed probe is within this fraction "
         f"of the profile's floor (default {speed_gate.GATE}; kept per point)",
     )
+    parser.add_argument("--unscaled", action="store_true",
+                        help="with --resimulate: price the stored profiles' rows without "
+                        "their speed references (raw_latency_ms; an ablation)")  # fmt: skip
     parser.add_argument("--speed-reference", action="store_true",
                         help="profile with a speed reference beside each measurement "
                         "and gate the runs on its typical step (kept per point)")  # fmt: skip
@@ -458,7 +467,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.only and key not in args.only:
                 continue
             cfg, reg = key.split("/")
-            resimulate(key, res, keep["facts"]["repeats"], log, args.decode_step == "mean")
+            resimulate(key, res, keep["facts"]["repeats"], log, args.decode_step == "mean",
+                       args.unscaled)  # fmt: skip
             table2(cfg, reg, keep["facts"]["quick"], res, keep["facts"]["repeats"], log,
                    args.spells)  # fmt: skip
             with_idle(OUT / f"{cfg}_{reg}", res)

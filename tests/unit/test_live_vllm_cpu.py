@@ -496,3 +496,18 @@ def test_decode_ratios_of_runs_costed_by_the_fit_itself_are_one(tmp_path: Path) 
     assert got["p90"] == pytest.approx(1.0)
     assert got["mean"] == pytest.approx(1.0)
     assert got["slow"] == 0.0
+
+
+def test_unscaled_swaps_every_row_for_its_raw_latency(tmp_path: Path) -> None:
+    """``--resimulate --unscaled``: the rows as measured, their speed references undone."""
+    columns = validation_module("profile_columns")
+    head = "phase,batch_size,input_tokens,context_len,latency_ms,raw_latency_ms,speed_factor\n"
+    text = head + "prefill,1,16,0,20.0,22.0,1.1\ndecode,4,0,40,25.0,20.0,0.8\n"
+    raw = head + "prefill,1,16,0,22.0,22.0,1.1\ndecode,4,0,40,20.0,20.0,0.8\n"
+    assert columns.by_column(text, "raw_latency_ms") == raw
+    (tmp_path / "p.csv").write_text(text)
+    (tmp_path / "p.yaml").write_text("engine: llama.cpp\n")
+    assert columns.write_by_column(tmp_path / "p.csv", tmp_path / "u.csv", "raw_latency_ms")
+    assert (tmp_path / "u.csv").read_text() == raw
+    assert not columns.write_by_column(tmp_path / "p.csv", tmp_path / "n.csv", "nope")
+    assert not (tmp_path / "n.csv").exists()

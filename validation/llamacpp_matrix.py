@@ -135,11 +135,11 @@ def scenario(name: str, flags: list[str], regime: dict[str, Any], quick: bool, f
     }
 
 
-SPEED_REFERENCE = False
-"""``--speed-reference``: every profile measurement priced against a lone decode taken
-beside it (``grid.speed_reference``), one profile a point (not retried until the host
-runs at its floor), and the real runs gated on the profile's typical reference step
-instead of the floor."""
+SPEED_REFERENCE: str | None = None
+"""``--speed-reference MODE``: a lone decode timed beside every profile measurement
+(``grid.speed_reference``: ``record``, or ``scale`` to price each measurement against
+it), one profile a point (not retried until the host runs at its floor), and the real
+runs gated on the profile's typical reference step instead of the floor."""
 
 
 def grid(flags: list[str], regime: dict[str, Any]) -> dict[str, Any]:
@@ -161,7 +161,7 @@ def grid(flags: list[str], regime: dict[str, Any]) -> dict[str, Any]:
         "sliding_window": True,
         "repeats": 3,
         "extra_body": {"cache_prompt": False},
-        **({"speed_reference": True} if SPEED_REFERENCE else {}),
+        **({"speed_reference": SPEED_REFERENCE} if SPEED_REFERENCE else {}),
     }
 
 
@@ -437,9 +437,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unscaled", action="store_true",
                         help="with --resimulate: price the stored profiles' rows without "
                         "their speed references (raw_latency_ms; an ablation)")  # fmt: skip
-    parser.add_argument("--speed-reference", action="store_true",
+    parser.add_argument("--speed-reference", choices=["record", "scale"], default=None,
                         help="profile with a speed reference beside each measurement "
-                        "and gate the runs on its typical step (kept per point)")  # fmt: skip
+                        "(scale: each priced against it) and gate the runs on its typical "
+                        "step (kept per point)")  # fmt: skip
     parser.add_argument("--spells", action="store_true",
                         help="Table 2 with the slow spells its fit found (an ablation: "
                         "the document then shows it so; run again without it)")  # fmt: skip
@@ -503,9 +504,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = dict(keep.get("results", {})) if args.only else {}
     if args.only:
         before = keep.get("facts", {})
-        done = before.get("rerun", [])  # points run again earlier stay named
-        rerun = [*done, *(k for k in args.only if k not in done)]
-        facts = {**before, "rerun": rerun}
+        # points run again earlier stay named; each of these once it has finished
+        facts = {**before, "rerun": [k for k in before.get("rerun", []) if k in results]}
     started = time.time()
     for key in points:
         cfg, reg = key.split("/")
@@ -513,6 +513,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(OUT / f"{cfg}_{reg}", ignore_errors=True)
         results[key] = point(cfg, reg, quick, log)
         results[key]["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        if args.only and key not in facts["rerun"]:
+            facts["rerun"].append(key)
         facts["load_end"] = load_average()
         facts.setdefault("wall_min", 0)
         if not args.only:
@@ -614,7 +616,9 @@ def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any]) -> 
         )
         + (
             " Run again afterwards, profile and real runs included (`--only`): "
-            + ", ".join(f"{k} ({results[k].get('finished', '?')})" for k in facts["rerun"])
+            + ", ".join(
+                f"{k} ({results[k].get('finished', '?')})" for k in facts["rerun"] if k in results
+            )
             + "."
             if facts.get("rerun")
             else ""

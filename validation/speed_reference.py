@@ -1,10 +1,10 @@
 """Does a speed reference beside each profile measurement track the host's speed?
 
 ``lyra-simpy profile`` with ``grid.speed_reference`` times a lone decode request before
-every measurement and scales the measurement by the references' median over its own; it
-writes every (reference, measurement) pair, in the order taken, to ``PROFILE.speed.csv``.
-The scaling helps only if a measurement runs at the speed its reference read. This reads
-the pairs and prints, without a fit in between:
+every measurement (with ``scale``, it scales the measurement by the references' median
+over its own) and writes every (reference, measurement) pair, in the order taken, to
+``PROFILE.speed.csv``. Scaling helps only if a measurement runs at the speed its
+reference read. This reads the pairs and prints, without a fit in between:
 
 * the references' spread, and the lag-1 correlation of their logs in the order taken
   (whether the host's speed holds from one measurement to the next);
@@ -17,7 +17,11 @@ the pairs and prints, without a fit in between:
     PYTHONPATH=src python validation/speed_reference.py \
         results/validation-llamacpp/default_long/profile.csv
 
-(``--json OUT`` writes the numbers too.)
+(``--json OUT`` writes the numbers too.) ``--take OUT`` first profiles a llama-server of
+the llama.cpp matrix's default configuration (``-np 4 -c 4096 -t 2``) with its short and
+long grids and ``speed_reference: record`` into ``OUT/default_{short,long}.csv``, then
+reads them (``docs/validation/speed-reference-epyc/`` came from ``--take`` on the AMD
+EPYC VM, ``docs/VALIDATION-llamacpp.md`` item 12).
 """
 
 from __future__ import annotations
@@ -31,13 +35,16 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 
 def read_pairs(profile: Path) -> list[dict[str, Any]]:
     """The pairs of a profile's ``.speed.csv`` (round, row, phase, reference, latency)."""
     path = profile.with_suffix(".speed.csv")
     if not path.is_file():
         raise SystemExit(
-            f"{path}: not found (profile with `speed_reference: true` in the grid writes it)"
+            f"{path}: not found (profile with `speed_reference: record` or `scale` "
+            "in the grid writes it)"
         )
     with path.open() as f:
         return [
@@ -113,13 +120,45 @@ def report(name: str, t: dict[str, Any]) -> str:
     ])  # fmt: skip
 
 
+def take(out: Path) -> list[Path]:
+    """Profile the matrix's default server with its short and long grids, the speed
+    recorded beside every measurement; the CSVs written."""
+    import yaml
+    from llamacpp_matrix import CONFIGS, REGIMES, grid
+
+    from lyra_simpy.cli import main as cli_main
+    from lyra_simpy.live import llamacpp
+
+    flags = CONFIGS["default"]
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    binary, model = llamacpp.server_binary(), llamacpp.model_file()
+    with llamacpp.Server(binary, model, flags, out / "llama-server.log") as srv:
+        for name in ("long", "short"):
+            spec = {**grid(flags, REGIMES[name]), "speed_reference": "record"}
+            csv_path = out / f"default_{name}.csv"
+            spec_path = out / f"grid_{name}.yaml"
+            spec_path.write_text(yaml.safe_dump(spec))
+            code = cli_main(["profile", "--endpoint", srv.url, "--out", str(csv_path),
+                             "--grid", str(spec_path), "--flags", " ".join(flags)])  # fmt: skip
+            if code != 0:
+                raise SystemExit(f"speed_reference.py --take: profile exited {code}")
+            written.append(csv_path)
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="speed_reference.py", description=__doc__.split("\n")[0])
-    parser.add_argument("profiles", nargs="+", type=Path, metavar="PROFILE.csv")
+    parser.add_argument("profiles", nargs="*", type=Path, metavar="PROFILE.csv")
     parser.add_argument("--json", type=Path, default=None, metavar="OUT")
+    parser.add_argument("--take", type=Path, default=None, metavar="OUT",
+                        help="profile the matrix's default server into OUT first")  # fmt: skip
     args = parser.parse_args(argv)
+    profiles = [*args.profiles, *(take(args.take) if args.take is not None else [])]
+    if not profiles:
+        parser.error("give PROFILE.csv files, or --take OUT")
     found = {}
-    for path in args.profiles:
+    for path in profiles:
         found[str(path)] = tracking(read_pairs(path))
         print(report(str(path), found[str(path)]))
     if args.json is not None:

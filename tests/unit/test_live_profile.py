@@ -241,7 +241,7 @@ def test_a_speed_reference_beside_each_measurement_prices_rows_at_the_typical_sp
             "mixed_batch": [],
             "fragmented_decode_batch": [],
             "repeats": 3,
-            "speed_reference": True,
+            "speed_reference": "scale",
             "speed_reference_context": 16,
             "decode_steps": 8,
         }
@@ -280,6 +280,25 @@ def test_a_speed_reference_beside_each_measurement_prices_rows_at_the_typical_sp
     assert prefills == pytest.approx([150.0, 150.0, 50.0], rel=0.05)
     references = [float(r[-2]) for r in pairs[1:] if r[2] == "prefill"]
     assert references == pytest.approx([60.0, 60.0, 20.0], rel=0.2)
+
+
+def test_a_recorded_speed_reference_leaves_the_rows_as_measured(tmp_path: Path) -> None:
+    grid = GRID.model_copy(
+        update={"mixed_batch": [], "fragmented_decode_batch": [], "speed_reference": "record"}
+    )
+    out = tmp_path / "p.csv"
+    with StreamServer(ttft_s=0.02, itl_s=0.005, timings=True) as srv:
+        srv.faults = {1: "slow"}  # the first reference, and no measurement, ran slow
+        profile(srv.url, "openai", grid, out, "test box", "-np 4")
+    lines = [line.split(",") for line in out.read_text().splitlines()]
+    col = {name: k for k, name in enumerate(lines[0])}
+    assert all(row[col["latency_ms"]] == row[col["raw_latency_ms"]] for row in lines[1:])
+    assert float(lines[1][col["speed_factor"]]) == pytest.approx(2.0, rel=0.3)
+    assert float(lines[1][col["latency_ms"]]) == pytest.approx(20.0, rel=0.1)
+    meta = yaml.safe_load(out.with_suffix(".yaml").read_text())
+    assert meta["speed_reference"]["mode"] == "record"
+    assert meta["speed_reference"]["references"] == 4  # 4 rows, 1 round
+    assert len(out.with_suffix(".speed.csv").read_text().splitlines()) == 5
 
 
 def test_without_a_speed_reference_the_profile_has_no_such_columns(tmp_path: Path) -> None:

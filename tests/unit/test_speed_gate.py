@@ -108,7 +108,7 @@ def test_the_matrix_grid_asks_for_the_reference_only_when_told(
     matrix = validation_module("llamacpp_matrix")
     flags, regime = matrix.CONFIGS["default"], matrix.REGIMES["long"]
     assert "speed_reference" not in matrix.grid(flags, regime)
-    monkeypatch.setattr(matrix, "SPEED_REFERENCE", True)
+    monkeypatch.setattr(matrix, "SPEED_REFERENCE", "record")
     grid = ProfileGrid.model_validate(matrix.grid(flags, regime))
-    assert grid.speed_reference
+    assert grid.speed_reference == "record"
     assert grid.speed_reference_context == 32  # the gate's lone request

@@ -50,5 +50,20 @@ def test_references_that_read_nothing_widen_the_rows(tmp_path: Path) -> None:
 
 
 def test_a_profile_without_pairs_is_one_line(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="speed_reference: true"):
+    with pytest.raises(SystemExit, match="speed_reference: record"):
         SCRIPT.read_pairs(tmp_path / "p.csv")
+
+
+def test_the_amd_hosts_references_track_little_of_the_measurements() -> None:
+    """The stored profiles of docs/VALIDATION-llamacpp.md item 12: the reading its
+    numbers come from (a measurement's deviation correlates +0.28 and +0.26 with its
+    reference's; scaling leaves the rows' spread as wide or wider)."""
+    root = Path(__file__).resolve().parents[2] / "docs" / "validation" / "speed-reference-epyc"
+    long_, short = (
+        SCRIPT.tracking(SCRIPT.read_pairs(root / f"default_{name}.csv"))
+        for name in ("long", "short")
+    )
+    assert (long_["corr"], short["corr"]) == (0.28, 0.26)
+    assert (long_["slope"], short["slope"]) == (0.31, 0.28)
+    assert long_["row_spread_scaled"] > long_["row_spread_raw"]
+    assert long_["measurements"] == short["measurements"] == 96

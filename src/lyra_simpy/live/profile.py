@@ -29,14 +29,15 @@ minutes apart and a slow spell of a shared host moves one of them, not all.
   ``n_batch``). Latency: the probe's
   engine time as for ``prefill``, else its client TTFT.
 
-With ``grid.speed_reference`` a lone decode request is timed before every measurement,
-and each measurement is scaled by the median of those references over its own before
-the rounds' median is taken: the rows read as the host at the profile's typical speed
-(:class:`~lyra_simpy.live.profile_grid.ProfileGrid` says when that holds); the unscaled
-median and the row's speed factor are kept (``raw_latency_ms``, ``speed_factor``), and
-every measurement beside its reference, in the order taken, goes to ``x.speed.csv`` (so
-whether the reference tracks the measurement can be read from the profile itself:
-``validation/speed_reference.py``).
+With ``grid.speed_reference`` a lone decode request is timed before every measurement:
+the metadata gets the typical one (the speed the profile was taken at), every
+measurement beside its reference goes to ``x.speed.csv`` in the order taken (whether the
+reference tracks the measurement can be read from the profile itself:
+``validation/speed_reference.py``), and with ``scale`` each measurement is scaled by the
+typical reference over its own before the rounds' median is taken, so that the rows read
+as the host at its typical speed (:class:`~lyra_simpy.live.profile_grid.ProfileGrid`
+says when that holds); the unscaled median and the row's speed factor are kept
+(``raw_latency_ms``, ``speed_factor``).
 
 The metadata YAML beside the CSV says engine, version, model, hardware, flags, date and
 which timing each phase used (``timing_source``).
@@ -153,6 +154,7 @@ def _speed_reference(grid: ProfileGrid, beside: list[list[float]]) -> dict[str, 
     return {
         "request": f"a lone prompt of {grid.speed_reference_context} tokens, "
         f"{grid.decode_steps} outputs; its median chunk gap",
+        "mode": grid.speed_reference,
         "median_ms": round(float(statistics.median(every)), 3),
         "min_ms": round(quick, 3),
         "max_ms": round(slow, 3),
@@ -238,7 +240,7 @@ def profile(
         # where back to back it would move them all.
         for _ in range(grid.repeats):
             for k, (phase, b, n, arg) in enumerate(plan):
-                if grid.speed_reference:
+                if grid.speed_reference != "off":
                     gap, _, _ = await prober.decode(1, grid.speed_reference_context)
                     beside[k].append(gap)
                 if phase == "prefill" and b > 1:
@@ -253,18 +255,19 @@ def profile(
                     got[k].append((lat, float(ctx), nan, nan))
 
     asyncio.run(measure())
-    speed = _speed_reference(grid, beside) if grid.speed_reference else None
+    speed = _speed_reference(grid, beside) if grid.speed_reference != "off" else None
     raw_rows: list[tuple[float, float]] = []
     """Each row's unscaled latency and speed factor (``grid.speed_reference``)."""
     for k, ((phase, b, n, arg), values) in enumerate(zip(plan, got, strict=True)):
         if speed is not None:
             factors = [ms / speed["median_ms"] for ms in beside[k]]
             raw_rows.append((med([v[0] for v in values]), med(factors)))
-            # the timings at the typical speed; a mixed row's context stays
-            values = [
-                (v[0] / f, v[1] if phase == "mixed" else v[1] / f, v[2] / f, v[3] / f)
-                for v, f in zip(values, factors, strict=True)
-            ]
+            if grid.speed_reference == "scale":
+                # the timings at the typical speed; a mixed row's context stays
+                values = [
+                    (v[0] / f, v[1] if phase == "mixed" else v[1] / f, v[2] / f, v[3] / f)
+                    for v, f in zip(values, factors, strict=True)
+                ]
         lat, other, gap, mean = (med([v[j] for v in values]) for j in range(4))
         if phase == "prefill":
             rows.append(("prefill", b, n, 0, lat, nan, nan, nan))

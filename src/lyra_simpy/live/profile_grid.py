@@ -43,21 +43,25 @@ class ProfileGrid(BaseModel):
     pairs computed: rows at two contexts let the fit tell the mask scan from the
     attention computed, ``docs/VALIDATION-llamacpp.md`` item 10)."""
     repeats: PositiveInt = 3
-    speed_reference: bool = False
-    """Price every measurement against the host's speed beside it. Before each one, a
-    lone request decodes (a prompt of ``speed_reference_context`` fresh tokens,
-    ``decode_steps`` outputs; its median chunk gap: the batch-1 step the validation
-    matrices gate their real runs on, ``validation/speed_gate.py``), and the measurement
-    is scaled by the median of all those references over the one beside it. A row then
-    reads as the host at the profile's typical speed, where a shared host that slows by
-    10-25 % from one minute to the next (``docs/VALIDATION-llamacpp.md`` item 11) would
-    otherwise leave some rows slow and others quick — after the rounds' median too, when
-    a spell covers a row in two rounds of three. Extra columns ``raw_latency_ms`` (the
-    median unscaled) and ``speed_factor`` (the median of the row's reference over the
-    typical one); the metadata's ``speed_reference`` gives the typical step. Off by
-    default: it adds a lone decode to every measurement, and it assumes a slow spell
-    slows every kind of step alike (CPU time taken by other tenants does; a neighbour
-    contending for memory bandwidth slows decodes more than prompts)."""
+    speed_reference: Literal["off", "record", "scale"] = "off"
+    """Time the host's speed beside every measurement: before each one, a lone request
+    decodes (a prompt of ``speed_reference_context`` fresh tokens, ``decode_steps``
+    outputs; its median chunk gap: the batch-1 step the validation matrices gate their
+    real runs on, ``validation/speed_gate.py``). ``record``: the rows stay as measured;
+    the metadata's ``speed_reference`` gives the typical step (the median of every
+    reference: the speed the profile was taken at, to run or gate real loads at) and
+    ``PROFILE.speed.csv`` every measurement beside its reference. ``scale``: besides,
+    each measurement is scaled by the typical reference over the one beside it before
+    the rounds' median, so that a row reads as the host at its typical speed (extra
+    columns ``raw_latency_ms``, the median unscaled, and ``speed_factor``, the median of
+    the row's reference over the typical one; both modes write them). Scaling helps only
+    if the host's speed holds from the reference to the measurement, and if a slow
+    moment slows every kind of step alike: on the 2-core AMD EPYC VM of
+    ``docs/VALIDATION-llamacpp.md`` item 12 neither held (a measurement's deviation
+    correlated +0.28 with its reference's, slope 0.31; consecutive references +0.19),
+    and scaling widened the rows' spread over the rounds (1.14 -> 1.17 largest over
+    smallest): check a host with ``validation/speed_reference.py`` before scaling. Off
+    by default: it adds a lone decode to every measurement."""
     speed_reference_context: PositiveInt = 32
     """The reference request's prompt (tokens): the speed gate's lone request."""
     timeout_s: PositiveFloat = 120.0

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -72,4 +74,27 @@ def test_the_partial_matrix_of_the_amd_host_is_stored_apart() -> None:
         "| `-np 4 -c 4096 -t 2` | short | 28 / 35 | 5 % | 31 / 35 | 3 % | 28 / 35 | 3 % |",
         "| `-np 4 -c 4096 -t 2` | long | 19 / 35 | 13 % | 27 / 35 | 9 % | 28 / 35 | 8 % |",
         "| `-np 2 -c 4096 -t 2 -b 64` | long | 29 / 35 | 3 % | 14 / 35 | 12 % | 14 / 35 | 12 % |",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "table1"),
+    [
+        ("llamacpp-matrix-epyc-speedref", (7, 29, 29)),
+        ("llamacpp-matrix-epyc-speedref-unscaled", (6, 26, 30)),
+    ],
+)
+def test_the_amd_hosts_speed_reference_runs_are_stored_apart(
+    name: str, table1: tuple[int, int, int]
+) -> None:
+    # docs/VALIDATION-llamacpp.md item 12: the same runs priced by the scaled and the
+    # unscaled profile rows; Tables 2 and 3 fit on the runs and agree
+    out = _run("--matrix", "--summary", str(ROOT / "docs" / "validation" / f"{name}.json"))
+    assert out.returncode == 0, out.stderr
+    rows = [line.split(" | ") for line in out.stdout.splitlines()[2:]]
+    assert tuple(int(r[2].split(" / ")[0]) for r in rows) == table1
+    assert [(r[4], r[6]) for r in rows] == [
+        ("17 / 35", "17 / 35"),
+        ("25 / 35", "25 / 35"),
+        ("29 / 35", "29 / 35"),
     ]

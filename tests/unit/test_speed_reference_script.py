@@ -3,6 +3,7 @@ its measurements ran at."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -67,3 +68,19 @@ def test_the_amd_hosts_references_track_little_of_the_measurements() -> None:
     assert (long_["slope"], short["slope"]) == (0.31, 0.28)
     assert long_["row_spread_scaled"] > long_["row_spread_raw"]
     assert long_["measurements"] == short["measurements"] == 96
+
+
+def test_the_sustained_phases_are_summarised_by_their_medians() -> None:
+    sustained = validation_module("llamacpp_sustained")
+    found = {
+        "gapped_before": [13.0, 14.0, 15.0],
+        "sustained": [float(x) for x in range(1, 31)],
+        "gapped_after": [12.0, 16.0],
+    }
+    s = sustained.summary(found)
+    assert (s["gapped_before"], s["sustained"], s["gapped_after"]) == (14.0, 15.5, 14.0)
+    assert (s["sustained_first10"], s["sustained_last10"]) == (5.5, 25.5)
+    stored = Path(__file__).resolve().parents[2] / "docs/validation/llamacpp-sustained-epyc.json"
+    rounds = json.loads(stored.read_text())["rounds"]
+    assert [r["summary"]["sustained"] for r in rounds] == [13.75, 15.5]
+    assert [sustained.summary(r["steps"]) for r in rounds] == [r["summary"] for r in rounds]

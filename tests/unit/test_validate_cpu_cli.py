@@ -98,3 +98,15 @@ def test_the_amd_hosts_speed_reference_runs_are_stored_apart(
         ("25 / 35", "25 / 35"),
         ("29 / 35", "29 / 35"),
     ]
+
+
+def test_the_amd_hosts_whole_gated_matrix_is_stored_apart() -> None:
+    # docs/VALIDATION-llamacpp.md item 12: every point's runs gated on its profile's
+    # own speed; Tables 1-3 137, 154 and 152 of 210
+    stored = ROOT / "docs" / "validation" / "llamacpp-matrix-epyc-gated.json"
+    out = _run("--matrix", "--summary", str(stored))
+    assert out.returncode == 0, out.stderr
+    rows = [line.split(" | ") for line in out.stdout.splitlines()[2:]]
+    assert len(rows) == 6
+    totals = [sum(int(r[k].split(" / ")[0]) for r in rows) for k in (2, 4, 6)]
+    assert totals == [137, 154, 152]

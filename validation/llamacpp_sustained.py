@@ -24,25 +24,27 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import speed_gate
+from llamacpp_matrix import CONFIGS
 
 from lyra_simpy.live import llamacpp
-from lyra_simpy.live.client import decode_step_ms
 
-FLAGS = ["-np", "4", "-c", "4096", "-t", "2"]
+FLAGS = CONFIGS["default"]
+"""The matrix's default configuration (per-slot KV, checkpoints, 2 threads)."""
 GAPPED = 10
 """Requests in each gapped phase."""
 GAP_S = 3.0
 """Idle before each gapped request."""
 SUSTAINED_S = 60.0
 """How long the back-to-back phase runs."""
-_IDS = np.random.default_rng()
 
 
 def step(url: str) -> float | None:
-    """One lone request's median chunk gap (ms; None when it failed)."""
-    prompt = _IDS.integers(1000, 30000, size=32).tolist()
-    return decode_step_ms(url, prompt, 64, extra={"cache_prompt": False})
+    """One lone request's median chunk gap (ms; None when it failed): the speed gate's
+    probe with 64 outputs."""
+    return speed_gate.lone_decode_step(url, {"cache_prompt": False}, 64)
 
 
 def phases(url: str) -> dict[str, list[float]]:

@@ -37,14 +37,14 @@ _PROBE_IDS = np.random.default_rng()
 """Fresh prompt ids each process (as ``lyra-simpy profile`` draws them): none cached."""
 
 
-def lone_decode_step(url: str, extra: dict[str, object]) -> float | None:
+def lone_decode_step(url: str, extra: dict[str, object], outputs: int = 33) -> float | None:
     """The server's batch-1 decode step right now: one request of 32 fresh random prompt
-    tokens and 33 output tokens, alone (:func:`~lyra_simpy.live.client.decode_step_ms`;
+    tokens and *outputs* output tokens, alone (:func:`~lyra_simpy.live.client.decode_step_ms`;
     *extra*: the request fields the server needs)."""
     from lyra_simpy.live.client import decode_step_ms
 
     prompt = _PROBE_IDS.integers(1000, 30000, size=32).tolist()
-    return decode_step_ms(url, prompt, 33, extra=dict(extra))
+    return decode_step_ms(url, prompt, outputs, extra=dict(extra))
 
 
 def within(step: float | None, ref_ms: float | None) -> bool:

@@ -84,3 +84,10 @@ def test_the_sustained_phases_are_summarised_by_their_medians() -> None:
     rounds = json.loads(stored.read_text())["rounds"]
     assert [r["summary"]["sustained"] for r in rounds] == [13.75, 15.5]
     assert [sustained.summary(r["steps"]) for r in rounds] == [r["summary"] for r in rounds]
+
+
+def test_the_kvu_long_profile_tracks_a_little_better() -> None:
+    root = Path(__file__).resolve().parents[2] / "docs" / "validation" / "speed-reference-epyc"
+    t = SCRIPT.tracking(SCRIPT.read_pairs(root / "kvu_long.csv"))
+    assert (t["corr"], t["slope"]) == (0.41, 0.35)
+    assert t["row_spread_scaled"] < t["row_spread_raw"]

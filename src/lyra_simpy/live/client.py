@@ -46,8 +46,10 @@ connections raced with the server closing them under load (VALIDATION-NOTES).
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
+import ssl
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -275,10 +277,23 @@ async def send(
     return out
 
 
+@functools.cache
+def shared_tls() -> ssl.SSLContext:
+    """The TLS context every client shares (httpx's default: the system's defaults with
+    certifi's CA bundle). Each ``httpx.AsyncClient`` would otherwise build its own:
+    40-80 ms of CPU on the 2-core validation hosts, taken from the engine being timed
+    when a probe made one per request (``docs/VALIDATION-llamacpp.md``, item 13)."""
+    import certifi  # (httpx's own dependency)
+
+    return ssl.create_default_context(cafile=certifi.where())
+
+
 def new_client() -> httpx.AsyncClient:
     """An HTTP client that opens one connection per request (no keep-alive, no
-    per-operation timeout: :func:`send` bounds the whole request)."""
+    per-operation timeout: :func:`send` bounds the whole request); cheap to make (the TLS
+    context is shared, :func:`shared_tls`)."""
     return httpx.AsyncClient(
+        verify=shared_tls(),
         timeout=httpx.Timeout(None),
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=0),
         headers={"Connection": "close"},

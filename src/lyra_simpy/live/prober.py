@@ -20,6 +20,7 @@ from lyra_simpy.live.client import (
     median_gap_ms,
     new_client,
     send,
+    shared_tls,
 )
 from lyra_simpy.live.vllm_cpu import parse_counters
 from lyra_simpy.live.workload import TokenIds
@@ -113,7 +114,7 @@ class Prober:
         if self.metrics is False:
             return None
         try:
-            async with httpx.AsyncClient(timeout=5.0) as client:
+            async with httpx.AsyncClient(timeout=5.0, verify=shared_tls()) as client:
                 resp = await client.get(self.url + "/metrics")
         except httpx.HTTPError:
             resp = None

@@ -16,6 +16,13 @@ sequences and forward passes (``b4/p1``: four sequences in one pass), each besid
 profile's decode rows of that batch and passes: what the runs' steps took, with no fit
 in between (a fit linear in the batch misses a host whose batch of 2 costs twice a batch
 of 1 and whose batch of 4 does not cost four times).
+
+``--arrivals`` prints, per load, measured / predicted (by ``--fit``) of the decode-only
+steps during which no request was sent and of those during which one was (a request's
+arrival: the client sending it, the server's HTTP threads taking it in, on the cores the
+engine's threads compute on), then of the steps that carry prompt tokens, apart by
+whether they copy a context checkpoint (with checkpoints on, a prompt's last step does,
+its earlier step — where the slot is launched — does not).
 """
 
 from __future__ import annotations
@@ -160,6 +167,42 @@ def point_rows(point: Path, which: str = "probes") -> list[str]:
     return lines
 
 
+def arrival_split(steps: Steps, ratio: np.ndarray) -> dict[str, tuple[float, int]]:
+    """*ratio* (measured / predicted per step of *steps*) by kind of step: ``decode``
+    (no request sent during it), ``decode+arrival`` (one or more sent), ``prompt`` (it
+    carries prompt tokens and copies no checkpoint), ``prompt+checkpoint``; each its
+    median and count (NaN, 0 when there are none)."""
+    prompt = steps.prefill_seqs > 0
+    kinds = {
+        "decode": ~prompt & (steps.arrivals == 0),
+        "decode+arrival": ~prompt & (steps.arrivals > 0),
+        "prompt": prompt & (steps.checkpoints == 0),
+        "prompt+checkpoint": prompt & (steps.checkpoints > 0),
+    }
+    return {
+        k: (float(np.median(ratio[m])) if m.any() else float("nan"), int(m.sum()))
+        for k, m in kinds.items()
+    }
+
+
+def arrival_rows(point: Path, which: str = "probes") -> list[str]:
+    """One line per load of *point*: :func:`arrival_split` of its real runs' steps priced
+    by the fit of its probes or of its runs (*which*)."""
+    fit = load_fit(point / f"fit_{which}.yaml")
+    lines = [f"{point.name} (the fit of its {which}): measured / fit, median (steps)"]
+    for load in LOADS:
+        runs = sorted((point / "real" / load).glob("run*"))
+        if not runs:
+            continue
+        config = load_scenario(point / f"{load}.yaml").scheduler
+        assert isinstance(config, LlamaCppConfig)
+        steps = steps_of_runs(runs, rebuild(config, fit))
+        got = arrival_split(steps, steps.latency_ms / priced(steps, fit))
+        cells = "   ".join(f"{k} {v:.2f} ({n})" if n else f"{k} —" for k, (v, n) in got.items())
+        lines.append(f"  {load:<12} {cells}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("points", nargs="*", help="e.g. kvu_long (default: every stored point)")
@@ -169,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--by-batch", action="store_true",
                         help="the decode-only steps' median by sequences and passes, beside "
                         "the profile's decode rows (no fit)")  # fmt: skip
+    parser.add_argument("--arrivals", action="store_true",
+                        help="decode-only steps with and without a request sent during "
+                        "them, prompt steps with and without a checkpoint, by the fit")  # fmt: skip
     args = parser.parse_args(argv)
     stored = sorted(p.name for p in OUT.glob("*") if (p / "fit_probes.yaml").is_file())
     names = args.points or stored
@@ -176,7 +222,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nothing stored in {OUT}: run validate_cpu.py --matrix first", file=sys.stderr)
         return 2
     for name in names:
-        rows = batch_rows(OUT / name) if args.by_batch else point_rows(OUT / name, args.fit)
+        if args.by_batch:
+            rows = batch_rows(OUT / name)
+        elif args.arrivals:
+            rows = arrival_rows(OUT / name, args.fit)
+        else:
+            rows = point_rows(OUT / name, args.fit)
         print("\n".join(rows))
     return 0
 

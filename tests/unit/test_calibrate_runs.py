@@ -111,6 +111,18 @@ def test_idle_start_drop_leaves_out_steps_begun_on_an_arrival(runs):
     assert (dropped.prefill_seqs + dropped.decode_seqs > 0).all()
 
 
+def test_each_step_counts_the_requests_sent_while_it_ran():
+    # steps end at 20, 40, 60 ms; B is sent at 25 ms (inside the second step: a decode
+    # of A), C at 40 ms (the third step's start counts, its end does not)
+    a = StreamedRequest(0.0, 8, 0, [0.020, 0.040, 0.060], [1, 1, 1])
+    b = StreamedRequest(0.025, 8, 0, [0.060], [1])
+    c = StreamedRequest(0.040, 8, 0, [0.060], [1])
+    steps = rebuild_steps([a, b, c], StepRebuild(gap_ms=5.0))
+    assert steps.decode_seqs.tolist() == [0, 1, 1]
+    assert steps.arrivals.tolist() == [1, 1, 1]  # A in the first; B; C
+    assert steps.prefill_seqs.tolist() == [1, 0, 2]
+
+
 def test_a_request_never_gets_two_tokens_in_one_step():
     # two tokens of one request 0.1 ms apart: two steps, whatever the gap threshold
     req = StreamedRequest(0.0, 10, 0, [0.010, 0.0101], [1, 1])

@@ -4,6 +4,7 @@ sequences and passes, without a fit."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from builders import validation_module
 from lyra_simpy.calibration.steps import Steps
@@ -11,7 +12,7 @@ from lyra_simpy.calibration.steps import Steps
 steps_script = validation_module("llamacpp_steps")
 
 
-def _steps(decode_seqs, prefill_seqs, passes, latency_ms) -> Steps:
+def _steps(decode_seqs, prefill_seqs, passes, latency_ms, arrivals=None, checkpoints=None):
     n = len(latency_ms)
     ints = lambda xs: np.asarray(xs, dtype=np.int64)  # noqa: E731
     zeros = ints([0] * n)
@@ -26,8 +27,9 @@ def _steps(decode_seqs, prefill_seqs, passes, latency_ms) -> Steps:
         prefill_attention_cells=zeros,
         prefill_computed_cells=zeros,
         passes=ints(passes),
-        checkpoints=zeros,
+        checkpoints=zeros if checkpoints is None else ints(checkpoints),
         output_passes=ints(passes),
+        arrivals=zeros if arrivals is None else ints(arrivals),
         run=np.asarray(["r"] * n),
     )
 
@@ -54,3 +56,25 @@ def test_decode_only_steps_are_grouped_by_sequences_and_passes():
     assert got[2, 1] == (28.0, k)
     # a median: the one slow step of two passes does not move it
     assert got[2, 2] == (30.0, k)
+
+
+def test_steps_are_split_by_arrivals_and_checkpoints():
+    # decode-only without an arrival (3), with one (2), a prompt's launch step (2) and
+    # its checkpoint step (1); each kind's median of measured / predicted
+    steps = _steps(
+        decode_seqs=[1, 1, 1, 1, 1, 1, 1, 1],
+        prefill_seqs=[0, 0, 0, 0, 0, 1, 1, 1],
+        passes=[1] * 8,
+        latency_ms=[1.0] * 8,
+        arrivals=[0, 0, 0, 1, 2, 0, 1, 0],
+        checkpoints=[0, 0, 0, 0, 0, 0, 0, 1],
+    )
+    ratio = np.array([1.0, 0.9, 1.1, 1.2, 1.3, 1.4, 1.6, 0.8])
+    got = steps_script.arrival_split(steps, ratio)
+    assert got["decode"] == (pytest.approx(1.0), 3)
+    assert got["decode+arrival"] == (pytest.approx(1.25), 2)
+    assert got["prompt"] == (pytest.approx(1.5), 2)
+    assert got["prompt+checkpoint"] == (pytest.approx(0.8), 1)
+    none = steps_script.arrival_split(_steps([1], [0], [1], [1.0]), np.array([1.0]))
+    assert none["prompt"][1] == 0
+    assert np.isnan(none["prompt"][0])

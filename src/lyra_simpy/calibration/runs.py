@@ -370,6 +370,7 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
     cols: dict[str, list[Any]] = {k: [] for k in COLUMNS}
     prev_end: float | None = None
     dropped = 0
+    arrivals = np.sort([req.arrival_s for req in requests])
     for k in range(n):
         idle = prev_end is None or sent[k] > prev_end
         start = sent[k] if idle or prev_end is None else prev_end
@@ -397,6 +398,9 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
         cols["passes"].append(passes_k)
         cols["checkpoints"].append(checkpoints)
         cols["output_passes"].append(outputs)
+        cols["arrivals"].append(
+            int(np.searchsorted(arrivals, end) - np.searchsorted(arrivals, start))
+        )
         cols["run"].append(run)
     ints = {
         k: np.asarray(cols[k], dtype=np.int64) for k in COLUMNS if k not in ("latency_ms", "run")

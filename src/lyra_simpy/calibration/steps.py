@@ -42,6 +42,10 @@ class Steps:
     """Forward passes in it that computed logits: its decodes' and the passes holding a
     prompt's last token (``StepRebuild.llamacpp``; 1 without it: the step that emitted
     its tokens)."""
+    arrivals: Ints
+    """Requests sent while it ran (their ``arrival_s`` in [its start, its end)): not a
+    cost term, the evidence of what a request's arrival costs the steps it lands in
+    (``validation/llamacpp_steps.py --arrivals``)."""
     run: npt.NDArray[np.str_]
     """The run folder each step came from."""
     dropped: int = 0

@@ -357,7 +357,11 @@ def with_probe_columns(here: Path, flags: list[str]) -> list[str]:
         cell = line.split(",")
         phase, b, i, c, n = (cell[at[k]] for k in at)
         stride = 2 if phase == "decode" and int(n) > 1 else 1  # fragmented_decode_batch
-        value = dict(zip(COUNT_COLUMNS, row_counts(llama, phase, int(b), int(i), int(c), stride),
+        step = cell[head.index("prompt_step")] if "prompt_step" in head else ""
+        if step:  # one step of a mixed probe's prompt (grid.mixed_timing: steps)
+            i = cell[head.index("prompt_tokens")]
+        value = dict(zip(COUNT_COLUMNS, row_counts(llama, phase, int(b), int(i), int(c), stride,
+                                                   int(step) if step else None),
                          strict=True))  # fmt: skip
         have = {k: int(cell[head.index(k)]) for k in kept}
         assert have == {k: value[k] for k in kept}, (line, value)  # the profiler's own rules

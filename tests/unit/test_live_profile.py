@@ -310,3 +310,70 @@ def test_without_a_speed_reference_the_profile_has_no_such_columns(tmp_path: Pat
     assert "raw_latency_ms" not in head
     assert "speed_reference" not in yaml.safe_load(out.with_suffix(".yaml").read_text())
     assert not out.with_suffix(".speed.csv").exists()
+
+
+def test_mixed_rows_are_one_per_step_of_the_prompt(tmp_path: Path) -> None:
+    # with context checkpoints (a sliding-window model) a 16-token prompt runs in two
+    # steps, 12 tokens then 4 with a checkpoint: two mixed rows (DESIGN §4: a row is a
+    # step), each timed by its decoders' gap around it, whose counts add up to the
+    # whole prompt's
+    from lyra_simpy.live.llamacpp_probes import COUNT_COLUMNS, llamacpp_config, row_counts
+
+    grid = GRID.model_copy(
+        update={"sliding_window": True, "mixed_prompt_tokens": [16], "decode_batch": [1]}
+    )
+    out = tmp_path / "p.csv"
+    with StreamServer(ttft_s=0.02, itl_s=0.01) as srv:
+        profile(srv.url, "openai", grid, out, "test box", "-np 4")
+    prof = read_profile(out)
+    mixed = prof.phase == "mixed"
+    assert prof.input_tokens[mixed].tolist() == [12, 4]
+    assert prof.checkpoints is not None
+    assert prof.checkpoints[mixed].tolist() == [0, 1]
+    assert prof.steps is not None
+    assert prof.steps[mixed].tolist() == [1, 1]
+    assert all(8.0 < ms < 60.0 for ms in prof.latency_ms[mixed])  # a step: 10 ms a token
+    lines = [line.split(",") for line in out.read_text().splitlines()]
+    head = lines[0]
+    step_rows = [row for row in lines[1:] if row[0] == "mixed"]
+    assert [(r[head.index("prompt_tokens")], r[head.index("prompt_step")]) for r in step_rows] == [
+        ("16", "0"),
+        ("16", "1"),
+    ]
+    assert all(r[head.index("prompt_step")] == "" for r in lines[1:] if r[0] != "mixed")
+    llama = llamacpp_config("-np 4", grid)
+    assert llama is not None
+    context = int(step_rows[0][3])
+    whole = row_counts(llama, "mixed", 1, 16, context)
+    cols = [head.index(c) for c in COUNT_COLUMNS]
+    summed = [sum(int(r[c]) for r in step_rows) for c in cols]
+    assert summed == list(whole)
+    meta = yaml.safe_load(out.with_suffix(".yaml").read_text())
+    assert meta["timing_source"]["mixed"].startswith("client: each step of the probe's prompt")
+
+
+def test_mixed_timing_prompt_keeps_one_row_per_prompt(tmp_path: Path) -> None:
+    grid = GRID.model_copy(
+        update={"sliding_window": True, "mixed_prompt_tokens": [16], "decode_batch": [1],
+                "mixed_timing": "prompt"}
+    )  # fmt: skip
+    out = tmp_path / "p.csv"
+    with StreamServer(ttft_s=0.02, itl_s=0.01, timings=True) as srv:
+        profile(srv.url, "openai", grid, out, "test box", "-np 4")
+    prof = read_profile(out)
+    mixed = prof.phase == "mixed"
+    assert prof.input_tokens[mixed].tolist() == [16]
+    assert prof.steps is not None
+    assert prof.steps[mixed].tolist() == [2]
+    assert prof.latency_ms[mixed][0] == pytest.approx(20.0, abs=0.5)  # the engine's prompt_ms
+    assert "prompt_step" not in out.read_text().splitlines()[0]
+
+
+def test_mixed_timing_steps_needs_llamacpp(tmp_path: Path) -> None:
+    grid = GRID.model_copy(update={"mixed_timing": "steps"})
+    with (
+        StreamServer(props=False) as srv,
+        pytest.raises(LyraError, match=r"grid.mixed_timing: got 'steps', allowed only for llama"),
+    ):
+        profile(srv.url, "openai", grid, tmp_path / "p.csv")
+    assert not (tmp_path / "p.csv").exists()

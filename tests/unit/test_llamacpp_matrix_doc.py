@@ -94,3 +94,34 @@ def test_stored_profiles_get_the_counts_of_this_version(tmp_path: Path) -> None:
     (tmp_path / "profile.csv").write_text(head + "\nprefill,1,300,0,500.0,2,3,1\n")
     with pytest.raises(AssertionError):
         m.with_probe_columns(tmp_path, flags)
+
+
+def test_stored_profiles_of_prompt_steps_are_recounted_step_by_step(tmp_path: Path) -> None:
+    # grid.mixed_timing: steps — each row one step of its prompt (prompt_tokens,
+    # prompt_step): counted as that step, not as a prompt of its input_tokens
+    from lyra_simpy.live.llamacpp_probes import llamacpp_config, row_counts
+    from lyra_simpy.live.profile_grid import ProfileGrid
+
+    m = MATRIX
+    flags = ["-np", "4", "-c", "4096", "-t", "2"]
+    (tmp_path / "grid.yaml").write_text("sliding_window: true\n")
+    llama = llamacpp_config(" ".join(flags), ProfileGrid(sliding_window=True))
+    assert llama is not None
+    first, last = (row_counts(llama, "mixed", 3, 64, 20, step=j) for j in (0, 1))
+    assert first[2] == 0  # no checkpoint in the prompt's first chunk's step
+    assert last[2] == 1
+    assert last[3] == first[3] + 1  # logits: the decoders' pass, and the prompt's last
+    head = ("phase,batch_size,input_tokens,context_len,latency_ms,steps,passes,checkpoints,"
+            "output_passes,prompt_tokens,prompt_step")  # fmt: skip
+    rows = [
+        f"mixed,3,60,20,80.0,1,{first[1]},0,{first[3]},64,0",
+        f"mixed,3,4,20,50.0,1,{last[1]},1,{last[3]},64,1",
+        "decode,2,0,20,30.0,1,1,0,1,,",
+    ]
+    (tmp_path / "profile.csv").write_text("\n".join([head, *rows]) + "\n")
+    assert m.with_probe_columns(tmp_path, flags) == ["attention_cells", "attention_computed"]
+    lines = (tmp_path / "profile.csv").read_text().splitlines()
+    assert lines[1].endswith(f",64,0,{first[4]},{first[5]}")
+    assert lines[2].endswith(f",64,1,{last[4]},{last[5]}")
+    assert first[4] > 0
+    assert last[4] > 0

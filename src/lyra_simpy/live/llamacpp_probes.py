@@ -7,7 +7,7 @@ and :mod:`~lyra_simpy.policies.ubatch`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lyra_simpy.errors import LyraError
 from lyra_simpy.policies.llamacpp import (
@@ -63,26 +63,41 @@ def probe_passes(
     return pass_counts(segments, outputs, llama.batch_tokens, llama.ubatch_tokens, llama.kv_unified)
 
 
-def prompt_counts(
+class StepCounts(NamedTuple):
+    """What one engine step of a probe runs (:func:`prompt_steps`)."""
+
+    tokens: int
+    """Prompt tokens computed in it."""
+    passes: int
+    checkpoints: int
+    outputs: int
+    """Passes computing logits."""
+    spanned: int
+    """Attention cells its prompt tokens span."""
+    computed: int
+    """(query row, KV cell) pairs of attention computed."""
+
+
+def prompt_steps(
     llama: LlamaCppConfig, prompts: int, prompt: int, decoders: int, context: int
-) -> tuple[int, int, int, int, int, int]:
-    """(steps, passes, checkpoints, passes computing logits, attention cells spanned,
-    attention computed) llama.cpp runs for *prompts* prompts of *prompt* tokens each,
+) -> list[StepCounts]:
+    """The engine steps llama.cpp runs for *prompts* prompts of *prompt* tokens each,
     sent together to slots *decoders*, *decoders* + 1, ..., beside *decoders* sequences
     of *context* tokens in slots 0..decoders−1 that each decode a token a step
     (:mod:`~lyra_simpy.policies.llamacpp`: ``update_slots`` fills a step's ``n_batch``
     in slot order, each prompt's chunk stopping at its checkpoint stops;
-    :func:`~lyra_simpy.policies.llamacpp.step_attention`). Idle slots are taken to
-    hold no cells: with ``-kvu`` the server's default prompt cache clears them when a
-    probe starts (with ``--cache-ram 0`` they keep an earlier probe's, which this does
-    not count)."""
+    :func:`~lyra_simpy.policies.llamacpp.step_attention`), in order. Idle slots are
+    taken to hold no cells: with ``-kvu`` the server's default prompt cache clears them
+    when a probe starts (with ``--cache-ram 0`` they keep an earlier probe's, which this
+    does not count)."""
     stops, nub = llama.checkpoint_stops, llama.ubatch_tokens
     done = [0] * prompts
-    steps = n_passes = checkpoints = n_outputs = spanned = computed = 0
+    out: list[StepCounts] = []
     while min(done) < prompt:
         room = llama.batch_tokens - decoders
         chunks: list[tuple[int, int]] = []  # (tokens before, tokens added) of each prompt
         slots: list[int] = []
+        checkpoints = 0
         for k in range(prompts):
             if room <= 0 or done[k] == prompt:
                 continue
@@ -96,17 +111,38 @@ def prompt_counts(
             (slot, take) for slot, (_, take) in zip(slots, chunks, strict=True)
         ]
         ends = [True] * decoders + [before + take == prompt for before, take in chunks]
-        n, out = probe_passes(llama, segments, ends)
-        n_passes += n
-        n_outputs += out
-        held = decoders * (context + steps) + sum(done)
+        n, logits = probe_passes(llama, segments, ends)
+        held = decoders * (context + len(out)) + sum(done)
         counts = step_attention(llama, decoders, chunks, held)
-        spanned += counts.spanned
-        computed += counts.computed
+        out.append(
+            StepCounts(
+                sum(take for _, take in chunks),
+                n,
+                checkpoints,
+                logits,
+                counts.spanned,
+                counts.computed,
+            )
+        )
         for slot, (_, take) in zip(slots, chunks, strict=True):
             done[slot - decoders] += take
-        steps += 1
-    return steps, n_passes, checkpoints, n_outputs, spanned, computed
+    return out
+
+
+def prompt_counts(
+    llama: LlamaCppConfig, prompts: int, prompt: int, decoders: int, context: int
+) -> tuple[int, int, int, int, int, int]:
+    """(steps, passes, checkpoints, passes computing logits, attention cells spanned,
+    attention computed) over every step of :func:`prompt_steps`."""
+    steps = prompt_steps(llama, prompts, prompt, decoders, context)
+    return (
+        len(steps),
+        sum(s.passes for s in steps),
+        sum(s.checkpoints for s in steps),
+        sum(s.outputs for s in steps),
+        sum(s.spanned for s in steps),
+        sum(s.computed for s in steps),
+    )
 
 
 COUNT_COLUMNS = (
@@ -122,13 +158,22 @@ writes them so)."""
 
 
 def row_counts(
-    llama: LlamaCppConfig, phase: str, batch: int, prompt: int, context: int, stride: int = 1
+    llama: LlamaCppConfig,
+    phase: str,
+    batch: int,
+    prompt: int,
+    context: int,
+    stride: int = 1,
+    step: int | None = None,
 ) -> tuple[int, int, int, int, int, int]:
     """The extra columns of one probe row (:data:`COUNT_COLUMNS`) as the server runs it:
     a ``decode`` row's *batch* decoders in every *stride*-th slot, one step whose every
     pass computes logits; a ``prefill`` row's *batch* prompts of *prompt* tokens sent
     together; a ``mixed`` row's prompt of *prompt* tokens beside *batch* decoders of
-    *context* tokens."""
+    *context* tokens, or with *step* only that step of it (``grid.mixed_timing:
+    steps``)."""
+    if step is not None:
+        return (1, *prompt_steps(llama, 1, prompt, batch, context)[step][1:])
     if phase == "decode":
         segments = [(k * stride, 1) for k in range(batch)]
         n_passes, logits = probe_passes(llama, segments, [True] * batch)

@@ -185,15 +185,19 @@ class Prober:
         mean = lockstep_step_ms(outs, gap)
         return gap, mean, statistics.mean(engine) if engine else float("nan")
 
-    async def mixed(self, b: int, p: int, ctx: int) -> tuple[float, int]:
+    async def mixed(
+        self, b: int, p: int, ctx: int, steps: int = 0
+    ) -> tuple[float, int, list[float]]:
         """A prompt of *p* tokens beside *b* decoders of *ctx* prompt tokens: (its prompt
-        time, the decoders' context when it joined)."""
+        time, the decoders' context when it joined, and with *steps* > 0 the time of each
+        of the last *steps* engine steps up to its first token, in order:
+        :func:`prompt_step_gaps`)."""
         t0 = time.perf_counter()
-        steps = self.grid.decode_steps
+        n_out = self.grid.decode_steps
 
         firsts = [asyncio.Event() for _ in range(b)]
         decoders = [
-            asyncio.create_task(self._send(ctx, steps * 2, t0, e, slot=k))
+            asyncio.create_task(self._send(ctx, n_out * 2, t0, e, slot=k))
             for k, e in enumerate(firsts)
         ]
         # The probe joins once every decoder's prompt is in (then each step is decodes).
@@ -205,4 +209,28 @@ class Prober:
         outs = await asyncio.gather(*decoders)
         probe_at = probe.sent_s
         done_before = [sum(1 for s in o.chunk_s if s <= probe_at) for o in outs]
-        return self._prompt_ms(probe, "mixed", engine_ms), ctx + int(statistics.median(done_before))
+        gaps = prompt_step_gaps(outs, probe.chunk_s[0], steps) if steps else []
+        return (
+            self._prompt_ms(probe, "mixed", engine_ms),
+            ctx + int(statistics.median(done_before)),
+            gaps,
+        )
+
+
+def prompt_step_gaps(decoders: list[Outcome], first_s: float, steps: int) -> list[float]:
+    """The last *steps* engine steps up to a probe's first token (at *first_s*), in order
+    (ms), from its *decoders*' streams: each decoder gets a token every step, the probe's
+    first comes out of the step that ran its prompt's last tokens, so the chunk of each
+    decoder nearest *first_s* ends that step and the gaps before it are the steps
+    before; each step's time is the median over the decoders."""
+    per: list[list[float]] = []
+    for out in decoders:
+        chunks = np.asarray(out.chunk_s)
+        i = int(np.argmin(np.abs(chunks - first_s)))
+        if i < steps:
+            raise LyraError(
+                f"profile: a mixed probe's decoder had {i} steps before the probe's first "
+                f"token, {steps} needed (raise grid.decode_steps)"
+            )
+        per.append((np.diff(chunks[i - steps : i + 1]) * 1000.0).tolist())
+    return [float(statistics.median(col)) for col in zip(*per, strict=True)]

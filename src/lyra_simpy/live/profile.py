@@ -27,7 +27,11 @@ minutes apart and a slow spell of a shared host moves one of them, not all.
   puts the probe's prompt into the same step as the *B* decodes (llama.cpp
   ``update_slots``: sampled tokens of decoding slots first, then prompt tokens up to
   ``n_batch``). Latency: the probe's
-  engine time as for ``prefill``, else its client TTFT.
+  engine time as for ``prefill``, else its client TTFT. Against llama.cpp (by default,
+  ``grid.mixed_timing``) one row per engine step the prompt ran in instead, each timed
+  by the gap its decoders' streams show around that step, its ``input_tokens`` the
+  prompt tokens computed in it (extra columns ``prompt_tokens`` and ``prompt_step``:
+  the whole prompt, and which of its steps).
 
 With ``grid.speed_reference`` a lone decode request is timed before every measurement:
 the metadata gets the typical one (the speed the profile was taken at), every
@@ -102,6 +106,7 @@ from lyra_simpy.live.llamacpp_probes import (
     COUNT_COLUMNS,
     check_slots,
     llamacpp_config,
+    prompt_steps,
     row_counts,
 )
 from lyra_simpy.live.prober import Prober
@@ -205,6 +210,13 @@ def profile(
             "llama.cpp (a server with /props total_slots, and --flags): other engines "
             "do not say when each prompt started"
         )
+    if grid.mixed_timing == "steps" and llama is None:
+        raise LyraError(
+            "grid.mixed_timing: got 'steps', allowed only for llama.cpp (a server with "
+            "/props total_slots, and --flags): how many steps a prompt runs in comes from "
+            "its engine model; use 'prompt' or 'auto'"
+        )
+    by_step = llama is not None and grid.mixed_timing != "prompt"
     together = [b for b in grid.prefill_together if b > 1]
     fragmented = grid.fragmented_decode_batch if llama and not llama.kv_unified else []
     decodes = [(b, 1) for b in grid.decode_batch] + [(b, 2) for b in fragmented]
@@ -224,6 +236,15 @@ def profile(
     got: list[list[tuple[float, float, float, float]]] = [[] for _ in plan]
     """Each row's measurements: (latency, the engine's figure or the mixed context, the
     decode probe's median gap and mean step)."""
+    step_ms: list[list[list[float]]] = [[] for _ in plan]
+    """Each mixed row's measurements, step by step (``by_step``)."""
+
+    def steps_of(b: int, n: int) -> int:
+        """Engine steps a mixed probe's prompt of *n* tokens runs in beside *b* decoders
+        (0: not timed by step)."""
+        assert llama is not None
+        return len(prompt_steps(llama, 1, n, b, 0)) if by_step else 0
+
     beside: list[list[float]] = [[] for _ in plan]
     """Each measurement's speed reference (``grid.speed_reference``), ms."""
 
@@ -246,30 +267,47 @@ def profile(
                     gap, mean, engine = await prober.decode(b, n, arg)
                     got[k].append((mean if grid.decode_step == "mean" else gap, engine, gap, mean))
                 else:
-                    lat, ctx = await prober.mixed(b, n, arg)
+                    lat, ctx, gaps = await prober.mixed(b, n, arg, steps_of(b, n) if llama else 0)
                     got[k].append((lat, float(ctx), nan, nan))
+                    step_ms[k].append(gaps)
 
     asyncio.run(measure())
     speed = _speed_reference(grid, beside) if grid.speed_reference != "off" else None
     raw_rows: list[tuple[float, float]] = []
     """Each row's unscaled latency and speed factor (``grid.speed_reference``)."""
+    row_of: list[tuple[int, int | None]] = []
+    """Each row's plan entry, and for a row of one step of a mixed probe's prompt, which
+    step (``by_step``)."""
     for k, ((phase, b, n, arg), values) in enumerate(zip(plan, got, strict=True)):
-        if speed is not None:
-            factors = [ms / speed["median_ms"] for ms in beside[k]]
-            raw_rows.append((med([v[0] for v in values]), med(factors)))
-            if grid.speed_reference == "scale":
-                # the timings at the typical speed; a mixed row's context stays
-                values = [
-                    (v[0] / f, v[1] if phase == "mixed" else v[1] / f, v[2] / f, v[3] / f)
-                    for v, f in zip(values, factors, strict=True)
-                ]
+        factors = [ms / speed["median_ms"] for ms in beside[k]] if speed is not None else []
+        if grid.speed_reference == "scale":
+            # the timings at the typical speed; a mixed row's context stays
+            values = [
+                (v[0] / f, v[1] if phase == "mixed" else v[1] / f, v[2] / f, v[3] / f)
+                for v, f in zip(values, factors, strict=True)
+            ]
         lat, other, gap, mean = (med([v[j] for v in values]) for j in range(4))
         if phase == "prefill":
             rows.append(("prefill", b, n, 0, lat, nan, nan, nan))
         elif phase == "decode":
             rows.append(("decode", b, 0, n + grid.decode_steps // 2, lat, other, gap, mean))
-        else:
+        elif not (by_step and llama):
             rows.append(("mixed", b, n, int(other), lat, nan, nan, nan))
+        else:  # one row per step of the prompt, each the median of its rounds
+            context = int(other)
+            for j, step in enumerate(prompt_steps(llama, 1, n, b, context)):
+                times = [g[j] for g in step_ms[k]]
+                if speed is not None:
+                    raw_rows.append((med(times), med(factors)))
+                if grid.speed_reference == "scale":
+                    times = [t / f for t, f in zip(times, factors, strict=True)]
+                rows.append(("mixed", b, step.tokens, context, med(times), nan, nan, nan))
+                row_of.append((k, j))
+                counts.append((1, *step[1:]))
+            continue
+        row_of.append((k, None))
+        if speed is not None:
+            raw_rows.append((med([v[0] for v in got[k]]), med(factors)))
         if llama is None:
             continue
         _, _, prompt, context, *_ = rows[-1]
@@ -283,7 +321,10 @@ def profile(
             else "client median inter-chunk gap"
         )
         + " (engine predicted_per_token_ms in engine_ms)",
-        "mixed": prober.timed_by["mixed"] + " of the probe"
+        "mixed": "client: each step of the probe's prompt, the gap its decoders' streams "
+        "show around it"
+        if by_step
+        else prober.timed_by["mixed"] + " of the probe"
         if "mixed" in prober.timed_by
         else "client TTFT of the probe",
     }
@@ -295,6 +336,8 @@ def profile(
         )
         head += "," + ",".join(COUNT_COLUMNS) if counts else ""
         head += ",raw_latency_ms,speed_factor" if raw_rows else ""
+        stepped = any(j is not None for _, j in row_of)
+        head += ",prompt_tokens,prompt_step" if stepped else ""
         lines = [head]
         for k, (ph, b, i, c, lat, eng, gap, mean) in enumerate(rows):
             extra = ",".join("" if v != v else f"{v:.4f}" for v in (eng, gap, mean))
@@ -303,6 +346,9 @@ def profile(
                 line += "," + ",".join(map(str, counts[k]))
             if raw_rows:
                 line += f",{raw_rows[k][0]:.4f},{raw_rows[k][1]:.4f}"
+            if stepped:
+                p, j = row_of[k]
+                line += f",{plan[p][2]},{j}" if j is not None else ",,"
             lines.append(line)
         tmp.write_text("\n".join(lines) + "\n")
 
@@ -324,7 +370,9 @@ def profile(
             lines = ["round,row,phase,batch_size,input_tokens,context_len,reference_ms,latency_ms"]
             for r in range(grid.repeats):
                 for k, (ph, b, i, c, *_) in enumerate(rows):
-                    ref, lat = beside[k][r], got[k][r][0]
+                    p, j = row_of[k]
+                    ref = beside[p][r]
+                    lat = got[p][r][0] if j is None else step_ms[p][r][j]
                     lines.append(f"{r + 1},{k + 1},{ph},{b},{i},{c},{ref:.4f},{lat:.4f}")
             tmp.write_text("\n".join(lines) + "\n")
 

@@ -42,6 +42,21 @@ class ProfileGrid(BaseModel):
     llama.cpp's ``-kvu`` a prompt beside longer decoders spans more cells for the same
     pairs computed: rows at two contexts let the fit tell the mask scan from the
     attention computed, ``docs/VALIDATION-llamacpp.md`` item 10)."""
+    mixed_timing: Literal["auto", "prompt", "steps"] = "auto"
+    """What a mixed row is. ``prompt``: the probe's whole prompt, timed by the engine as
+    a ``prefill`` row is (llama.cpp's ``timings.prompt_ms``), whatever steps it ran in
+    (llama.cpp with context checkpoints: two, the ``steps`` column). ``steps``: one row
+    per engine step the prompt ran in, as DESIGN §4 defines a row, each timed by the gap
+    its decoders' streams show around it (every decoder emits a token each step); its
+    ``input_tokens`` are the prompt tokens computed in that step, and the extra columns
+    ``prompt_tokens`` and ``prompt_step`` say which prompt and which of its steps
+    (llama.cpp only: the engine model says how many steps a prompt runs). The split
+    matters with checkpoints: a prompt's first step (its slot launched, its tokens but
+    the last 4) and its last (4 tokens, a checkpoint copied, logits) cost differently,
+    and a fit of whole-prompt rows cannot tell them apart — on the AMD host of
+    ``docs/VALIDATION-llamacpp.md`` item 13 it priced the first steps of real runs 1.2-1.5x
+    low and the last ones up to 1.2x high. ``auto`` (default): ``steps`` against
+    llama.cpp, ``prompt`` elsewhere."""
     repeats: PositiveInt = 3
     speed_reference: Literal["off", "record", "scale"] = "off"
     """Time the host's speed beside every measurement: before each one, a lone request

@@ -1,0 +1,97 @@
+"""Does step-time noise close the llama.cpp matrix's misses? Each table again, predicted by
+the median of N noise draws instead of one noiseless run.
+
+Most cells the matrix misses are p90s a few per cent low, which a simulator without
+step-time noise could miss by construction: a queue waits longer behind steps that
+vary. This reads what ``validate_cpu.py --matrix`` left in
+``results/validation-llamacpp`` (no server), gives every stored scenario — each table's
+(``LOAD.yaml``, ``LOAD_t2.yaml``, ``LOAD_t3.yaml``) — the step-time noise its fit found
+(``cost.jitter: {sigma: fitted}``, :mod:`lyra_simpy.cost.jitter`; ``--sigma X`` for one
+value everywhere), simulates it under ``--draws`` noise draws
+(:func:`lyra_simpy.live.band.band`) and prints, per point and table, the cells inside the
+target as stored (one noiseless run) and with the draws' median as the prediction, and
+how many real values lie inside the draws' band.
+
+    PYTHONPATH=src python validation/llamacpp_noise.py [--draws 9] [--sigma X] [CFG/REGIME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from llamacpp_matrix import METRICS, OUT, _row
+
+from lyra_simpy.live.band import band, inside
+from lyra_simpy.scenario import load_scenario
+
+TABLES = (("", "loads"), ("_t2", "table2"), ("_t3", "table3"))
+"""Each table's scenario suffix and where the stored matrix keeps its comparisons."""
+
+
+def tables_of(res: dict[str, Any]) -> list[dict[str, list[dict[str, Any]]]]:
+    """A stored point's three tables: load → its comparison rows."""
+    return [
+        {k: v["table"] for k, v in res["loads"].items()},
+        res.get("table2", {}),
+        res.get("table3", {}),
+    ]
+
+
+def score(table: list[dict[str, Any]], got: dict[str, dict[str, Any]]) -> tuple[int, int, int]:
+    """(cells in target as stored, with the draws' median as the prediction, real values
+    inside the draws' band) of one load's *table*, the band *got* per metric."""
+    by = {r["metric"]: r for r in table}
+    stored = moved = within = 0
+    for m in METRICS:
+        row = by[m]
+        stored += _row(row)[1]
+        median = got[m]["median"]
+        moved += _row({**row, "sim": median, "error": median / row["real"] - 1.0})[1]
+        within += bool(inside(row["real"], got[m]))
+    return stored, moved, within
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("points", nargs="*", help="e.g. default/short (default: every one)")
+    ap.add_argument("--draws", type=int, default=9)
+    ap.add_argument("--sigma", type=float, default=None,
+                    help="this sigma everywhere (default: each fit's, sigma: fitted)")  # fmt: skip
+    args = ap.parse_args(argv)
+    stored = OUT / "matrix.json"
+    if not stored.is_file():
+        print(f"{stored}: not there; run validate_cpu.py --matrix first", file=sys.stderr)
+        return 2
+    results = json.loads(stored.read_text())["results"]
+    jitter = {"sigma": "fitted" if args.sigma is None else args.sigma}
+    total = [[0, 0, 0, 0] for _ in TABLES]
+    print(f"cells in target of {len(METRICS)} a load: one noiseless run -> the median of "
+          f"{args.draws} noise draws ({jitter}); real values inside the draws' band")  # fmt: skip
+    for key, res in results.items():
+        if args.points and key not in args.points:
+            continue
+        here = OUT / key.replace("/", "_")
+        line = [f"{key:14s}"]
+        for t, ((suffix, _), tables) in enumerate(zip(TABLES, tables_of(res), strict=True)):
+            cells = [0, 0, 0, 0]
+            for load, table in tables.items():
+                scenario = load_scenario(here / f"{load}{suffix}.yaml")
+                got = band(scenario.with_values({"cost.jitter": jitter}), args.draws, METRICS)
+                for j, v in enumerate((*score(table, got), len(METRICS))):
+                    cells[j] += v
+            total[t] = [a + b for a, b in zip(total[t], cells, strict=True)]
+            line.append(f"T{t + 1} {cells[0]} -> {cells[1]} (band {cells[2]}) of {cells[3]}")
+        print("   ".join(line), flush=True)
+    every = [f"T{t + 1} {a} -> {b} (band {c}) of {n}" for t, (a, b, c, n) in enumerate(total)]
+    print("all            " + "   ".join(every))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

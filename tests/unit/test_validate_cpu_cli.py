@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -110,3 +111,31 @@ def test_the_amd_hosts_whole_gated_matrix_is_stored_apart() -> None:
     assert len(rows) == 6
     totals = [sum(int(r[k].split(" / ")[0]) for r in rows) for k in (2, 4, 6)]
     assert totals == [137, 154, 152]
+
+
+def test_the_amd_hosts_matrix_with_prompt_steps_is_stored_apart() -> None:
+    # docs/VALIDATION-llamacpp.md item 13: the three short points run again with mixed
+    # probe rows one per step (from probes: -np 4 7 -> 29, -np 2 -b 64 8 -> 19, -kvu
+    # 32 -> 34), the other three item 12's
+    stored = ROOT / "docs" / "validation" / "llamacpp-matrix-epyc-steps.json"
+    out = _run("--matrix", "--summary", str(stored))
+    assert out.returncode == 0, out.stderr
+    rows = [line.split(" | ") for line in out.stdout.splitlines()[2:]]
+    short = {r[0].strip("| `"): r[2] for r in rows if r[1] == "short"}
+    assert short["-np 4 -c 4096 -t 2"] == "29 / 35"
+    assert short["-np 2 -c 4096 -t 2 -b 64"] == "19 / 35"
+    assert short["-np 4 -c 4096 -t 2 -kvu"] == "34 / 35"
+    totals = [sum(int(r[k].split(" / ")[0]) for r in rows) for k in (2, 4, 6)]
+    assert totals == [172, 173, 174]
+
+
+def test_a_probes_prompt_steps_add_up_to_the_servers_prompt_time() -> None:
+    # docs/VALIDATION-llamacpp.md item 13 (validation/llamacpp_mixed_steps.py): the two
+    # steps the decoders' streams show for a probe's prompt against the server's own
+    # prompt_ms, every trial; a first step of 64 tokens costs more than its last of 4
+    doc = json.loads((ROOT / "docs" / "validation" / "llamacpp-mixed-steps-epyc.json").read_text())
+    for trials in doc["trials"].values():
+        for t in trials:
+            assert sum(t["steps_ms"]) == pytest.approx(t["prompt_ms"], rel=0.05)
+    assert all(t["steps_ms"][0] > 2 * t["steps_ms"][1] for t in doc["trials"]["64"])
+    assert doc["client_ms"]["own_tls"] > 10 * doc["client_ms"]["shared_tls"]

@@ -114,9 +114,10 @@ def test_the_amd_hosts_whole_gated_matrix_is_stored_apart() -> None:
 
 
 def test_the_amd_hosts_matrix_with_prompt_steps_is_stored_apart() -> None:
-    # docs/VALIDATION-llamacpp.md item 13: the three short points run again with mixed
-    # probe rows one per step (from probes: -np 4 7 -> 29, -np 2 -b 64 8 -> 19, -kvu
-    # 32 -> 34), the other three item 12's
+    # docs/VALIDATION-llamacpp.md item 13: the three short points and -np 4 long run
+    # again with mixed probe rows one per step (from probes: -np 4 short 7 -> 29, -np 2
+    # -b 64 short 8 -> 19, -kvu short 32 -> 34, -np 4 long 29 -> 34), the other two
+    # item 12's
     stored = ROOT / "docs" / "validation" / "llamacpp-matrix-epyc-steps.json"
     out = _run("--matrix", "--summary", str(stored))
     assert out.returncode == 0, out.stderr
@@ -125,8 +126,10 @@ def test_the_amd_hosts_matrix_with_prompt_steps_is_stored_apart() -> None:
     assert short["-np 4 -c 4096 -t 2"] == "29 / 35"
     assert short["-np 2 -c 4096 -t 2 -b 64"] == "19 / 35"
     assert short["-np 4 -c 4096 -t 2 -kvu"] == "34 / 35"
+    long = {r[0].strip("| `"): r[2] for r in rows if r[1] == "long"}
+    assert long["-np 4 -c 4096 -t 2"] == "34 / 35"
     totals = [sum(int(r[k].split(" / ")[0]) for r in rows) for k in (2, 4, 6)]
-    assert totals == [172, 173, 174]
+    assert totals == [177, 177, 180]
 
 
 def test_a_probes_prompt_steps_add_up_to_the_servers_prompt_time() -> None:

@@ -241,9 +241,8 @@ def profile(
 
     def steps_of(b: int, n: int) -> int:
         """Engine steps a mixed probe's prompt of *n* tokens runs in beside *b* decoders
-        (0: not timed by step)."""
-        assert llama is not None
-        return len(prompt_steps(llama, 1, n, b, 0)) if by_step else 0
+        (0: not timed by step; the count does not depend on the decoders' context)."""
+        return len(prompt_steps(llama, 1, n, b, 0)) if by_step and llama else 0
 
     beside: list[list[float]] = [[] for _ in plan]
     """Each measurement's speed reference (``grid.speed_reference``), ms."""
@@ -267,7 +266,7 @@ def profile(
                     gap, mean, engine = await prober.decode(b, n, arg)
                     got[k].append((mean if grid.decode_step == "mean" else gap, engine, gap, mean))
                 else:
-                    lat, ctx, gaps = await prober.mixed(b, n, arg, steps_of(b, n) if llama else 0)
+                    lat, ctx, gaps = await prober.mixed(b, n, arg, steps_of(b, n))
                     got[k].append((lat, float(ctx), nan, nan))
                     step_ms[k].append(gaps)
 

@@ -54,9 +54,9 @@ class ProfileGrid(BaseModel):
     matters with checkpoints: a prompt's first step (its slot launched, its tokens but
     the last 4) and its last (4 tokens, a checkpoint copied, logits) cost differently,
     and a fit of whole-prompt rows cannot tell them apart — on the AMD host of
-    ``docs/VALIDATION-llamacpp.md`` item 13 it priced the first steps of real runs 1.2-1.5x
-    low and the last ones up to 1.2x high. ``auto`` (default): ``steps`` against
-    llama.cpp, ``prompt`` elsewhere."""
+    ``docs/VALIDATION-llamacpp.md`` item 13 the real runs' first prompt steps ran 1.07-1.50x
+    what such a fit priced them at, their checkpoint steps 0.90-1.28x. ``auto``
+    (default): ``steps`` against llama.cpp, ``prompt`` elsewhere."""
     repeats: PositiveInt = 3
     speed_reference: Literal["off", "record", "scale"] = "off"
     """Time the host's speed beside every measurement: before each one, a lone request

@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import llamacpp_matrix as matrix
-from llamacpp_steps import _median, priced, rebuild
+from llamacpp_steps import arrival_split, priced, rebuild
 
 from lyra_simpy.calibration.fitfile import load_fit
 from lyra_simpy.calibration.runs import steps_of_runs
@@ -63,11 +63,12 @@ def one_run(point: Path, load: str, flags: list[str], out: Path) -> str:
     steps = steps_of_runs([out / "run"], rebuild(config, fit))
     ratio = steps.latency_ms / priced(steps, fit)
     prompt = steps.prefill_seqs > 0
-    end = prompt & (steps.checkpoints > 0)
+    split = arrival_split(steps, ratio)
     summary = json.loads(next((out / "run").rglob("summary.json")).read_text())
     return (
         f"decode-only {np.median(ratio[~prompt]):.2f}  with a prompt {np.median(ratio[prompt]):.2f}"
-        f" (its checkpoint step {_median(ratio[end])}, others {_median(ratio[prompt & ~end])})"
+        f" (its checkpoint step {split['prompt+checkpoint'][0]:.2f},"
+        f" others {split['prompt'][0]:.2f})"
         f"  p50 TTFT {summary['median_ttft_ms']:.0f} ms  TPOT {summary['median_tpot_ms']:.1f} ms"
         f"  E2E {summary['median_e2el_ms']:.0f} ms  server RSS {rss:.0f} MiB"
     )

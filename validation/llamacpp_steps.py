@@ -70,18 +70,26 @@ def _median(values: np.ndarray) -> str:
     return f"{np.median(values):.2f}" if len(values) else "—"
 
 
+def run_steps(point: Path, load: str, fit: ProfileFit) -> Steps | None:
+    """The rebuilt steps of *load*'s real runs at *point*, as :func:`rebuild` with *fit*
+    rebuilds them (None: no stored runs)."""
+    runs = sorted((point / "real" / load).glob("run*"))
+    if not runs:
+        return None
+    config = load_scenario(point / f"{load}.yaml").scheduler
+    assert isinstance(config, LlamaCppConfig)
+    return steps_of_runs(runs, rebuild(config, fit))
+
+
 def load_ratios(point: Path, load: str, which: str = "probes") -> dict[str, float] | None:
     """The real runs of *load* at *point*, measured / predicted by the fit of its probes
     or of its runs (*which*): ``decode_p50``, ``decode_mean`` and ``decode_steps`` of the
     decode-only steps, ``prompt_p50`` and ``prompt_steps`` of those that carry prompt
     tokens (None: no stored runs)."""
-    runs = sorted((point / "real" / load).glob("run*"))
-    if not runs:
-        return None
     fit = load_fit(point / f"fit_{which}.yaml")
-    config = load_scenario(point / f"{load}.yaml").scheduler
-    assert isinstance(config, LlamaCppConfig)
-    steps = steps_of_runs(runs, rebuild(config, fit))
+    steps = run_steps(point, load, fit)
+    if steps is None:
+        return None
     ratio = steps.latency_ms / priced(steps, fit)
     prompt = steps.prefill_seqs > 0
     nan = float("nan")
@@ -132,12 +140,10 @@ def batch_rows(point: Path) -> list[str]:
         "  profile      " + "; ".join(f"b{b}/p{p} {ms:.1f}" for (b, p), (ms, _) in probes.items()),
     ]
     for load in LOADS:
-        runs = sorted((point / "real" / load).glob("run*"))
-        if not runs:
+        steps = run_steps(point, load, fit)
+        if steps is None:
             continue
-        config = load_scenario(point / f"{load}.yaml").scheduler
-        assert isinstance(config, LlamaCppConfig)
-        got = decode_by_batch(steps_of_runs(runs, rebuild(config, fit)))
+        got = decode_by_batch(steps)
         cells = "; ".join(f"b{b}/p{p} {ms:.1f} ({n})" for (b, p), (ms, n) in got.items())
         lines.append(f"  {load:<12} {cells}")
     return lines
@@ -191,12 +197,9 @@ def arrival_rows(point: Path, which: str = "probes") -> list[str]:
     fit = load_fit(point / f"fit_{which}.yaml")
     lines = [f"{point.name} (the fit of its {which}): measured / fit, median (steps)"]
     for load in LOADS:
-        runs = sorted((point / "real" / load).glob("run*"))
-        if not runs:
+        steps = run_steps(point, load, fit)
+        if steps is None:
             continue
-        config = load_scenario(point / f"{load}.yaml").scheduler
-        assert isinstance(config, LlamaCppConfig)
-        steps = steps_of_runs(runs, rebuild(config, fit))
         got = arrival_split(steps, steps.latency_ms / priced(steps, fit))
         cells = "   ".join(f"{k} {v:.2f} ({n})" if n else f"{k} —" for k, (v, n) in got.items())
         lines.append(f"  {load:<12} {cells}")

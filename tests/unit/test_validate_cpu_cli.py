@@ -142,3 +142,22 @@ def test_a_probes_prompt_steps_add_up_to_the_servers_prompt_time() -> None:
             assert sum(t["steps_ms"]) == pytest.approx(t["prompt_ms"], rel=0.05)
     assert all(t["steps_ms"][0] > 2 * t["steps_ms"][1] for t in doc["trials"]["64"])
     assert doc["client_ms"]["own_tls"] > 10 * doc["client_ms"]["shared_tls"]
+
+
+def test_the_arrival_split_of_item_12s_runs_is_stored() -> None:
+    # docs/VALIDATION-llamacpp.md item 13 and the README ("7-50 % low"): the first prompt
+    # steps of item 12's runs against its probe fits, by point (llamacpp_steps.py
+    # --arrivals before the points were run again)
+    text = (ROOT / "docs" / "validation" / "llamacpp-arrivals-epyc-item12.txt").read_text()
+    first: dict[str, list[float]] = {}
+    point = ""
+    for line in text.splitlines():
+        if not line.startswith("  "):
+            point = line.split()[0]
+            continue
+        cells = line.split("   ")
+        prompt = next(c for c in cells if c.strip().startswith("prompt "))
+        first.setdefault(point, []).append(float(prompt.split()[1]))
+    assert (min(first["default_short"]), max(first["default_short"])) == (1.20, 1.31)
+    assert (min(first["np2_b64_short"]), max(first["np2_b64_short"])) == (1.36, 1.50)
+    assert (min(first["kvu_short"]), max(first["kvu_short"])) == (1.07, 1.16)

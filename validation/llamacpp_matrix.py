@@ -569,15 +569,25 @@ def _machine(x: dict[str, Any]) -> str:
     return text
 
 
+def in_order(results: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The stored points in the matrix's order (:data:`CONFIGS` × :data:`REGIMES`), not the
+    order they were run in; a point of neither comes last."""
+    order = [f"{c}/{r}" for c in CONFIGS for r in REGIMES]
+    return sorted(results.items(), key=lambda kv: ([*order, kv[0]]).index(kv[0]))
+
+
 def summary(results: dict[str, Any]) -> list[str]:
     """One row per configuration and length regime: for each table, the cells inside the
     target (of loads × :data:`METRICS`) and the median |error| of the p50s and of
-    throughput (the README's fidelity table)."""
+    throughput (the README's fidelity table); last, the real runs' median decode-only step
+    over Table 1's fit, lowest and highest over the loads (:func:`_steps`): a miss
+    with the steps themselves off is in the cost, or the host, not the scheduling."""
     rows = ["| server flags | requests | Table 1 (probes): cells in target | median p50 "
             "error | Table 2 (one load run): cells in target | median p50 error | Table 3 "
-            "(probes and one load run): cells in target | median p50 error |",
-            "|---|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
-    for key, res in results.items():
+            "(probes and one load run): cells in target | median p50 error | real decode "
+            "steps ÷ Table 1's fit |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for key, res in in_order(results):
         cells = [f"`{' '.join(res['flags'])}`", key.split("/")[1]]
         for tables in ({k: v["table"] for k, v in res["loads"].items()}, res["table2"],
                        res.get("table3", {})):  # fmt: skip
@@ -593,6 +603,9 @@ def summary(results: dict[str, Any]) -> list[str]:
                     total += 1
                 p50 += [abs(by[m]["error"]) for m in METRICS if m.startswith("median")]
             cells += [f"{ok} / {total}", f"{100 * float(np.median(p50)):.0f} %"]
+        ratios = [v["steps_vs_fit"]["decode_p50"] for v in res["loads"].values()
+                  if v.get("steps_vs_fit")]  # fmt: skip
+        cells.append(f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else "—")
         rows.append("| " + " | ".join(cells) + " |")
     return rows
 
@@ -605,10 +618,18 @@ def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any]) -> 
     lines = [START, "", "## The tables", ""]
     lines += [*summary(results), ""]
     lines.append(
-        f"Machine: {facts.get('cpu')} ({facts.get('cores')} cores), shared; load average "
-        f"(1/5/15 min) {facts.get('load_start')} at the start, {facts.get('load_end')} at the "
-        f"end; {facts.get('repeats')} real runs per point; wall time {facts.get('wall_min')} "
-        f"min{'; **quick mode**' if facts.get('quick') else ''}. Each cell: simulator error "
+        f"Machine: {facts.get('cpu')} ({facts.get('cores')} cores), shared; "
+        + (
+            f"load average (1/5/15 min) {facts['load_start']} at the start, "
+            f"{facts.get('load_end')} at the end; "
+            if facts.get("load_start")
+            else ""
+        )
+        + f"{facts.get('repeats')} real runs per point"
+        + (f"; wall time {facts['wall_min']} min" if facts.get("wall_min") else "")
+        + f"{'; **quick mode**' if facts.get('quick') else ''}"
+        + (f". {facts['note']}" if facts.get("note") else "")
+        + ". Each cell: simulator error "
         "against the median real run (the real runs' own ± spread); ✗ = outside the target "
         "(throughput 5 %; p50 10 % or the spread, whichever is wider; p90 the spread)."
         + (
@@ -631,7 +652,7 @@ def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any]) -> 
     head = ("| load | " + " | ".join(METRICS) + " | real steps / the table's fit: decode p50 · "
             "mean, with a prompt p50 | load avg before→after (step) |")  # fmt: skip
     sep = "|" + "---|" * (len(METRICS) + 3)
-    for key, res in results.items():
+    for key, res in in_order(results):
         cfg, reg = key.split("/")
         flags = " ".join(res["flags"])
         for title, tables, ratios in (

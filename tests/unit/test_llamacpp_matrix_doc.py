@@ -48,7 +48,8 @@ def test_the_document_is_written_from_the_numbers(tmp_path: Path, monkeypatch: A
     assert text.endswith("reading after\n")
     assert "old tables" not in text
     # the summary: Table 1 misses throughput (11.3 % > 5 %), Table 2 has all 7, Table 3 none
-    assert "| `-np 4 -kvu` | long | 6 / 7 | 11 % | 7 / 7 | 0 % | 0 / 7 | 20 % |" in text
+    # and last the real decode steps over Table 1's fit, lowest-highest over the loads
+    assert "| `-np 4 -kvu` | long | 6 / 7 | 11 % | 7 / 7 | 0 % | 0 / 7 | 20 % | 1.04–1.04 |" in text
     # each table's row: its cells, then the evidence of its real steps by its fit
     assert "| closed_8 | +11.3 % (±14 %) ✗ | +11.3 % (±14 %) |" in text
     assert "| 1.04 · 1.06, 1.13 | 1.0→1.5 (28·— ms) |" in text
@@ -63,6 +64,34 @@ def test_the_document_is_written_from_the_numbers(tmp_path: Path, monkeypatch: A
         "72 at +0.0 ms; 0.1-0.3 s 0; 0.3-1 s 36 at +19.3 ms." in text
     )
     assert json.loads((tmp_path / "m.json").read_text())["results"]["kvu/long"] == res
+
+
+def test_the_summary_lists_points_in_the_matrix_order_whatever_order_they_ran() -> None:
+    # points run again with --only are stored after the others; the summary (the README's
+    # table) keeps the matrix's order, and gives each point's range of real decode steps
+    # over its probe fit, or a dash for a point stored without them
+    m = MATRIX
+
+    def res(flags: list[str], ratios: list[float] | None) -> dict[str, Any]:
+        loads = {f"load{i}": {"table": _table(0.0, 0.1), "machine": [],
+                              **({"steps_vs_fit": {"decode_p50": r}} if ratios else {})}
+                 for i, r in enumerate(ratios or [1.0, 1.0])}  # fmt: skip
+        return {"flags": flags, "loads": loads, "table2": {}}
+
+    results = {"np2_b64/long": res(["-np", "2"], [1.23, 0.96, 1.1]),
+               "default/short": res(["-np", "4"], None),
+               "default/long": res(["-np", "4"], [0.9, 1.0])}  # fmt: skip
+    rows = m.summary(results)[2:]
+    assert [r.split(" | ")[1] for r in rows] == ["short", "long", "long"]
+    assert rows[0].endswith("| — |")
+    assert rows[1].endswith("| 0.90–1.00 |")
+    assert rows[2].startswith("| `-np 2` |")
+    assert rows[2].endswith("| 0.96–1.23 |")
+    assert [k for k, _ in m.in_order({"odd/x": 1, "kvu/short": 2, "default/long": 3})] == [
+        "default/long",
+        "kvu/short",
+        "odd/x",
+    ]
 
 
 def test_stored_profiles_get_the_counts_of_this_version(tmp_path: Path) -> None:

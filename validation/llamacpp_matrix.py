@@ -35,6 +35,7 @@ tables into ``docs/VALIDATION-llamacpp.md`` between markers.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shlex
@@ -135,6 +136,9 @@ def scenario(name: str, flags: list[str], regime: dict[str, Any], quick: bool, f
     }
 
 
+GATE_AFTER = 0
+"""Times a real run is taken again when the speed probe right after it is outside the gate
+(``--gate-after N``; :func:`speed_gate.gated_run`); 0: the gate holds before a run only."""
 SPEED_REFERENCE: str | None = None
 """``--speed-reference MODE``: a lone decode timed beside every profile measurement
 (``grid.speed_reference``: ``record``, or ``scale`` to price each measurement against
@@ -205,6 +209,11 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
         def probe() -> float | None:
             return speed_probe(srv.url)
 
+        def replay(scenario_file: Path, folder: Path) -> None:
+            run("replay", str(scenario_file), "--endpoint", srv.url, "--out", str(folder),
+                "--timeout-s", "300", "--time-limit-s", "1200", "--extra-body", EXTRA_BODY,
+                log=log)  # fmt: skip
+
         out["gate"] = speed_gate.profile_at_floor(
             probe, take, "validate-cpu --matrix", check="probe",
             tries=1 if SPEED_REFERENCE else speed_gate.PROFILE_TRIES,
@@ -232,15 +241,11 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
             run("run", str(path), "--out", str(here / "sim"), "--no-figures", log=log)
             runs, loads = real_runs(here, load, REPEATS), []
             for real in runs:
-                gate = speed_gate.wait_for_speed(probe, ref_ms, "validate-cpu --matrix")
                 before = load_average()
-                t0 = time.time()
-                run("replay", str(path), "--endpoint", srv.url, "--out", real,
-                    "--timeout-s", "300", "--time-limit-s", "1200", "--extra-body",
-                    EXTRA_BODY, log=log)  # fmt: skip
-                loads.append({"before": before, "after": load_average(),
-                              "wall_s": round(time.time() - t0, 1), "step_before": gate[-1],
-                              "gate_probes": len(gate), "step_after": probe()})  # fmt: skip
+                got = speed_gate.gated_run(probe, ref_ms, functools.partial(replay, path),
+                                           Path(real), "validate-cpu --matrix",
+                                           GATE_AFTER)  # fmt: skip
+                loads.append({"before": before, "after": load_average(), **got})
             table = here / f"{load}_compare.json"
             run("compare", str(_sim(here / "sim" / load)), *runs, "--json", str(table), log=log)
             out["loads"][load] = {"table": json.loads(table.read_text()), "machine": loads,
@@ -445,6 +450,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="profile with a speed reference beside each measurement "
                         "(scale: each priced against it) and gate the runs on its typical "
                         "step (kept per point)")  # fmt: skip
+    parser.add_argument("--gate-after", type=int, default=0, metavar="N",
+                        help="also hold the gate after each real run: one read outside it "
+                        "is set aside (kept as out-of-band-RUN-K) and taken again, at most N "
+                        "times (default 0: the gate holds before a run only)")  # fmt: skip
     parser.add_argument("--spells", action="store_true",
                         help="Table 2 with the slow spells its fit found (an ablation: "
                         "the document then shows it so; run again without it)")  # fmt: skip
@@ -452,8 +461,11 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.gate < 1:
         raise SystemExit(f"--gate: got {args.gate}, must be a fraction between 0 and 1")
     speed_gate.GATE = args.gate  # (read by speed_gate.within at each probe)
-    global SPEED_REFERENCE
+    if args.gate_after < 0:
+        raise SystemExit(f"--gate-after: got {args.gate_after}, must be 0 or more")
+    global SPEED_REFERENCE, GATE_AFTER
     SPEED_REFERENCE = args.speed_reference
+    GATE_AFTER = args.gate_after
     if args.summary is not None:
         print("\n".join(summary(json.loads(args.summary.read_text())["results"])))
         return 0

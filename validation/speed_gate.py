@@ -66,6 +66,36 @@ def wait_for_speed(probe: Probe, ref_ms: float | None, name: str) -> list[float 
         time.sleep(GATE_PAUSE_S)
 
 
+def gated_run(probe: Probe, ref_ms: float | None, replay: Callable[[Path], None], folder: Path,
+              name: str, redo: int = 0) -> dict[str, object]:  # fmt: skip
+    """One real run into *folder* (``replay(folder)``), started once :func:`wait_for_speed`
+    lets it, and the probe read again right after it. With *redo* > 0 the gate holds at both
+    ends: a run whose reading afterwards is outside :data:`GATE` is moved aside (to
+    ``out-of-band-RUN-K`` beside it, kept; no ``run*`` glob takes it) and taken again, at
+    most *redo* times; the last one stays whatever it read. The host's speed can change
+    during a run, which a gate before it alone cannot see (``docs/VALIDATION-llamacpp.md``
+    item 14). Returns the record the matrices keep per run: ``step_before`` (the gate's
+    last reading), ``gate_probes``, ``step_after``, ``wall_s``, and with *redo*
+    ``out_of_band`` (the readings after each run set aside)."""
+    set_aside: list[float | None] = []
+    while True:
+        gate = wait_for_speed(probe, ref_ms, name)
+        t0 = time.time()
+        replay(folder)
+        wall = round(time.time() - t0, 1)
+        after = probe()
+        if within(after, ref_ms) or len(set_aside) >= redo:
+            record: dict[str, object] = {"step_before": gate[-1], "gate_probes": len(gate),
+                                         "step_after": after, "wall_s": wall}  # fmt: skip
+            if redo:
+                record["out_of_band"] = set_aside
+            return record
+        set_aside.append(after)
+        folder.rename(folder.with_name(f"out-of-band-{folder.name}-{len(set_aside)}"))
+        print(f"{name}: batch-1 step {after} ms after the run, profiled {ref_ms} ms: "
+              "set aside, taking it again", flush=True)  # fmt: skip
+
+
 def floor_of(probe: Probe) -> tuple[float | None, list[float | None]]:
     """The host's quickest batch-1 step: the fastest of :data:`FLOOR_PROBES` probes 5 s
     apart, and every probe."""

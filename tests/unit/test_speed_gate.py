@@ -112,3 +112,56 @@ def test_the_matrix_grid_asks_for_the_reference_only_when_told(
     grid = ProfileGrid.model_validate(matrix.grid(flags, regime))
     assert grid.speed_reference == "record"
     assert grid.speed_reference_context == 32  # the gate's lone request
+
+
+def test_a_run_the_host_slowed_under_is_set_aside_and_taken_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # --gate-after: the probe before each try is in the gate (20 vs 20 ms); after the first
+    # try it reads 24 (20 % off the 5 % gate), after the second 20.5: the first run's
+    # folder is kept aside under a name no run* glob takes, the second stays
+    gate = _gate()
+    monkeypatch.setattr(gate, "GATE", 0.05)
+    monkeypatch.setattr(gate.time, "sleep", lambda s: None)
+    readings = iter([20.0, 24.0, 20.0, 20.5])
+    tries: list[str] = []
+
+    def replay(folder: Path) -> None:
+        folder.mkdir()
+        (folder / "try").write_text(str(len(tries)))
+        tries.append(folder.name)
+
+    run = tmp_path / "run1"
+    got = gate.gated_run(lambda: next(readings), 20.0, replay, run, "t", redo=2)
+    assert tries == ["run1", "run1"]
+    assert (run / "try").read_text() == "1"
+    assert (tmp_path / "out-of-band-run1-1" / "try").read_text() == "0"
+    assert sorted(p.name for p in tmp_path.glob("run*")) == ["run1"]
+    assert got["step_before"] == 20.0
+    assert got["step_after"] == 20.5
+    assert got["gate_probes"] == 1
+    assert got["out_of_band"] == [24.0]
+
+
+def test_the_last_try_stays_whatever_it_read_and_without_redo_nothing_is_set_aside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = _gate()
+    monkeypatch.setattr(gate, "GATE", 0.05)
+    monkeypatch.setattr(gate.time, "sleep", lambda s: None)
+    made: list[Path] = []
+
+    def replay(folder: Path) -> None:
+        folder.mkdir()
+        made.append(folder)
+
+    readings = iter([20.0, 30.0, 20.0, 31.0])  # both tries read slow after: 1 redo, kept
+    got = gate.gated_run(lambda: next(readings), 20.0, replay, tmp_path / "a", "t", redo=1)
+    assert got["step_after"] == 31.0
+    assert got["out_of_band"] == [30.0]
+    assert (tmp_path / "a").is_dir()
+    readings = iter([20.0, 30.0])  # the gate before a run only (the matrices' default)
+    got = gate.gated_run(lambda: next(readings), 20.0, replay, tmp_path / "b", "t")
+    assert got == {"step_before": 20.0, "gate_probes": 1, "step_after": 30.0,
+                   "wall_s": got["wall_s"]}  # fmt: skip
+    assert len(made) == 3

@@ -10,7 +10,7 @@ and this tries each on a fresh server per configuration, nothing else running:
 - *queued*: the running requests' decode step (median chunk gap while all of them
   decode; 32-token prompts, 64 outputs, one per slot) alone, then with 2 and with 6
   more requests sent at the same time and waiting in the server's queue;
-- *after*: the speed gate's lone request (:func:`speed_gate.lone_decode_step`) 3 times,
+- *after*: the speed gate's lone request (:func:`llamacpp_sustained.step`) 3 times,
   then ``BURST_S`` of ``BURST_CLIENTS`` closed-loop clients sending prompts of 200–400
   tokens for 100 outputs (the long regime's shape), then the lone request 6 times at
   once and 3 more after ``LATER_S`` idle.
@@ -39,8 +39,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import speed_gate
 from llamacpp_mixed_steps import one
+from llamacpp_sustained import step
 
 from lyra_simpy.live import llamacpp
 from lyra_simpy.live.client import Outcome
@@ -83,7 +83,9 @@ async def burst(url: str, rng: np.random.Generator) -> None:
 
 
 def lone(url: str, n: int) -> list[float]:
-    steps = [speed_gate.lone_decode_step(url, {"cache_prompt": False}, 64) for _ in range(n)]
+    """*n* readings of :func:`llamacpp_sustained.step` (the speed gate's lone request with
+    64 outputs), rounded; failed ones left out."""
+    steps = [step(url) for _ in range(n)]
     return [round(s, 1) for s in steps if s is not None]
 
 

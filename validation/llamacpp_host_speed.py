@@ -10,7 +10,8 @@ host's quickest when the profile was taken), and the real runs' decode-only step
 probe fit (``steps_vs_fit.decode_mean``: `validation/llamacpp_steps.py`'s measure). It
 prints both per load and their correlation over all loads: when the host's own speed
 explains the real steps' excess, the two move together and the model is not what is
-off.
+off. A last column gives the readings right after the runs alone (median, over the same
+step), which the gate does not hold unless ``--gate-after``.
 """
 
 from __future__ import annotations
@@ -50,17 +51,34 @@ def pairs(matrix: dict[str, Any]) -> list[tuple[str, str, float, float]]:
     return out
 
 
+def afters(matrix: dict[str, Any]) -> dict[tuple[str, str], float]:
+    """(point, load) → the gate's median reading right *after* the load's runs over the run
+    reference: a host (or server) that slowed under a run reads slow here though the gate
+    let the run start in band (``docs/VALIDATION-llamacpp.md`` item 14)."""
+    out = {}
+    for key, res in matrix["results"].items():
+        ref = (res.get("gate") or {}).get("run_ref_ms")
+        for load, got in res["loads"].items():
+            after = [m["step_after"] for m in got.get("machine", []) if m.get("step_after")]
+            if ref and after:
+                out[key, load] = float(np.median(after)) / ref
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     path = Path(args[0]) if args else (STORED if STORED.is_file() else PUBLISHED)
-    rows = pairs(json.loads(path.read_text()))
+    matrix = json.loads(path.read_text())
+    rows, after = pairs(matrix), afters(matrix)
     if not rows:
         print(f"{path}: no load with both the gate's readings and the steps' ratio")
         return 1
     print(path)
-    print(f"{'point':16s} {'load':12s} {'host / gated':>12s} {'steps / fit':>11s}")
+    print(f"{'point':16s} {'load':12s} {'host / gated':>12s} {'steps / fit':>11s} "
+          f"{'after / gated':>13s}")  # fmt: skip
     for key, load, host, steps in rows:
-        print(f"{key:16s} {load:12s} {host:12.3f} {steps:11.3f}")
+        print(f"{key:16s} {load:12s} {host:12.3f} {steps:11.3f} "
+              f"{after.get((key, load), float('nan')):13.2f}")  # fmt: skip
     host = np.array([r[2] for r in rows])
     steps = np.array([r[3] for r in rows])
     corr = float(np.corrcoef(host, steps)[0, 1]) if len(rows) > 2 else float("nan")

@@ -585,7 +585,9 @@ def in_order(results: dict[str, Any]) -> list[tuple[str, Any]]:
     """The stored points in the matrix's order (:data:`CONFIGS` × :data:`REGIMES`), not the
     order they were run in; a point of neither comes last."""
     order = [f"{c}/{r}" for c in CONFIGS for r in REGIMES]
-    return sorted(results.items(), key=lambda kv: ([*order, kv[0]]).index(kv[0]))
+    return sorted(
+        results.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)
+    )
 
 
 def summary(results: dict[str, Any]) -> list[str]:

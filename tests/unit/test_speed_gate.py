@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -114,26 +115,35 @@ def test_the_matrix_grid_asks_for_the_reference_only_when_told(
     assert grid.speed_reference_context == 32  # the gate's lone request
 
 
+def _gate_at_both_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[Any, list[Path], Callable[[Path], None]]:
+    """The gate at 5 %, no sleeping, and a replay that makes its folder, writes which try
+    it was into it (``try``: 0, 1, ...) and records each folder it made."""
+    gate = _gate()
+    monkeypatch.setattr(gate, "GATE", 0.05)
+    monkeypatch.setattr(gate.time, "sleep", lambda s: None)
+    made: list[Path] = []
+
+    def replay(folder: Path) -> None:
+        folder.mkdir()
+        (folder / "try").write_text(str(len(made)))
+        made.append(folder)
+
+    return gate, made, replay
+
+
 def test_a_run_the_host_slowed_under_is_set_aside_and_taken_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # --gate-after: the probe before each try is in the gate (20 vs 20 ms); after the first
     # try it reads 24 (20 % off the 5 % gate), after the second 20.5: the first run's
     # folder is kept aside under a name no run* glob takes, the second stays
-    gate = _gate()
-    monkeypatch.setattr(gate, "GATE", 0.05)
-    monkeypatch.setattr(gate.time, "sleep", lambda s: None)
+    gate, made, replay = _gate_at_both_ends(monkeypatch)
     readings = iter([20.0, 24.0, 20.0, 20.5])
-    tries: list[str] = []
-
-    def replay(folder: Path) -> None:
-        folder.mkdir()
-        (folder / "try").write_text(str(len(tries)))
-        tries.append(folder.name)
-
     run = tmp_path / "run1"
     got = gate.gated_run(lambda: next(readings), 20.0, replay, run, "t", redo=2)
-    assert tries == ["run1", "run1"]
+    assert [m.name for m in made] == ["run1", "run1"]
     assert (run / "try").read_text() == "1"
     assert (tmp_path / "out-of-band-run1-1" / "try").read_text() == "0"
     assert sorted(p.name for p in tmp_path.glob("run*")) == ["run1"]
@@ -146,15 +156,7 @@ def test_a_run_the_host_slowed_under_is_set_aside_and_taken_again(
 def test_the_last_try_stays_whatever_it_read_and_without_redo_nothing_is_set_aside(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    gate = _gate()
-    monkeypatch.setattr(gate, "GATE", 0.05)
-    monkeypatch.setattr(gate.time, "sleep", lambda s: None)
-    made: list[Path] = []
-
-    def replay(folder: Path) -> None:
-        folder.mkdir()
-        made.append(folder)
-
+    gate, made, replay = _gate_at_both_ends(monkeypatch)
     readings = iter([20.0, 30.0, 20.0, 31.0])  # both tries read slow after: 1 redo, kept
     got = gate.gated_run(lambda: next(readings), 20.0, replay, tmp_path / "a", "t", redo=1)
     assert got["step_after"] == 31.0

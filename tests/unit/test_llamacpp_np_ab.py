@@ -1,0 +1,78 @@
+"""validation/llamacpp_np_ab.py: two-sequence decode at ``-np 2`` and ``-np 4`` on the same
+minutes, and the figures docs/VALIDATION-llamacpp.md item 15 and the README quote from its
+stored runs (issue 12)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from builders import validation_module
+
+np_ab = validation_module("llamacpp_np_ab")
+ROOT = Path(__file__).resolve().parents[2]
+STORED = ROOT / "docs" / "validation"
+
+
+def _run(r: int, arm: str, step: float, before: float = 17.0, after: float = 17.0) -> dict:
+    return {"round": r, "arm": arm, "step_ms": step, "lone_before_ms": before,
+            "lone_after_ms": after}  # fmt: skip
+
+
+def test_each_arm_is_its_median_over_np4s() -> None:
+    found = [_run(1, "np2", 33.0), _run(1, "np4", 30.0, 16.0, 18.0),
+             _run(2, "np2", 36.0), _run(2, "np4", 32.0), _run(3, "np2", 30.0),
+             _run(3, "np4", 31.0)]  # fmt: skip
+    rows = {r[0]: r for r in np_ab.table(found, ["np2", "np4"])}
+    assert rows["np2"][1:4] == ([33.0, 36.0, 30.0], 33.0, pytest.approx(33.0 / 31.0))
+    assert rows["np4"][3] == 1.0
+    assert rows["np4"][4].startswith("16.0->18.0, ")
+    # without an np4 arm there is nothing to divide by
+    assert np_ab.table(found[:1], ["np2"])[0][3] is None
+
+
+def test_two_over_one_pairs_each_context() -> None:
+    rows = [{"round": 1, "arm": "np4", "b1_c208": 16.0, "b1_c408": 17.0, "b2_c208": 32.0,
+             "b2_c408": 37.4}]  # fmt: skip
+    assert np_ab.two_over_one(rows) == {"np4": [2.0, 2.2]}
+
+
+def test_minus_np_2_decodes_two_sequences_as_minus_np_4_does() -> None:
+    # item 15: same minutes, rotating order; within 4 % of -np 4, a queue changes nothing
+    runs = json.loads((STORED / "llamacpp-np-ab-epyc.json").read_text())["runs"]
+    assert len(runs) == 12
+    rows = {r[0]: r for r in np_ab.table(runs, list(np_ab.ARMS))}
+    assert {k: round(r[2], 2) for k, r in rows.items()} == {
+        "np2_b64": 33.44, "np2_b64_q2": 32.48, "np2": 32.72, "np4": 32.23}  # fmt: skip
+    assert all(1.0 <= r[3] < 1.04 for r in rows.values())
+    # the lone request after each arm: 0.88-1.11 x before, no arm slower after
+    ratios = [g["lone_after_ms"] / g["lone_before_ms"] for g in runs]
+    assert min(ratios) > 0.87
+    assert max(ratios) < 1.12
+    # with -b 64 the server's own per-token time averages in the chunked prompts
+    b64 = [g["server_per_token_ms"] for g in runs if g["arm"].startswith("np2_b64")]
+    other = [g["server_per_token_ms"] for g in runs if not g["arm"].startswith("np2_b64")]
+    assert min(b64) > max(other)
+
+
+def test_the_profiles_two_sequence_probes_move_with_the_host() -> None:
+    rows = json.loads((STORED / "llamacpp-np-ab-probes-epyc.json").read_text())["probes"]
+    ratios = np_ab.two_over_one(rows)
+    assert set(ratios) == {"np2_b64", "np4"}
+    every = [x for v in ratios.values() for x in v]
+    assert (min(every), max(every)) == (1.92, 2.75)
+
+
+def test_the_np2_b64_long_profile_is_the_outlier() -> None:
+    # item 15: two over one sequence in each published profile (llamacpp_steps.py
+    # --by-batch): 1.67 at -np 2 -b 64 long, 1.74 and up elsewhere
+    text = (STORED / "llamacpp-by-batch-epyc.txt").read_text()
+    found = re.findall(r"^(\w+): decode-only.*\n  profile\s+b1/p1 ([\d.]+); b2/p1 ([\d.]+)",
+                       text, re.M)  # fmt: skip
+    ratio = {name: float(b2) / float(b1) for name, b1, b2 in found}
+    assert len(ratio) == 6
+    assert round(ratio.pop("np2_b64_long"), 2) == 1.67
+    assert min(ratio.values()) > 1.73

@@ -100,3 +100,11 @@ def test_lab02_queueing_cells_inside_the_seed_band(label: str, metric: str) -> N
     simulator's values over 20 seeds (a 5-95 % band)."""
     values = seed_band()[label, metric]
     assert values[1] <= fit.TARGETS[label, metric] <= values[-2], (values[1], values[-2])
+
+
+def test_seeds_within_tolerance_counts_the_cells_a_single_run_would_pass():
+    # lab02_fit.py's last column: 35 and 39 are within 10 % of 36, 40 and 30 are not
+    assert fit.within_tolerance("goodput_token_throughput", 36, [35, 39, 40, 30]) == 2
+    # p99 TTFT's tolerance is 20 %; a 0 target is met up to 0.5
+    assert fit.within_tolerance("p99_ttft_ms", 1669, [1336, 1335]) == 1
+    assert fit.within_tolerance("goodput_token_throughput", 0, [0.0, 0.49, 0.51]) == 2

@@ -50,16 +50,17 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from llamacpp_after_load import ANY_SLOT, lone
+from llamacpp_matrix import CONFIGS
 from llamacpp_mixed_steps import one
 
 from lyra_simpy.live import llamacpp
 from lyra_simpy.live.client import Outcome
 
 ARMS: dict[str, tuple[list[str], int, bool]] = {
-    "np2_b64": (["-np", "2", "-c", "4096", "-t", "2", "-b", "64"], 2, False),
-    "np2_b64_q2": (["-np", "2", "-c", "4096", "-t", "2", "-b", "64"], 4, False),
-    "np2": (["-np", "2", "-c", "4096", "-t", "2"], 2, False),
-    "np4": (["-np", "4", "-c", "4096", "-t", "2"], 2, True),
+    "np2_b64": (CONFIGS["np2_b64"], 2, False),
+    "np2_b64_q2": (CONFIGS["np2_b64"], 4, False),
+    "np2": (CONFIGS["np2_b64"][:-2], 2, False),
+    "np4": (CONFIGS["default"], 2, True),
 }
 """Arm: (launch flags, closed-loop clients, pin client k to slot k)."""
 ARM_S = 40.0

@@ -76,3 +76,11 @@ def test_the_np2_b64_long_profile_is_the_outlier() -> None:
     assert len(ratio) == 6
     assert round(ratio.pop("np2_b64_long"), 2) == 1.67
     assert min(ratio.values()) > 1.73
+
+
+def test_the_arms_are_the_matrixs_launch_lines() -> None:
+    # -np 2 -b 64 as the matrix launches it, the same without -b, -np 4 the default point
+    assert np_ab.ARMS["np2_b64"][0][-2:] == ["-b", "64"]
+    assert "-b" not in np_ab.ARMS["np2"][0]
+    assert np_ab.ARMS["np4"][0][:2] == ["-np", "4"]
+    assert [np_ab.ARMS[a][1] for a in np_ab.ARMS] == [2, 4, 2, 2]

@@ -332,7 +332,9 @@ def test_mixed_rows_are_one_per_step_of_the_prompt(tmp_path: Path) -> None:
     assert prof.checkpoints[mixed].tolist() == [0, 1]
     assert prof.steps is not None
     assert prof.steps[mixed].tolist() == [1, 1]
-    assert all(8.0 < ms < 60.0 for ms in prof.latency_ms[mixed])  # a step: 10 ms a token
+    # a step: 10 ms a token (one decoder's gap, read by the client: on a loaded 2-core
+    # host a late chunk and the next one arrive closer, 7.4 ms seen under CI's load)
+    assert all(5.0 < ms < 60.0 for ms in prof.latency_ms[mixed])
     lines = [line.split(",") for line in out.read_text().splitlines()]
     head = lines[0]
     step_rows = [row for row in lines[1:] if row[0] == "mixed"]

@@ -217,21 +217,23 @@ def main(argv: list[str] | None = None) -> int:
         ranked.sort(key=lambda x: (x[1], x[0]))
         head = ["misses", "worst/tol", "scheduler", "pad_prefill", "rate_per_s", "output_tokens",
                 "goodput 4", "goodput 8"]  # fmt: skip
-        rows = [[n, f"{w:.2f}", p["scheduler"], p["pad_prefill"], p["rate_per_s"], p["output"],
-                 f"{g4:.1f}", f"{g8:.1f}"] for w, n, p, g4, g8 in ranked[: args.top]]  # fmt: skip
+
+        def shown(points: list[tuple[float, int, dict[str, Any], float, float]]) -> str:
+            return format_table(head, [[n, f"{w:.2f}", p["scheduler"], p["pad_prefill"],
+                                        p["rate_per_s"], p["output"], f"{g4:.1f}", f"{g8:.1f}"]
+                                       for w, n, p, g4, g8 in points])  # fmt: skip
+
         print(f"ranked by cells missed, then the worst, on the median of {args.seeds} seeds")
-        print(format_table(head, rows))
+        print(shown(ranked[: args.top]))
         g8s = [r[4] for r in ranked]
         print(f"depth 8's goodput (lab 36), median over seeds, across all {len(ranked)} points: "
               f"{min(g8s):.1f}-{max(g8s):.1f}; nearest the lab's:")  # fmt: skip
         near = sorted(ranked, key=lambda x: abs(x[4] - TARGETS["8", "goodput_token_throughput"]))
-        print(format_table(head, [[n, f"{w:.2f}", p["scheduler"], p["pad_prefill"],
-                                   p["rate_per_s"], p["output"], f"{g4:.1f}", f"{g8:.1f}"]
-                                  for w, n, p, g4, g8 in near[:3]]))  # fmt: skip
+        print(shown(near[:3]))
     # the scenario files as committed: their seed's cells, and the band over seeds
     runs = seed_runs(None, args.band_seeds)
     values, mine = band(runs), runs[0]
-    k = max(1, round(0.05 * args.band_seeds))  # the band's ends: 5 % of the seeds out each side
+    k = round(0.05 * args.band_seeds)  # the band's ends: 5 % of the seeds out each side
     rows = []
     for label, metric in TARGETS:
         lo, hi = values[label, metric][k], values[label, metric][-1 - k]

@@ -70,16 +70,22 @@ async def decode_step(url: str, rng: np.random.Generator, slots: int, queued: in
     return float(np.median(gaps))
 
 
-async def burst(url: str, rng: np.random.Generator) -> None:
-    """:data:`BURST_CLIENTS` closed-loop clients for :data:`BURST_S`."""
+async def closed_loop(url: str, rng: np.random.Generator, clients: int, seconds: float,
+                      pin: bool = False) -> list[Outcome]:  # fmt: skip
+    """*clients* closed-loop clients for *seconds*, each sending the long regime's shape
+    (200-400 fresh prompt tokens, 100 outputs) back to back, client k in slot k when
+    *pin* (else the server picks); every request's outcome."""
     t0 = time.perf_counter()
-    end = t0 + BURST_S
+    end = t0 + seconds
+    outs: list[Outcome] = []
 
-    async def client() -> None:
+    async def client(k: int) -> None:
         while time.perf_counter() < end:
-            await one(url, rng, int(rng.integers(200, 401)), 100, t0, ANY_SLOT)
+            n_in = int(rng.integers(200, 401))
+            outs.append(await one(url, rng, n_in, 100, t0, k if pin else ANY_SLOT))
 
-    await asyncio.gather(*(client() for _ in range(BURST_CLIENTS)))
+    await asyncio.gather(*(client(k) for k in range(clients)))
+    return outs
 
 
 def lone(url: str, n: int) -> list[float]:
@@ -111,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{flags}: decode step of {slots} running (ms): {cells}", flush=True)
             for k in range(2):
                 before = lone(srv.url, 3)
-                asyncio.run(burst(srv.url, rng))
+                asyncio.run(closed_loop(srv.url, rng, BURST_CLIENTS, BURST_S))
                 after = lone(srv.url, 6)
                 time.sleep(LATER_S)
                 later = lone(srv.url, 3)

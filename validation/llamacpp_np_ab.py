@@ -13,11 +13,12 @@ round, so the host's drift falls on every arm alike:
 - ``np2``: ``-np 2 -c 4096 -t 2`` (``-b`` at its default);
 - ``np4``: ``-np 4 -c 4096 -t 2``, 2 clients pinned to slots 0 and 1 (one forward pass).
 
-Each client sends the long regime's shape (200–400 fresh prompt tokens, :data:`OUTPUTS`
-outputs) back to back for :data:`ARM_S`. Per arm it prints the median chunk gap of every
-request (the two-sequence decode step: a prompt's few steps do not move a median of ~100
-gaps), the server's own ``predicted_per_token_ms`` median, and the speed gate's lone
-request (:func:`llamacpp_sustained.step`) just before and after, the host's speed then.
+Each client sends the long regime's shape (200–400 fresh prompt tokens, 100 outputs:
+:func:`llamacpp_after_load.closed_loop`) back to back for :data:`ARM_S`. Per arm it
+prints the median chunk gap of every request (the two-sequence decode step: a prompt's
+few steps do not move a median of ~100 gaps), the server's own
+``predicted_per_token_ms`` median, and the speed gate's lone request
+(:func:`llamacpp_sustained.step`) just before and after, the host's speed then.
 
 ``--probes`` runs instead ``lyra-simpy profile``'s decode probes (:data:`PROBE_GRID`: one
 and two sequences at 200 and 400 tokens of context, 3 rounds) on ``np2_b64`` and ``np4``
@@ -37,10 +38,8 @@ import argparse
 import asyncio
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +48,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from llamacpp_after_load import ANY_SLOT, lone
-from llamacpp_matrix import CONFIGS
-from llamacpp_mixed_steps import one
+from llamacpp_after_load import closed_loop, lone
+from llamacpp_matrix import CONFIGS, run
 
 from lyra_simpy.live import llamacpp
-from lyra_simpy.live.client import Outcome
 
 ARMS: dict[str, tuple[list[str], int, bool]] = {
     "np2_b64": (CONFIGS["np2_b64"], 2, False),
@@ -65,8 +62,6 @@ ARMS: dict[str, tuple[list[str], int, bool]] = {
 """Arm: (launch flags, closed-loop clients, pin client k to slot k)."""
 ARM_S = 40.0
 """How long each arm's clients send."""
-OUTPUTS = 100
-"""Output tokens per request (the long regime's middle)."""
 PROBE_GRID: dict[str, Any] = {
     "decode_batch": [1, 2],
     "decode_context": [200, 400],
@@ -82,21 +77,6 @@ PROBE_GRID: dict[str, Any] = {
 """The matrix's long-regime profile grid, decode rows only (``--probes``)."""
 
 
-async def loop(url: str, rng: np.random.Generator, clients: int, pin: bool) -> list[Outcome]:
-    """*clients* closed-loop clients for :data:`ARM_S`; every request's outcome."""
-    t0 = time.perf_counter()
-    end = t0 + ARM_S
-    outs: list[Outcome] = []
-
-    async def client(k: int) -> None:
-        while time.perf_counter() < end:
-            n_in = int(rng.integers(200, 401))
-            outs.append(await one(url, rng, n_in, OUTPUTS, t0, k if pin else ANY_SLOT))
-
-    await asyncio.gather(*(client(k) for k in range(clients)))
-    return outs
-
-
 def arm(name: str, rng: np.random.Generator) -> dict[str, Any]:
     """One arm on a fresh server: the lone request before, the load, the lone request after."""
     flags, clients, pin = ARMS[name]
@@ -104,7 +84,7 @@ def arm(name: str, rng: np.random.Generator) -> dict[str, Any]:
     with llamacpp.Server(llamacpp.server_binary(), llamacpp.model_file(), flags, log) as srv:
         lone(srv.url, 2)  # warm-up
         before = lone(srv.url, 3)
-        outs = asyncio.run(loop(srv.url, rng, clients, pin))
+        outs = asyncio.run(closed_loop(srv.url, rng, clients, ARM_S, pin))
         after = lone(srv.url, 3)
     gaps = [float(np.median(np.diff(o.chunk_s[1:]))) * 1000.0
             for o in outs if len(o.chunk_s) > 10]  # fmt: skip
@@ -120,9 +100,10 @@ def arm(name: str, rng: np.random.Generator) -> dict[str, Any]:
 
 
 def table(found: list[dict[str, Any]], arms: list[str]
-          ) -> list[tuple[str, list[float], float, float | None, str]]:  # fmt: skip
+          ) -> list[tuple[str, list[float], float, float | None, float | None, str]]:  # fmt: skip
     """Per arm: its two-sequence steps by round, their median, that median over ``np4``'s
-    (None without an ``np4`` arm) and the lone request before -> after each round."""
+    (None without an ``np4`` arm), the median of the server's own per-token time (None
+    when it gave none) and the lone request before -> after each round."""
     np4 = [g["step_ms"] for g in found if g["arm"] == "np4"]
     out = []
     for name in arms:
@@ -130,8 +111,10 @@ def table(found: list[dict[str, Any]], arms: list[str]
         steps = [g["step_ms"] for g in mine]
         med = statistics.median(steps)
         ratio = med / statistics.median(np4) if np4 else None
+        own = [g["server_per_token_ms"] for g in mine if g.get("server_per_token_ms")]
+        server = statistics.median(own) if own else None
         lones = ", ".join(f"{g['lone_before_ms']}->{g['lone_after_ms']}" for g in mine)
-        out.append((name, steps, med, ratio, lones))
+        out.append((name, steps, med, ratio, server, lones))
     return out
 
 
@@ -158,9 +141,8 @@ def probes(name: str) -> dict[str, float]:
     (tmp / "grid.yaml").write_text(yaml.safe_dump(PROBE_GRID))
     with llamacpp.Server(llamacpp.server_binary(), llamacpp.model_file(), flags,
                          tmp / "llama-server.log") as srv:  # fmt: skip
-        cmd = [sys.executable, "-m", "lyra_simpy.cli", "profile", "--endpoint", srv.url,
-               "--out", str(tmp / "p.csv"), "--grid", str(tmp / "grid.yaml")]  # fmt: skip
-        subprocess.run(cmd, check=True, capture_output=True)
+        run("profile", "--endpoint", srv.url, "--out", str(tmp / "p.csv"), "--grid",
+            str(tmp / "grid.yaml"), log=[])  # fmt: skip
     rows = pd.read_csv(tmp / "p.csv")
     med = rows[rows.phase == "decode"].groupby(["batch_size", "context_len"]).latency_ms.median()
     return {f"b{b}_c{c}": round(float(v), 2) for (b, c), v in med.items()}
@@ -191,13 +173,14 @@ def main(argv: list[str] | None = None) -> int:
             got = {"round": r + 1, "arm": name, **arm(name, rng)}
             found.append(got)
             print(json.dumps(got), flush=True)
-    print("arm          step_ms by round            median  / np4's   lone before->after")
-    for name, steps, med, ratio, lones in table(found, args.arms):
+    print("arm          step_ms by round            median  / np4's  server's  lone before->after")
+    for name, steps, med, ratio, server, lones in table(found, args.arms):
         shown = "—" if ratio is None else f"{ratio:.3f}"
-        print(f"{name:<12} {steps!s:<27} {med:6.2f}  {shown:>7}   {lones}")
+        own = "—" if server is None else f"{server:.2f}"
+        print(f"{name:<12} {steps!s:<27} {med:6.2f}  {shown:>7}  {own:>8}  {lones}")
     if args.json is not None:
-        args.json.write_text(json.dumps({"arm_s": ARM_S, "outputs": OUTPUTS,
-                                         "runs": found}, indent=1) + "\n")  # fmt: skip
+        args.json.write_text(json.dumps({"arm_s": ARM_S, "outputs": 100, "runs": found},
+                                        indent=1) + "\n")  # fmt: skip
     return 0
 
 

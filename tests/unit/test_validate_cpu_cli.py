@@ -22,6 +22,23 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+def _summary(stored: Path) -> list[str]:
+    """``--matrix --summary`` of a stored matrix: its table's rows, header left out."""
+    out = _run("--matrix", "--summary", str(stored))
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()[2:]
+
+
+def _cells(stored: Path) -> list[list[str]]:
+    """:func:`_summary`'s rows, each split on " | "."""
+    return [line.split(" | ") for line in _summary(stored)]
+
+
+def _by_point(rows: list[list[str]]) -> dict[tuple[str, str], list[str]]:
+    """:func:`_cells`'s rows by (server flags, regime)."""
+    return {(r[0].strip("| `"), r[1]): r for r in rows}
+
+
 def _totals(rows: list[list[str]]) -> list[int]:
     """Cells in target over a ``--summary``'s rows (split on " | "), Tables 1, 2 and 3."""
     return [sum(int(r[k].split(" / ")[0]) for r in rows) for k in (2, 4, 6)]
@@ -66,9 +83,7 @@ def test_the_kvu_long_run_with_mixed_rows_at_two_contexts_is_stored_apart() -> N
     # docs/VALIDATION-llamacpp.md item 10: -kvu long again with the mixed probe rows at
     # 200 and 400 decoder tokens, kept out of the tables
     stored = ROOT / "docs" / "validation" / "llamacpp-kvu-long-mixed.json"
-    out = _run("--matrix", "--summary", str(stored))
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[2] == (
+    assert _summary(stored)[0] == (
         "| `-np 4 -c 4096 -t 2 -kvu` | long | 26 / 35 | 4 % | 28 / 35 | 2 % | 29 / 35 | 2 % "
         "| 0.96–1.04 |"
     )
@@ -77,9 +92,7 @@ def test_the_kvu_long_run_with_mixed_rows_at_two_contexts_is_stored_apart() -> N
 def test_the_partial_matrix_of_the_amd_host_is_stored_apart() -> None:
     # docs/VALIDATION-llamacpp.md item 11: three points on another machine
     stored = ROOT / "docs" / "validation" / "llamacpp-matrix-epyc.json"
-    out = _run("--matrix", "--summary", str(stored))
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[2:] == [
+    assert _summary(stored) == [
         "| `-np 4 -c 4096 -t 2` | short | 28 / 35 | 5 % | 31 / 35 | 3 % | 28 / 35 | 3 % "
         "| 0.88–1.03 |",
         "| `-np 4 -c 4096 -t 2` | long | 19 / 35 | 13 % | 27 / 35 | 9 % | 28 / 35 | 8 % "
@@ -101,9 +114,7 @@ def test_the_amd_hosts_speed_reference_runs_are_stored_apart(
 ) -> None:
     # docs/VALIDATION-llamacpp.md item 12: the same runs priced by the scaled and the
     # unscaled profile rows; Tables 2 and 3 fit on the runs and agree
-    out = _run("--matrix", "--summary", str(ROOT / "docs" / "validation" / f"{name}.json"))
-    assert out.returncode == 0, out.stderr
-    rows = [line.split(" | ") for line in out.stdout.splitlines()[2:]]
+    rows = _cells(ROOT / "docs" / "validation" / f"{name}.json")
     assert tuple(int(r[2].split(" / ")[0]) for r in rows) == table1
     assert [(r[4], r[6]) for r in rows] == [
         ("17 / 35", "17 / 35"),
@@ -116,9 +127,7 @@ def test_the_amd_hosts_whole_gated_matrix_is_stored_apart() -> None:
     # docs/VALIDATION-llamacpp.md item 12: every point's runs gated on its profile's
     # own speed; Tables 1-3 137, 154 and 152 of 210
     stored = ROOT / "docs" / "validation" / "llamacpp-matrix-epyc-gated.json"
-    out = _run("--matrix", "--summary", str(stored))
-    assert out.returncode == 0, out.stderr
-    rows = [line.split(" | ") for line in out.stdout.splitlines()[2:]]
+    rows = _cells(stored)
     assert len(rows) == 6
     totals = _totals(rows)
     assert totals == [137, 154, 152]
@@ -130,9 +139,7 @@ def test_the_amd_hosts_matrix_with_prompt_steps_is_stored_apart() -> None:
     # -b 64 short 8 -> 19, -kvu short 32 -> 34, -np 4 long 29 -> 34), the other two
     # item 12's
     stored = ROOT / "docs" / "validation" / "llamacpp-matrix-epyc-steps.json"
-    out = _run("--matrix", "--summary", str(stored))
-    assert out.returncode == 0, out.stderr
-    rows = [line.split(" | ") for line in out.stdout.splitlines()[2:]]
+    rows = _cells(stored)
     short = {r[0].strip("| `"): r[2] for r in rows if r[1] == "short"}
     assert short["-np 4 -c 4096 -t 2"] == "29 / 35"
     assert short["-np 2 -c 4096 -t 2 -b 64"] == "19 / 35"
@@ -178,9 +185,7 @@ def test_the_published_matrix_is_the_amd_hosts_with_every_point_run_with_prompt_
     # docs/VALIDATION-llamacpp.md items 14-16 and the README's table: the six points each
     # run with a prompt's steps as probe rows of their own, each point's latest run;
     # -np 2 -b 64 long's is item 16's (a profile at the host's usual two-sequence speed)
-    out = _run("--matrix", "--summary", str(ROOT / "docs" / "validation" / "llamacpp-matrix.json"))
-    assert out.returncode == 0, out.stderr
-    rows = [line.split(" | ") for line in out.stdout.splitlines()[2:]]
+    rows = _cells(ROOT / "docs" / "validation" / "llamacpp-matrix.json")
     assert [(r[0].strip("| `"), r[1]) for r in rows] == [
         (flags, reg)
         for flags in ("-np 4 -c 4096 -t 2", "-np 4 -c 4096 -t 2 -kvu", "-np 2 -c 4096 -t 2 -b 64")
@@ -188,7 +193,7 @@ def test_the_published_matrix_is_the_amd_hosts_with_every_point_run_with_prompt_
     ]
     totals = _totals(rows)
     assert totals == [175, 164, 167]
-    by = {(r[0].strip("| `"), r[1]): r for r in rows}
+    by = _by_point(rows)
     np2_long = by["-np 2 -c 4096 -t 2 -b 64", "long"]
     assert (np2_long[2], np2_long[4], np2_long[6]) == ("30 / 35", "23 / 35", "24 / 35")
     assert np2_long[8] == "0.98–1.08 |"
@@ -199,11 +204,9 @@ def test_item_14s_matrix_is_kept() -> None:
     # item 14's set: -np 2 -b 64 long from a profile that caught the host running two
     # sequences quick (item 15); its real decode steps ran up to 1.23 x the probe fit
     stored = ROOT / "docs" / "validation" / "llamacpp-matrix-epyc-item14.json"
-    out = _run("--matrix", "--summary", str(stored))
-    assert out.returncode == 0, out.stderr
-    rows = [line.split(" | ") for line in out.stdout.splitlines()[2:]]
+    rows = _cells(stored)
     assert _totals(rows) == [160, 153, 155]
-    by = {(r[0].strip("| `"), r[1]): r for r in rows}
+    by = _by_point(rows)
     assert by["-np 2 -c 4096 -t 2 -b 64", "long"][2] == "15 / 35"
     assert by["-np 2 -c 4096 -t 2 -b 64", "long"][8] == "0.96–1.23 |"
 
@@ -212,9 +215,7 @@ def test_the_xeon_hosts_whole_run_is_kept() -> None:
     # the matrix the README showed before item 14: the Xeon's whole run of 2026-12-02
     # (items 8-10), whole-prompt mixed probe rows
     stored = ROOT / "docs" / "validation" / "llamacpp-matrix-xeon.json"
-    out = _run("--matrix", "--summary", str(stored))
-    assert out.returncode == 0, out.stderr
-    rows = [line.split(" | ") for line in out.stdout.splitlines()[2:]]
+    rows = _cells(stored)
     totals = _totals(rows)
     assert totals == [153, 157, 153]
 
@@ -237,9 +238,7 @@ def test_no_server_state_slows_a_busy_minus_np_2_server() -> None:
 
 def test_the_readmes_fidelity_table_is_the_published_matrixs_summary() -> None:
     # issue 12: the README's error table is the matrix's summary (its header reworded)
-    out = _run("--matrix", "--summary", str(ROOT / "docs" / "validation" / "llamacpp-matrix.json"))
-    assert out.returncode == 0, out.stderr
-    rows = out.stdout.splitlines()[2:]
+    rows = _summary(ROOT / "docs" / "validation" / "llamacpp-matrix.json")
     readme = (ROOT / "README.md").read_text().splitlines()
     at = readme.index(rows[0])
     assert readme[at : at + len(rows)] == rows
@@ -250,9 +249,7 @@ def test_the_gate_at_both_ends_run_is_stored_apart() -> None:
     # docs/VALIDATION-llamacpp.md item 14: -np 2 -b 64 short with --gate-after 2; 22 tries
     # set aside, 7 kept runs still out of band afterwards, the busy loads' steps slow
     stored = ROOT / "docs" / "validation" / "llamacpp-np2-b64-short-gate-after.json"
-    out = _run("--matrix", "--summary", str(stored))
-    assert out.returncode == 0, out.stderr
-    row = out.stdout.splitlines()[2].split(" | ")
+    row = _cells(stored)[0]
     assert (row[2], row[4], row[6], row[8]) == ("17 / 35", "15 / 35", "15 / 35", "1.02–1.16 |")
     res = json.loads(stored.read_text())["results"]["np2_b64/short"]
     machine = [m for v in res["loads"].values() for m in v["machine"]]

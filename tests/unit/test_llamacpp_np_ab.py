@@ -103,6 +103,22 @@ def test_item_16s_profile_runs_two_sequences_at_the_usual_speed() -> None:
     assert (len(loads), min(loads), max(loads)) == (5, 30.6, 33.7)
 
 
+def test_item_17s_run_of_np2_b64_short_decodes_at_its_profiles_speed() -> None:
+    # item 17: -np 2 -b 64 short run again, every run inside the gate: two sequences
+    # 31.5-32.5 ms at every load against the profile's 31.3, one sequence 16.8-19.3
+    # against 17.2 (item 14's Poisson 0.3 and 0.9: 17.9 and 18.1 against 16.0)
+    text = (STORED / "llamacpp-by-batch-np2-b64-short-item17.txt").read_text()
+    assert _profiles(text)["np2_b64_short"] == (17.2, 31.3)
+    two = [float(x) for x in re.findall(r"b2/p1 ([\d.]+) \(", text)]
+    one = [float(x) for x in re.findall(r"b1/p1 ([\d.]+) \(", text)]
+    assert (len(two), min(two), max(two)) == (5, 31.5, 32.5)
+    assert (len(one), min(one), max(one)) == (5, 16.8, 19.3)
+    before = (STORED / "llamacpp-by-batch-epyc.txt").read_text()
+    old = before[before.index("np2_b64_short:"):]
+    assert _profiles(old)["np2_b64_short"][0] == 16.0
+    assert re.findall(r"poisson_0\.[39]\s+b1/p1 ([\d.]+)", old)[:2] == ["17.9", "18.1"]
+
+
 def test_the_arms_are_the_matrixs_launch_lines() -> None:
     # -np 2 -b 64 as the matrix launches it, the same without -b, -np 4 the default point
     assert np_ab.ARMS["np2_b64"][0][-2:] == ["-b", "64"]

@@ -114,7 +114,7 @@ def test_item_17s_run_of_np2_b64_short_decodes_at_its_profiles_speed() -> None:
     assert (len(two), min(two), max(two)) == (5, 31.5, 32.5)
     assert (len(one), min(one), max(one)) == (5, 16.8, 19.3)
     before = (STORED / "llamacpp-by-batch-epyc.txt").read_text()
-    old = before[before.index("np2_b64_short:"):]
+    old = before[before.index("np2_b64_short:") :]
     assert _profiles(old)["np2_b64_short"][0] == 16.0
     assert re.findall(r"poisson_0\.[39]\s+b1/p1 ([\d.]+)", old)[:2] == ["17.9", "18.1"]
 

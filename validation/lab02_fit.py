@@ -17,7 +17,9 @@ seed, and one seed would fit the search to noise. It then prints, for the scenar
 files as committed, each cell at their seed beside its band over 20 seeds.
 
 Run: ``PYTHONPATH=src python validation/lab02_fit.py [--top N] [--seeds 5]`` (about four
-minutes; ``--band-only``: the table for the files alone, 20 s).
+minutes; ``--band-only``: the table for the files alone, 20 s; ``--beside``: the reading
+in which prompts run beside the decodes, ``continuous.prefill_beside_decode``, and the
+band of its best point, 80 s; docs/guide/lab02.md).
 """
 
 from __future__ import annotations
@@ -134,6 +136,15 @@ SCHEDULERS: dict[str, dict[str, Any]] = {
         "max_num_batched_tokens": 8192,
         "prefills_per_iteration": 1,
     },
+    # Prompts beside the decodes, delaying only themselves (what the saturated
+    # throughputs and the 31 ms TPOTs imply; --beside); static: a batch's prompts in one
+    # iteration
+    "beside": {
+        "name": "continuous",
+        "max_num_seqs": 16,
+        "max_num_batched_tokens": 8192,
+        "prefill_beside_decode": True,
+    },
 }
 READINGS = (("mixed", True), ("alone", False), ("alone", True))
 """(scheduler, ``cost.pad_prefill``): how an iteration carrying a prompt runs and what it
@@ -156,18 +167,37 @@ OUTPUTS = (
 (clipped to [1, 1024]) or ``normal mean std`` (clipped to [1, 1024])."""
 
 
+BESIDE_RATES = (2.6, 2.7, 2.75, 2.8)
+BESIDE_OUTPUTS = (
+    "uniform 1 280",
+    "uniform 1 270",
+    "lognormal 135 0.45",
+    "lognormal 140 0.5",
+    "normal 135 75",
+    "normal 140 80",
+    "normal 140 90",
+)
+"""``--beside``: prompts beside the decodes. With no prompt cost in a saturated depth's
+throughput, the static row (255 tok/s: a batch lasts as long as its longest member) asks
+for a mean over the longest of 16 near 0.49 (uniform [1, N] gives 0.53), so wider
+normal and log-normal outputs are tried beside the uniform."""
+
 FINE_RATES = (2.5, 2.6, 2.7, 2.75, 2.8)
 FINE_OUTPUTS = tuple(f"uniform {lo} {hi}" for lo in (1, 20, 40) for hi in range(260, 341, 20))
 """``--fine``: the found reading (prompts alone at 16 ms) around the found workload, to
 see whether any rate or output range moves the overloaded depths' goodput."""
 
 
-def grid(fine: bool = False) -> Iterator[dict[str, Any]]:
+def grid(fine: bool = False, beside: bool = False) -> Iterator[dict[str, Any]]:
     """The searched points: engine reading, arrival rate, output lengths (*fine*: the
-    found reading, :data:`FINE_RATES` × :data:`FINE_OUTPUTS`)."""
-    readings, rates, outputs = (
-        (READINGS[1:2], FINE_RATES, FINE_OUTPUTS) if fine else (READINGS, RATES, OUTPUTS)
-    )
+    found reading, :data:`FINE_RATES` × :data:`FINE_OUTPUTS`; *beside*: prompts beside
+    the decodes, :data:`BESIDE_RATES` × :data:`BESIDE_OUTPUTS`)."""
+    if beside:
+        readings, rates, outputs = ((("beside", False),), BESIDE_RATES, BESIDE_OUTPUTS)
+    elif fine:
+        readings, rates, outputs = (READINGS[1:2], FINE_RATES, FINE_OUTPUTS)
+    else:
+        readings, rates, outputs = (READINGS, RATES, OUTPUTS)
     for (sched, pad), rate, output in itertools.product(readings, rates, outputs):
         yield {"scheduler": sched, "pad_prefill": pad, "rate_per_s": rate, "output": output}
 
@@ -175,6 +205,9 @@ def grid(fine: bool = False) -> Iterator[dict[str, Any]]:
 def apply(point: dict[str, Any], raw: dict[str, Any]) -> None:
     """Set *point*'s workload and engine in a lab scenario's YAML mapping *raw*."""
     raw["scheduler"] = dict(SCHEDULERS[point["scheduler"]])
+    if point["scheduler"] == "beside":  # static: a batch's prompts in its first iteration
+        for variant in raw.get("variants", []):
+            variant["set"].get("scheduler", {}).pop("prefills_per_iteration", None)
     raw["cost"]["pad_prefill"] = point["pad_prefill"]
     raw["workload"]["arrival"]["rate_per_s"] = point["rate_per_s"]
     raw["workload"]["output_tokens"] = output_dist(point["output"])
@@ -206,10 +239,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fine", action="store_true", help="search around the found workload (FINE_RATES...)"
     )
+    parser.add_argument(
+        "--beside",
+        action="store_true",
+        help="search the reading with prompts beside the decodes (BESIDE_RATES...), then "
+        "print the band of its best point instead of the files'",
+    )
     args = parser.parse_args(argv)
+    best: dict[str, Any] | None = None
     if not args.band_only:
         ranked = []
-        for point in grid(args.fine):
+        for point in grid(args.fine, args.beside):
             cells = median_cells(point, args.seeds)
             errors = [cell_error(m, TARGETS[k, m], cells[k, m]) for k, m in TARGETS]
             g4, g8 = (cells[d, "goodput_token_throughput"] for d in ("4", "8"))
@@ -230,8 +270,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{min(g8s):.1f}-{max(g8s):.1f}; nearest the lab's:")  # fmt: skip
         near = sorted(ranked, key=lambda x: abs(x[4] - TARGETS["8", "goodput_token_throughput"]))
         print(shown(near[:3]))
-    # the scenario files as committed: their seed's cells, and the band over seeds
-    runs = seed_runs(None, args.band_seeds)
+        if args.beside:
+            best = ranked[0][2]
+    # the scenario files as committed (--beside: its best point): the cells at their seed,
+    # and the band over seeds
+    runs = seed_runs(best, args.band_seeds)
     values, mine = band(runs), runs[0]
     k = round(0.05 * args.band_seeds)  # the band's ends: 5 % of the seeds out each side
     rows = []
@@ -244,7 +287,12 @@ def main(argv: list[str] | None = None) -> int:
                      f"{cell_error(metric, target, cell):.2f}",
                      f"{np.median(values[label, metric]):.1f}", f"[{lo:.1f}, {hi:.1f}]",
                      inside, f"{hits}/{args.band_seeds}"])  # fmt: skip
-    print(f"\nthe scenario files (seed {SEED}) and the band over {args.band_seeds} seeds "
+    which = (
+        "the scenario files"
+        if best is None
+        else f"the best point above, {best['output']} at {best['rate_per_s']} req/s,"
+    )
+    print(f"\n{which} (seed {SEED}) and the band over {args.band_seeds} seeds "
           "(5-95 %), and how many of those seeds put the cell within its tolerance")  # fmt: skip
     print(format_table(["run", "metric", "lab", f"seed {SEED}", "err/tol", "median", "band",
                         "lab in band", "seeds within"], rows))  # fmt: skip

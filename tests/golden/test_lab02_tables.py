@@ -108,3 +108,27 @@ def test_seeds_within_tolerance_counts_the_cells_a_single_run_would_pass():
     # p99 TTFT's tolerance is 20 %; a 0 target is met up to 0.5
     assert fit.within_tolerance("p99_ttft_ms", 1669, [1336, 1335]) == 1
     assert fit.within_tolerance("goodput_token_throughput", 0, [0.0, 0.49, 0.51]) == 2
+
+
+BESIDE = {"scheduler": "beside", "pad_prefill": False, "rate_per_s": 2.8,
+          "output": "normal 135 75"}  # fmt: skip
+"""``lab02_fit.py --beside``'s best point (docs/guide/lab02.md, "What the tables say
+about prompts")."""
+
+
+def test_the_saturated_cells_rule_out_prompts_that_stall_the_decodes():
+    # docs/guide/lab02.md: at depths 4 and 8 the lab's throughput (209, 337) and its p50
+    # TPOTs (31) lie above every seed's of the files' reading, where a prompt's iteration
+    # costs the running requests their time (20 seeds; depth 4's decode alone is 210.5)
+    band = seed_band()
+    assert band["4", "output_throughput"][-1] < 207 < fit.TARGETS["4", "output_throughput"]
+    assert band["8", "output_throughput"][-1] < 333 < fit.TARGETS["8", "output_throughput"]
+    for label in ("static", "continuous"):
+        assert band[label, "median_tpot_ms"][0] > 31.5  # the lab prints 31
+    # with the prompts beside the decodes (--beside's best point, the files' seed) they
+    # come out as printed: decode-bound depths at their pure decode rate, TPOT 31
+    beside = fit.run_lab(BESIDE)
+    assert beside["4", "output_throughput"] == pytest.approx(209, rel=0.005)
+    assert beside["8", "output_throughput"] == pytest.approx(337, rel=0.01)
+    for label in ("static", "continuous"):
+        assert round(beside[label, "median_tpot_ms"]) == 31

@@ -53,6 +53,8 @@ def _scenarios(count: int = 150, seed: int = 7) -> list[dict[str, Any]]:
             }
             if pick < 0.1:  # prefill-only iterations (Lab 02, SGLang's loop)
                 scheduler["prefills_per_iteration"] = 1 + int(pick * 30)
+            elif pick < 0.17:  # prompts beside the decodes (Lab 02's tables)
+                scheduler["prefill_beside_decode"] = True
         elif pick < 0.55:
             scheduler = {
                 "name": "chunked_prefill",

@@ -98,6 +98,8 @@ def schedulers(draw: st.DrawFn) -> dict[str, Any]:
         }
         if kind == "continuous":
             sched["prefills_per_iteration"] = draw(st.sampled_from([None, None, 1, 3]))
+            if sched["prefills_per_iteration"] is None:  # prompts beside the decodes
+                sched["prefill_beside_decode"] = draw(st.booleans())
         if kind == "chunked_prefill":
             sched["max_num_batched_tokens"] = draw(st.integers(seqs, 64))
             sched["long_prefill_token_threshold"] = draw(st.sampled_from([0, 1, 7, 32]))

@@ -176,6 +176,9 @@ class Replica(Runs):
         processes change it; without them it serves all run."""
         self.cold_cache: Callable[[], PrefixCache | None] | None = None
         """Makes the empty prefix cache a failed replica comes back with (None: none)."""
+        self._prompts_s: float | None = None
+        """The prompts' part of the iteration under way when they ran beside its decodes
+        (``BatchPlan.beside``); None otherwise."""
         self.cold_scheduler: Callable[[], Scheduler] | None = None
         """Builds the scheduler a failed replica comes back with (its own state — a
         static batch's members, llama.cpp's slots — is lost with the replica)."""
@@ -345,7 +348,15 @@ class Replica(Runs):
                 alloc += need
         kv.allocate(alloc)
         rows = (plan.rows if plan.rows > n_dec else n_dec) if n_dec else 0
-        if la and n_dec:  # verify the drafts (like prompt tokens) and run the draft steps
+        self._prompts_s = None
+        if plan.beside and prefill and n_dec:  # prompts beside the decodes: the longer part
+            prompts = self.cost.iteration_s(
+                BatchShape(len(prefill), prefill_tokens, attention, 0, 0, 0)
+            )
+            decodes = self.cost.decode_span_s(rows, context, n_dec, 1)[0]
+            self._prompts_s = prompts
+            duration = prompts if prompts > decodes else decodes
+        elif la and n_dec:  # verify the drafts (like prompt tokens) and run the draft steps
             shape = BatchShape(
                 len(prefill), prefill_tokens, attention, n_dec, rows, context, la * n_dec
             )
@@ -416,6 +427,9 @@ class Replica(Runs):
         leaving: list[Request] = []
         emitted: list[Request] = []
         log = collector.log
+        # Prompts run beside the decodes (BatchPlan.beside) end when their own part does.
+        beside = self._prompts_s
+        prompts_end = end if beside is None else start + beside
         for req, tokens in prefill:
             prefill_tokens += tokens
             req.computed_tokens += tokens
@@ -423,9 +437,9 @@ class Replica(Runs):
                 self.kv.release(-cache.insert(req, req.computed_tokens // cache.unit_tokens))
             complete = req.computed_tokens == req.input_tokens + req.generated_tokens
             if log is not None:
-                log.chunk(req, start, end, tokens, complete)
+                log.chunk(req, start, prompts_end, tokens, complete)
             if complete:
-                common += self._emit(req, start, end, done)
+                common += self._emit(req, start, prompts_end, done)
                 emitted.append(req)
         if common:
             collector.itl(end - start, common)
@@ -444,7 +458,8 @@ class Replica(Runs):
             if req.generated_tokens < req.output_tokens:
                 if handoff is not None:
                     leaving.append(req)  # its first token: on to a decode replica
-                elif self.spec is None:
+                elif self.spec is None and beside is None:
+                    # (beside: its last token is not the set's; decoded one by one once)
                     dset.join(req)
         if done:
             self._finish(done)

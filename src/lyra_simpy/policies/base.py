@@ -100,6 +100,10 @@ class BatchPlan:
     the 64 × 64 tiles the mask leaves open,
     :func:`~lyra_simpy.policies.llamacpp.step_attention`); 0 elsewhere. The cost
     model reads it as ``BatchShape.prefill_computed_cells``."""
+    beside: bool = False
+    """The prompts run beside the decodes, not in their iteration
+    (``continuous.prefill_beside_decode``): the iteration lasts the longer of the two, each
+    part costed on its own, and the prompts' first tokens come when their part ends."""
 
     @property
     def empty(self) -> bool:

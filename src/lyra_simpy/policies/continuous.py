@@ -15,7 +15,9 @@ Every iteration (Orca, OSDI'22; vLLM ``vllm/v1/core/sched/scheduler.py``):
    FCFS by default (see :mod:`~lyra_simpy.policies.queue`).
 
 Prefills and decodes share the iteration (a "mixed" batch); ``prefills_per_iteration``
-gives prefill-only iterations instead (not vLLM: SGLang's loop, Lab 02's engine).
+gives prefill-only iterations instead (not vLLM: SGLang's loop, Lab 02's engine's prose);
+``prefill_beside_decode`` runs the prompts beside the decodes, delaying only themselves
+(not vLLM either: what Lab 02's published throughputs and TPOTs imply, docs/guide/lab02.md).
 
 A request whose longest possible prefill (prompt plus all but one output token, after a
 recompute) exceeds the token budget can never run and is rejected on arrival, as vLLM
@@ -80,6 +82,11 @@ class TokenBudgetConfig(Closed):
         """Prompts a prefill-only iteration computes (None: prompts join the decodes)."""
         return None
 
+    @property
+    def prefill_beside(self) -> bool:
+        """Prompts run beside the decodes (``ContinuousConfig.prefill_beside_decode``)."""
+        return False
+
 
 class ContinuousConfig(TokenBudgetConfig):
     """Continuous batching without chunking."""
@@ -95,9 +102,36 @@ class ContinuousConfig(TokenBudgetConfig):
     vLLM's behaviour, so off by default; KV for the decodes that follow is not held back
     (a full pool preempts them as usual)."""
 
+    prefill_beside_decode: bool = False
+    """False (vLLM, and ``prefills_per_iteration``): an iteration's prompts cost its
+    decodes their time. True: the prompts admitted in an iteration run beside its
+    decodes, on a unit of their own — the iteration lasts the longer of its decodes and
+    its prompts (the prompts costed as a prefill-only iteration of theirs, the decodes as a
+    decode-only one), each prompt's first token comes when the prompts' part ends, and a
+    prompt never delays a running request. An idealisation no engine named here runs on
+    one GPU (vLLM mixes, SGLang and llama.cpp stall the decodes); it is what Lab 02's
+    published tables imply — its saturated throughputs (209 and 337 tok/s at depths 4 and
+    8) exceed what any reading that charges decodes for prompts gives, and its p50 TPOTs
+    print the bare decode iteration, 31 ms (docs/guide/lab02.md). Exclusive with
+    ``prefills_per_iteration``."""
+
+    @model_validator(mode="after")
+    def _one_prefill_rule(self) -> ContinuousConfig:
+        if self.prefill_beside_decode and self.prefills_per_iteration is not None:
+            raise ValueError(
+                "prefill_beside_decode: true runs prompts beside the decodes, "
+                f"prefills_per_iteration: {self.prefills_per_iteration} gives them "
+                "iterations of their own; set one of them"
+            )
+        return self
+
     @property
     def prefills_alone(self) -> int | None:
         return self.prefills_per_iteration
+
+    @property
+    def prefill_beside(self) -> bool:
+        return self.prefill_beside_decode
 
 
 class ContinuousBatching:
@@ -113,6 +147,8 @@ class ContinuousBatching:
     def __init__(self, config: TokenBudgetConfig) -> None:
         self.config = config
         self._alone = config.prefills_alone
+        self._beside = config.prefill_beside
+        """Admitted prompts run beside the decodes (the plan says so: ``BatchPlan.beside``)."""
         """Prompts of a prefill-only iteration (None: mixed iterations, vLLM's way)."""
         self._cap = config.max_num_batched_tokens
         """Most prompt tokens one request computes in an iteration (the budget here:
@@ -151,6 +187,7 @@ class ContinuousBatching:
         decode, prefill, preempt = plan.decode, plan.prefill, plan.preempt
         decodes = decode.append
         need_all = view.decode_blocks
+        plan.beside = self._beside
         if need_all is not None and need_all <= free:  # all decode, nothing to preempt
             decode.extend(running)
             if self._alone is not None:

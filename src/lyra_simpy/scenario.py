@@ -143,6 +143,14 @@ class Scenario(Closed):
                     f"{spec.scheduler.name!r}, must be used with continuous, chunked_prefill "
                     "or prefill_first"
                 )
+            if self.speculative is not None and getattr(
+                spec.scheduler, "prefill_beside_decode", False
+            ):
+                raise ValueError(
+                    f"speculative: got a draft with {where}scheduler.prefill_beside_decode: "
+                    "true; prompts beside the decodes are modelled without drafts: set "
+                    "one of them"
+                )
         d = self.cluster.disaggregation if self.cluster is not None else None
         if d is not None:
             for where, spec in self.replica_specs_named():

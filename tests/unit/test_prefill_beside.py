@@ -62,3 +62,10 @@ def test_beside_and_prefill_only_iterations_exclude_each_other(make_scenario):
     message = str(info.value)
     assert "prefill_beside_decode" in message
     assert "prefills_per_iteration: 1" in message
+
+
+def test_prompts_beside_the_decodes_take_no_draft(make_scenario):
+    with pytest.raises(ScenarioError) as info:
+        make_scenario({"scheduler": {"name": "continuous", "prefill_beside_decode": True},
+                       "speculative": {"num_steps": 2, "mean_accepted_tokens": 1.0}})  # fmt: skip
+    assert "speculative: got a draft with scheduler.prefill_beside_decode: true" in str(info.value)

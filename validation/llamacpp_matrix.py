@@ -117,6 +117,7 @@ def scenario(name: str, flags: list[str], regime: dict[str, Any], quick: bool, f
         arrival = {"name": "poisson", "rate_per_s": round(value * capacity, 4)}
     lo, hi = regime["input"]
     olo, ohi = regime["output"]
+    path_ms = request_path_ms(Path(fit).parent / "profile.csv")
     return {
         "name": name,
         "description": f"llama-server {' '.join(flags)}: {load}",
@@ -127,13 +128,22 @@ def scenario(name: str, flags: list[str], regime: dict[str, Any], quick: bool, f
             "arrival": arrival,
             "input_tokens": {"name": "uniform", "low": lo, "high": hi},
             "output_tokens": {"name": "uniform", "low": olo, "high": ohi},
-            "request_path_ms": request_path_ms(Path(fit).parent / "profile.csv"),
+            "request_path_ms": path_ms,
+            "request_path_cpu_share": REQUEST_PATH_CPU_SHARE if path_ms else 0.0,
         },
         # Gemma 3 has sliding-window layers (llama.cpp checkpoints its prompts) and a
         # 32768-token training context; cache_prompt: false is what the replay sends
         "scheduler": {"name": "llamacpp", "sliding_window": True, "cache_prompt": False},
         "cost": {"name": "profile", "path": fit, "decode_table": True},
     }
+
+
+REQUEST_PATH_CPU_SHARE = 1.0
+"""``workload.request_path_cpu_share`` of Table 1's scenarios: llama-server runs ``-t 2``
+on this host's 2 cores beside its HTTP threads and the replay client, so all of a request's
+path (the profile's ``request_path_ms``) is work taken from the engine's cores, charged
+to the iteration it lands in (item 18). Not fitted: the path is the profile's measure and
+the share its upper end, what the host's core count gives."""
 
 
 GATE_AFTER = 0
@@ -315,6 +325,7 @@ def from_runs(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int
         raw = scenario(load, flags, regime, quick, str(fit), load, out["capacity_req_s"])
         # a step rebuilt from an idle start begins at the send: its fit holds the path
         raw["workload"].pop("request_path_ms")
+        raw["workload"].pop("request_path_cpu_share")
         if found is not None:  # the host's slow spells of the runs (calibration.md §8)
             raw["cost"]["jitter"] = {"spells": "fitted"}
         path = here / f"{load}{suffix}.yaml"
@@ -380,13 +391,15 @@ def with_probe_columns(here: Path, flags: list[str]) -> list[str]:
 
 
 def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
-               mean_step: bool = False, unscaled: bool = False) -> None:  # fmt: skip
+               mean_step: bool = False, unscaled: bool = False,
+               path_cpu_share: float = REQUEST_PATH_CPU_SHARE) -> None:  # fmt: skip
     """Table 1 and 2 of a stored point again, from its stored profile and real runs (no
     server): the profile gets the columns the profiler now writes if it lacks them
     (:func:`with_probe_columns`), is fitted again (*mean_step*: its decode rows priced by
     their ``mean_step_ms``, an ablation; *unscaled*: every row by its ``raw_latency_ms``,
     the profile's speed references undone), and every load's stored scenario (the arrival
-    rates its real runs were replayed at) is simulated and compared again."""
+    rates its real runs were replayed at) is simulated and compared again, the request
+    path charged to the engine at *path_cpu_share* (item 18)."""
     cfg, reg = key.split("/")
     here = OUT / f"{cfg}_{reg}"
     added = with_probe_columns(here, CONFIGS[cfg])
@@ -405,6 +418,10 @@ def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
     shutil.rmtree(here / "sim", ignore_errors=True)
     for load in LOADS:
         path = here / f"{load}.yaml"
+        raw = yaml.safe_load(path.read_text())
+        work = raw["workload"]  # the scenario as scenario() now writes it (item 18)
+        work["request_path_cpu_share"] = path_cpu_share if work.get("request_path_ms") else 0.0
+        path.write_text(yaml.safe_dump(raw))
         run("run", str(path), "--out", str(here / "sim"), "--no-figures", log=log)
         table = here / f"{load}_compare.json"
         run("compare", str(_sim(here / "sim" / load)), *real_runs(here, load, repeats),
@@ -446,6 +463,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unscaled", action="store_true",
                         help="with --resimulate: price the stored profiles' rows without "
                         "their speed references (raw_latency_ms; an ablation)")  # fmt: skip
+    parser.add_argument("--path-cpu-share", type=float, default=REQUEST_PATH_CPU_SHARE,
+                        metavar="F", help="with --resimulate: Table 1's "
+                        f"request_path_cpu_share (default {REQUEST_PATH_CPU_SHARE}; 0: "
+                        "item 17's Table 1, the path not charged to the engine; an "
+                        "ablation)")  # fmt: skip
     parser.add_argument("--speed-reference", choices=["record", "scale"], default=None,
                         help="profile with a speed reference beside each measurement "
                         "(scale: each priced against it) and gate the runs on its typical "
@@ -485,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             cfg, reg = key.split("/")
             resimulate(key, res, keep["facts"]["repeats"], log, args.decode_step == "mean",
-                       args.unscaled)  # fmt: skip
+                       args.unscaled, args.path_cpu_share)  # fmt: skip
             table2(cfg, reg, keep["facts"]["quick"], res, keep["facts"]["repeats"], log,
                    args.spells)  # fmt: skip
             with_idle(OUT / f"{cfg}_{reg}", res)

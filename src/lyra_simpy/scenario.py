@@ -151,6 +151,13 @@ class Scenario(Closed):
                     "true; prompts beside the decodes are modelled without drafts: set "
                     "one of them"
                 )
+        share = self.workload.request_path_cpu_share
+        if share and (self.cluster is not None or self.processes):
+            where = "a cluster" if self.cluster is not None else "processes"
+            raise ValueError(
+                f"workload.request_path_cpu_share: got {share} with {where}, must be used "
+                "with a single engine (its arrivals are charged to its own iterations)"
+            )
         d = self.cluster.disaggregation if self.cluster is not None else None
         if d is not None:
             for where, spec in self.replica_specs_named():

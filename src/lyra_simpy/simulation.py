@@ -158,11 +158,14 @@ def _build_replica(
     fuse = fuse and scenario.simulation.fuse_iterations
     fuse = fuse and not (strict_horizon and source.feedback)
     fuse = fuse and cost is exact  # jitter draws per iteration (cost/jitter.py)
+    w = scenario.workload
+    arrival_cost_s = w.request_path_ms * w.request_path_cpu_share / 1000.0
+    fuse = fuse and not arrival_cost_s  # (an arrival lengthens the iteration it lands in)
     speculator = None
     if scenario.speculative is not None:
         speculator = Speculator(scenario.speculative, streams.get(f"speculative{i}"))
     policies = Policies(scheduler, cost, _admission(scenario, spec, exact), cache, speculator)
-    rules = Rules(fuse, scenario.simulation.until_s, strict_horizon)
+    rules = Rules(fuse, scenario.simulation.until_s, strict_horizon, arrival_cost_s)
     return Replica(env, i, policies, kv, source, collector, rules, handoff)
 
 

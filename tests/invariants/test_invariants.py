@@ -289,7 +289,8 @@ def scenarios(
             raw["prefix_cache"]["eviction"] = draw(st.sampled_from(["free_queue", "when_full"]))
         if sched["name"] == "prefill_first":
             sched["schedule_policy"] = draw(st.sampled_from(["fcfs", "lpm"]))
-    if sched["name"] not in ("static", "llamacpp") and draw(st.integers(0, 3)) == 0:
+    beside = sched.get("prefill_beside_decode", False)  # (no drafts beside: refused)
+    if sched["name"] not in ("static", "llamacpp") and not beside and draw(st.integers(0, 3)) == 0:
         steps = draw(st.integers(1, 3))
         raw["speculative"] = {
             "num_steps": steps,
@@ -359,6 +360,10 @@ def scenarios(
                 "retry_streaming": draw(st.booleans()),
                 "no_replica_timeout_s": draw(st.sampled_from([None, 0.0, 0.05])),
             }
+    if not raw.get("cluster") and not raw.get("processes") and draw(st.integers(0, 3)) == 0:
+        # a request path on the engine's cores: each arrival lengthens its iteration
+        raw["workload"]["request_path_ms"] = draw(st.sampled_from([0.5, 5.0]))
+        raw["workload"]["request_path_cpu_share"] = draw(st.sampled_from([0.5, 1.0]))
     if until:
         raw["simulation"] = {"until_s": draw(st.floats(0.005, 1.0))}
     return raw

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from builders import validation_module
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -182,10 +184,11 @@ def test_the_arrival_split_of_item_12s_runs_is_stored() -> None:
 
 
 def test_the_published_matrix_is_the_amd_hosts_with_every_point_run_with_prompt_steps() -> None:
-    # docs/VALIDATION-llamacpp.md items 14-17 and the README's table: the six points each
+    # docs/VALIDATION-llamacpp.md items 14-18 and the README's table: the six points each
     # run with a prompt's steps as probe rows of their own, each point's latest run;
     # -np 2 -b 64 long's is item 16's (a profile at the host's usual two-sequence speed),
-    # -np 2 -b 64 short's item 17's (every run inside the gate)
+    # -np 2 -b 64 short's item 17's (every run inside the gate); Table 1 with each
+    # request's path charged to the engine (item 18)
     rows = _cells(ROOT / "docs" / "validation" / "llamacpp-matrix.json")
     assert [(r[0].strip("| `"), r[1]) for r in rows] == [
         (flags, reg)
@@ -193,10 +196,10 @@ def test_the_published_matrix_is_the_amd_hosts_with_every_point_run_with_prompt_
         for reg in ("short", "long")
     ]
     totals = _totals(rows)
-    assert totals == [182, 166, 169]
+    assert totals == [188, 166, 169]
     by = _by_point(rows)
     np2_short = by["-np 2 -c 4096 -t 2 -b 64", "short"]
-    assert (np2_short[2], np2_short[4], np2_short[6]) == ("26 / 35", "28 / 35", "28 / 35")
+    assert (np2_short[2], np2_short[4], np2_short[6]) == ("31 / 35", "28 / 35", "28 / 35")
     assert np2_short[8] == "1.02–1.15 |"
     np2_long = by["-np 2 -c 4096 -t 2 -b 64", "long"]
     assert (np2_long[2], np2_long[4], np2_long[6]) == ("30 / 35", "23 / 35", "24 / 35")
@@ -222,6 +225,40 @@ def test_item_16s_matrix_is_kept() -> None:
     assert _totals(rows) == [175, 164, 167]
     short = _by_point(rows)["-np 2 -c 4096 -t 2 -b 64", "short"]
     assert (short[2], short[8]) == ("19 / 35", "1.05–1.16 |")
+
+
+def test_item_17s_matrix_is_kept() -> None:
+    # item 17's set: Table 1 without the request path charged to the engine, 182 of 210
+    # (`--resimulate --path-cpu-share 0` gives it again)
+    rows = _cells(ROOT / "docs" / "validation" / "llamacpp-matrix-epyc-item17.json")
+    assert _totals(rows) == [182, 166, 169]
+    short = _by_point(rows)["-np 2 -c 4096 -t 2 -b 64", "short"]
+    assert (short[2], short[4], short[6]) == ("26 / 35", "28 / 35", "28 / 35")
+
+
+def test_charging_the_request_path_moves_only_table_1s_ten_cells() -> None:
+    # item 18: the same profiles and runs; Tables 2 and 3 untouched, Table 1 gains eight
+    # cells and loses two, both at -kvu short
+    matrix = validation_module("llamacpp_matrix")
+    stored = ROOT / "docs" / "validation"
+    before = json.loads((stored / "llamacpp-matrix-epyc-item17.json").read_text())["results"]
+    after = json.loads((stored / "llamacpp-matrix.json").read_text())["results"]
+    moved = []
+    for key, res in after.items():
+        assert res["table2"] == before[key]["table2"]
+        assert res["table3"] == before[key]["table3"]
+        for load, got in res["loads"].items():
+            was = {r["metric"]: r for r in before[key]["loads"][load]["table"]}
+            for row in (r for r in got["table"] if r["metric"] in matrix.METRICS):
+                now_in, was_in = matrix._row(row)[1], matrix._row(was[row["metric"]])[1]
+                if now_in != was_in:
+                    moved.append((key, load, row["metric"], now_in))
+    assert len(moved) == 10
+    assert sorted((k, load, m) for k, load, m, ok in moved if not ok) == [
+        ("kvu/short", "poisson_0.6", "p90_ttft_ms"),
+        ("kvu/short", "poisson_0.9", "median_ttft_ms"),
+    ]
+    assert {k for k, _, _, ok in moved if ok} == {"default/short", "np2_b64/short"}
 
 
 def test_the_xeon_hosts_whole_run_is_kept() -> None:

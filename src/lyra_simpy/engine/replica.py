@@ -90,6 +90,10 @@ class Rules:
     strict_horizon: bool = False
     """A fused run ends before the first iteration that reaches the next arrival (a
     cluster's router reads this replica's state then: it must be committed)."""
+    arrival_cost_s: float = 0.0
+    """Time each request reaching the engine adds to the iteration under way
+    (``workload.request_path_ms`` × ``request_path_cpu_share``; 0: none). Needs a source
+    that knows its arrivals (a single engine) and no fused runs."""
 
 
 class HandOffPort(Protocol):
@@ -130,6 +134,9 @@ class Replica(Runs):
         self.fuse = rules.fuse
         self.stop_s = rules.stop_s
         self.strict_horizon = rules.strict_horizon
+        self.arrival_cost_s = rules.arrival_cost_s
+        if self.arrival_cost_s and (rules.fuse or not hasattr(source, "arrivals_before")):
+            raise SimulationError("an arrival cost needs a single engine's source, unfused")
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         """Requests holding KV, in admission order (newest last)."""
@@ -371,6 +378,15 @@ class Replica(Runs):
             duration = self.cost.iteration_s(shape)
         else:
             duration = self.cost.decode_span_s(rows, context, n_dec, 1)[0]
+        cost = self.arrival_cost_s
+        if cost:  # each request reaching the engine meanwhile lengthens the iteration
+            charged = 0
+            while True:
+                n = self.source.arrivals_before(start + duration)  # type: ignore[attr-defined]
+                if n <= charged:
+                    break
+                duration += (n - charged) * cost
+                charged = n
         end = finite_time(start, start + duration)
         nxt = self.source.next_s()
         if (

@@ -9,7 +9,7 @@ into the request source of a run, drawing from the named streams ``arrivals``,
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 from pydantic import (
@@ -91,6 +91,16 @@ class WorkloadConfig(Closed):
     follows the last token it read). Default 0: the client sits at the engine. A
     ``vllm`` profile measures it (``lyra-simpy profile``: the client's TTFT less the
     engine's own prefill time), as the profile's ``request_path_ms``."""
+    request_path_cpu_share: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
+    """Share of ``request_path_ms`` that is work on the engine's own cores: each request
+    reaching the engine while an iteration runs lengthens that iteration by this share
+    of its path (one charge per request; an idle engine loses nothing). 0 (default): the
+    API server and the client run elsewhere, as on a GPU server. 1: all of the path is
+    CPU work on the cores the engine computes on — a CPU engine whose threads fill the
+    host's cores beside its HTTP threads and the client (``llama-server -t 2`` on 2
+    cores: the replayed runs' decode steps during which a request arrived took 1.04-1.30
+    x the others, docs/VALIDATION-llamacpp.md items 13 and 18). A single engine only (a
+    cluster is refused); iterations are not fused while it is on."""
 
     @model_validator(mode="after")
     def _bounded(self) -> WorkloadConfig:
@@ -100,6 +110,11 @@ class WorkloadConfig(Closed):
             and _trace_rows(self.arrival) is None
         ):
             raise ValueError("set num_requests or duration_s (or both)")
+        if self.request_path_cpu_share > 0 and self.request_path_ms == 0:
+            raise ValueError(
+                f"request_path_cpu_share: got {self.request_path_cpu_share} with "
+                "request_path_ms 0, must be used with a request path to charge"
+            )
         if getattr(self.arrival, "exact_rate", False) and self.num_requests is None:
             raise ValueError("arrival.exact_rate needs num_requests")
         loop = self.arrival if isinstance(self.arrival, ClosedLoopArrivals) else None

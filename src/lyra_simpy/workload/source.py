@@ -10,6 +10,7 @@ request ``think_time_s`` later.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -129,6 +130,11 @@ class Source(Feed, Protocol):
         (a closed loop draws as it goes; an open-loop source never grows)."""
         ...
 
+    def arrivals_before(self, t: float) -> int:
+        """Known requests not yet taken that reach the engine before *t*
+        (``workload.request_path_cpu_share`` charges them to the iteration under way)."""
+        ...
+
 
 @runtime_checkable
 class RoutedFeed(Feed, Protocol):
@@ -208,6 +214,9 @@ class OpenLoopSource:
         if self._next >= len(times):
             return None
         return times[min(self._next + k, len(times) - 1)]
+
+    def arrivals_before(self, t: float) -> int:
+        return bisect.bisect_left(self._times, t, self._next) - self._next
 
     def scale_from(self, now_s: float, factor: float) -> None:
         """From *now_s* on, arrivals come at *factor* × the workload's own rate: the
@@ -315,6 +324,9 @@ class ClosedLoopSource:
 
     def next_s(self) -> float | None:
         return self._heap[0] if self._heap else None
+
+    def arrivals_before(self, t: float) -> int:
+        return sum(1 for x in self._heap if x < t)
 
     def arrivals_pending(self) -> bool:
         return bool(self._heap)

@@ -147,9 +147,9 @@ class ContinuousBatching:
     def __init__(self, config: TokenBudgetConfig) -> None:
         self.config = config
         self._alone = config.prefills_alone
+        """Prompts of a prefill-only iteration (None: mixed iterations, vLLM's way)."""
         self._beside = config.prefill_beside
         """Admitted prompts run beside the decodes (the plan says so: ``BatchPlan.beside``)."""
-        """Prompts of a prefill-only iteration (None: mixed iterations, vLLM's way)."""
         self._cap = config.max_num_batched_tokens
         """Most prompt tokens one request computes in an iteration (the budget here:
         running requests are always decoding without chunking)."""

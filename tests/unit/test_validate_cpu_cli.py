@@ -309,3 +309,13 @@ def test_the_gate_at_both_ends_run_is_stored_apart() -> None:
     busy = [round(res["loads"][k]["steps_vs_fit"]["decode_p50"], 2)
             for k in ("poisson_0.9", "closed_4", "closed_8")]  # fmt: skip
     assert (min(busy), max(busy)) == (1.12, 1.16)
+
+
+def test_the_profilers_own_arrivals_cost_less_than_the_path() -> None:
+    # item 18: the step a probe request arrived in, less the trial's decode step
+    # (item 13's stored trials): -0.1 to 6.2 ms, median 1.1, under the 4.66 ms path
+    doc = json.loads((ROOT / "docs" / "validation" / "llamacpp-mixed-steps-epyc.json").read_text())
+    extra = [t["around_ms"][0] - t["decode_ms"] for ts in doc["trials"].values() for t in ts]
+    assert len(extra) == 8
+    assert (round(min(extra), 1), round(max(extra), 1)) == (-0.1, 6.2)
+    assert round(float(np.median(extra)), 1) == 1.1

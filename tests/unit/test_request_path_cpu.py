@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from builders import trace_workload
+from builders import trace_workload, validation_module
 from lyra_simpy.errors import ScenarioError
 from lyra_simpy.simulation import simulate
 from lyra_simpy.workload.source import ClosedLoopSource, Drawn, OpenLoopSource
@@ -69,3 +69,17 @@ def test_the_share_needs_a_path_and_a_single_engine(make_scenario):
     with pytest.raises(ScenarioError) as info:
         make_scenario(changes)
     assert "request_path_cpu_share: got 1.0 with a cluster" in str(info.value)
+
+
+def test_the_matrix_charges_table_1s_path_and_not_table_2s(tmp_path):
+    # validation/llamacpp_matrix.py: Table 1's scenarios take the profile's path at share
+    # REQUEST_PATH_CPU_SHARE (1); without a measured path, none
+    matrix = validation_module("llamacpp_matrix")
+    fit = tmp_path / "fit_probes.yaml"
+    args = ("closed_4", matrix.CONFIGS["default"], matrix.REGIMES["short"], False, str(fit),
+            "closed_4", None)  # fmt: skip
+    assert matrix.scenario(*args)["workload"]["request_path_cpu_share"] == 0.0
+    (tmp_path / "profile.yaml").write_text("engine: llamacpp\nrequest_path_ms: 4.66\n")
+    work = matrix.scenario(*args)["workload"]
+    assert (work["request_path_ms"], work["request_path_cpu_share"]) == (4.66, 1.0)
+    assert matrix.REQUEST_PATH_CPU_SHARE == 1.0

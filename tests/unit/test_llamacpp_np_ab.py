@@ -119,6 +119,22 @@ def test_item_17s_run_of_np2_b64_short_decodes_at_its_profiles_speed() -> None:
     assert re.findall(r"poisson_0\.[39]\s+b1/p1 ([\d.]+)", old)[:2] == ["17.9", "18.1"]
 
 
+def test_item_19s_profile_caught_four_sequences_quick() -> None:
+    # item 19: -np 4 short's fresh profile, four sequences 40.3 ms (the one before: 44.3),
+    # one sequence 18.6 (17.3); its runs' four-sequence steps 40.9-45.9 ms
+    text = (STORED / "llamacpp-by-batch-default-short-item19.txt").read_text()
+    row = re.search(r"profile\s+b1/p1 ([\d.]+);.*b4/p1 ([\d.]+)", text)
+    assert row is not None
+    assert (float(row[1]), float(row[2])) == (18.6, 40.3)
+    runs = [float(x) for x in re.findall(r"b4/p1 ([\d.]+) \(", text)]
+    assert (min(runs), max(runs)) == (40.9, 45.9)
+    old = (STORED / "llamacpp-by-batch-epyc.txt").read_text()
+    old = old[old.index("default_short:") :]
+    before = re.search(r"profile\s+b1/p1 ([\d.]+);.*b4/p1 ([\d.]+)", old)
+    assert before is not None
+    assert (float(before[1]), float(before[2])) == (17.3, 44.3)
+
+
 def test_the_arms_are_the_matrixs_launch_lines() -> None:
     # -np 2 -b 64 as the matrix launches it, the same without -b, -np 4 the default point
     assert np_ab.ARMS["np2_b64"][0][-2:] == ["-b", "64"]

@@ -187,8 +187,9 @@ def test_the_published_matrix_is_the_amd_hosts_with_every_point_run_with_prompt_
     # docs/VALIDATION-llamacpp.md items 14-18 and the README's table: the six points each
     # run with a prompt's steps as probe rows of their own, each point's latest run;
     # -np 2 -b 64 long's is item 16's (a profile at the host's usual two-sequence speed),
-    # -np 2 -b 64 short's item 17's (every run inside the gate); Table 1 with each
-    # request's path charged to the engine (item 18)
+    # -np 2 -b 64 short's item 17's (every run inside the gate), -np 4 short's item 19's
+    # (a profile that caught four sequences quick); Table 1 with each request's path
+    # charged to the engine (item 18)
     rows = _cells(ROOT / "docs" / "validation" / "llamacpp-matrix.json")
     assert [(r[0].strip("| `"), r[1]) for r in rows] == [
         (flags, reg)
@@ -196,8 +197,10 @@ def test_the_published_matrix_is_the_amd_hosts_with_every_point_run_with_prompt_
         for reg in ("short", "long")
     ]
     totals = _totals(rows)
-    assert totals == [188, 166, 169]
+    assert totals == [175, 157, 157]
     by = _by_point(rows)
+    short = by["-np 4 -c 4096 -t 2", "short"]
+    assert (short[2], short[4], short[6]) == ("19 / 35", "20 / 35", "17 / 35")
     np2_short = by["-np 2 -c 4096 -t 2 -b 64", "short"]
     assert (np2_short[2], np2_short[4], np2_short[6]) == ("31 / 35", "28 / 35", "28 / 35")
     assert np2_short[8] == "1.02–1.15 |"
@@ -242,7 +245,8 @@ def test_charging_the_request_path_moves_only_table_1s_ten_cells() -> None:
     matrix = validation_module("llamacpp_matrix")
     stored = ROOT / "docs" / "validation"
     before = json.loads((stored / "llamacpp-matrix-epyc-item17.json").read_text())["results"]
-    after = json.loads((stored / "llamacpp-matrix.json").read_text())["results"]
+    after = json.loads((stored / "llamacpp-matrix-epyc-item18.json").read_text())["results"]
+    assert _totals(_cells(stored / "llamacpp-matrix-epyc-item18.json")) == [188, 166, 169]
     moved = []
     for key, res in after.items():
         assert res["table2"] == before[key]["table2"]
@@ -309,6 +313,39 @@ def test_the_gate_at_both_ends_run_is_stored_apart() -> None:
     busy = [round(res["loads"][k]["steps_vs_fit"]["decode_p50"], 2)
             for k in ("poisson_0.9", "closed_4", "closed_8")]  # fmt: skip
     assert (min(busy), max(busy)) == (1.12, 1.16)
+
+
+def test_item_19s_fresh_run_charged_and_not() -> None:
+    # item 19: -np 4 short run afresh; on its runs Table 1 holds 19 with the path charged
+    # (published) and 15 without (stored apart), four cells in and none out; its profile's
+    # capacity 2.99 -> 3.16 req/s, and Poisson 0.9 overloaded the real server (2.48-2.83
+    # req/s served of 2.84 offered)
+    matrix = validation_module("llamacpp_matrix")
+    stored = ROOT / "docs" / "validation"
+    charged = json.loads((stored / "llamacpp-matrix.json").read_text())["results"]["default/short"]
+    plain = json.loads((stored / "llamacpp-default-short-item19-share0.json").read_text())
+    plain = plain["results"]["default/short"]
+
+    def inside(point: dict) -> dict[tuple[str, str], bool]:
+        return {(load, r["metric"]): matrix._row(r)[1] for load, v in point["loads"].items()
+                for r in v["table"] if r["metric"] in matrix.METRICS}  # fmt: skip
+
+    a, b = inside(plain), inside(charged)
+    assert (sum(a.values()), sum(b.values())) == (15, 19)
+    assert all(b[k] for k in a if a[k])  # nothing lost
+    assert plain["table2"] == charged["table2"]
+    before = json.loads((stored / "llamacpp-matrix-epyc-item18.json").read_text())
+    assert round(before["results"]["default/short"]["capacity_req_s"], 2) == 2.99
+    assert round(charged["capacity_req_s"], 2) == 3.16
+    table = {r["metric"]: r for r in charged["loads"]["poisson_0.9"]["table"]}
+    served = table["request_throughput"]["runs"]
+    assert (round(min(served), 2), round(max(served), 2)) == (2.48, 2.83)
+    ref = charged["gate"]["run_ref_ms"]
+    steps = [m["step_before"] / ref for v in charged["loads"].values() for m in v["machine"]]
+    assert sum(abs(x - 1) <= 0.05 for x in steps) == 14  # one 6 % off, after 7 probes
+    late = [m["gate_probes"] for v in charged["loads"].values() for m in v["machine"]
+            if abs(m["step_before"] / ref - 1) > 0.05]  # fmt: skip
+    assert (late, round(max(abs(x - 1) for x in steps), 2)) == ([7], 0.06)
 
 
 def test_the_profilers_own_arrivals_cost_less_than_the_path() -> None:

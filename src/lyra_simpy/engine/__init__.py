@@ -1,9 +1,11 @@
 """One serving engine (a *replica*), as a SimPy process.
 
-- :mod:`.replica` — the process: each loop plans an iteration, charges the cost model
-  (``Replica._step``), sleeps once, then emits tokens and finishes requests
-  (``Replica._commit``, ``_emit``, ``_finish``); fused decode runs are slept and committed
-  here too.
+- :mod:`.replica` — the process: each loop takes arrivals, plans an iteration and runs
+  it, or sleeps until the next arrival.
+- :mod:`.iteration` — one iteration: KV allocated, the cost model charged
+  (``Iterations._step``), one sleep, tokens emitted (``_commit``, ``_emit``).
+- :mod:`.runs` — requests leaving (``_finish``, ``_release``) and fused decode runs,
+  slept and committed as one event.
 - :mod:`.intake` — where a request enters: taken when due, refused when it can never be
   served, queued, rejected or deferred by the admission policy.
 - :mod:`.fused` — planning a run of decode iterations as one event (pure: no SimPy).

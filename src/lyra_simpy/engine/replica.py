@@ -1,10 +1,9 @@
 """The replica process: at most one SimPy timeout per engine iteration.
 
 Each loop: take the arrivals that are due (:mod:`~lyra_simpy.engine.intake`), ask the
-scheduler for a plan, allocate KV, charge the cost model (:meth:`Replica._step`), sleep
-for the iteration, then emit tokens (:meth:`Replica._commit`, :meth:`Replica._emit`),
-finish requests and free their blocks. An idle replica sleeps until the next known
-arrival (no polling).
+scheduler for a plan, and run it (:mod:`~lyra_simpy.engine.iteration`: allocate KV,
+charge the cost model, sleep for the iteration, emit tokens, finish requests and free
+their blocks). An idle replica sleeps until the next known arrival (no polling).
 
 Decoding requests are kept in a :class:`~lyra_simpy.engine.decode_clock.DecodeSet`: an
 iteration advances all of them by one clock tick instead of touching each.
@@ -34,24 +33,22 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 import simpy
 
-from lyra_simpy.cost.base import BatchShape, CostModel
+from lyra_simpy.cost.base import CostModel
 from lyra_simpy.engine.decode_clock import DecodeSet
 from lyra_simpy.engine.fused import DecodeRun
 from lyra_simpy.engine.intake import Intake
+from lyra_simpy.engine.iteration import HandOffPort, Iterations
 from lyra_simpy.engine.kv import BlockPool
 from lyra_simpy.engine.request import RejectReason, Request
-from lyra_simpy.engine.runs import Runs
 from lyra_simpy.engine.speculative import Speculator
 from lyra_simpy.engine.timing import (
     PLAN_PRIORITY,
     PhaseEvent,
     Process,
     delay_until,
-    finite_time,
 )
 from lyra_simpy.errors import SimulationError
 from lyra_simpy.metrics.collector import Collector
@@ -96,20 +93,7 @@ class Rules:
     that knows its arrivals (a single engine) and no fused runs."""
 
 
-class HandOffPort(Protocol):
-    """Where a prefill replica of a disaggregated cluster sends requests after their
-    first token (:class:`~lyra_simpy.cluster.disagg.HandOff`)."""
-
-    def refusal(self, req: Request) -> RejectReason | None:
-        """Why no decode replica can ever take *req* (None: one can)."""
-        ...
-
-    def hand_off(self, req: Request, prefill: Replica, now_s: float) -> None:
-        """*req* emitted its first token on *prefill* at *now_s*: send its KV on."""
-        ...
-
-
-class Replica(Runs):
+class Replica(Iterations):
     """One serving engine: a scheduler, a KV pool and a cost model, fed by a source."""
 
     def __init__(
@@ -135,7 +119,8 @@ class Replica(Runs):
         self.stop_s = rules.stop_s
         self.strict_horizon = rules.strict_horizon
         self.arrival_cost_s = rules.arrival_cost_s
-        if self.arrival_cost_s and (rules.fuse or not hasattr(source, "arrivals_before")):
+        self._arrivals_before = getattr(source, "arrivals_before", None)
+        if self.arrival_cost_s and (rules.fuse or self._arrivals_before is None):
             raise SimulationError("an arrival cost needs a single engine's source, unfused")
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -194,11 +179,6 @@ class Replica(Runs):
     def deferred(self) -> deque[Request]:
         """Requests the admission deferred (held by the intake)."""
         return self.intake.deferred
-
-    @property
-    def _steady(self) -> bool:
-        """Every running request is decoding."""
-        return self.decoding.n == len(self.running)
 
     # -- process --------------------------------------------------------------------
     def run(self) -> Process:
@@ -311,196 +291,6 @@ class Replica(Runs):
             victim.running = False
             self.running.remove(victim)
             requeue(victim)
-
-    # -- one iteration ----------------------------------------------------------------
-    def _step(self, plan: BatchPlan, start: float) -> Process:
-        """Run one iteration of *plan*; continue into a fused run when nothing can
-        arrive before it ends."""
-        kv, bs = self.kv, self.kv.block_size
-        waiting, running = self.waiting, self.running
-        prefill, decode = plan.prefill, plan.decode
-        alloc = prefill_tokens = attention = 0
-        cache = self.cache
-        for req, tokens in prefill:
-            if not req.running:
-                if waiting[0] is req:
-                    waiting.popleft()
-                else:
-                    waiting.remove(req)
-                req.running = True
-                running.append(req)
-                if cache is not None and req.keys:
-                    alloc += self._acquire(req, cache)
-            total = req.computed_tokens + tokens
-            need = (total + bs - 1) // bs - req.blocks
-            req.blocks += need
-            alloc += need
-            prefill_tokens += tokens
-            attention += tokens * total
-        n_dec = len(decode)
-        dset = self.decoding
-        if n_dec != dset.n:  # not every decoding request decodes: count them one by one
-            dset.clear()
-        context = dset.context_tokens
-        alloc += dset.blocks_needed()
-        la = self._lookahead
-        for req in decode if not dset.n else ():
-            c = req.computed_tokens + 1
-            context += c
-            if la:  # speculative lookahead: slots for the drafts it can still use
-                c += min(la, req.output_tokens - req.generated_tokens - 1)
-            need = (c + bs - 1) // bs - req.blocks
-            if need:
-                req.blocks += need
-                alloc += need
-        kv.allocate(alloc)
-        rows = (plan.rows if plan.rows > n_dec else n_dec) if n_dec else 0
-        self._prompts_s = None
-        if plan.beside and prefill and n_dec:  # prompts beside the decodes: the longer part
-            prompts = self.cost.iteration_s(
-                BatchShape(len(prefill), prefill_tokens, attention, 0, 0, 0)
-            )
-            decodes = self.cost.decode_span_s(rows, context, n_dec, 1)[0]
-            self._prompts_s = prompts
-            duration = prompts if prompts > decodes else decodes
-        elif la and n_dec:  # verify the drafts (like prompt tokens) and run the draft steps
-            shape = BatchShape(
-                len(prefill), prefill_tokens, attention, n_dec, rows, context, la * n_dec
-            )
-            assert self.spec is not None
-            duration = self.cost.iteration_s(shape) + self.spec.draft_s
-        elif prefill or plan.passes != 1 or plan.checkpoints or plan.output_passes != 1:
-            shape = BatchShape(
-                len(prefill), prefill_tokens, attention, n_dec, rows, context, 0,
-                plan.passes, plan.checkpoints, plan.prefill_attention_cells, plan.output_passes,
-                plan.prefill_computed_cells,
-            )  # fmt: skip
-            duration = self.cost.iteration_s(shape)
-        else:
-            duration = self.cost.decode_span_s(rows, context, n_dec, 1)[0]
-        cost = self.arrival_cost_s
-        if cost:  # each request reaching the engine meanwhile lengthens the iteration
-            charged = 0
-            while True:
-                n = self.source.arrivals_before(start + duration)  # type: ignore[attr-defined]
-                if n <= charged:
-                    break
-                duration += (n - charged) * cost
-                charged = n
-        end = finite_time(start, start + duration)
-        nxt = self.source.next_s()
-        if (
-            self.fuse
-            and not waiting
-            and not self.intake.deferred
-            and not self.strict_horizon  # (a cluster's router must see ends at their time)
-            and (nxt is None or nxt > end)
-            and (self.stop_s is None or end < self.stop_s)
-        ):
-            # Nothing can reach this replica before the iteration ends: commit it now
-            # and go on into a fused run, sleeping once for both.
-            self._commit(plan, start, end)
-            nxt = self.source.next_s()
-            if (
-                running
-                and self._steady
-                and (nxt is None or nxt > end)
-                and (yield from self._fused_run(start, duration, end, plan.rows, self._absorb))
-            ):
-                return
-            yield self.env.timeout(duration)
-            return
-        yield self.env.timeout(duration)
-        self._commit(plan, start, self.env.now)
-
-    def _commit(self, plan: BatchPlan, start: float, end: float) -> None:
-        """Emit the tokens of the iteration of *plan* that ran from *start* to *end*."""
-        collector, dset = self.collector, self.decoding
-        prefill, decode = plan.prefill, plan.decode
-        n_dec = len(decode)
-        common = prefill_tokens = 0
-        done: list[Request] = []
-        as_set = dset.n > 0
-        if as_set:  # the decode set decoded (it is the whole decode list, see _step)
-            last = dset.last_emit_s
-            if last == start:
-                common = dset.n
-            else:
-                collector.itl(end - last, dset.n)
-            done = dset.advance([end])
-        elif self.spec is not None:
-            for req, accepted in zip(decode, self.spec.accepted(n_dec), strict=True):
-                n = min(1 + accepted, req.output_tokens - req.generated_tokens)
-                req.computed_tokens += n
-                common += self._emit(req, start, end, done, n)
-        else:
-            for req in decode:
-                req.computed_tokens += 1
-                common += self._emit(req, start, end, done)
-        dset.last_emit_s = end
-        cache = self.cache
-        handoff = self.handoff
-        leaving: list[Request] = []
-        emitted: list[Request] = []
-        log = collector.log
-        # Prompts run beside the decodes (BatchPlan.beside) end when their own part does.
-        beside = self._prompts_s
-        prompts_end = end if beside is None else start + beside
-        for req, tokens in prefill:
-            prefill_tokens += tokens
-            req.computed_tokens += tokens
-            if cache is not None and req.keys:  # its full units are cached as computed
-                self.kv.release(-cache.insert(req, req.computed_tokens // cache.unit_tokens))
-            complete = req.computed_tokens == req.input_tokens + req.generated_tokens
-            if log is not None:
-                log.chunk(req, start, prompts_end, tokens, complete)
-            if complete:
-                common += self._emit(req, start, prompts_end, done)
-                emitted.append(req)
-        if common:
-            collector.itl(end - start, common)
-        collector.iteration(
-            self.replica_id, start, end, len(prefill) + n_dec, prefill_tokens, n_dec,
-            self.kv.used, len(self.waiting),
-        )  # fmt: skip
-        # Requests that emitted and go on decoding join the set (last token: end).
-        for req in () if as_set or self.spec is not None else decode:
-            if req.generated_tokens < req.output_tokens:
-                dset.join(req)
-        for req in emitted:
-            # Only a request that emitted now: one whose chunk ended a recompute one
-            # token short of emitting decodes next, but last emitted before (its ITL).
-            # (Told by the emission itself, not by its time: an iteration may cost 0.)
-            if req.generated_tokens < req.output_tokens:
-                if handoff is not None:
-                    leaving.append(req)  # its first token: on to a decode replica
-                elif self.spec is None and beside is None:
-                    # (beside: its last token is not the set's; decoded one by one once)
-                    dset.join(req)
-        if done:
-            self._finish(done)
-        for req in leaving:
-            assert handoff is not None
-            req.running = False
-            self.running.remove(req)
-            handoff.hand_off(req, self, end)
-
-    def _emit(self, req: Request, start: float, end: float, done: list[Request], n: int = 1) -> int:
-        """Emit a chunk of *n* tokens of *req* at *end* (one inter-token gap); returns 1
-        when that gap equals the iteration."""
-        common = 0
-        gen = req.generated_tokens
-        if gen == 0:
-            req.first_token_s = end
-        elif req.last_token_s == start:
-            common = 1
-        else:
-            self.collector.itl(end - req.last_token_s, 1)
-        req.generated_tokens = gen + n
-        req.last_token_s = end
-        if gen + n == req.output_tokens:
-            done.append(req)
-        return common
 
     def receive(self, req: Request) -> None:
         """A decode replica takes *req*, its prompt's KV arrived (blocks reserved)."""

@@ -103,6 +103,14 @@ METRICS = (
 )
 
 
+REQUEST_PATH_CPU_SHARE = 1.0
+"""``workload.request_path_cpu_share`` of Table 1's scenarios: llama-server runs ``-t 2``
+on this host's 2 cores beside its HTTP threads and the replay client, so all of a request's
+path (the profile's ``request_path_ms``) is work taken from the engine's cores, charged
+to the iteration it lands in (item 18). Not fitted: the path is the profile's measure and
+the share its upper end, what the host's core count gives."""
+
+
 def scenario(name: str, flags: list[str], regime: dict[str, Any], quick: bool, fit: str,
              load: str, capacity: float | None) -> dict[str, Any]:  # fmt: skip
     """The scenario of one point (the preset reads the launch flags), with the request
@@ -136,14 +144,6 @@ def scenario(name: str, flags: list[str], regime: dict[str, Any], quick: bool, f
         "scheduler": {"name": "llamacpp", "sliding_window": True, "cache_prompt": False},
         "cost": {"name": "profile", "path": fit, "decode_table": True},
     }
-
-
-REQUEST_PATH_CPU_SHARE = 1.0
-"""``workload.request_path_cpu_share`` of Table 1's scenarios: llama-server runs ``-t 2``
-on this host's 2 cores beside its HTTP threads and the replay client, so all of a request's
-path (the profile's ``request_path_ms``) is work taken from the engine's cores, charged
-to the iteration it lands in (item 18). Not fitted: the path is the profile's measure and
-the share its upper end, what the host's core count gives."""
 
 
 GATE_AFTER = 0
@@ -244,6 +244,7 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
         capacity = json.loads((_sim(here / "capacity" / "capacity") / "summary.json")
                               .read_text())["request_throughput"]  # fmt: skip
         out["capacity_req_s"] = capacity
+        out["request_path_ms"] = request_path_ms(here / "profile.csv")  # (item 18)
         for load in LOADS:
             raw = scenario(load, flags, regime, quick, str(fit), load, capacity)
             path = here / f"{load}.yaml"
@@ -429,6 +430,7 @@ def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
         res["loads"][load]["table"] = json.loads(table.read_text())
         res["loads"][load]["steps_vs_fit"] = load_ratios(here, load, "probes")
     res.setdefault("fits", {})["probes"] = yaml.safe_load(fit.read_text())["coefficients"]
+    res["request_path_ms"] = request_path_ms(here / "profile.csv")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -356,3 +357,32 @@ def test_the_profilers_own_arrivals_cost_less_than_the_path() -> None:
     assert len(extra) == 8
     assert (round(min(extra), 1), round(max(extra), 1)) == (-0.1, 6.2)
     assert round(float(np.median(extra)), 1) == 1.1
+
+
+def test_the_arrival_steps_item_18_quotes_are_stored() -> None:
+    # item 18: on item 18's runs (llamacpp_steps.py --arrivals, stored) decode steps with a
+    # request sent during them ran 0.98-1.24 x the fit, 0.06-0.28 above the other decode
+    # steps of the same load at all 22 loads that had them (those 0.86-1.15)
+    text = (ROOT / "docs" / "validation" / "llamacpp-arrivals-epyc-item18.txt").read_text()
+    found = re.findall(r"decode ([\d.]+) \(\d+\)\s+decode\+arrival ([\d.]+) \(", text)
+    pairs = [(float(a), float(b)) for a, b in found]
+    assert len(pairs) == 22
+    assert (min(b for _, b in pairs), max(b for _, b in pairs)) == (0.98, 1.24)
+    gaps = [round(b - a, 2) for a, b in pairs]
+    assert (min(gaps), max(gaps)) == (0.06, 0.28)
+    others = [float(a) for a in re.findall(r"  decode ([\d.]+) \(", text)]
+    assert (min(others), max(others)) == (0.86, 1.15)
+
+
+def test_each_points_request_path_is_stored() -> None:
+    # item 18 and the README: the profiles' paths, 4.1-5.3 ms (item 18's -np 4 short 4.66,
+    # item 19's 5.32)
+    stored = ROOT / "docs" / "validation"
+    results = json.loads((stored / "llamacpp-matrix.json").read_text())["results"]
+    paths = {k: r["request_path_ms"] for k, r in results.items()}
+    assert (min(paths.values()), max(paths.values())) == (4.08, 5.32)
+    assert paths["default/short"] == 5.32
+    before = json.loads((stored / "llamacpp-matrix-epyc-item18.json").read_text())["results"]
+    assert before["default/short"]["request_path_ms"] == 4.66
+    long = [p for k, p in paths.items() if k.endswith("/long")]
+    assert (min(long), max(long)) == (4.08, 4.86)

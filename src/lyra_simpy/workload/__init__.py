@@ -98,8 +98,8 @@ class WorkloadConfig(Closed):
     API server and the client run elsewhere, as on a GPU server. 1: all of the path is
     CPU work on the cores the engine computes on — a CPU engine whose threads fill the
     host's cores beside its HTTP threads and the client (``llama-server -t 2`` on 2
-    cores: the replayed runs' decode steps during which a request arrived took 1.04-1.30
-    x the others, docs/VALIDATION-llamacpp.md items 13 and 18). A single engine only (a
+    cores: the replayed runs' decode steps during which a request arrived took 0.06-0.30
+    x the fit longer than the others, docs/VALIDATION-llamacpp.md items 13 and 18). A single engine only (a
     cluster is refused); iterations are not fused while it is on."""
 
     @model_validator(mode="after")

@@ -227,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--top", type=int, default=5, help="rows of the ranking to print")
     parser.add_argument("--seeds", type=int, default=5, help="seeds each point's median is over")
-    parser.add_argument(
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
         "--band-only", action="store_true", help="skip the search: the scenario files' band"
     )
     parser.add_argument(
@@ -236,10 +237,10 @@ def main(argv: list[str] | None = None) -> int:
         default=BAND_SEEDS,
         help=f"seeds of the band, from the files' own (default {BAND_SEEDS})",
     )
-    parser.add_argument(
+    mode.add_argument(
         "--fine", action="store_true", help="search around the found workload (FINE_RATES...)"
     )
-    parser.add_argument(
+    mode.add_argument(
         "--beside",
         action="store_true",
         help="search the reading with prompts beside the decodes (BESIDE_RATES...), then "

@@ -132,3 +132,11 @@ def test_the_saturated_cells_rule_out_prompts_that_stall_the_decodes():
     assert beside["8", "output_throughput"] == pytest.approx(337, rel=0.01)
     for label in ("static", "continuous"):
         assert round(beside[label, "median_tpot_ms"]) == 31
+
+
+def test_the_searches_are_one_at_a_time():
+    # --band-only, --fine and --beside each pick what is searched: two at once is refused
+    for pair in (["--fine", "--beside"], ["--band-only", "--beside"]):
+        with pytest.raises(SystemExit) as info:
+            fit.main(pair)
+        assert info.value.code == 2

@@ -182,3 +182,12 @@ def test_fused_equals_unfused_with_the_roofline(block):
         fused, unfused = _run(raw, True), _run(raw, False)
         where = f"roofline scenario {block * 30 + i}: {json.dumps(raw)}"
         assert _observables(fused) == _observables(unfused), where
+
+
+def test_the_sweep_reaches_every_prefill_rule_of_continuous():
+    # the sweep above is only as good as what it draws: continuous with prompts mixed
+    # into the decodes, alone, and beside them (8 of the 150)
+    drawn = [raw["scheduler"] for raw in _scenarios() if raw["scheduler"]["name"] == "continuous"]
+    beside = sum(bool(s.get("prefill_beside_decode")) for s in drawn)
+    alone = sum(s.get("prefills_per_iteration") is not None for s in drawn)
+    assert (beside, min(alone, 1), min(len(drawn) - beside - alone, 1)) == (8, 1, 1)

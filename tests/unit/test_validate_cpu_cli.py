@@ -240,10 +240,17 @@ def test_item_17s_matrix_is_kept() -> None:
     assert (short[2], short[4], short[6]) == ("26 / 35", "28 / 35", "28 / 35")
 
 
+def _inside(point: dict) -> dict[tuple[str, str], bool]:
+    """A stored point's Table 1 cells: (load, metric) -> inside the target (the matrix's
+    own rule)."""
+    matrix = validation_module("llamacpp_matrix")
+    return {(load, r["metric"]): matrix._row(r)[1] for load, v in point["loads"].items()
+            for r in v["table"] if r["metric"] in matrix.METRICS}  # fmt: skip
+
+
 def test_charging_the_request_path_moves_only_table_1s_ten_cells() -> None:
     # item 18: the same profiles and runs; Tables 2 and 3 untouched, Table 1 gains eight
     # cells and loses two, both at -kvu short
-    matrix = validation_module("llamacpp_matrix")
     stored = ROOT / "docs" / "validation"
     before = json.loads((stored / "llamacpp-matrix-epyc-item17.json").read_text())["results"]
     after = json.loads((stored / "llamacpp-matrix-epyc-item18.json").read_text())["results"]
@@ -252,12 +259,8 @@ def test_charging_the_request_path_moves_only_table_1s_ten_cells() -> None:
     for key, res in after.items():
         assert res["table2"] == before[key]["table2"]
         assert res["table3"] == before[key]["table3"]
-        for load, got in res["loads"].items():
-            was = {r["metric"]: r for r in before[key]["loads"][load]["table"]}
-            for row in (r for r in got["table"] if r["metric"] in matrix.METRICS):
-                now_in, was_in = matrix._row(row)[1], matrix._row(was[row["metric"]])[1]
-                if now_in != was_in:
-                    moved.append((key, load, row["metric"], now_in))
+        was, now = _inside(before[key]), _inside(res)
+        moved += [(key, load, m, ok) for (load, m), ok in now.items() if ok != was[load, m]]
     assert len(moved) == 10
     assert sorted((k, load, m) for k, load, m, ok in moved if not ok) == [
         ("kvu/short", "poisson_0.6", "p90_ttft_ms"),
@@ -321,17 +324,12 @@ def test_item_19s_fresh_run_charged_and_not() -> None:
     # (published) and 15 without (stored apart), four cells in and none out; its profile's
     # capacity 2.99 -> 3.16 req/s, and Poisson 0.9 overloaded the real server (2.48-2.83
     # req/s served of 2.84 offered)
-    matrix = validation_module("llamacpp_matrix")
     stored = ROOT / "docs" / "validation"
     charged = json.loads((stored / "llamacpp-matrix.json").read_text())["results"]["default/short"]
     plain = json.loads((stored / "llamacpp-default-short-item19-share0.json").read_text())
     plain = plain["results"]["default/short"]
 
-    def inside(point: dict) -> dict[tuple[str, str], bool]:
-        return {(load, r["metric"]): matrix._row(r)[1] for load, v in point["loads"].items()
-                for r in v["table"] if r["metric"] in matrix.METRICS}  # fmt: skip
-
-    a, b = inside(plain), inside(charged)
+    a, b = _inside(plain), _inside(charged)
     assert (sum(a.values()), sum(b.values())) == (15, 19)
     assert all(b[k] for k in a if a[k])  # nothing lost
     assert plain["table2"] == charged["table2"]

@@ -99,8 +99,8 @@ class WorkloadConfig(Closed):
     CPU work on the cores the engine computes on — a CPU engine whose threads fill the
     host's cores beside its HTTP threads and the client (``llama-server -t 2`` on 2
     cores: the replayed runs' decode steps during which a request arrived took 0.06-0.30
-    x the fit longer than the others, docs/VALIDATION-llamacpp.md items 13 and 18). A single engine only (a
-    cluster is refused); iterations are not fused while it is on."""
+    x the fit longer than the others, docs/VALIDATION-llamacpp.md items 13 and 18). A
+    single engine only (a cluster is refused); iterations are not fused while it is on."""
 
     @model_validator(mode="after")
     def _bounded(self) -> WorkloadConfig:

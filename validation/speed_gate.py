@@ -30,7 +30,9 @@ GATE_PAUSE_S = 15.0
 FLOOR_PROBES = 6
 """Lone-request probes, 5 s apart, whose fastest is the host's quickest speed."""
 PROFILE_TRIES = 3
-"""Profiles taken at most, until one's batch-1 step is within :data:`GATE` of the floor."""
+"""Profiles taken at most, until one's batch-1 step is within :data:`GATE` of the floor
+(and, for :func:`batch_checked`, until its full-batch row is within :data:`GATE` of the
+check)."""
 
 
 _PROBE_IDS = np.random.default_rng()
@@ -114,6 +116,55 @@ def profile_step(csv: Path) -> float | None:
         return None
     steps = [float(r.split(",")[4]) for r in rows if r.startswith("decode,1,")]
     return round(float(np.median(steps)), 1) if steps else None
+
+
+def batch_row(csv: Path, batch: int) -> float | None:
+    """A profile's decode step at *batch* sequences in one forward pass (the median over
+    its contexts; a profile without the ``passes`` column: every decode row of *batch*),
+    ms."""
+    try:
+        lines = csv.read_text().splitlines()
+    except OSError:
+        return None
+    head = lines[0].split(",") if lines else []
+    passes = head.index("passes") if "passes" in head else None
+    steps = [
+        float(cells[4])
+        for cells in (line.split(",") for line in lines[1:])
+        if cells[0] == "decode"
+        and cells[1] == str(batch)
+        and (passes is None or cells[passes] in ("", "1"))
+    ]
+    return round(float(np.median(steps)), 1) if steps else None
+
+
+def batch_checked(
+    csv: Path,
+    batch: int,
+    check: Probe,
+    retake: Callable[[], Path],
+    tries: int = PROFILE_TRIES,
+) -> tuple[Path, list[dict[str, float | None]]]:
+    """The profile *csv* checked at the server's full batch, taken again while it is off.
+
+    The speed gate's probe is a lone request: it reads the host's batch-1 speed, which
+    need not move with its speed at *batch* sequences (``docs/VALIDATION-llamacpp.md``
+    item 19: a profile's four-sequence row 9 % quicker than the one before it, its
+    batch-1 row 7 % slower, and the runs at four sequences as slow as the one before).
+    So right after a profile, *check* measures the step of *batch* sequences decoding
+    together (the profile's own probe, several times); while the profile's row for that
+    batch (:func:`batch_row`) is not within :data:`GATE` of it, *retake* profiles again,
+    up to *tries* profiles in all. The last profile stays whatever it read. Returns its
+    path and one record per profile: ``profile_ms`` (its row), ``check_ms``."""
+    record: list[dict[str, float | None]] = []
+    while True:
+        row, got = batch_row(csv, batch), check()
+        record.append({"profile_ms": row, "check_ms": None if got is None else round(got, 1)})
+        if (row is not None and within(got, row)) or len(record) >= tries:
+            return csv, record
+        print(f"full-batch check: {batch} sequences {got} ms, the profile's row {row} ms: "
+              "profiling again", flush=True)  # fmt: skip
+        csv = retake()
 
 
 def profile_at_floor(

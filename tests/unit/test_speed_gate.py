@@ -167,3 +167,89 @@ def test_the_last_try_stays_whatever_it_read_and_without_redo_nothing_is_set_asi
     assert got == {"step_before": 20.0, "gate_probes": 1, "step_after": 30.0,
                    "wall_s": got["wall_s"]}  # fmt: skip
     assert len(made) == 3
+
+
+def _batch_profile(path: Path, rows: list[tuple[int, int, float]]) -> Path:
+    """A profile of decode rows (batch, passes, ms) at contexts 24 and 72 in turn."""
+    lines = ["phase,batch_size,input_tokens,context_len,latency_ms,engine_ms,passes"]
+    lines += [f"decode,{b},0,{24 + 48 * (k % 2)},{ms},,{p}" for k, (b, p, ms) in enumerate(rows)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_the_full_batch_row_is_the_median_of_its_one_pass_rows(tmp_path: Path) -> None:
+    gate = _gate()
+    csv = _batch_profile(
+        tmp_path / "p.csv",
+        [(1, 1, 18.0), (1, 1, 19.0), (4, 1, 42.0), (4, 1, 38.6), (2, 2, 60.0), (2, 1, 30.0)],
+    )
+    assert gate.batch_row(csv, 4) == 40.3  # item 19's profile: 42.0 and 38.6
+    assert gate.batch_row(csv, 2) == 30.0  # the fragmented (two-pass) row is not read
+    assert gate.batch_row(csv, 3) is None
+    old = tmp_path / "old.csv"  # a profile from before the passes column: every row
+    old.write_text("phase,batch_size,input_tokens,context_len,latency_ms\ndecode,2,0,24,31.0\n")
+    assert gate.batch_row(old, 2) == 31.0
+
+
+def test_a_profile_off_at_the_full_batch_is_taken_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = _gate()
+    monkeypatch.setattr(gate, "GATE", 0.05)
+    csv = tmp_path / "p.csv"
+    profiles = iter([[40.3, 40.3], [44.0, 45.0]])  # the retake's full-batch rows
+
+    def retake() -> Path:
+        return _batch_profile(csv, [(4, 1, ms) for ms in next(profiles)])
+
+    retake()
+    checks = iter([43.8, 44.1])  # 40.3 against 43.8: 8 % off the 5 % gate; 44.5 vs 44.1 in
+    got, record = gate.batch_checked(csv, 4, lambda: next(checks), retake)
+    assert got == csv
+    assert gate.batch_row(csv, 4) == 44.5
+    assert record == [
+        {"profile_ms": 40.3, "check_ms": 43.8},
+        {"profile_ms": 44.5, "check_ms": 44.1},
+    ]
+
+
+def test_the_full_batch_check_stops_after_its_tries_and_a_failed_check_is_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = _gate()
+    monkeypatch.setattr(gate, "GATE", 0.05)
+    csv = _batch_profile(tmp_path / "p.csv", [(2, 1, 30.0)])
+    taken: list[int] = []
+
+    def retake() -> Path:
+        taken.append(1)
+        return csv
+
+    checks = iter([None, 40.0, 40.0, 40.0])  # a check that failed, then 33 % off each time
+    _, record = gate.batch_checked(csv, 2, lambda: next(checks), retake, tries=3)
+    assert len(taken) == 2  # three profiles in all, the last one kept
+    assert [r["check_ms"] for r in record] == [None, 40.0, 40.0]
+    _, record = gate.batch_checked(csv, 2, lambda: 30.9, retake, tries=3)
+    assert record == [{"profile_ms": 30.0, "check_ms": 30.9}]
+    assert len(taken) == 2
+
+
+def test_the_matrix_full_batch_step_runs_the_profile_decode_probe_on_pinned_slots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from live_server import StreamServer
+
+    matrix = validation_module("llamacpp_matrix")
+    monkeypatch.setattr(matrix, "BATCH_CHECK_PAUSE_S", 0.0)
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("decode_context: [16, 64]\ndecode_steps: 8\ndecode_batch: [1, 2, 3]\n")
+    with StreamServer(ttft_s=0.02, itl_s=0.01) as srv:
+        step = matrix.full_batch_step(srv.url, grid, 3)
+        bodies = [b for b in srv.received if "prompt" in b]
+    assert step is not None
+    assert 9.0 < step < 20.0
+    # 3 rounds x 2 contexts x 3 sequences, in slots 0..2, 8 outputs each
+    assert len(bodies) == matrix.BATCH_CHECK_ROUNDS * 2 * 3 == 18
+    assert sorted({b["id_slot"] for b in bodies}) == [0, 1, 2]
+    assert sorted({len(b["prompt"]) for b in bodies}) == [16, 64]
+    assert {b["max_tokens"] for b in bodies} == {8}

@@ -787,7 +787,10 @@ def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any]) -> 
             f"floor {gate['floor_ms']} ms, {gate.get('probe_after_profile_ms')} ms right after "
             f"the profile ({gate['profile_tries']} profile(s); its own batch-1 rows, at longer "
             f"contexts, {gate['profile_step_ms']} ms); each real run waited for a probe within "
-            f"{100 * gate.get('tolerance', speed_gate.GATE):.0f} % of the floor (at most "
+            f"{100 * gate.get('tolerance', speed_gate.GATE):.0f} % of "
+            + (f"the profile's typical speed reference, {gate['run_ref_ms']} ms"
+               if "speed_reference" in gate else "the floor")
+            + " (at most "
             f"{speed_gate.GATE_WAIT_S:.0f} s)."
         )  # fmt: skip
         if gate and gate.get("batch_check"):

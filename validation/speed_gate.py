@@ -162,7 +162,8 @@ def batch_checked(
         record.append({"profile_ms": row, "check_ms": None if got is None else round(got, 1)})
         if (row is not None and within(got, row)) or len(record) >= tries:
             return csv, record
-        print(f"full-batch check: {batch} sequences {got} ms, the profile's row {row} ms: "
+        print(f"full-batch check: {batch} sequences {record[-1]['check_ms']} ms, the profile's "
+              f"row {row} ms: "
               "profiling again", flush=True)  # fmt: skip
         csv = retake()
 

@@ -135,6 +135,17 @@ def test_item_19s_profile_caught_four_sequences_quick() -> None:
     assert (float(before[1]), float(before[2])) == (17.3, 44.3)
 
 
+def test_item_20s_kept_profile_matches_its_runs_at_four_sequences() -> None:
+    # item 20: the profile the full-batch check kept, four sequences 38.4 ms; its runs'
+    # four-sequence steps 38.3-40.8 ms (item 19: 40.3 against 40.9-45.9)
+    text = (STORED / "llamacpp-by-batch-default-short-item20.txt").read_text()
+    row = re.search(r"profile\s+b1/p1 ([\d.]+);.*b4/p1 ([\d.]+)", text)
+    assert row is not None
+    assert (float(row[1]), float(row[2])) == (17.1, 38.4)
+    runs = [float(x) for x in re.findall(r"b4/p1 ([\d.]+) \(", text)]
+    assert (min(runs), max(runs)) == (38.3, 40.8)
+
+
 def test_the_arms_are_the_matrixs_launch_lines() -> None:
     # -np 2 -b 64 as the matrix launches it, the same without -b, -np 4 the default point
     assert np_ab.ARMS["np2_b64"][0][-2:] == ["-b", "64"]

@@ -188,8 +188,8 @@ def test_the_published_matrix_is_the_amd_hosts_with_every_point_run_with_prompt_
     # docs/VALIDATION-llamacpp.md items 14-18 and the README's table: the six points each
     # run with a prompt's steps as probe rows of their own, each point's latest run;
     # -np 2 -b 64 long's is item 16's (a profile at the host's usual two-sequence speed),
-    # -np 2 -b 64 short's item 17's (every run inside the gate), -np 4 short's item 19's
-    # (a profile that caught four sequences quick); Table 1 with each request's path
+    # -np 2 -b 64 short's item 17's (every run inside the gate), -np 4 short's item 20's
+    # (with the full-batch check after its profile); Table 1 with each request's path
     # charged to the engine (item 18)
     rows = _cells(ROOT / "docs" / "validation" / "llamacpp-matrix.json")
     assert [(r[0].strip("| `"), r[1]) for r in rows] == [
@@ -198,10 +198,10 @@ def test_the_published_matrix_is_the_amd_hosts_with_every_point_run_with_prompt_
         for reg in ("short", "long")
     ]
     totals = _totals(rows)
-    assert totals == [175, 157, 157]
+    assert totals == [183, 169, 171]
     by = _by_point(rows)
     short = by["-np 4 -c 4096 -t 2", "short"]
-    assert (short[2], short[4], short[6]) == ("19 / 35", "20 / 35", "17 / 35")
+    assert (short[2], short[4], short[6]) == ("27 / 35", "32 / 35", "31 / 35")
     np2_short = by["-np 2 -c 4096 -t 2 -b 64", "short"]
     assert (np2_short[2], np2_short[4], np2_short[6]) == ("31 / 35", "28 / 35", "28 / 35")
     assert np2_short[8] == "1.02–1.15 |"
@@ -325,7 +325,8 @@ def test_item_19s_fresh_run_charged_and_not() -> None:
     # capacity 2.99 -> 3.16 req/s, and Poisson 0.9 overloaded the real server (2.48-2.83
     # req/s served of 2.84 offered)
     stored = ROOT / "docs" / "validation"
-    charged = json.loads((stored / "llamacpp-matrix.json").read_text())["results"]["default/short"]
+    charged = json.loads((stored / "llamacpp-matrix-epyc-item19.json").read_text())["results"]
+    charged = charged["default/short"]
     plain = json.loads((stored / "llamacpp-default-short-item19-share0.json").read_text())
     plain = plain["results"]["default/short"]
 
@@ -345,6 +346,50 @@ def test_item_19s_fresh_run_charged_and_not() -> None:
     late = [m["gate_probes"] for v in charged["loads"].values() for m in v["machine"]
             if abs(m["step_before"] / ref - 1) > 0.05]  # fmt: skip
     assert (late, round(max(abs(x - 1) for x in steps), 2)) == ([7], 0.06)
+
+
+def test_item_19s_matrix_is_kept() -> None:
+    # item 19's set (published until item 20): -np 4 short from a profile that caught four
+    # sequences quick, 19 of 35 from probes
+    rows = _cells(ROOT / "docs" / "validation" / "llamacpp-matrix-epyc-item19.json")
+    assert _totals(rows) == [175, 157, 157]
+    short = _by_point(rows)["-np 4 -c 4096 -t 2", "short"]
+    assert (short[2], short[4], short[6]) == ("19 / 35", "20 / 35", "17 / 35")
+
+
+def test_item_20s_full_batch_check_and_fresh_run() -> None:
+    # item 20: -np 4 short with the full-batch check: three profiles (41.5 vs 38.4 and
+    # 38.0 vs 41.3 off the 5 % gate in opposite directions, 38.4 vs 38.9 kept); every run
+    # inside the gate; capacity 3.32 req/s, Poisson 0.9 (2.98 offered) served 3.04-3.50;
+    # Table 1 27 with the path charged against 22 without, five in and none out
+    stored = ROOT / "docs" / "validation"
+    point = json.loads((stored / "llamacpp-matrix.json").read_text())["results"]["default/short"]
+    gate = point["gate"]
+    assert [(c["profile_ms"], c["check_ms"]) for c in gate["batch_check"]] == [
+        (41.5, 38.4), (38.0, 41.3), (38.4, 38.9)
+    ]  # fmt: skip
+    assert len(gate["superseded"]) == 2
+    assert gate["run_ref_ms"] == 16.199  # the kept profile's speed reference (item 19: 18.0)
+    steps = [m["step_before"] / gate["run_ref_ms"] for v in point["loads"].values()
+             for m in v["machine"]]  # fmt: skip
+    assert len(steps) == 15
+    assert round(max(abs(x - 1) for x in steps), 3) == 0.043
+    assert round(point["capacity_req_s"], 2) == 3.32
+    assert round(0.9 * point["capacity_req_s"], 2) == 2.98
+    table = {r["metric"]: r for r in point["loads"]["poisson_0.9"]["table"]}
+    served = table["request_throughput"]["runs"]
+    assert (round(min(served), 2), round(max(served), 2)) == (3.04, 3.5)
+    plain = json.loads((stored / "llamacpp-default-short-item20-share0.json").read_text())
+    plain = plain["results"]["default/short"]
+    a, b = _inside(plain), _inside(point)
+    assert (sum(a.values()), sum(b.values())) == (22, 27)
+    assert all(b[k] for k in a if a[k])  # nothing lost
+    assert plain["table2"] == point["table2"]
+    misses = sorted(k for k, ok in b.items() if not ok)  # the simulator quick at Poisson 0.6
+    assert [m for load, m in misses if load == "poisson_0.6"] == [
+        "median_e2el_ms", "p90_e2el_ms", "p90_tpot_ms", "p90_ttft_ms"
+    ]  # fmt: skip
+    assert len(misses) == 8
 
 
 def test_the_profilers_own_arrivals_cost_less_than_the_path() -> None:
@@ -373,13 +418,15 @@ def test_the_arrival_steps_item_18_quotes_are_stored() -> None:
 
 
 def test_each_points_request_path_is_stored() -> None:
-    # item 18 and the README: the profiles' paths, 4.1-5.3 ms (item 18's -np 4 short 4.66,
-    # item 19's 5.32)
+    # item 18 and the README: the profiles' paths, 4.1-5.2 ms (-np 4 short's: item 18's
+    # 4.66, item 19's 5.32, item 20's 5.2)
     stored = ROOT / "docs" / "validation"
     results = json.loads((stored / "llamacpp-matrix.json").read_text())["results"]
     paths = {k: r["request_path_ms"] for k, r in results.items()}
-    assert (min(paths.values()), max(paths.values())) == (4.08, 5.32)
-    assert paths["default/short"] == 5.32
+    assert (min(paths.values()), max(paths.values())) == (4.08, 5.2)
+    assert paths["default/short"] == 5.2
+    item19 = json.loads((stored / "llamacpp-matrix-epyc-item19.json").read_text())["results"]
+    assert item19["default/short"]["request_path_ms"] == 5.32
     before = json.loads((stored / "llamacpp-matrix-epyc-item18.json").read_text())["results"]
     assert before["default/short"]["request_path_ms"] == 4.66
     long = [p for k, p in paths.items() if k.endswith("/long")]

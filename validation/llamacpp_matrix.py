@@ -195,15 +195,11 @@ def full_batch_step(url: str, grid_file: Path, slots: int) -> float | None:
     grid's decode contexts and steps, fresh prompt ids): the median of
     :data:`BATCH_CHECK_ROUNDS` rounds over those contexts (None when none answered;
     :func:`speed_gate.batch_checked` compares it with the profile's row)."""
-    from lyra_simpy.live.limits import endpoint_limits, token_range
     from lyra_simpy.live.prober import Prober
     from lyra_simpy.live.profile_grid import load_grid
 
     grid = load_grid(grid_file)
-    limits = endpoint_limits(url)
-    ids = token_range(grid.token_ids, limits, "grid.token_ids")
-    seed = int(np.random.default_rng().integers(2**62))
-    prober = Prober(url, "openai", grid, ids, limits.body(grid.extra_body), seed)
+    prober = Prober.for_endpoint(url, "openai", grid, int(np.random.default_rng().integers(2**62)))
     prober.pin = True
     steps: list[float] = []
 

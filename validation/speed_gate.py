@@ -110,12 +110,7 @@ def floor_of(probe: Probe) -> tuple[float | None, list[float | None]]:
 
 def profile_step(csv: Path) -> float | None:
     """A profile's decode step at batch 1 (the median over its contexts), ms."""
-    try:
-        rows = csv.read_text().splitlines()[1:]
-    except OSError:
-        return None
-    steps = [float(r.split(",")[4]) for r in rows if r.startswith("decode,1,")]
-    return round(float(np.median(steps)), 1) if steps else None
+    return batch_row(csv, 1)
 
 
 def batch_row(csv: Path, batch: int) -> float | None:

@@ -4,6 +4,7 @@ stored runs (issue 12)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -119,31 +120,49 @@ def test_item_17s_run_of_np2_b64_short_decodes_at_its_profiles_speed() -> None:
     assert re.findall(r"poisson_0\.[39]\s+b1/p1 ([\d.]+)", old)[:2] == ["17.9", "18.1"]
 
 
+def _four_sequences(text: str, point: str) -> tuple[float, float, list[float]]:
+    """*point*'s block of ``llamacpp_steps.py --by-batch``'s output: the profile's one- and
+    four-sequence rows and each load's four-sequence step, ms."""
+    lines = text[text.index(f"{point}: decode-only") :].splitlines()[1:]
+    block = list(itertools.takewhile(lambda line: line.startswith("  "), lines))
+    b1, b4 = (re.search(rf"b{n}/p1 ([\d.]+)", block[0]) for n in (1, 4))
+    assert b1 is not None
+    assert b4 is not None
+    runs = [float(m[1]) for line in block[1:] if (m := re.search(r"b4/p1 ([\d.]+) \(", line))]
+    return float(b1[1]), float(b4[1]), runs
+
+
 def test_item_19s_profile_caught_four_sequences_quick() -> None:
     # item 19: -np 4 short's fresh profile, four sequences 40.3 ms (the one before: 44.3),
     # one sequence 18.6 (17.3); its runs' four-sequence steps 40.9-45.9 ms
     text = (STORED / "llamacpp-by-batch-default-short-item19.txt").read_text()
-    row = re.search(r"profile\s+b1/p1 ([\d.]+);.*b4/p1 ([\d.]+)", text)
-    assert row is not None
-    assert (float(row[1]), float(row[2])) == (18.6, 40.3)
-    runs = [float(x) for x in re.findall(r"b4/p1 ([\d.]+) \(", text)]
+    b1, b4, runs = _four_sequences(text, "default_short")
+    assert (b1, b4) == (18.6, 40.3)
     assert (min(runs), max(runs)) == (40.9, 45.9)
     old = (STORED / "llamacpp-by-batch-epyc.txt").read_text()
-    old = old[old.index("default_short:") :]
-    before = re.search(r"profile\s+b1/p1 ([\d.]+);.*b4/p1 ([\d.]+)", old)
-    assert before is not None
-    assert (float(before[1]), float(before[2])) == (17.3, 44.3)
+    assert _four_sequences(old, "default_short")[:2] == (17.3, 44.3)
 
 
 def test_item_20s_kept_profile_matches_its_runs_at_four_sequences() -> None:
     # item 20: the profile the full-batch check kept, four sequences 38.4 ms; its runs'
     # four-sequence steps 38.3-40.8 ms (item 19: 40.3 against 40.9-45.9)
     text = (STORED / "llamacpp-by-batch-default-short-item20.txt").read_text()
-    row = re.search(r"profile\s+b1/p1 ([\d.]+);.*b4/p1 ([\d.]+)", text)
-    assert row is not None
-    assert (float(row[1]), float(row[2])) == (17.1, 38.4)
-    runs = [float(x) for x in re.findall(r"b4/p1 ([\d.]+) \(", text)]
+    b1, b4, runs = _four_sequences(text, "default_short")
+    assert (b1, b4) == (17.1, 38.4)
     assert (min(runs), max(runs)) == (38.3, 40.8)
+
+
+def test_item_21s_kept_profiles_against_their_runs_at_four_sequences() -> None:
+    # item 21: the profiles the check kept against their runs' four-sequence steps
+    # (`llamacpp_steps.py --by-batch default_long kvu_short kvu_long`, stored)
+    text = (STORED / "llamacpp-by-batch-item21.txt").read_text()
+    for point, profile, lo, hi in (("default_long", 40.5, 41.7, 43.3),
+                                   ("kvu_short", 40.0, 38.3, 40.4),
+                                   ("kvu_long", 42.2, 42.8, 45.3)):  # fmt: skip
+        _, b4, runs = _four_sequences(text, point)
+        assert len(runs) == 5  # one a load
+        assert b4 == profile
+        assert (min(runs), max(runs)) == (lo, hi)
 
 
 def test_the_arms_are_the_matrixs_launch_lines() -> None:

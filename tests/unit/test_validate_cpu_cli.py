@@ -250,6 +250,26 @@ def _inside(point: dict) -> dict[tuple[str, str], bool]:
             for r in v["table"] if r["metric"] in matrix.METRICS}  # fmt: skip
 
 
+def _gate_readings(point: dict) -> list[tuple[float, int]]:
+    """A stored point's real runs, in order: the gate's last probe over the speed the runs
+    waited for, and the probes it took."""
+    ref = point["gate"]["run_ref_ms"]
+    return [(m["step_before"] / ref, m["gate_probes"])
+            for v in point["loads"].values() for m in v["machine"]]  # fmt: skip
+
+
+def _charged_against_not(point: dict, share0: str) -> tuple[int, int]:
+    """Table 1's cells in target on -np 4 short's runs without the request path charged
+    (``--resimulate --path-cpu-share 0``, stored apart as *share0*) and with it (*point*);
+    charging it loses none, and Table 2 is the same."""
+    plain = json.loads((ROOT / "docs" / "validation" / share0).read_text())
+    plain = plain["results"]["default/short"]
+    a, b = _inside(plain), _inside(point)
+    assert all(b[k] for k in a if a[k])  # nothing lost
+    assert plain["table2"] == point["table2"]
+    return sum(a.values()), sum(b.values())
+
+
 def test_charging_the_request_path_moves_only_table_1s_ten_cells() -> None:
     # item 18: the same profiles and runs; Tables 2 and 3 untouched, Table 1 gains eight
     # cells and loses two, both at -kvu short
@@ -329,25 +349,17 @@ def test_item_19s_fresh_run_charged_and_not() -> None:
     stored = ROOT / "docs" / "validation"
     charged = json.loads((stored / "llamacpp-matrix-epyc-item19.json").read_text())["results"]
     charged = charged["default/short"]
-    plain = json.loads((stored / "llamacpp-default-short-item19-share0.json").read_text())
-    plain = plain["results"]["default/short"]
-
-    a, b = _inside(plain), _inside(charged)
-    assert (sum(a.values()), sum(b.values())) == (15, 19)
-    assert all(b[k] for k in a if a[k])  # nothing lost
-    assert plain["table2"] == charged["table2"]
+    assert _charged_against_not(charged, "llamacpp-default-short-item19-share0.json") == (15, 19)
     before = json.loads((stored / "llamacpp-matrix-epyc-item18.json").read_text())
     assert round(before["results"]["default/short"]["capacity_req_s"], 2) == 2.99
     assert round(charged["capacity_req_s"], 2) == 3.16
     table = {r["metric"]: r for r in charged["loads"]["poisson_0.9"]["table"]}
     served = table["request_throughput"]["runs"]
     assert (round(min(served), 2), round(max(served), 2)) == (2.48, 2.83)
-    ref = charged["gate"]["run_ref_ms"]
-    steps = [m["step_before"] / ref for v in charged["loads"].values() for m in v["machine"]]
-    assert sum(abs(x - 1) <= 0.05 for x in steps) == 14  # one 6 % off, after 7 probes
-    late = [m["gate_probes"] for v in charged["loads"].values() for m in v["machine"]
-            if abs(m["step_before"] / ref - 1) > 0.05]  # fmt: skip
-    assert (late, round(max(abs(x - 1) for x in steps), 2)) == ([7], 0.06)
+    seen = _gate_readings(charged)
+    assert sum(abs(x - 1) <= 0.05 for x, _ in seen) == 14  # one 6 % off, after 7 probes
+    late = [n for x, n in seen if abs(x - 1) > 0.05]
+    assert (late, round(max(abs(x - 1) for x, _ in seen), 2)) == ([7], 0.06)
 
 
 def test_item_19s_matrix_is_kept() -> None:
@@ -372,22 +384,17 @@ def test_item_20s_full_batch_check_and_fresh_run() -> None:
     ]  # fmt: skip
     assert len(gate["superseded"]) == 2
     assert gate["run_ref_ms"] == 16.199  # the kept profile's speed reference (item 19: 18.0)
-    steps = [m["step_before"] / gate["run_ref_ms"] for v in point["loads"].values()
-             for m in v["machine"]]  # fmt: skip
-    assert len(steps) == 15
-    assert round(max(abs(x - 1) for x in steps), 3) == 0.043
+    seen = _gate_readings(point)
+    assert len(seen) == 15
+    assert round(max(abs(x - 1) for x, _ in seen), 3) == 0.043
     assert round(point["capacity_req_s"], 2) == 3.32
     assert round(0.9 * point["capacity_req_s"], 2) == 2.98
     table = {r["metric"]: r for r in point["loads"]["poisson_0.9"]["table"]}
     served = table["request_throughput"]["runs"]
     assert (round(min(served), 2), round(max(served), 2)) == (3.04, 3.5)
-    plain = json.loads((stored / "llamacpp-default-short-item20-share0.json").read_text())
-    plain = plain["results"]["default/short"]
-    a, b = _inside(plain), _inside(point)
-    assert (sum(a.values()), sum(b.values())) == (22, 27)
-    assert all(b[k] for k in a if a[k])  # nothing lost
-    assert plain["table2"] == point["table2"]
-    misses = sorted(k for k, ok in b.items() if not ok)  # the simulator quick at Poisson 0.6
+    assert _charged_against_not(point, "llamacpp-default-short-item20-share0.json") == (22, 27)
+    # the simulator quick at Poisson 0.6
+    misses = sorted(k for k, ok in _inside(point).items() if not ok)
     assert [m for load, m in misses if load == "poisson_0.6"] == [
         "median_e2el_ms", "p90_e2el_ms", "p90_tpot_ms", "p90_ttft_ms"
     ]  # fmt: skip
@@ -409,19 +416,9 @@ def test_item_21s_full_batch_checks_at_the_next_points() -> None:
     assert (len(off), round(off[0], 3), round(off[-1], 3)) == (5, 0.054, 0.097)
     assert sum(len(v) for v in checks.values()) == 9
     for key, worst in (("default/long", 1.148), ("kvu/short", 1.134), ("kvu/long", 1.051)):
-        gate = results[key]["gate"]
-        seen = [(m["step_before"] / gate["run_ref_ms"], m["gate_probes"])
-                for v in results[key]["loads"].values() for m in v["machine"]]  # fmt: skip
+        seen = _gate_readings(results[key])
         late = [(round(x, 3), n) for x, n in seen if abs(x - 1) > 0.05]
         assert (len(seen), late) == (15, [(worst, 7)])
-    text = (stored / "llamacpp-by-batch-item21.txt").read_text()
-    for point, profile, lo, hi in (("default_long", 40.5, 41.7, 43.3),
-                                   ("kvu_short", 40.0, 38.3, 40.4),
-                                   ("kvu_long", 42.2, 42.8, 45.3)):  # fmt: skip
-        block = text[text.index(point + ":") :].split("\n\n")[0].splitlines()[1:7]
-        assert re.search(r"b4/p1 ([\d.]+)", block[0])[1] == str(profile)  # type: ignore[index]
-        runs = [float(re.search(r"b4/p1 ([\d.]+)", line)[1]) for line in block[1:]]  # type: ignore[index]
-        assert (min(runs), max(runs)) == (lo, hi)
 
 
 def test_item_20s_matrix_is_kept() -> None:

@@ -22,6 +22,7 @@ from lyra_simpy.live.client import (
     send,
     shared_tls,
 )
+from lyra_simpy.live.limits import endpoint_limits, token_range, with_vocab
 from lyra_simpy.live.vllm_cpu import parse_counters
 from lyra_simpy.live.workload import TokenIds
 
@@ -56,6 +57,22 @@ class Prober:
         """Whether the endpoint has vLLM's prefill-time metric (None: not asked yet)."""
         self.pin = False
         """Pin requests to llama.cpp slots (``id_slot``)."""
+
+    @classmethod
+    def for_endpoint(
+        cls,
+        url: str,
+        api: Api,
+        grid: ProfileGrid,
+        seed: int,
+        vocab_size: int | None = None,
+    ) -> Prober:
+        """The probes of *grid* against *url*: prompt ids within the model's vocabulary
+        (*vocab_size*, else what the endpoint reports; :mod:`.limits`) and the request
+        fields the grid and the served model need."""
+        limits = with_vocab(endpoint_limits(url), vocab_size)
+        ids = token_range(grid.token_ids, limits, "grid.token_ids")
+        return cls(url, api, grid, ids, limits.body(grid.extra_body), seed)
 
     def _prompt(self, n: int) -> list[int]:
         ids = self.ids

@@ -101,7 +101,6 @@ from lyra_simpy.live.client import (
     check_endpoint,
     engine_info,
 )
-from lyra_simpy.live.limits import endpoint_limits, token_range, with_vocab
 from lyra_simpy.live.llamacpp_probes import (
     COUNT_COLUMNS,
     check_slots,
@@ -176,8 +175,8 @@ def profile(
     vocabulary (*vocab_size*, else what the endpoint reports; :mod:`.limits`)."""
     url = url.rstrip("/")
     props = check_endpoint(url)
-    limits = with_vocab(endpoint_limits(url), vocab_size)
-    ids = token_range(grid.token_ids, limits, "grid.token_ids")
+    seed = grid.prompt_seed if grid.prompt_seed is not None else secrets.randbits(63)
+    prober = Prober.for_endpoint(url, api, grid, seed, vocab_size)
     slots = props.get("total_slots")
     if isinstance(slots, int) and grid.mixed_batch and max(grid.mixed_batch) >= slots:
         raise LyraError(
@@ -192,8 +191,6 @@ def profile(
                 f"has {slots} slots: give the flags it was started with"
             )
         check_slots(grid, llama)
-    seed = grid.prompt_seed if grid.prompt_seed is not None else secrets.randbits(63)
-    prober = Prober(url, api, grid, ids, limits.body(grid.extra_body), seed)
     prober.pin = llama is not None
     rows: list[tuple[str, int, int, int, float, float, float, float]] = []
     nan = float("nan")

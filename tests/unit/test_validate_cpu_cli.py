@@ -212,33 +212,38 @@ def test_the_published_matrix_is_the_amd_hosts_with_every_point_run_with_prompt_
     assert (long[2], long[4], long[6]) == ("27 / 35", "34 / 35", "34 / 35")
 
 
-def test_item_14s_matrix_is_kept() -> None:
+NP4, NP2 = "-np 4 -c 4096 -t 2", "-np 2 -c 4096 -t 2 -b 64"
+
+KEPT_SETS = [
     # item 14's set: -np 2 -b 64 long from a profile that caught the host running two
     # sequences quick (item 15); its real decode steps ran up to 1.23 x the probe fit
-    stored = ROOT / "docs" / "validation" / "llamacpp-matrix-epyc-item14.json"
-    rows = _cells(stored)
-    assert _totals(rows) == [160, 153, 155]
-    by = _by_point(rows)
-    assert by["-np 2 -c 4096 -t 2 -b 64", "long"][2] == "15 / 35"
-    assert by["-np 2 -c 4096 -t 2 -b 64", "long"][8] == "0.96–1.23 |"
-
-
-def test_item_16s_matrix_is_kept() -> None:
+    ("item14", [160, 153, 155], (NP2, "long"), (2, 8), ("15 / 35", "0.96–1.23 |")),
     # item 16's set (published until item 17): -np 2 -b 64 short with three runs started
     # after the gate gave up, 19 of 35 from probes
-    rows = _cells(ROOT / "docs" / "validation" / "llamacpp-matrix-epyc-item16.json")
-    assert _totals(rows) == [175, 164, 167]
-    short = _by_point(rows)["-np 2 -c 4096 -t 2 -b 64", "short"]
-    assert (short[2], short[8]) == ("19 / 35", "1.05–1.16 |")
-
-
-def test_item_17s_matrix_is_kept() -> None:
+    ("item16", [175, 164, 167], (NP2, "short"), (2, 8), ("19 / 35", "1.05–1.16 |")),
     # item 17's set: Table 1 without the request path charged to the engine, 182 of 210
     # (`--resimulate --path-cpu-share 0` gives it again)
-    rows = _cells(ROOT / "docs" / "validation" / "llamacpp-matrix-epyc-item17.json")
-    assert _totals(rows) == [182, 166, 169]
-    short = _by_point(rows)["-np 2 -c 4096 -t 2 -b 64", "short"]
-    assert (short[2], short[4], short[6]) == ("26 / 35", "28 / 35", "28 / 35")
+    ("item17", [182, 166, 169], (NP2, "short"), (2, 4, 6), ("26 / 35", "28 / 35", "28 / 35")),
+    # item 19's set (published until item 20): -np 4 short from a profile that caught four
+    # sequences quick, 19 of 35 from probes
+    ("item19", [175, 157, 157], (NP4, "short"), (2, 4, 6), ("19 / 35", "20 / 35", "17 / 35")),
+    # item 20's set: -np 4 short with the check; the other points as before
+    ("item20", [183, 169, 171], (NP4, "short"), (2, 4, 6), ("27 / 35", "32 / 35", "31 / 35")),
+    # item 21's set (published until item 22): -np 2 -b 64 with their runs before the check
+    ("item21", [176, 173, 173], (NP2, "long"), (2, 8), ("30 / 35", "0.98–1.08 |")),
+]
+
+
+@pytest.mark.parametrize(("item", "totals", "point", "columns", "cells"), KEPT_SETS,
+                         ids=[k[0] for k in KEPT_SETS])  # fmt: skip
+def test_each_earlier_matrix_is_kept(
+    item: str, totals: list[int], point: tuple[str, str], columns: tuple[int, ...],
+    cells: tuple[str, ...],
+) -> None:  # fmt: skip
+    rows = _cells(ROOT / "docs" / "validation" / f"llamacpp-matrix-epyc-{item}.json")
+    assert _totals(rows) == totals
+    row = _by_point(rows)[point]
+    assert tuple(row[c] for c in columns) == cells
 
 
 def _inside(point: dict) -> dict[tuple[str, str], bool]:
@@ -361,15 +366,6 @@ def test_item_19s_fresh_run_charged_and_not() -> None:
     assert (late, round(max(abs(x - 1) for x, _ in seen), 2)) == ([7], 0.06)
 
 
-def test_item_19s_matrix_is_kept() -> None:
-    # item 19's set (published until item 20): -np 4 short from a profile that caught four
-    # sequences quick, 19 of 35 from probes
-    rows = _cells(ROOT / "docs" / "validation" / "llamacpp-matrix-epyc-item19.json")
-    assert _totals(rows) == [175, 157, 157]
-    short = _by_point(rows)["-np 4 -c 4096 -t 2", "short"]
-    assert (short[2], short[4], short[6]) == ("19 / 35", "20 / 35", "17 / 35")
-
-
 def test_item_20s_full_batch_check_and_fresh_run() -> None:
     # item 20: -np 4 short with the full-batch check: three profiles (41.5 vs 38.4 and
     # 38.0 vs 41.3 off the 5 % gate in opposite directions, 38.4 vs 38.9 kept); every run
@@ -438,28 +434,14 @@ def test_item_22s_slow_profile_the_check_kept() -> None:
                   if abs(x - 1) > 0.05]  # fmt: skip
     assert short_late == [(0.868, 7)]
     long = results["np2_b64/long"]["loads"]
-    tpot = {load: v for load in long for r in long[load]["table"]
-            if r["metric"] == "median_tpot_ms" for v in [round(100 * r["error"], 1)]}  # fmt: skip
+    tpot = {load: round(100 * r["error"], 1) for load, v in long.items() for r in v["table"]
+            if r["metric"] == "median_tpot_ms"}  # fmt: skip
     assert tpot == {"poisson_0.3": 4.8, "poisson_0.6": 20.9, "poisson_0.9": 27.9,
                     "closed_4": 24.0, "closed_8": 31.8}  # fmt: skip
     text = (stored / "llamacpp-by-batch-item22.txt").read_text()
     two = [float(m) for m in re.findall(r"b2/p1 ([\d.]+)", text.split("np2_b64_long:")[1])]
     assert two[0] == 33.9  # the profile's row
     assert (min(two[1:]), max(two[1:])) == (26.7, 32.5)
-
-
-def test_item_21s_matrix_is_kept() -> None:
-    # item 21's set (published until item 22): -np 2 -b 64 with their runs before the check
-    rows = _cells(ROOT / "docs" / "validation" / "llamacpp-matrix-epyc-item21.json")
-    assert _totals(rows) == [176, 173, 173]
-    np2_long = _by_point(rows)["-np 2 -c 4096 -t 2 -b 64", "long"]
-    assert (np2_long[2], np2_long[8]) == ("30 / 35", "0.98–1.08 |")
-
-
-def test_item_20s_matrix_is_kept() -> None:
-    # item 20's set: -np 4 short with the check; the other points as before
-    rows = _cells(ROOT / "docs" / "validation" / "llamacpp-matrix-epyc-item20.json")
-    assert _totals(rows) == [183, 169, 171]
 
 
 def test_the_profilers_own_arrivals_cost_less_than_the_path() -> None:

@@ -54,7 +54,16 @@ def add_live_parsers(sub: Any) -> None:
     )
     cmp_.add_argument("--seeds", type=count, default=10, help="noise draws for --band (10)")
     cmp_.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE")
-    cmp_.add_argument("--quick", action="store_true", help="with --band: the quick: block")
+    cmp_.add_argument(
+        "--quick", action="store_true", help="with --band or --steps: the quick: block"
+    )
+    cmp_.add_argument(
+        "--steps",
+        type=Path,
+        metavar="SCENARIO",
+        help="rebuild the real runs' engine steps from their streams and price each with "
+        "SCENARIO's cost model: do the steps cost what the model charges?",
+    )
 
 
 def _json_object(text: str) -> dict[str, object]:
@@ -148,7 +157,21 @@ def _compare(args: argparse.Namespace) -> int:
     if bands is not None:
         n = args.seeds
         print(f"band: min-max of {n} noise draws (covers a further draw {(n - 1) / (n + 1):.0%})")
-    for path in (args.figure, args.json):
+    steps_json = None
+    if args.steps is not None:
+        from lyra_simpy.live.stepcheck import format_step_check, step_check
+        from lyra_simpy.scenario import load_scenario
+
+        scenario = load_scenario(args.steps, args.overrides, args.quick)
+        variants = scenario.expand()
+        if len(variants) != 1:
+            raise LyraError(f"{args.steps}: has {len(variants)} variants, --steps takes one")
+        check = step_check(variants[0], args.real_dirs)
+        print(format_step_check(check))
+        if args.json is not None:
+            steps_json = args.json.with_name(f"{args.json.stem}-steps.json")
+            steps_json.write_text(json.dumps(check, indent=2) + "\n")
+    for path in (args.figure, args.json, steps_json):
         if path is not None:
             print(f"wrote {path}")
     return 0

@@ -1,0 +1,184 @@
+"""Are the real engine's steps what the model charges? (``compare --steps SCENARIO``)
+
+A simulated latency can miss a real one for two reasons: the steps cost another time
+than the cost model says (the host ran at another speed than when it was profiled, or
+the fit is off for some shapes), or the steps themselves differ (the schedule: what was
+batched with what, queueing, admission). The summary metrics cannot tell them apart; the
+streams can. This rebuilds the engine steps of the real runs from their token times, as
+``calibrate --from-runs --scenario`` does (:mod:`~lyra_simpy.calibration.runs`: the
+scenario's engine gives the prompt stops, the token budget and, for llama.cpp, the slots,
+passes and KV cells), prices each rebuilt step with the scenario's own cost model — the
+:class:`~lyra_simpy.cost.base.BatchShape` the simulator would charge, plus the request
+path its arrivals add (``workload.request_path_ms`` × ``request_path_cpu_share`` per
+request sent during the step, as the engine charges it) — and reports measured /
+charged:
+
+* decode-only steps: median, mean, 10th and 90th percentile, and the median by decoding
+  sequences (a host whose batch of 2 costs twice a batch of 1 shows there);
+* steps that carry prompt tokens: median;
+* left out: rebuilt steps that hid engine steps (a prompt's earlier chunks in steps that
+  emitted no token: their split between engine steps is not known).
+
+The verdict reads the decode-only median against :data:`STEP_TOLERANCE`: outside it,
+latency errors of about that size come from the step cost, not the schedule; inside
+it, an error well beyond it is in the schedule or in what the decode steps do not show
+(prompt steps, gaps between steps). On the llama.cpp validation matrix this is the
+column "real steps / the table's fit" (``docs/VALIDATION-llamacpp.md``; there priced by
+the fit's terms, ``validation/llamacpp_steps.py``, here by the cost model as the
+simulator calls it, padding and per-batch residuals included).
+
+Limits, stated: one replica (a client's streams do not say which replica served them);
+no speculative decoding (a rebuilt step is one token per sequence); the rebuild's own
+limits (``docs/calibration.md`` §7: a chunk delayed past the step gap splits its step).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lyra_simpy.calibration.steps import Steps
+from lyra_simpy.cost.base import BatchShape
+from lyra_simpy.errors import LyraError
+from lyra_simpy.scenario import Scenario
+
+STEP_TOLERANCE = 0.05
+"""Decode-only steps within this fraction of the charged time (median ratio) agree with
+the model. The validation matrices' speed gate (``validation/speed_gate.py``, ``--gate
+0.05``): on the 2-core AMD host of ``docs/VALIDATION-llamacpp.md`` a full-batch decode
+step wanders by about ±4 % from one minute to the next (items 20-22), so a closer
+reading is the host, not the model."""
+
+
+def charged_ms(scenario: Scenario, steps: Steps) -> np.ndarray:
+    """What *scenario*'s engine charges for each rebuilt step of *steps* (ms): its cost
+    model (without jitter) on the step's shape, plus the request path of the requests
+    sent during it (``request_path_ms`` × ``request_path_cpu_share`` each). NaN for a
+    rebuilt step that hid engine steps (``steps.steps`` > 1)."""
+    from lyra_simpy.cost import COST_MODELS
+
+    spec = scenario.replica_specs()[0]
+    cost = COST_MODELS[spec.cost.name](spec.cost, spec.scheduler.max_batch)
+    w = scenario.workload
+    path_ms = w.request_path_ms * w.request_path_cpu_share
+    cells = steps.prefill_attention_cells if steps.llamacpp else None
+    out = np.full(len(steps), np.nan)
+    for i in range(len(steps)):
+        if steps.steps[i] != 1:
+            continue
+        shape = BatchShape(
+            prefill_seqs=int(steps.prefill_seqs[i]),
+            prefill_tokens=int(steps.prefill_tokens[i]),
+            prefill_attention_tokens=int(steps.prefill_attention_tokens[i]),
+            decode_seqs=int(steps.decode_seqs[i]),
+            decode_rows=int(steps.decode_seqs[i]),
+            decode_context_tokens=int(steps.decode_context_tokens[i]),
+            passes=int(steps.passes[i]),
+            checkpoints=int(steps.checkpoints[i]),
+            prefill_attention_cells=-1 if cells is None else int(cells[i]),
+            output_passes=int(steps.output_passes[i]),
+            prefill_computed_cells=int(steps.prefill_computed_cells[i]),
+        )
+        out[i] = 1000.0 * cost.iteration_s(shape) + path_ms * int(steps.arrivals[i])
+    return out
+
+
+def _stats(ratio: np.ndarray) -> dict[str, Any]:
+    if not len(ratio):
+        return {"steps": 0, "median": None, "mean": None, "p10": None, "p90": None}
+    return {
+        "steps": len(ratio),
+        "median": float(np.median(ratio)),
+        "mean": float(ratio.mean()),
+        "p10": float(np.percentile(ratio, 10)),
+        "p90": float(np.percentile(ratio, 90)),
+    }
+
+
+def step_check(scenario: Scenario, real_dirs: list[Path]) -> dict[str, Any]:
+    """Measured / charged for the rebuilt steps of *real_dirs* (module docstring):
+    ``decode`` and ``prompt`` (``steps``, ``median``, ``mean``, ``p10``, ``p90``),
+    ``decode_by_batch`` (decoding sequences → ``steps``, ``median``), ``left_out``,
+    ``dropped`` (the rebuild's own), ``tolerance`` and ``verdict``."""
+    from lyra_simpy.calibration.runs import StepRebuild, rebuild_for, steps_of_runs
+
+    if len(scenario.replica_specs()) != 1:
+        raise LyraError(
+            f"--steps: {scenario.name} has {len(scenario.replica_specs())} replicas; the "
+            "check takes one (a client's streams do not say which replica served them)"
+        )
+    if scenario.speculative is not None:
+        raise LyraError(
+            f"--steps: {scenario.name} has speculative decoding; steps rebuilt from streams "
+            "are one token per sequence"
+        )
+    spec = scenario.replica_specs()[0]
+    rebuild = StepRebuild(**rebuild_for(spec.scheduler, spec.kv_cache.block_size))
+    steps = steps_of_runs(real_dirs, rebuild)
+    charged = charged_ms(scenario, steps)
+    priced = ~np.isnan(charged)
+    ratio = np.where(priced, steps.latency_ms / np.where(priced, charged, 1.0), np.nan)
+    decode = priced & (steps.prefill_seqs == 0)
+    prompt = priced & (steps.prefill_seqs > 0)
+    by_batch = {}
+    for b in sorted({int(x) for x in steps.decode_seqs[decode]}):
+        hit = decode & (steps.decode_seqs == b)
+        by_batch[b] = {"steps": int(hit.sum()), "median": float(np.median(ratio[hit]))}
+    out: dict[str, Any] = {
+        "decode": _stats(ratio[decode]),
+        "prompt": _stats(ratio[prompt]),
+        "decode_by_batch": by_batch,
+        "left_out": int((~priced).sum()),
+        "dropped": steps.dropped,
+        "tolerance": STEP_TOLERANCE,
+    }
+    out["verdict"] = verdict(out["decode"]["median"])
+    return out
+
+
+def verdict(median: float | None) -> str:
+    """One line on what a decode-only median ratio says (module docstring)."""
+    if median is None:
+        return "no decode-only step rebuilt: nothing to say about the step cost"
+    off = median - 1.0
+    if abs(off) <= STEP_TOLERANCE:
+        return (
+            f"decode steps within {STEP_TOLERANCE:.0%} of what the model charges "
+            f"({off:+.1%}): a latency error well beyond that is in the schedule "
+            "(batching, queueing, admission) or in the prompt steps"
+        )
+    way = "slower" if off > 0 else "quicker"
+    return (
+        f"decode steps ran {abs(off):.0%} {way} than the model charges: latency errors of "
+        "about that size come from the step cost (the host's speed since it was profiled, "
+        "or the fit), not from the schedule"
+    )
+
+
+def format_step_check(check: dict[str, Any]) -> str:
+    """The check as text, a few lines."""
+
+    def line(name: str, s: dict[str, Any]) -> str:
+        if not s["steps"]:
+            return f"  {name:<13} no steps"
+        return (
+            f"  {name:<13} median {s['median']:.2f}  mean {s['mean']:.2f}  "
+            f"p10-p90 {s['p10']:.2f}-{s['p90']:.2f}  ({s['steps']} steps)"
+        )
+
+    batches = "  ".join(
+        f"{b}: {v['median']:.2f} ({v['steps']})" for b, v in check["decode_by_batch"].items()
+    )
+    lines = [
+        "real steps / what the model charges (steps rebuilt from the streams):",
+        line("decode-only", check["decode"]),
+        line("with a prompt", check["prompt"]),
+    ]
+    if batches:
+        lines.append(f"  by sequences  {batches}")
+    if check["left_out"]:
+        lines.append(f"  left out      {check['left_out']} steps that hid engine steps")
+    lines.append(check["verdict"])
+    return "\n".join(lines)

@@ -1,0 +1,132 @@
+"""compare --steps: the real runs' engine steps, rebuilt from their streams, against what
+the scenario's cost model charges for each.
+
+The runs are the simulator's own (written as a replay writes them), so a scenario's own
+runs must come out at exactly 1, and the same runs checked against a model 20 % cheaper
+at 1.25."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from builders import runs_raw, write_run
+from lyra_simpy import scenario_from_dict, simulate
+from lyra_simpy.calibration.fitfile import load_fit, write_fit
+from lyra_simpy.cli import main
+from lyra_simpy.errors import LyraError
+from lyra_simpy.live.stepcheck import STEP_TOLERANCE, step_check, verdict
+from lyra_simpy.metrics.io import write_json
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def _runs(raw: dict[str, Any], folder: Path, seeds: tuple[int, ...] = (1, 2)) -> list[Path]:
+    out = []
+    for seed in seeds:
+        res = simulate(scenario_from_dict({**raw, "seed": seed}))
+        assert (res.records["status"] == "ok").all()
+        out.append(write_run(res, folder / f"run{seed}"))
+    return out
+
+
+def _cheaper(folder: Path, factor: float) -> Path:
+    """tests/data/synthetic_fit.yaml with every coefficient × *factor*."""
+    fit = load_fit(DATA / "synthetic_fit.yaml")
+    coef = fit.coefficients.model_copy(
+        update={k: v * factor for k, v in fit.coefficients.model_dump().items()}
+    )
+    path = folder / f"fit_x{factor}.yaml"
+    write_fit(fit.model_copy(update={"coefficients": coef}), path)
+    return path
+
+
+def test_a_scenarios_own_runs_cost_what_it_charges(tmp_path):
+    raw = runs_raw(1, 10.0, 80)
+    runs = _runs(raw, tmp_path)
+    check = step_check(scenario_from_dict(raw), runs)
+    assert check["decode"]["steps"] > 100
+    assert check["prompt"]["steps"] > 50
+    for kind in ("decode", "prompt"):
+        for stat in ("median", "mean", "p10", "p90"):
+            assert check[kind][stat] == pytest.approx(1.0, abs=1e-6), (kind, stat)
+    assert all(v["median"] == pytest.approx(1.0) for v in check["decode_by_batch"].values())
+    assert len(check["decode_by_batch"]) > 3
+    assert check["left_out"] == 0
+    assert check["verdict"].startswith(f"decode steps within {STEP_TOLERANCE:.0%}")
+
+
+def test_a_model_20_percent_cheap_reads_1_25(tmp_path):
+    raw = runs_raw(1, 10.0, 80)
+    runs = _runs(raw, tmp_path)
+    cheap = {**raw, "cost": {"name": "profile", "path": str(_cheaper(tmp_path, 0.8))}}
+    check = step_check(scenario_from_dict(cheap), runs)
+    for kind in ("decode", "prompt"):
+        assert check[kind]["median"] == pytest.approx(1.25, rel=1e-6), kind
+    assert "decode steps ran 25% slower than the model charges" in check["verdict"]
+    assert "decode steps ran 10% quicker" in verdict(0.9)
+    assert verdict(None).startswith("no decode-only step")
+
+
+def test_llamacpp_runs_count_passes_checkpoints_and_the_request_path(tmp_path):
+    """Per-slot KV (a pass per run of consecutive slots), context checkpoints (a
+    prompt's last tokens in a step of their own, the earlier ones in a step the stream
+    may not show) and each arrival's path charged to the step it lands in: priced as the
+    engine charged them, the steps read 1 — and without the path charge, the steps a
+    request was sent in read more than 1 (the mean moves)."""
+    raw = runs_raw(3, 6.0, 60)
+    raw["scheduler"] = {"name": "llamacpp", "n_parallel": 4, "kv_unified": False,
+                        "sliding_window": True, "cache_prompt": False}  # fmt: skip
+    raw["workload"]["request_path_ms"] = 4.0
+    raw["workload"]["request_path_cpu_share"] = 1.0
+    runs = _runs(raw, tmp_path)
+    check = step_check(scenario_from_dict(raw), runs)
+    assert check["decode"]["median"] == pytest.approx(1.0, abs=1e-6)
+    assert check["decode"]["p10"] == pytest.approx(1.0, abs=1e-6)
+    assert check["decode"]["p90"] == pytest.approx(1.0, abs=1e-6)
+    assert check["prompt"]["median"] == pytest.approx(1.0, abs=1e-6)
+    assert check["left_out"] > 0  # a prompt's first chunk hidden in its first token's step
+    raw["workload"]["request_path_cpu_share"] = 0.0
+    unpathed = step_check(scenario_from_dict(raw), runs)
+    assert unpathed["decode"]["median"] == pytest.approx(1.0, abs=1e-6)
+    assert unpathed["decode"]["mean"] > check["decode"]["mean"] + 1e-3
+
+
+def test_one_replica_and_no_speculation(tmp_path):
+    raw = runs_raw(1, 10.0, 10)
+    runs = _runs(raw, tmp_path, seeds=(1,))
+    with pytest.raises(LyraError, match=r"--steps: runs has 2 replicas; the check takes one"):
+        step_check(scenario_from_dict({**raw, "cluster": {"replicas": 2}}), runs)
+    spec = {**raw, "speculative": {"num_steps": 1, "mean_accepted_tokens": 0.7}}
+    with pytest.raises(LyraError, match=r"--steps: runs has speculative decoding"):
+        step_check(scenario_from_dict(spec), runs)
+
+
+def test_compare_steps_prints_the_check_and_writes_it_beside_the_json(tmp_path, capsys):
+    raw = runs_raw(1, 10.0, 40)
+    runs = _runs(raw, tmp_path, seeds=(1,))
+    sim = tmp_path / "sim"
+    sim.mkdir()
+    res = simulate(scenario_from_dict(raw))
+    write_json(sim / "summary.json", res.summary)
+    for run in runs:
+        write_json(run / "summary.json", res.summary)
+    scen = tmp_path / "cheap.yaml"
+    cheap = {**raw, "cost": {"name": "profile", "path": str(_cheaper(tmp_path, 0.8))}}
+    scen.write_text(yaml.safe_dump(cheap))
+    out = tmp_path / "cmp.json"
+    code = main(["compare", str(sim), *map(str, runs), "--steps", str(scen), "--json", str(out)])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "real steps / what the model charges" in text
+    assert "decode-only   median 1.25" in text
+    assert "decode steps ran 25% slower" in text
+    saved = json.loads((tmp_path / "cmp-steps.json").read_text())
+    assert saved["decode"]["median"] == pytest.approx(1.25)
+    assert f"wrote {tmp_path / 'cmp-steps.json'}" in text
+    assert np.isclose(json.loads(out.read_text())[0]["error"], 0.0)

@@ -321,7 +321,8 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
             table = here / f"{load}_compare.json"
             run("compare", str(_sim(here / "sim" / load)), *runs, "--json", str(table), log=log)
             out["loads"][load] = {"table": json.loads(table.read_text()), "machine": loads,
-                                  "steps_vs_fit": load_ratios(here, load, "probes")}  # fmt: skip
+                                  "steps_vs_fit": load_ratios(here, load, "probes"),
+                                  "steps_vs_charge": charge_ratios(here, path, load)}  # fmt: skip
     table2(cfg, reg, quick, out, REPEATS, log)
     out["fits"]["probes"] = yaml.safe_load(fit.read_text())["coefficients"]
     with_idle(here, out)
@@ -333,6 +334,37 @@ def with_idle(here: Path, res: dict[str, Any]) -> None:
     probes' (:mod:`llamacpp_idle`), when the point's log is here."""
     if (here / "llama-server.log").is_file() and (here / "profile.csv").is_file():
         res["idle"] = [list(cell) for cell in excess_by_idle(here)]
+
+
+def charge_ratios(here: Path, scenario_file: Path, load: str) -> dict[str, Any] | None:
+    """``compare --steps``: the real runs of *load* at the point *here*, their engine steps
+    rebuilt from the streams and priced by *scenario_file*'s cost model as the simulator
+    charges them, the request path included (:func:`lyra_simpy.live.stepcheck.step_check`):
+    measured / charged for the decode-only steps (``decode``: ``steps``, ``median``,
+    ``mean``, ``p10``, ``p90``; ``decode_by_batch``) and the prompt steps (``prompt``),
+    ``left_out``; None when the point has no stored runs of *load*."""
+    from lyra_simpy.live.stepcheck import step_check
+    from lyra_simpy.scenario import load_scenario
+
+    runs = sorted((here / "real" / load).glob("run*"))
+    if not runs or not scenario_file.is_file():
+        return None
+    check = step_check(load_scenario(scenario_file), runs)
+    return {k: check[k] for k in ("decode", "prompt", "decode_by_batch", "left_out")}
+
+
+def steps_check(key: str, res: dict[str, Any]) -> None:
+    """*res* (a stored point) with ``compare --steps`` of every load's real runs against
+    the scenario of each table that simulated it (:func:`charge_ratios`): Table 1's in
+    ``loads[LOAD]["steps_vs_charge"]``, Tables 2 and 3's in ``table2_charge`` and
+    ``table3_charge``. No server, no simulation (``--steps-check``)."""
+    here = OUT / key.replace("/", "_")
+    for load, v in res["loads"].items():
+        v["steps_vs_charge"] = charge_ratios(here, here / f"{load}.yaml", load)
+    for table, (_, suffix, _) in FROM_RUNS.items():
+        if res.get(table):
+            res[f"{table}_charge"] = {load: charge_ratios(here, here / f"{load}{suffix}.yaml",
+                                                          load) for load in res[table]}  # fmt: skip
 
 
 def real_runs(here: Path, load: str, repeats: int) -> list[str]:
@@ -380,7 +412,7 @@ def from_runs(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int
     fitted = load_fit(fit)
     spells = fitted.noise.spells if fitted.noise is not None else None
     found = spells if with_spells else None
-    out[key], out[f"{key}_steps"] = {}, {}
+    out[key], out[f"{key}_steps"], out[f"{key}_charge"] = {}, {}, {}
     sims = here / f"sim{suffix}"
     shutil.rmtree(sims, ignore_errors=True)
     for load in LOADS:
@@ -397,6 +429,7 @@ def from_runs(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int
         run("compare", str(_sim(sims / load)), *reals[load], "--json", str(table), log=log)
         out[key][load] = json.loads(table.read_text())
         out[f"{key}_steps"][load] = load_ratios(here, load, name)
+        out[f"{key}_charge"][load] = charge_ratios(here, path, load)
     out.setdefault("fits", {})[name] = fitted.coefficients.model_dump()
     if key == "table2":
         out["runs_spells"] = None if spells is None else spells.model_dump()
@@ -490,6 +523,7 @@ def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
             "--json", str(table), log=log)  # fmt: skip
         res["loads"][load]["table"] = json.loads(table.read_text())
         res["loads"][load]["steps_vs_fit"] = load_ratios(here, load, "probes")
+        res["loads"][load]["steps_vs_charge"] = charge_ratios(here, path, load)
     res.setdefault("fits", {})["probes"] = yaml.safe_load(fit.read_text())["coefficients"]
     res["request_path_ms"] = request_path_ms(here / "profile.csv")
 
@@ -510,6 +544,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--summary", type=Path, metavar="JSON", default=None,
                         help="print the summary table of a stored matrix JSON (e.g. "
                         "docs/validation/llamacpp-kvu-long-steady.json); runs nothing")  # fmt: skip
+    parser.add_argument("--steps-check", action="store_true",
+                        help="price every stored point's real runs by the scenarios of its "
+                        "three tables (compare --steps) into matrix.json and the document; "
+                        "no server, no simulation (--only: those points)")  # fmt: skip
     parser.add_argument("--doc-only", action="store_true",
                         help="rewrite the document from the stored numbers")  # fmt: skip
     parser.add_argument("--decode-step", choices=["median", "mean"], default="median",
@@ -576,6 +614,17 @@ def main(argv: list[str] | None = None) -> int:
             with_idle(OUT / f"{cfg}_{reg}", res)
         keep["facts"]["resimulated"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         stored.write_text(json.dumps({**keep, "commands": log}, indent=1))
+        write_section(DOC, keep["facts"], keep["results"])
+        return 0
+    if args.steps_check:
+        missing = [p for p in args.only or [] if p not in keep.get("results", {})]
+        if missing:
+            raise SystemExit(f"--only: no stored point {missing[0]!r}; stored: "
+                             f"{list(keep.get('results', {}))}")  # fmt: skip
+        for key, res in keep["results"].items():
+            if not args.only or key in args.only:
+                steps_check(key, res)
+        stored.write_text(json.dumps(keep, indent=1))
         write_section(DOC, keep["facts"], keep["results"])
         return 0
     if args.table2:
@@ -648,12 +697,33 @@ def _row(row: dict[str, Any]) -> tuple[str, bool]:
     return f"{_pct(err)} (±{100 * spread:.0f} %){'' if ok else ' ✗'}", ok
 
 
-def _steps(got: dict[str, float] | None) -> str:
-    """The real runs' steps measured / predicted by the table's fit
-    (:func:`llamacpp_steps.load_ratios`): where a row's latency misses come from."""
+def _steps(got: dict[str, Any] | None, charge: dict[str, Any] | None = None) -> str:
+    """The real runs' steps measured / what the table charges (*charge*,
+    :func:`charge_ratios`: decode median (p10–p90), prompt median) or, for a matrix
+    stored before item 23, measured / priced by the table's fit terms (*got*,
+    :func:`llamacpp_steps.load_ratios`: decode p50 · mean, prompt p50): where a row's
+    latency misses come from."""
+    if charge and charge["decode"]["steps"]:
+        d, pr = charge["decode"], charge["prompt"]
+        text = f"{d['median']:.2f} ({d['p10']:.2f}–{d['p90']:.2f})"
+        return text + (f", {pr['median']:.2f}" if pr["steps"] else "")
     if not got:
         return "—"
     return f"{got['decode_p50']:.2f} · {got['decode_mean']:.2f}, {got['prompt_p50']:.2f}"
+
+
+STEPS_HEAD = {
+    True: "real steps / what the table charges (`compare --steps`): decode median "
+    "(p10–p90), prompt median",
+    False: "real steps / the table's fit: decode p50 · mean, with a prompt p50",
+}
+"""The per-table column's head, by whether the table's loads carry :func:`charge_ratios`."""
+
+
+def charged(results: dict[str, Any]) -> bool:
+    """Every load of every point carries Table 1's :func:`charge_ratios` (a matrix stored
+    since item 23, or given them by ``--steps-check``)."""
+    return all(v.get("steps_vs_charge") for res in results.values() for v in res["loads"].values())
 
 
 def _machine(x: dict[str, Any]) -> str:
@@ -679,12 +749,14 @@ def summary(results: dict[str, Any]) -> list[str]:
     """One row per configuration and length regime: for each table, the cells inside the
     target (of loads × :data:`METRICS`) and the median |error| of the p50s and of
     throughput (the README's fidelity table); last, the real runs' median decode-only step
-    over Table 1's fit, lowest and highest over the loads (:func:`_steps`): a miss
-    with the steps themselves off is in the cost, or the host, not the scheduling."""
+    over what Table 1 charges for it (:func:`charge_ratios`; a matrix stored before item
+    23: over Table 1's fit terms), lowest and highest over the loads: a miss with the
+    steps themselves off is in the cost, or the host, not the scheduling."""
+    by_charge = charged(results)
     rows = ["| server flags | requests | Table 1 (probes): cells in target | median p50 "
             "error | Table 2 (one load run): cells in target | median p50 error | Table 3 "
             "(probes and one load run): cells in target | median p50 error | real decode "
-            "steps ÷ Table 1's fit |",
+            f"steps ÷ Table 1's {'charge' if by_charge else 'fit'} |",
             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for key, res in in_order(results):
         cells = [f"`{' '.join(res['flags'])}`", key.split("/")[1]]
@@ -702,8 +774,9 @@ def summary(results: dict[str, Any]) -> list[str]:
                     total += 1
                 p50 += [abs(by[m]["error"]) for m in METRICS if m.startswith("median")]
             cells += [f"{ok} / {total}", f"{100 * float(np.median(p50)):.0f} %"]
-        ratios = [v["steps_vs_fit"]["decode_p50"] for v in res["loads"].values()
-                  if v.get("steps_vs_fit")]  # fmt: skip
+        ratios = [v["steps_vs_charge"]["decode"]["median"] if by_charge
+                  else v["steps_vs_fit"]["decode_p50"] for v in res["loads"].values()
+                  if v.get("steps_vs_fit") or by_charge]  # fmt: skip
         cells.append(f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else "—")
         rows.append("| " + " | ".join(cells) + " |")
     return rows
@@ -739,7 +812,8 @@ def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any]) -> 
             else ""
         )
         + (
-            " Run again afterwards, profile and real runs included (`--only`): "
+            (" Run again afterwards" if facts.get("resimulated") else " Each point's run")
+            + ", profile and real runs included (`--only`), finished: "
             + ", ".join(
                 f"{k} ({results[k].get('finished', '?')})" for k in facts["rerun"] if k in results
             )
@@ -748,31 +822,33 @@ def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any]) -> 
             else ""
         )
     )
-    head = ("| load | " + " | ".join(METRICS) + " | real steps / the table's fit: decode p50 · "
-            "mean, with a prompt p50 | load avg before→after (step) |")  # fmt: skip
     sep = "|" + "---|" * (len(METRICS) + 3)
     for key, res in in_order(results):
         cfg, reg = key.split("/")
         flags = " ".join(res["flags"])
-        for title, tables, ratios in (
+        for title, tables, ratios, charges in (
             ("Table 1 — calibrated from probes alone", {
                 k: v["table"] for k, v in res["loads"].items()},
-             {k: v.get("steps_vs_fit") for k, v in res["loads"].items()}),
+             {k: v.get("steps_vs_fit") for k, v in res["loads"].items()},
+             {k: v.get("steps_vs_charge") for k, v in res["loads"].items()}),
             (f"Table 2 — calibrated on the real runs of {FIT_LOAD}", res["table2"],
-             res.get("table2_steps", {})),
+             res.get("table2_steps", {}), res.get("table2_charge", {})),
             (f"Table 3 — calibrated on the probes and the real runs of {FIT_LOAD} together",
-             res.get("table3", {}), res.get("table3_steps", {})),
+             res.get("table3", {}), res.get("table3_steps", {}), res.get("table3_charge", {})),
         ):  # fmt: skip
             if not tables:
                 continue
+            by_charge = all(charges.get(load) for load in tables)
+            head = (f"| load | {' | '.join(METRICS)} | {STEPS_HEAD[by_charge]} | load avg "
+                    "before→after (step) |")  # fmt: skip
             lines += ["", f"### `{flags}`, {reg} requests: {title}", "", head, sep]
             for load, table in tables.items():
                 by = {r["metric"]: r for r in table}
                 cells = [_row(by[m])[0] for m in METRICS]
                 m = res["loads"][load]["machine"]
                 machine = "; ".join(_machine(x) for x in m)
-                lines.append(f"| {load} | " + " | ".join(cells) + f" | {_steps(ratios.get(load))}"
-                             f" | {machine} |")  # fmt: skip
+                steps = _steps(ratios.get(load), charges.get(load) if by_charge else None)
+                lines.append(f"| {load} | " + " | ".join(cells) + f" | {steps} | {machine} |")
         lines.append("")
         fits = {k: ", ".join(f"{t} {v:.3g}" for t, v in c.items() if v > 1e-9)
                 for k, c in res["fits"].items()}  # fmt: skip

@@ -154,3 +154,44 @@ def test_stored_profiles_of_prompt_steps_are_recounted_step_by_step(tmp_path: Pa
     assert lines[2].endswith(f",64,1,{last[4]},{last[5]}")
     assert first[4] > 0
     assert last[4] > 0
+
+
+def _charge(median: float, p10: float, p90: float, prompt: float | None) -> dict[str, Any]:
+    stat = {"steps": 100, "median": median, "mean": median, "p10": p10, "p90": p90}
+    none = {"steps": 0, "median": None, "mean": None, "p10": None, "p90": None}
+    prompt_stat = none if prompt is None else {**stat, "median": prompt}
+    return {"decode": stat, "prompt": prompt_stat, "decode_by_batch": {}, "left_out": 0}
+
+
+def test_steps_priced_as_the_table_charges_replace_the_fit_terms_where_every_load_has_them(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    # since item 23 each load stores compare --steps against the table's own scenario;
+    # the summary's last column and each table's column read it, a set stored before
+    # (no charge on some load) keeps the fit-term ratios and says so in its head
+    m = MATRIX
+    monkeypatch.setattr(m, "PUBLISHED", tmp_path / "m.json")
+    fit = {"decode_p50": 0.5, "decode_mean": 0.5, "prompt_p50": 0.5}
+
+    def res(charges: list[dict[str, Any] | None]) -> dict[str, Any]:
+        loads = {f"load{i}": {"table": _table(0.0, 0.1), "machine": [], "steps_vs_fit": fit,
+                              "steps_vs_charge": c} for i, c in enumerate(charges)}  # fmt: skip
+        return {"flags": ["-np", "4"], "loads": loads, "table2": {"load0": _table(0.0, 0.1)},
+                "table2_charge": {"load0": _charge(0.97, 0.9, 1.1, None)},
+                "fits": {"probes": {}, "runs": {}}, "capacity_req_s": 1.0}  # fmt: skip
+
+    both = {"default/short": res([_charge(1.08, 0.95, 1.26, 1.12), _charge(0.98, 0.8, 1.2, None)])}
+    rows = m.summary(both)
+    assert rows[0].endswith("| real decode steps ÷ Table 1's charge |")
+    assert rows[2].endswith("| 0.98–1.08 |")
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"{m.START}\n{m.END}\n")
+    m.write_section(doc, {"cores": 2, "repeats": 3}, both)
+    text = doc.read_text()
+    assert text.count(m.STEPS_HEAD[True]) == 2  # Tables 1 and 2
+    assert "| 1.08 (0.95–1.26), 1.12 | " in text  # a prompt median where prompts were priced
+    assert "| 0.98 (0.80–1.20) | " in text
+    assert "| 0.97 (0.90–1.10) | " in text  # Table 2's, by its own scenario
+    half = {"default/short": res([_charge(1.08, 0.95, 1.26, 1.12), None])}
+    assert m.summary(half)[0].endswith("| real decode steps ÷ Table 1's fit |")
+    assert m.summary(half)[2].endswith("| 0.50–0.50 |")

@@ -22,10 +22,11 @@ charged:
 The verdict reads the decode-only median against :data:`STEP_TOLERANCE`: outside it,
 latency errors of about that size come from the step cost, not the schedule; inside
 it, an error well beyond it is in the schedule or in what the decode steps do not show
-(prompt steps, gaps between steps). On the llama.cpp validation matrix this is the
-column "real steps / the table's fit" (``docs/VALIDATION-llamacpp.md``; there priced by
-the fit's terms, ``validation/llamacpp_steps.py``, here by the cost model as the
-simulator calls it, padding and per-batch residuals included).
+(prompt steps, gaps between steps). The llama.cpp validation matrix stores this check
+for every load of each of its tables (``validate_cpu.py --matrix --steps-check``; the
+column "real steps / what the table charges" of ``docs/VALIDATION-llamacpp.md``). Its
+sets stored before item 23 priced the steps by the fit's terms instead
+(``validation/llamacpp_steps.py``: no padding, per-batch residuals or request path).
 
 Limits, stated: one replica (a client's streams do not say which replica served them);
 no speculative decoding (a rebuilt step is one token per sequence); the rebuild's own

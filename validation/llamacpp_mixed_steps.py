@@ -15,8 +15,16 @@ first token, the steps the profiler now takes for the prompt
 with the shared one (:func:`lyra_simpy.live.client.shared_tls`): the profiler made one
 per probe request before.
 
+``--alone`` also times each prompt with nothing else running, in the same round (the
+server's ``prompt_ms``): does a prompt cost more beside running requests than alone
+(item 24)? ``--trace`` starts the server at trace verbosity (``-lv 5``) and reads its log:
+each context checkpoint's size and the time from ``init_sampler`` (the prompt's last
+step, which feeds every prompt token to the sampler) to the checkpoint it then copies
+(``server_context::create_checkpoint``, made before the step's ``llama_decode``).
+
     PYTHONPATH=src python validation/llamacpp_mixed_steps.py [--flags "-np 4 -c 4096 -t 2"]
-        [--decoders 3] [--prompts 16 64] [--rounds 4] [--json FILE]
+        [--decoders 3] [--ctx 40] [--prompts 16 64] [--rounds 4] [--alone] [--trace]
+        [--json FILE]
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import statistics
 import tempfile
 import time
@@ -92,15 +101,63 @@ async def trial(url: str, rng: np.random.Generator, b: int, ctx: int, prompt: in
     }
 
 
-async def measure(url: str, b: int, ctx: int, prompts: list[int], rounds: int
-                  ) -> dict[str, list[dict[str, Any]]]:  # fmt: skip
+async def alone_ms(url: str, rng: np.random.Generator, prompt: int) -> float:
+    """The server's ``prompt_ms`` for *prompt* tokens with nothing else running."""
+    await asyncio.sleep(0.3)
+    probe = await one(url, rng, prompt, 1, time.perf_counter(), 0)
+    assert probe.timings is not None
+    return float(probe.timings["prompt_ms"])
+
+
+async def measure(url: str, b: int, ctx: int, prompts: list[int], rounds: int,
+                  alone: bool = False) -> dict[str, list[dict[str, Any]]]:  # fmt: skip
     rng = np.random.default_rng(7)
     await trial(url, rng, b, ctx, prompts[0])  # warm-up
     got: dict[str, list[dict[str, Any]]] = {str(p): [] for p in prompts}
     for _ in range(rounds):
         for p in prompts:
-            got[str(p)].append(await trial(url, rng, b, ctx, p))
+            t = await trial(url, rng, b, ctx, p)
+            if alone:
+                t["alone_prompt_ms"] = await alone_ms(url, rng, p)
+            got[str(p)].append(t)
     return got
+
+
+_STAMP = r"^(\d+)\.(\d+)\.(\d+)\.(\d+) "
+"""llama.cpp's log prefix: minutes.seconds.milliseconds.microseconds since start."""
+
+
+_CREATED = r"created context checkpoint .*n_tokens = (\d+), size = ([\d.]+)"
+
+
+def _at_s(line: str) -> float:
+    m = re.match(_STAMP, line)
+    assert m is not None, line
+    return 60 * int(m[1]) + int(m[2]) + int(m[3]) / 1e3 + int(m[4]) / 1e6
+
+
+def traced(log: str) -> dict[str, list[dict[str, float]]]:
+    """From a trace-verbosity llama-server log: each context checkpoint (``checkpoints``:
+    its tokens, size in MiB and the time from the server's decision to make it,
+    ``main/do_checkpoint = yes``, to its ``created`` line: the copy, ms) and each
+    ``init_sampler`` (``samplers``: the prompt's tokens and the time it logs, ms)."""
+    checkpoints: list[dict[str, float]] = []
+    samplers: list[dict[str, float]] = []
+    decided: dict[str, float] = {}
+    for line in log.splitlines():
+        if not re.match(_STAMP, line) or (task := re.search(r"\| task (\d+) \|", line)) is None:
+            continue
+        if "main/do_checkpoint = yes" in line:
+            decided[task[1]] = _at_s(line)
+        elif c := re.search(
+            r"created context checkpoint .*n_tokens = (\d+), size = ([\d.]+)", line
+        ):
+            if task[1] in decided:
+                copy_ms = 1000.0 * (_at_s(line) - decided.pop(task[1]))
+                checkpoints.append({"tokens": int(c[1]), "mib": float(c[2]), "copy_ms": copy_ms})
+        elif m := re.search(r"init sampler, took ([\d.]+) ms, tokens: text = (\d+)", line):
+            samplers.append({"prompt": int(m[2]), "ms": float(m[1])})
+    return {"checkpoints": checkpoints, "samplers": samplers}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,15 +167,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ctx", type=int, default=40, help="the decoders' prompt (default 40)")
     ap.add_argument("--prompts", type=int, nargs="+", default=[16, 64])
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--alone", action="store_true",
+                    help="also time each prompt alone, in the same round")  # fmt: skip
+    ap.add_argument("--trace", action="store_true",
+                    help="trace verbosity: checkpoint sizes, copy times from the log")  # fmt: skip
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     own, shared = client_ms(False), client_ms(True)
     print(f"an HTTP client: {own:.1f} ms with a TLS context of its own, {shared:.2f} ms "
           "with the shared one")  # fmt: skip
     log = Path(tempfile.mkdtemp()) / "llama-server.log"
-    flags = args.flags.split()
+    flags = args.flags.split() + (["-lv", "5"] if args.trace else [])
     with llamacpp.Server(llamacpp.server_binary(), llamacpp.model_file(), flags, log) as srv:
-        got = asyncio.run(measure(srv.url, args.decoders, args.ctx, args.prompts, args.rounds))
+        got = asyncio.run(measure(srv.url, args.decoders, args.ctx, args.prompts, args.rounds,
+                                  args.alone))  # fmt: skip
     print(f"\n{args.flags}: a prompt beside {args.decoders} decoders of {args.ctx} tokens; "
           "the decoders' steps (ms) from the probe's arrival to its first token")  # fmt: skip
     for p, trials in got.items():
@@ -132,9 +194,20 @@ def main(argv: list[str] | None = None) -> int:
         whole = statistics.median(t["prompt_ms"] for t in trials)
         print(f"  prompt {p:>4}: median first step {first:.1f}, last {last:.1f}, "
               f"prompt_ms {whole:.1f}")  # fmt: skip
+        if args.alone:
+            print(f"  prompt {p:>4}: alone, prompt_ms "
+                  f"{[round(t['alone_prompt_ms'], 1) for t in trials]}; beside "
+                  f"{[round(t['prompt_ms'], 1) for t in trials]}")  # fmt: skip
+    trace = traced(log.read_text()) if args.trace else {"checkpoints": [], "samplers": []}
+    for c in trace["checkpoints"]:
+        print(f"  context checkpoint of {c['tokens']:>4} tokens: {c['mib']:6.3f} MiB, "
+              f"copied in {c['copy_ms']:.2f} ms")  # fmt: skip
+    for m in trace["samplers"]:
+        print(f"  init_sampler over a prompt of {m['prompt']:>4} tokens: {m['ms']:.2f} ms")
     if args.json:
         doc = {"flags": args.flags, "decoders": args.decoders, "ctx": args.ctx,
-               "client_ms": {"own_tls": own, "shared_tls": shared}, "trials": got}  # fmt: skip
+               "client_ms": {"own_tls": own, "shared_tls": shared}, "trials": got,
+               **trace}  # fmt: skip
         args.json.write_text(json.dumps(doc, indent=1) + "\n")
     return 0
 

@@ -23,12 +23,21 @@ arrival: the client sending it, the server's HTTP threads taking it in, on the c
 engine's threads compute on), then of the steps that carry prompt tokens, apart by
 whether they copy a context checkpoint (with checkpoints on, a prompt's last step does,
 its earlier step — where the slot is launched — does not).
+
+``--chunks`` (for a point whose ``-b`` cuts prompts into chunks, ``-np 2 -b 64``) prints,
+per load, the median time of the runs' steps that carry one full chunk beside one
+decoding sequence, by the chunk's place in its prompt (``c0``: its first), each with the
+time the fit charges it, beside the two-sequence decode-only steps and the profile's
+mixed rows of the same chunk: the same shape of step at each load, with no fit in
+between (item 24).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -206,6 +215,47 @@ def arrival_rows(point: Path, which: str = "probes") -> list[str]:
     return lines
 
 
+def chunk_rows(point: Path) -> list[str]:
+    """One line per load of *point*: its real runs' steps of one full chunk beside one
+    decoding sequence, median ms (charged by the probe fit; count) by the chunk's place in
+    its prompt, and the two-sequence decode-only steps; after a line of the profile's
+    mixed rows of that chunk by the same place (``--chunks``)."""
+    fit = load_fit(point / "fit_probes.yaml")
+    with (point / "profile.csv").open() as f:  # (its prompt_step column: lyra-simpy profile)
+        mixed = [r for r in csv.DictReader(f) if r["phase"] == "mixed" and r["batch_size"] == "1"]
+    if not mixed or not mixed[0].get("prompt_step"):
+        return [f"{point.name}: no mixed rows by prompt step in its profile"]
+    chunk = Counter(int(r["input_tokens"]) for r in mixed).most_common(1)[0][0]
+    places: dict[int, list[int]] = {}
+    for r in mixed:
+        if int(r["input_tokens"]) == chunk:
+            places.setdefault(int(r["prompt_step"]), []).append(round(float(r["latency_ms"])))
+    lines = [
+        f"{point.name}: steps of a {chunk}-token chunk beside one decoding sequence, median ms "
+        "by the chunk's place in its prompt (the fit's charge; steps)",
+        "  profile      " + "; ".join(f"c{k} {v}" for k, v in sorted(places.items())),
+    ]
+    for load in LOADS:
+        steps = run_steps(point, load, fit)
+        if steps is None:
+            continue
+        charged = priced(steps, fit)
+        hit = (steps.prefill_seqs == 1) & (steps.decode_seqs == 1) & (steps.prefill_tokens == chunk)
+        # a chunk of t tokens after o cached ones: t*o + t(t+1)/2 attention tokens
+        at = (steps.prefill_attention_tokens - chunk * (chunk + 1) / 2) / chunk / chunk
+        place = np.rint(at).astype(int)
+        cells = []
+        for k in sorted(set(place[hit].tolist())):
+            m = hit & (place == k)
+            if m.sum() >= 3:
+                cells.append(f"c{k} {np.median(steps.latency_ms[m]):.0f} "
+                             f"({np.median(charged[m]):.0f}; {int(m.sum())})")  # fmt: skip
+        two = (steps.prefill_seqs == 0) & (steps.decode_seqs == 2)
+        lines.append(f"  {load:<12} decode b2 {np.median(steps.latency_ms[two]):.1f} "
+                     f"({np.median(charged[two]):.1f}); " + "; ".join(cells))  # fmt: skip
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("points", nargs="*", help="e.g. kvu_long (default: every stored point)")
@@ -218,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arrivals", action="store_true",
                         help="decode-only steps with and without a request sent during "
                         "them, prompt steps with and without a checkpoint, by the fit")  # fmt: skip
+    parser.add_argument("--chunks", action="store_true",
+                        help="steps of one full prompt chunk beside one decoding sequence, "
+                        "by the chunk's place, at each load and in the profile")  # fmt: skip
     args = parser.parse_args(argv)
     stored = sorted(p.name for p in OUT.glob("*") if (p / "fit_probes.yaml").is_file())
     names = args.points or stored
@@ -225,7 +278,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nothing stored in {OUT}: run validate_cpu.py --matrix first", file=sys.stderr)
         return 2
     for name in names:
-        if args.by_batch:
+        if args.chunks:
+            rows = chunk_rows(OUT / name)
+        elif args.by_batch:
             rows = batch_rows(OUT / name)
         elif args.arrivals:
             rows = arrival_rows(OUT / name, args.fit)

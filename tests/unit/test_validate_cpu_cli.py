@@ -532,3 +532,65 @@ def test_each_points_request_path_is_stored() -> None:
     assert before["default/short"]["request_path_ms"] == 4.66
     long = [p for k, p in paths.items() if k.endswith("/long")]
     assert (min(long), max(long)) == (4.39, 4.97)
+
+
+def test_item_24s_long_prompt_beside_running_requests_is_the_host() -> None:
+    # item 24 (llamacpp_steps.py --chunks): -np 2 -b 64 long's steps of one 63-token chunk
+    # beside one decoder took the profile's time at Poisson 0.3 and slowed load by load,
+    # more than the two-sequence decode steps did
+    stored = ROOT / "docs" / "validation"
+    text = (stored / "llamacpp-chunks-item24.txt").read_text().splitlines()
+    by_load = {line.split()[0]: line for line in text[2:]}
+    assert list(by_load) == ["poisson_0.3", "poisson_0.6", "poisson_0.9", "closed_4", "closed_8"]
+
+    def place(load: str, k: int) -> float:
+        return float(re.search(rf"c{k} (\d+) \(", by_load[load])[1])  # type: ignore[index]
+
+    def decode(load: str) -> float:
+        return float(re.search(r"decode b2 ([\d.]+)", by_load[load])[1])  # type: ignore[index]
+
+    assert [place("poisson_0.3", k) for k in range(4)] == [107, 111, 117, 123]
+    assert "c0 [98, 103, 104, 105]" in text[1]
+    closed = [place(load, k) / place("poisson_0.3", k)
+              for load in ("closed_4", "closed_8") for k in range(3)]  # fmt: skip
+    assert (round(min(closed), 2), round(max(closed), 2)) == (1.15, 1.25)
+    assert (decode("poisson_0.3"), decode("closed_4"), decode("closed_8")) == (25.5, 29.0, 29.5)
+    # llamacpp_mixed_steps.py --alone: on the same minutes a prompt costs the same alone
+    # and beside one decoder, less the decoder's share; --trace: the checkpoint copied in
+    # a prompt's last step, 2.9 MiB at 196 tokens and 5.8 at 396, 0.35-0.45 ms and 3.6-4.6
+    np4 = json.loads((stored / "llamacpp-mixed-steps-long-np4-item24.json").read_text())
+    alone = [t["alone_prompt_ms"] for t in np4["trials"]["400"]]
+    beside = [t["prompt_ms"] for t in np4["trials"]["400"]]
+    assert (round(float(np.median(alone))), round(float(np.median(beside)))) == (621, 632)
+    np2 = json.loads((stored / "llamacpp-mixed-steps-long-np2-b64-item24.json").read_text())
+    last = {p: [t["steps_ms"][-1] for t in ts] for p, ts in np2["trials"].items()}
+    assert (round(min(last["400"])), round(max(last["400"]))) == (36, 48)
+    copies: dict[int, list[float]] = {}
+    for c in np2["checkpoints"]:
+        copies.setdefault(c["tokens"], []).append(c["copy_ms"])
+    assert {c["tokens"]: c["mib"] for c in np2["checkpoints"]}[396] == 5.806
+    quick = [round(x, 2) for x in copies[196] if x < 1.0]
+    assert (len(quick), len(copies[196]), min(quick), max(quick)) == (16, 18, 0.35, 0.45)
+    assert (round(min(copies[396]), 1), round(max(copies[396]), 1)) == (3.6, 4.6)
+    assert max(m["ms"] for m in np2["samplers"]) <= 0.06
+
+
+def test_the_trace_reader_times_each_checkpoint_copy() -> None:
+    # llamacpp_mixed_steps.py --trace: a checkpoint's copy is from the server's decision
+    # (main/do_checkpoint = yes) to its "created" line, per task, across a minute's end
+    mixed = validation_module("llamacpp_mixed_steps")
+    log = "\n".join([
+        "0.59.999.500 D slot   operator(): id  0 | task 7 | main/do_checkpoint = yes, pos_min = 0",
+        "0.59.999.600 D srv    operator(): http: streamed chunk: data: {}",
+        "1.00.003.100 I slot create_check: id  0 | task 7 | created context checkpoint 2 of 32 "
+        "(pos_min = 0, pos_max = 395, n_tokens = 396, size = 5.806 MiB)",
+        "1.00.010.000 I slot init_sampler: id  1 | task 9 | init sampler, took 0.05 ms, "
+        "tokens: text = 400, total = 400",
+        "1.00.010.100 I slot create_check: id  1 | task 9 | created context checkpoint 1 of 32 "
+        "(pos_min = 0, pos_max = 9, n_tokens = 10, size = 0.1 MiB)",
+    ])  # fmt: skip
+    got = mixed.traced(log)
+    assert len(got["checkpoints"]) == 1  # task 9's has no decision line: not timed
+    c = got["checkpoints"][0]
+    assert (c["tokens"], c["mib"], round(c["copy_ms"], 3)) == (396, 5.806, 3.6)
+    assert got["samplers"] == [{"prompt": 400, "ms": 0.05}]

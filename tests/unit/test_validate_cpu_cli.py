@@ -455,6 +455,22 @@ def test_item_22s_slow_profile_the_check_kept() -> None:
     assert (min(two[1:]), max(two[1:])) == (26.7, 32.5)
 
 
+def _cells_by_steps(results: dict) -> dict[str, list[int]]:
+    """Table 1's cells in target and in all, over every load of a stored matrix, by how far
+    its real decode steps ran from Table 1's charge (``steps_vs_charge``: within 3 %, 3-6 %,
+    beyond 6 %)."""
+    matrix = validation_module("llamacpp_matrix")
+    buckets: dict[str, list[int]] = {}
+    for res in results.values():
+        for v in res["loads"].values():
+            off = abs(v["steps_vs_charge"]["decode"]["median"] - 1)
+            ok = sum(matrix._row(r)[1] for r in v["table"] if r["metric"] in matrix.METRICS)
+            b = buckets.setdefault("<3" if off <= 0.03 else "3-6" if off <= 0.06 else ">6", [0, 0])
+            b[0] += ok
+            b[1] += 7
+    return buckets
+
+
 def test_item_23s_round_the_errors_follow_the_steps() -> None:
     # item 23: every point again in order; the check agreed with the first profile at the
     # four -np 4 points and took three at each -np 2 -b 64 point; runs outside the gate
@@ -474,15 +490,7 @@ def test_item_23s_round_the_errors_follow_the_steps() -> None:
                for k, r in results.items()}  # fmt: skip
     assert outside == {"default/short": 0, "default/long": 3, "kvu/short": 5, "kvu/long": 0,
                        "np2_b64/short": 0, "np2_b64/long": 5}  # fmt: skip
-    buckets: dict[str, list[int]] = {}
-    for res in results.values():
-        for v in res["loads"].values():
-            off = abs(v["steps_vs_charge"]["decode"]["median"] - 1)
-            ok = sum(matrix._row(r)[1] for r in v["table"] if r["metric"] in matrix.METRICS)
-            b = buckets.setdefault("<3" if off <= 0.03 else "3-6" if off <= 0.06 else ">6", [0, 0])
-            b[0] += ok
-            b[1] += 7
-    assert buckets == {"<3": [69, 91], "3-6": [38, 49], ">6": [24, 70]}
+    assert _cells_by_steps(results) == {"<3": [69, 91], "3-6": [38, 49], ">6": [24, 70]}
     worst = results["kvu/short"]["loads"]["poisson_0.9"]
     assert round(worst["steps_vs_charge"]["decode"]["median"], 2) == 1.18
     assert not any(matrix._row(r)[1] for r in worst["table"] if r["metric"] in matrix.METRICS)
@@ -607,7 +615,6 @@ def test_item_25s_np4_points_again() -> None:
     # probes; -np 4 short's profile was retaken twice and its busy loads ran 10-19 % quick
     # (steps 0.89-0.93): 17; over the published set Table 1 holds 84 of 105 cells at the
     # 15 loads whose steps ran within 3 % of its charge and 24 of 77 at the 11 beyond 6 %
-    matrix = validation_module("llamacpp_matrix")
     results = json.loads((ROOT / "docs" / "validation" / "llamacpp-matrix.json").read_text())
     results = results["results"]
     long, short = results["default/long"], results["default/short"]
@@ -623,12 +630,4 @@ def test_item_25s_np4_points_again() -> None:
     assert quick == [0.81, 0.86, 0.88, 0.9]
     steps = [round(v["steps_vs_charge"]["decode"]["median"], 2) for v in short["loads"].values()]
     assert steps == [1.0, 1.08, 0.93, 0.93, 0.89]
-    buckets: dict[str, list[int]] = {}
-    for res in results.values():
-        for v in res["loads"].values():
-            off = abs(v["steps_vs_charge"]["decode"]["median"] - 1)
-            ok = sum(matrix._row(r)[1] for r in v["table"] if r["metric"] in matrix.METRICS)
-            b = buckets.setdefault("<3" if off <= 0.03 else "3-6" if off <= 0.06 else ">6", [0, 0])
-            b[0] += ok
-            b[1] += 7
-    assert buckets == {"<3": [84, 105], "3-6": [18, 28], ">6": [24, 77]}
+    assert _cells_by_steps(results) == {"<3": [84, 105], "3-6": [18, 28], ">6": [24, 77]}

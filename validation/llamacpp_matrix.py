@@ -341,8 +341,9 @@ def charge_ratios(here: Path, scenario_file: Path, load: str) -> dict[str, Any] 
     rebuilt from the streams and priced by *scenario_file*'s cost model as the simulator
     charges them, the request path included (:func:`lyra_simpy.live.stepcheck.step_check`):
     measured / charged for the decode-only steps (``decode``: ``steps``, ``median``,
-    ``mean``, ``p10``, ``p90``; ``decode_by_batch``) and the prompt steps (``prompt``),
-    ``left_out``; None when the point has no stored runs of *load*."""
+    ``mean``, ``p10``, ``p90``; ``decode_by_batch``) and the prompt steps (``prompt``,
+    ``prompt_by_tokens``), ``left_out``; None when the point has no stored runs of
+    *load*."""
     from lyra_simpy.live.stepcheck import step_check
     from lyra_simpy.scenario import load_scenario
 
@@ -350,7 +351,8 @@ def charge_ratios(here: Path, scenario_file: Path, load: str) -> dict[str, Any] 
     if not runs or not scenario_file.is_file():
         return None
     check = step_check(load_scenario(scenario_file), runs)
-    return {k: check[k] for k in ("decode", "prompt", "decode_by_batch", "left_out")}
+    keys = ("decode", "prompt", "decode_by_batch", "prompt_by_tokens", "left_out")
+    return {k: check[k] for k in keys}
 
 
 def steps_check(key: str, res: dict[str, Any]) -> None:

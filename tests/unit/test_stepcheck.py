@@ -57,6 +57,10 @@ def test_a_scenarios_own_runs_cost_what_it_charges(tmp_path):
             assert check[kind][stat] == pytest.approx(1.0, abs=1e-6), (kind, stat)
     assert all(v["median"] == pytest.approx(1.0) for v in check["decode_by_batch"].values())
     assert len(check["decode_by_batch"]) > 3
+    sizes = check["prompt_by_tokens"]
+    assert list(sizes) == ["17-64", "65-256", "257+"]  # prompts of 16-400 tokens, whole
+    assert sum(v["steps"] for v in sizes.values()) == check["prompt"]["steps"]
+    assert all(v["median"] == pytest.approx(1.0) for v in sizes.values())
     assert check["left_out"] == 0
     assert check["verdict"].startswith(f"decode steps within {STEP_TOLERANCE:.0%}")
 
@@ -71,6 +75,26 @@ def test_a_model_20_percent_cheap_reads_1_25(tmp_path):
     assert "decode steps ran 25% slower than the model charges" in check["verdict"]
     assert "decode steps ran 10% quicker" in verdict(0.9)
     assert verdict(None).startswith("no decode-only step")
+
+
+def test_a_fit_wrong_for_one_range_of_prompts_shows_in_its_bin(tmp_path):
+    """A fit that charges a prompt's attention but not its tokens (what a fit on one
+    load's runs did, docs/VALIDATION-llamacpp.md item 25) prices prompt steps cheap by a
+    ratio that moves with their size (here, with a fixed step cost of 5 ms, the longer
+    the cheaper): the bins tell the ranges apart where the prompt median would not."""
+    raw = runs_raw(1, 10.0, 80)
+    runs = _runs(raw, tmp_path)
+    fit = load_fit(DATA / "synthetic_fit.yaml")
+    coef = fit.coefficients.model_copy(update={"per_prefill_token_ms": 0.0})
+    path = tmp_path / "fit_no_token.yaml"
+    write_fit(fit.model_copy(update={"coefficients": coef}), path)
+    check = step_check(scenario_from_dict({**raw, "cost": {"name": "profile", "path": str(path)}}),
+                       runs)  # fmt: skip
+    sizes = [v["median"] for v in check["prompt_by_tokens"].values()]
+    assert all(x > 1.05 for x in sizes)
+    assert sizes == sorted(sizes)
+    assert sizes[-1] - sizes[0] > 0.5
+    assert check["decode"]["median"] == pytest.approx(1.0, abs=1e-6)
 
 
 def test_llamacpp_runs_count_passes_checkpoints_and_the_request_path(tmp_path):

@@ -15,7 +15,10 @@ charged:
 
 * decode-only steps: median, mean, 10th and 90th percentile, and the median by decoding
   sequences (a host whose batch of 2 costs twice a batch of 1 shows there);
-* steps that carry prompt tokens: median;
+* steps that carry prompt tokens: median, and the median by the prompt tokens in the step
+  (:data:`PROMPT_BINS`: a fit that prices one range of prompt sizes wrong shows there, as
+  a fit from one load's runs that put the prompts' cost on the attention term alone did,
+  ``docs/VALIDATION-llamacpp.md`` item 25);
 * left out: rebuilt steps that hid engine steps (a prompt's earlier chunks in steps that
   emitted no token: their split between engine steps is not known).
 
@@ -51,6 +54,22 @@ the model. The validation matrices' speed gate (``validation/speed_gate.py``, ``
 0.05``): on the 2-core AMD host of ``docs/VALIDATION-llamacpp.md`` a full-batch decode
 step wanders by about ±4 % from one minute to the next (items 20-22), so a closer
 reading is the host, not the model."""
+
+
+PROMPT_BINS = (16, 64, 256)
+"""Upper bounds of the prompt-token ranges ``prompt_by_tokens`` splits the prompt steps
+into (1-16, 17-64, 65-256, 257 and more): a step's prompt tokens, steps of a factor of 4
+apart, the last at llama.cpp's KV padding of 256 cells (``get_n_kv``), where a fit in KV
+cells changes slope."""
+
+
+def _bin(tokens: int) -> str:
+    lo = 1
+    for hi in PROMPT_BINS:
+        if tokens <= hi:
+            return f"{lo}-{hi}"
+        lo = hi + 1
+    return f"{lo}+"
 
 
 def charged_ms(scenario: Scenario, steps: Steps) -> np.ndarray:
@@ -101,7 +120,8 @@ def _stats(ratio: np.ndarray) -> dict[str, Any]:
 def step_check(scenario: Scenario, real_dirs: list[Path]) -> dict[str, Any]:
     """Measured / charged for the rebuilt steps of *real_dirs* (module docstring):
     ``decode`` and ``prompt`` (``steps``, ``median``, ``mean``, ``p10``, ``p90``),
-    ``decode_by_batch`` (decoding sequences → ``steps``, ``median``), ``left_out``,
+    ``decode_by_batch`` (decoding sequences → ``steps``, ``median``),
+    ``prompt_by_tokens`` (:data:`PROMPT_BINS` range → ``steps``, ``median``), ``left_out``,
     ``dropped`` (the rebuild's own), ``tolerance`` and ``verdict``."""
     from lyra_simpy.calibration.runs import StepRebuild, rebuild_for, steps_of_runs
 
@@ -127,10 +147,17 @@ def step_check(scenario: Scenario, real_dirs: list[Path]) -> dict[str, Any]:
     for b in sorted({int(x) for x in steps.decode_seqs[decode]}):
         hit = decode & (steps.decode_seqs == b)
         by_batch[b] = {"steps": int(hit.sum()), "median": float(np.median(ratio[hit]))}
+    bins = np.array([_bin(int(t)) for t in steps.prefill_tokens])
+    by_tokens = {}
+    for label in [_bin(1), *(_bin(hi + 1) for hi in PROMPT_BINS)]:
+        hit = prompt & (bins == label)
+        if hit.any():
+            by_tokens[label] = {"steps": int(hit.sum()), "median": float(np.median(ratio[hit]))}
     out: dict[str, Any] = {
         "decode": _stats(ratio[decode]),
         "prompt": _stats(ratio[prompt]),
         "decode_by_batch": by_batch,
+        "prompt_by_tokens": by_tokens,
         "left_out": int((~priced).sum()),
         "dropped": steps.dropped,
         "tolerance": STEP_TOLERANCE,
@@ -179,6 +206,11 @@ def format_step_check(check: dict[str, Any]) -> str:
     ]
     if batches:
         lines.append(f"  by sequences  {batches}")
+    sizes = "  ".join(
+        f"{k}: {v['median']:.2f} ({v['steps']})" for k, v in check["prompt_by_tokens"].items()
+    )
+    if sizes:
+        lines.append(f"  by prompt tokens  {sizes}")
     if check["left_out"]:
         lines.append(f"  left out      {check['left_out']} steps that hid engine steps")
     lines.append(check["verdict"])

@@ -631,3 +631,23 @@ def test_item_25s_np4_points_again() -> None:
     steps = [round(v["steps_vs_charge"]["decode"]["median"], 2) for v in short["loads"].values()]
     assert steps == [1.0, 1.08, 0.93, 0.93, 0.89]
     assert _cells_by_steps(results) == {"<3": [84, 105], "3-6": [18, 28], ">6": [24, 77]}
+
+
+def test_item_25s_fit_from_runs_halves_200_token_prompts() -> None:
+    # item 25: compare --steps by prompt tokens at -np 4 long: Tables 2 and 3 (fitted on
+    # Poisson 0.6's runs, alone and with the probes) charge prompts of 65-256 tokens at
+    # 1/1.75-1/1.87 of their time at every load and longer ones within 5 %; Table 1
+    # 1.00-1.10 in every range. Their fits carry no per-token prompt cost.
+    results = json.loads((ROOT / "docs" / "validation" / "llamacpp-matrix.json").read_text())
+    long = results["results"]["default/long"]
+    for table in ("table2_charge", "table3_charge"):
+        mid = [v["prompt_by_tokens"]["65-256"]["median"] for v in long[table].values()]
+        assert (round(min(mid), 2), round(max(mid), 2)) in {(1.75, 1.85), (1.76, 1.87)}
+        top = [v["prompt_by_tokens"]["257+"]["median"] for v in long[table].values()]
+        assert all(abs(x - 1) < 0.05 for x in top)
+    t1 = [x["median"] for v in long["loads"].values()
+          for x in v["steps_vs_charge"]["prompt_by_tokens"].values()]  # fmt: skip
+    assert (round(min(t1), 2), round(max(t1), 2)) == (1.0, 1.1)
+    for fit in ("runs", "joint"):
+        assert long["fits"][fit]["per_prefill_token_ms"] < 1e-9
+        assert long["fits"][fit]["per_prefill_attention_ms"] > 0.0028

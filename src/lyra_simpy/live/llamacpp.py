@@ -107,7 +107,7 @@ def server_binary(cache: Path | None = None, echo: bool = True) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     if echo:
         print(
-            f"building llama-server into {build} (20-35 min on two cores; log: {cache}/build.log)"
+            f"building llama-server into {build} (10-35 min on two cores; log: {cache}/build.log)"
         )
     with (cache / "build.log").open("a") as log:
         src = _source(cache, log)

@@ -17,10 +17,11 @@ per probe request before.
 
 ``--alone`` also times each prompt with nothing else running, in the same round (the
 server's ``prompt_ms``): does a prompt cost more beside running requests than alone
-(item 24)? ``--trace`` starts the server at trace verbosity (``-lv 5``) and reads its log:
-each context checkpoint's size and the time from ``init_sampler`` (the prompt's last
-step, which feeds every prompt token to the sampler) to the checkpoint it then copies
-(``server_context::create_checkpoint``, made before the step's ``llama_decode``).
+(item 24)? ``--trace`` starts the server at trace verbosity (``-lv 5``) and reads its log
+(:func:`traced`): each context checkpoint's size and copy time
+(``server_context::create_checkpoint``, made before the step's ``llama_decode``) and the
+time ``init_sampler`` (a prompt's last step, which feeds every prompt token to the
+sampler) logs for itself.
 
     PYTHONPATH=src python validation/llamacpp_mixed_steps.py [--flags "-np 4 -c 4096 -t 2"]
         [--decoders 3] [--ctx 40] [--prompts 16 64] [--rounds 4] [--alone] [--trace]
@@ -128,6 +129,7 @@ _STAMP = r"^(\d+)\.(\d+)\.(\d+)\.(\d+) "
 
 
 _CREATED = r"created context checkpoint .*n_tokens = (\d+), size = ([\d.]+)"
+"""A checkpoint's ``created`` line: its tokens and its size in MiB."""
 
 
 def _at_s(line: str) -> float:
@@ -149,9 +151,7 @@ def traced(log: str) -> dict[str, list[dict[str, float]]]:
             continue
         if "main/do_checkpoint = yes" in line:
             decided[task[1]] = _at_s(line)
-        elif c := re.search(
-            r"created context checkpoint .*n_tokens = (\d+), size = ([\d.]+)", line
-        ):
+        elif c := re.search(_CREATED, line):
             if task[1] in decided:
                 copy_ms = 1000.0 * (_at_s(line) - decided.pop(task[1]))
                 checkpoints.append({"tokens": int(c[1]), "mib": float(c[2]), "copy_ms": copy_ms})
@@ -195,9 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  prompt {p:>4}: median first step {first:.1f}, last {last:.1f}, "
               f"prompt_ms {whole:.1f}")  # fmt: skip
         if args.alone:
-            print(f"  prompt {p:>4}: alone, prompt_ms "
-                  f"{[round(t['alone_prompt_ms'], 1) for t in trials]}; beside "
-                  f"{[round(t['prompt_ms'], 1) for t in trials]}")  # fmt: skip
+            alone = [t["alone_prompt_ms"] for t in trials]
+            print(f"  prompt {p:>4}: alone, prompt_ms {[round(x, 1) for x in alone]}, median "
+                  f"{statistics.median(alone):.1f} (beside: {whole:.1f})")  # fmt: skip
     trace = traced(log.read_text()) if args.trace else {"checkpoints": [], "samplers": []}
     for c in trace["checkpoints"]:
         print(f"  context checkpoint of {c['tokens']:>4} tokens: {c['mib']:6.3f} MiB, "

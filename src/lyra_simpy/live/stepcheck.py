@@ -63,13 +63,11 @@ apart, the last at llama.cpp's KV padding of 256 cells (``get_n_kv``), where a f
 cells changes slope."""
 
 
-def _bin(tokens: int) -> str:
-    lo = 1
-    for hi in PROMPT_BINS:
-        if tokens <= hi:
-            return f"{lo}-{hi}"
-        lo = hi + 1
-    return f"{lo}+"
+_BIN_LABELS = [
+    *(f"{lo + 1}-{hi}" for lo, hi in zip((0, *PROMPT_BINS), PROMPT_BINS, strict=False)),
+    f"{PROMPT_BINS[-1] + 1}+",
+]
+"""The ranges' names, in order: ``1-16``, ``17-64``, ``65-256``, ``257+``."""
 
 
 def charged_ms(scenario: Scenario, steps: Steps) -> np.ndarray:
@@ -117,6 +115,16 @@ def _stats(ratio: np.ndarray) -> dict[str, Any]:
     }
 
 
+def _medians_by(key: np.ndarray, mask: np.ndarray, ratio: np.ndarray) -> dict[int, Any]:
+    """Each value of *key* among the steps in *mask*, in order: its ``steps`` and the
+    ``median`` of their *ratio*."""
+    out = {}
+    for k in np.unique(key[mask]):
+        hit = mask & (key == k)
+        out[int(k)] = {"steps": int(hit.sum()), "median": float(np.median(ratio[hit]))}
+    return out
+
+
 def step_check(scenario: Scenario, real_dirs: list[Path]) -> dict[str, Any]:
     """Measured / charged for the rebuilt steps of *real_dirs* (module docstring):
     ``decode`` and ``prompt`` (``steps``, ``median``, ``mean``, ``p10``, ``p90``),
@@ -143,16 +151,9 @@ def step_check(scenario: Scenario, real_dirs: list[Path]) -> dict[str, Any]:
     ratio = np.where(priced, steps.latency_ms / np.where(priced, charged, 1.0), np.nan)
     decode = priced & (steps.prefill_seqs == 0)
     prompt = priced & (steps.prefill_seqs > 0)
-    by_batch = {}
-    for b in sorted({int(x) for x in steps.decode_seqs[decode]}):
-        hit = decode & (steps.decode_seqs == b)
-        by_batch[b] = {"steps": int(hit.sum()), "median": float(np.median(ratio[hit]))}
-    bins = np.array([_bin(int(t)) for t in steps.prefill_tokens])
-    by_tokens = {}
-    for label in [_bin(1), *(_bin(hi + 1) for hi in PROMPT_BINS)]:
-        hit = prompt & (bins == label)
-        if hit.any():
-            by_tokens[label] = {"steps": int(hit.sum()), "median": float(np.median(ratio[hit]))}
+    by_batch = _medians_by(steps.decode_seqs, decode, ratio)
+    bins = _medians_by(np.searchsorted(PROMPT_BINS, steps.prefill_tokens), prompt, ratio)
+    by_tokens = {_BIN_LABELS[k]: v for k, v in bins.items()}
     out: dict[str, Any] = {
         "decode": _stats(ratio[decode]),
         "prompt": _stats(ratio[prompt]),

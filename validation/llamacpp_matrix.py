@@ -530,6 +530,17 @@ def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
     res["request_path_ms"] = request_path_ms(here / "profile.csv")
 
 
+def stored_points(keep: dict[str, Any], only: list[str] | None
+                  ) -> list[tuple[str, dict[str, Any]]]:  # fmt: skip
+    """The stored points (key, result) of *keep* that *only* names (all without it); a
+    name not stored is one line naming the stored ones, and exit status 1."""
+    stored = keep.get("results", {})
+    missing = [p for p in only or [] if p not in stored]
+    if missing:
+        raise SystemExit(f"--only: no stored point {missing[0]!r}; stored: {list(stored)}")
+    return [(k, v) for k, v in stored.items() if not only or k in only]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the matrix (``--only CFG/REGIME ...``: those points again, kept beside the
     others in ``matrix.json``; ``--doc-only``: rewrite the document from it)."""
@@ -601,13 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     keep: dict[str, Any] = json.loads(source.read_text()) if source.is_file() else {}
     if args.resimulate:
         log = keep.get("commands", [])
-        missing = [p for p in args.only or [] if p not in keep.get("results", {})]
-        if missing:
-            raise SystemExit(f"--only: no stored point {missing[0]!r}; stored: "
-                             f"{list(keep.get('results', {}))}")  # fmt: skip
-        for key, res in keep["results"].items():
-            if args.only and key not in args.only:
-                continue
+        for key, res in stored_points(keep, args.only):
             cfg, reg = key.split("/")
             resimulate(key, res, keep["facts"]["repeats"], log, args.decode_step == "mean",
                        args.unscaled, args.path_cpu_share)  # fmt: skip
@@ -616,18 +621,13 @@ def main(argv: list[str] | None = None) -> int:
             with_idle(OUT / f"{cfg}_{reg}", res)
         keep["facts"]["resimulated"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         stored.write_text(json.dumps({**keep, "commands": log}, indent=1))
-        write_section(DOC, keep["facts"], keep["results"])
+        write_section(DOC, keep["facts"], keep["results"], log)
         return 0
     if args.steps_check:
-        missing = [p for p in args.only or [] if p not in keep.get("results", {})]
-        if missing:
-            raise SystemExit(f"--only: no stored point {missing[0]!r}; stored: "
-                             f"{list(keep.get('results', {}))}")  # fmt: skip
-        for key, res in keep["results"].items():
-            if not args.only or key in args.only:
-                steps_check(key, res)
+        for key, res in stored_points(keep, args.only):
+            steps_check(key, res)
         stored.write_text(json.dumps(keep, indent=1))
-        write_section(DOC, keep["facts"], keep["results"])
+        write_section(DOC, keep["facts"], keep["results"], keep.get("commands"))
         return 0
     if args.table2:
         log = keep.get("commands", [])
@@ -639,7 +639,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.doc_only or args.table2:
         for key, res in keep.get("results", {}).items():
             with_idle(OUT / key.replace("/", "_"), res)
-        write_section(DOC, keep["facts"], keep["results"])
+        write_section(DOC, keep["facts"], keep["results"], keep.get("commands"))
         return 0
     configs = ["default"] if quick else list(CONFIGS)
     regimes = ["short"] if quick else list(REGIMES)
@@ -675,7 +675,7 @@ def main(argv: list[str] | None = None) -> int:
         stored.write_text(
             json.dumps({"facts": facts, "results": results, "commands": log}, indent=1)
         )
-    write_section(DOC, facts, results)
+    write_section(DOC, facts, results, log)
     return 0
 
 
@@ -784,11 +784,16 @@ def summary(results: dict[str, Any]) -> list[str]:
     return rows
 
 
-def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any]) -> None:
+def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any],
+                  commands: list[str] | None = None) -> None:  # fmt: skip
     """Put the matrix tables into *doc* between :data:`START` and :data:`END`, and the
-    numbers into :data:`PUBLISHED`."""
+    numbers into :data:`PUBLISHED`, with the *commands* that made them (the log
+    ``matrix.json`` keeps) when given."""
     PUBLISHED.parent.mkdir(parents=True, exist_ok=True)
-    PUBLISHED.write_text(json.dumps({"facts": facts, "results": results}, indent=1))
+    published = {"facts": facts, "results": results}
+    if commands is not None:
+        published["commands"] = commands
+    PUBLISHED.write_text(json.dumps(published, indent=1))
     lines = [START, "", "## The tables", ""]
     lines += [*summary(results), ""]
     lines.append(

@@ -69,6 +69,15 @@ def test_a_matrix_gate_outside_zero_to_one_is_one_line_and_runs_nothing() -> Non
     assert out.stderr.strip() == "--gate: got 1.5, must be a fraction between 0 and 1"
 
 
+def test_steps_check_of_a_point_not_stored_is_one_line_and_runs_nothing() -> None:
+    out = _run("--matrix", "--steps-check", "--only", "kvu/medium")
+    assert out.returncode == 1
+    line = out.stderr.strip()
+    assert "\n" not in line
+    assert line.startswith("--only: no stored point 'kvu/medium'; stored: [")
+    assert "'default/short'" in line
+
+
 def test_the_summary_of_a_stored_matrix_is_its_table_and_runs_nothing() -> None:
     # the steady-host run of -kvu long that docs/VALIDATION-llamacpp.md item 9 quotes
     steady = ROOT / "docs" / "validation" / "llamacpp-kvu-long-steady.json"

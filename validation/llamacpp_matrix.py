@@ -603,7 +603,12 @@ def main(argv: list[str] | None = None) -> int:
     SPEED_REFERENCE = args.speed_reference
     GATE_AFTER = args.gate_after
     if args.summary is not None:
-        print("\n".join(summary(json.loads(args.summary.read_text())["results"])))
+        results = json.loads(args.summary.read_text())["results"]
+        print("\n".join(summary(results)))
+        if bands := cells_by_steps(results):
+            print("\nTable 1's cells in target by how far the real decode steps ran from its "
+                  "charge: " + "; ".join(f"{k}: {ok} / {n} at {loads} loads"
+                                         for k, (ok, n, loads) in bands.items()))  # fmt: skip
         return 0
     os.chdir(ROOT)
     quick = os.environ.get("LYRA_QUICK") == "1"
@@ -745,6 +750,32 @@ def in_order(results: dict[str, Any]) -> list[tuple[str, Any]]:
     return sorted(
         results.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)
     )
+
+
+STEP_BANDS = (0.03, 0.06)
+"""How far a load's real decode steps ran from Table 1's charge (|median ratio − 1|) for
+:func:`cells_by_steps`: within 3 %, 3–6 %, beyond 6 % (the speed gate's 5 % between)."""
+
+
+def cells_by_steps(results: dict[str, Any]) -> dict[str, list[int]]:
+    """Table 1's cells in target, its cells and its loads, over every load of *results*
+    that carries :func:`charge_ratios`, by how far its real decode steps ran from the
+    charge (:data:`STEP_BANDS`; empty for a matrix stored without them): do the misses
+    follow the host's speed?"""
+    lo, hi = STEP_BANDS
+    names = (f"within {100 * lo:.0f} %", f"{100 * lo:.0f}–{100 * hi:.0f} %",
+             f"beyond {100 * hi:.0f} %")  # fmt: skip
+    out: dict[str, list[int]] = {}
+    for res in results.values():
+        for v in res["loads"].values():
+            if not v.get("steps_vs_charge"):
+                continue
+            off = abs(v["steps_vs_charge"]["decode"]["median"] - 1)
+            band = out.setdefault(names[0 if off <= lo else 1 if off <= hi else 2], [0, 0, 0])
+            band[0] += sum(_row(r)[1] for r in v["table"] if r["metric"] in METRICS)
+            band[1] += len(METRICS)
+            band[2] += 1
+    return {k: out[k] for k in names if k in out}
 
 
 def summary(results: dict[str, Any]) -> list[str]:

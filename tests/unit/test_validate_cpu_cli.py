@@ -26,10 +26,11 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _summary(stored: Path) -> list[str]:
-    """``--matrix --summary`` of a stored matrix: its table's rows, header left out."""
+    """``--matrix --summary`` of a stored matrix: its table's rows, header left out (up to
+    the blank line before the cells by step fit)."""
     out = _run("--matrix", "--summary", str(stored))
     assert out.returncode == 0, out.stderr
-    return out.stdout.splitlines()[2:]
+    return out.stdout.split("\n\n")[0].splitlines()[2:]
 
 
 def _cells(stored: Path) -> list[list[str]]:
@@ -464,22 +465,6 @@ def test_item_22s_slow_profile_the_check_kept() -> None:
     assert (min(two[1:]), max(two[1:])) == (26.7, 32.5)
 
 
-def _cells_by_steps(results: dict) -> dict[str, list[int]]:
-    """Table 1's cells in target and in all, over every load of a stored matrix, by how far
-    its real decode steps ran from Table 1's charge (``steps_vs_charge``: within 3 %, 3-6 %,
-    beyond 6 %)."""
-    matrix = validation_module("llamacpp_matrix")
-    buckets: dict[str, list[int]] = {}
-    for res in results.values():
-        for v in res["loads"].values():
-            off = abs(v["steps_vs_charge"]["decode"]["median"] - 1)
-            ok = sum(matrix._row(r)[1] for r in v["table"] if r["metric"] in matrix.METRICS)
-            b = buckets.setdefault("<3" if off <= 0.03 else "3-6" if off <= 0.06 else ">6", [0, 0])
-            b[0] += ok
-            b[1] += 7
-    return buckets
-
-
 def test_item_23s_round_the_errors_follow_the_steps() -> None:
     # item 23: every point again in order; the check agreed with the first profile at the
     # four -np 4 points and took three at each -np 2 -b 64 point; runs outside the gate
@@ -499,7 +484,9 @@ def test_item_23s_round_the_errors_follow_the_steps() -> None:
                for k, r in results.items()}  # fmt: skip
     assert outside == {"default/short": 0, "default/long": 3, "kvu/short": 5, "kvu/long": 0,
                        "np2_b64/short": 0, "np2_b64/long": 5}  # fmt: skip
-    assert _cells_by_steps(results) == {"<3": [69, 91], "3-6": [38, 49], ">6": [24, 70]}
+    bands = validation_module("llamacpp_matrix").cells_by_steps(results)
+    assert bands == {"within 3 %": [69, 91, 13], "3–6 %": [38, 49, 7],
+                     "beyond 6 %": [24, 70, 10]}  # fmt: skip
     worst = results["kvu/short"]["loads"]["poisson_0.9"]
     assert round(worst["steps_vs_charge"]["decode"]["median"], 2) == 1.18
     assert not any(matrix._row(r)[1] for r in worst["table"] if r["metric"] in matrix.METRICS)
@@ -639,7 +626,9 @@ def test_item_25s_np4_points_again() -> None:
     assert quick == [0.81, 0.86, 0.88, 0.9]
     steps = [round(v["steps_vs_charge"]["decode"]["median"], 2) for v in short["loads"].values()]
     assert steps == [1.0, 1.08, 0.93, 0.93, 0.89]
-    assert _cells_by_steps(results) == {"<3": [84, 105], "3-6": [18, 28], ">6": [24, 77]}
+    bands = validation_module("llamacpp_matrix").cells_by_steps(results)
+    assert bands == {"within 3 %": [84, 105, 15], "3–6 %": [18, 28, 4],
+                     "beyond 6 %": [24, 77, 11]}  # fmt: skip
 
 
 def test_item_25s_fit_from_runs_halves_200_token_prompts() -> None:

@@ -195,3 +195,7 @@ def test_steps_priced_as_the_table_charges_replace_the_fit_terms_where_every_loa
     half = {"default/short": res([_charge(1.08, 0.95, 1.26, 1.12), None])}
     assert m.summary(half)[0].endswith("| real decode steps ÷ Table 1's fit |")
     assert m.summary(half)[2].endswith("| 0.50–0.50 |")
+    # Table 1's cells by how far each load's steps ran from the charge; loads without it
+    # are left out
+    assert m.cells_by_steps(both) == {"within 3 %": [7, 7, 1], "beyond 6 %": [7, 7, 1]}
+    assert m.cells_by_steps(half) == {"beyond 6 %": [7, 7, 1]}

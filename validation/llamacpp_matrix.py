@@ -16,8 +16,9 @@ defaults for every flag not listed) and each length regime of :data:`REGIMES`:
    ``speed_gate.GATE`` of the profile's speed (the load average and that step read before
    and after each real run), compare (median of the real runs, their spread);
 3. Table 2: ``calibrate --from-runs`` on the real runs of the medium Poisson load alone
-   (:func:`table2`), then simulate every load again with that fit and compare to the
-   same real runs; Table 3: the same with the profile and those runs fitted together.
+   (:func:`table2`, loss :data:`RUNS_LOSS`), then simulate every load again with that fit
+   and compare to the same real runs; Table 3: the same with the profile and those runs
+   fitted together.
 
 The scenarios are written from :func:`scenario` into the results folder: ``engine:
 {name: llamacpp, command: ...}`` with the launch flags, so the preset sets every knob.
@@ -390,6 +391,13 @@ def table2(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int,
     from_runs(cfg, reg, quick, out, repeats, log, "table3", False)
 
 
+RUNS_LOSS = "soft_l1_log"
+"""The loss of Tables 2 and 3's fits (``calibrate --from-runs --loss``): soft L1 on
+log(predicted/measured) (:mod:`lyra_simpy.calibration.fit`). A step the rebuild split in
+two leaves a part of a few ms with a prompt in it; under ``soft_l1`` (relative error,
+items 1-25) one such row of 2 986 put a prompt's whole cost on the attention term at
+``-np 4`` long (docs/VALIDATION-llamacpp.md item 26)."""
+
 FROM_RUNS = {
     "table2": ("runs", "_t2", False),
     "table3": ("joint", "_t3", True),
@@ -410,7 +418,7 @@ def from_runs(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int
     profile = [str(here / "profile.csv")] if with_profile else []
     # the fitted load's scenario: its server's checkpoint stops, -b, KV cells and slots
     run("calibrate", *profile, "--from-runs", *reals[FIT_LOAD], "--out", str(fit), "--loss",
-        "soft_l1", "--scenario", str(here / f"{FIT_LOAD}.yaml"), log=log)  # fmt: skip
+        RUNS_LOSS, "--scenario", str(here / f"{FIT_LOAD}.yaml"), log=log)  # fmt: skip
     fitted = load_fit(fit)
     spells = fitted.noise.spells if fitted.noise is not None else None
     found = spells if with_spells else None

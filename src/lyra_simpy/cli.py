@@ -151,9 +151,12 @@ def _parser() -> argparse.ArgumentParser:
     cal.add_argument("--figure", type=Path, help="write the residual figure here (.png/.pdf)")
     cal.add_argument(
         "--loss",
-        choices=["nnls", "soft_l1"],
-        default="nnls",
-        help="nnls: least squares (default); soft_l1: robust to a few outlying rows",
+        choices=["nnls", "soft_l1", "soft_l1_log"],
+        default=None,
+        help="nnls: least squares (the default for a profile); soft_l1: robust to a few "
+        "outlying rows; soft_l1_log: the same on log(predicted/measured), so a row "
+        "measured far too short (a step the rebuild split) weighs no more than one too "
+        "long (the default with --from-runs)",
     )
 
     fig = sub.add_parser("figures", help="regenerate the paper figures (PNG, PDF, README)")
@@ -312,7 +315,7 @@ def _calibrate(args: argparse.Namespace) -> int:
             "calibrate: --step-gap-ms, --idle-start, --prompt-stops, --prompt-budget, "
             "--prompts-alone and --scenario need --from-runs"
         )
-    fit = calibrate(profile, args.out, args.figure, args.loss)
+    fit = calibrate(profile, args.out, args.figure, args.loss or "nnls")
     print(format_report(fit, str(profile)))
     for path in (args.out, args.figure):
         if path is not None:
@@ -336,7 +339,7 @@ def _token_counts(text: str) -> list[int]:
 
 def _calibrate_runs(args: argparse.Namespace, profile: Path | None) -> int:
     from lyra_simpy.calibration.fitfile import format_report, write_fit
-    from lyra_simpy.calibration.fitruns import fit_runs
+    from lyra_simpy.calibration.fitruns import RUNS_LOSS, fit_runs
     from lyra_simpy.calibration.runs import StepRebuild, rebuild_for
 
     if args.figure is not None:
@@ -358,7 +361,7 @@ def _calibrate_runs(args: argparse.Namespace, profile: Path | None) -> int:
         "prompts_alone": args.prompts_alone,
     }  # what is given overrides what the scenario implies
     rebuild = StepRebuild(**{**implied, **{k: v for k, v in given.items() if v is not None}})
-    fit = fit_runs(args.from_runs, profile, rebuild, args.loss, args.out)
+    fit = fit_runs(args.from_runs, profile, rebuild, args.loss or RUNS_LOSS, args.out)
     print(format_report(fit))
     if args.out is not None:
         write_fit(fit, args.out)

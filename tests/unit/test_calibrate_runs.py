@@ -141,6 +141,8 @@ def test_runs_and_profile_together(runs, tmp_path, capsys):
     assert "rebuilt steps" in text
     assert "runs:decode" in text
     fit = load_fit(out)
+    assert fit.method == "soft_l1_log_ratio"  # --from-runs' default loss (fitruns.RUNS_LOSS)
+    assert "on log(predicted/measured)" in text
     assert fit.profile is not None
     assert fit.profile.rows == 20
     assert set(fit.fit.phases) >= {"decode", "runs:decode"}
@@ -717,3 +719,53 @@ def test_prompts_alone_from_the_command_line(tmp_path, capsys):
     assert flags == pytest.approx(TRUE["per_prefill_token_ms"], rel=0.05)
     assert implied == pytest.approx(TRUE["per_prefill_token_ms"], rel=0.02)
     capsys.readouterr()
+
+
+def split_first_chunks(folder: Path, late_s: float, count: int) -> int:
+    """Delay by *late_s* the first chunk of up to *count* prompts of over 200 tokens that
+    ended a step beside at least two other requests' chunks (the step then splits in two
+    at the rebuild: the decodes, and a part of *late_s* holding the prompt); how many."""
+    path = folder / "tokens.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    sent = {
+        r["request_id"]: r
+        for r in map(json.loads, (folder / "requests.jsonl").read_text().splitlines())
+    }
+    times = np.sort([t for x in lines for t in x["chunk_s"]])
+    done = 0
+    for x in lines:
+        t0 = x["chunk_s"][0]
+        beside = int(np.sum(np.abs(times - t0) < 1e-9))
+        later = times[times > t0 + 1e-9]
+        if (
+            done < count
+            and beside >= 3
+            and len(later)
+            and later[0] - t0 > 2.5 * late_s
+            and sent[x["request_id"]]["input_tokens"] > 200
+        ):
+            x["chunk_s"][0] = t0 + late_s
+            done += 1
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return done
+
+
+def test_default_loss_holds_the_prompt_terms_where_split_steps_move_soft_l1(runs, tmp_path):
+    # three prompt steps whose first token came 3 ms after the step's decode tokens: each
+    # splits into the decodes' step and a 3 ms step holding the prompt (calibration.md §7)
+    folder = write_run(runs[0][1], tmp_path / "split")
+    assert split_first_chunks(folder, 0.003, 3) == 3
+    steps = steps_of_runs([folder], StepRebuild())
+    whole = steps_of_runs([runs[0][0]], StepRebuild())
+    assert len(steps) == len(whole) + 3
+    assert np.sum((steps.latency_ms < 3.5) & (steps.prefill_tokens > 200)) == 3
+    default, relative = fit_runs([folder]), fit_runs([folder], loss="soft_l1")
+    assert default.method == "soft_l1_log_ratio"
+
+    def off(fit: Any, term: str) -> float:
+        return abs(fit.coefficients.model_dump()[term] / TRUE[term] - 1)
+
+    prompt_terms = ("per_prefill_token_ms", "per_prefill_attention_ms")
+    assert max(off(default, t) for t in prompt_terms) < 0.03
+    assert max(off(relative, t) for t in prompt_terms) > 0.25
+    assert max(off(default, t) for t in TERMS) < 0.03

@@ -124,12 +124,53 @@ def test_soft_l1_resists_slowed_rows_that_move_nnls(tmp_path):
     assert all(v >= 0 for v in robust.coefficients.model_dump().values())
 
 
+def shortened_prefill(rows: list[dict[str, object]], factor: float) -> list[dict[str, object]]:
+    """*rows* with their first 256-token prefill measured *factor* times too short: a
+    step the stream rebuild split, its prompt left in a few ms (calibration.runs)."""
+    out, done = [], False
+    for r in rows:
+        if not done and r["phase"] == "prefill" and r["input_tokens"] == 256:
+            r, done = {**r, "latency_ms": float(r["latency_ms"]) / factor}, True  # type: ignore[arg-type]
+        out.append(r)
+    assert done
+    return out
+
+
+def test_soft_l1_log_is_exact_without_noise(tmp_path):
+    fit = fit_profile(read_profile(write(tmp_path, synthetic_rows(np.random.default_rng(0), 0))),
+                      "soft_l1_log")  # fmt: skip
+    assert fit.method == "soft_l1_log_ratio"
+    got = fit.coefficients.model_dump()
+    for term in TERMS:
+        assert got[term] == pytest.approx(TRUE[term], rel=1e-4), term
+
+
+def test_one_row_measured_far_too_short_moves_soft_l1_not_soft_l1_log(tmp_path):
+    # of 192 rows at 1 % noise, one prefill row 40x too short: under soft_l1 its relative
+    # error (predicted/measured - 1 = 39) outweighs the rest; in logs it is ln 40
+    rows = shortened_prefill(synthetic_rows(np.random.default_rng(5), 0.01), 40.0)
+    prof = read_profile(write(tmp_path, rows))
+    relative, log = fit_profile(prof, "soft_l1"), fit_profile(prof, "soft_l1_log")
+
+    def off(fit, term: str) -> float:
+        return abs(fit.coefficients.model_dump()[term] / TRUE[term] - 1)
+
+    prompt_terms = ("per_prefill_token_ms", "per_prefill_attention_ms")
+    assert max(off(log, t) for t in prompt_terms) < 0.03  # the noise is 1 %
+    assert max(off(relative, t) for t in prompt_terms) > 0.2
+    # the other rows: the log fit's median error stays at the noise
+    assert log.fit.phases["prefill"].median_rel_error < 0.02
+
+
 def test_calibrate_loss_flag(tmp_path, capsys):
     prof = write(tmp_path, synthetic_rows(np.random.default_rng(1), 0.01))
     out = tmp_path / "fit.yaml"
     assert main(["calibrate", str(prof), "--out", str(out), "--loss", "soft_l1"]) == 0
     assert "robust (soft L1)" in capsys.readouterr().out
     assert load_fit(out).method == "soft_l1_relative"
+    assert main(["calibrate", str(prof), "--out", str(out), "--loss", "soft_l1_log"]) == 0
+    assert "robust (soft L1) least squares on log(predicted/measured)" in capsys.readouterr().out
+    assert load_fit(out).method == "soft_l1_log_ratio"
     with pytest.raises(SystemExit) as exc:
         main(["calibrate", str(prof), "--loss", "huber"])
     assert exc.value.code == 2

@@ -59,6 +59,20 @@ linear above, so a few rows slowed by the host (VALIDATION-NOTES: a whole run no
 then 1.3–2× slower) pull the coefficients less than under squares. NNLS stays the
 default: on the committed profiles the robust fit is not better (docs/calibration.md §2).
 
+``loss: soft_l1_log`` (``calibrate --loss soft_l1_log``) takes the same robust loss of
+the *log* of predicted ÷ measured instead of predicted ÷ measured − 1. The relative error
+is lopsided: a row measured 40× too short costs 40 / *s* under ``soft_l1`` and dominates
+a fit of thousands, while one measured 40× too long costs under 1 / *s*. The log is
+symmetric (×40 either way costs ln 40 / *s*). Steps rebuilt from streams
+(:mod:`~lyra_simpy.calibration.runs`) have such short rows: where the client got one
+step's tokens further apart than the rebuild's gap, a step splits in two and the second
+part, with the prompt in it, lasts a few ms. On the llama.cpp matrix's ``-np 4`` long
+runs one such row of 2 986 (216 prompt tokens in 7.4 ms) put all the prompt's cost on
+the attention term under ``soft_l1`` and charged 200-token prompts half their time; the
+log fit charges every range of prompt sizes within 1 % of its median
+(docs/calibration.md §8). Same start (the NNLS solution), same bounds, same *s* (a log
+ratio of 0.05 is a 5 % error).
+
 Beside the terms the fit records, per measured decode batch size, the *median* residual
 of its decode rows (``decode_batch_residual_ms``; a median, so one slow episode while
 profiling does not move it as it moves a mean); a ``profile`` cost model with
@@ -114,13 +128,20 @@ UNITS = {
     "per_computed_attention_ms": "ms per (query row, KV cell) pair of flash attention computed",
 }
 FORMAT = "lyra-simpy/profile-fit/1"
-Loss = Literal["nnls", "soft_l1"]
-METHODS: dict[str, str] = {"nnls": "nnls_relative", "soft_l1": "soft_l1_relative"}
+Loss = Literal["nnls", "soft_l1", "soft_l1_log"]
+METHODS: dict[str, str] = {
+    "nnls": "nnls_relative",
+    "soft_l1": "soft_l1_relative",
+    "soft_l1_log": "soft_l1_log_ratio",
+}
 """``ProfileFit.method`` for each ``loss``."""
 ROBUST_SCALE = 0.05
 """Relative error at which ``soft_l1`` turns from quadratic to linear (5 %: about the
 real engine's own run-to-run band on p50 latencies, VALIDATION-NOTES "Noise floor";
 an error inside it counts as noise, one far outside as an outlier)."""
+LOG_START = 1e-9
+"""Where ``soft_l1_log`` starts a coefficient that NNLS put at 0 (in the fit's scaled
+units, each column's largest entry 1): a prediction of 0 has no log."""
 WORST_ROWS = 5
 Floats = npt.NDArray[np.float64]
 
@@ -322,6 +343,21 @@ def fit_coefficients(
             lambda b: np.sum(a * b, axis=1) - ones,
             solution,
             jac=lambda b: a,
+            bounds=(0.0, np.inf),
+            loss="soft_l1",
+            f_scale=ROBUST_SCALE,
+            method="trf",
+        )
+        solution = np.maximum(robust.x, 0.0)
+    elif loss == "soft_l1_log":
+        # the prediction ÷ measured of each row is a @ b; its log needs it > 0: every row
+        # has a positive column (fixed_ms: its steps), and trf keeps b inside the bounds
+        if not np.all(np.any(a > 0, axis=1)):
+            raise ValueError("soft_l1_log: a row with no positive term cannot be fitted in logs")
+        robust = least_squares(
+            lambda b: np.log(a @ b),
+            np.maximum(solution, LOG_START),
+            jac=lambda b: a / (a @ b)[:, None],
             bounds=(0.0, np.inf),
             loss="soft_l1",
             f_scale=ROBUST_SCALE,

@@ -110,6 +110,7 @@ def calibrate(
 LOSS_WORDS = {
     "nnls_relative": "non-negative least squares",
     "soft_l1_relative": "non-negative robust (soft L1) least squares",
+    "soft_l1_log_ratio": "non-negative robust (soft L1) least squares on log(predicted/measured)",
 }
 
 

@@ -13,6 +13,12 @@ runs gated to one speed of the lone reference, ``-np 4`` short's load runs took 
 steps 10-15 % slower than the probe fit, though the reference read the same speed before
 and after each run. A host that lets short bursts run quicker than minutes of load (a
 vCPU's share, a boost clock) would do that; the probes are short bursts.
+
+``--probe prompt`` (item 27) times a compute-bound step instead: a lone prompt of
+``PROMPT_TOKENS`` fresh tokens and one output, by the server's own ``timings.prompt_ms``
+(no HTTP path or client in it), the sustained phase then back-to-back prompts. The lone
+decode is memory-bound; at the busy loads of ``-np 2 -b 64`` long a 63-token chunk beside
+one decoder ran 16-20 % over its charge while the decode-only steps ran 0-3 % over.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import httpx
+import numpy as np
 import speed_gate
 from llamacpp_matrix import CONFIGS
 
@@ -39,6 +47,10 @@ GAP_S = 3.0
 """Idle before each gapped request."""
 SUSTAINED_S = 60.0
 """How long the back-to-back phase runs."""
+PROMPT_TOKENS = 64
+"""``--probe prompt``: the lone prompt's fresh tokens (random ids, ``cache_prompt: false``;
+with the default server's context checkpoints, two engine steps: 60 and 4 tokens)."""
+_RNG = np.random.default_rng(3)
 
 
 def step(url: str) -> float | None:
@@ -47,20 +59,37 @@ def step(url: str) -> float | None:
     return speed_gate.lone_decode_step(url, {"cache_prompt": False}, 64)
 
 
-def phases(url: str) -> dict[str, list[float]]:
-    """The steps of each phase, in order."""
+def prompt_step(url: str) -> float | None:
+    """One lone prompt's engine time (ms, ``timings.prompt_ms``; None when it failed):
+    ``PROMPT_TOKENS`` fresh tokens, one output."""
+    body = {"prompt": _RNG.integers(1000, 200000, size=PROMPT_TOKENS).tolist(),
+            "n_predict": 1, "cache_prompt": False}  # fmt: skip
+    try:
+        reply = httpx.post(f"{url}/completion", json=body, timeout=120).json()
+        return float(reply["timings"]["prompt_ms"])
+    except (httpx.HTTPError, KeyError, ValueError):
+        return None
+
+
+PROBES = {"decode": step, "prompt": prompt_step}
+"""``--probe``: what each phase times."""
+
+
+def phases(url: str, probe: str = "decode") -> dict[str, list[float]]:
+    """The steps of each phase, in order (*probe*: a key of :data:`PROBES`)."""
+    timed = PROBES[probe]
     out: dict[str, list[float]] = {"gapped_before": [], "sustained": [], "gapped_after": []}
     for _ in range(GAPPED):
         time.sleep(GAP_S)
-        if (ms := step(url)) is not None:
+        if (ms := timed(url)) is not None:
             out["gapped_before"].append(ms)
     end = time.monotonic() + SUSTAINED_S
     while time.monotonic() < end:
-        if (ms := step(url)) is not None:
+        if (ms := timed(url)) is not None:
             out["sustained"].append(ms)
     for _ in range(GAPPED):
         time.sleep(GAP_S)
-        if (ms := step(url)) is not None:
+        if (ms := timed(url)) is not None:
             out["gapped_after"].append(ms)
     return out
 
@@ -79,19 +108,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, default=None, metavar="OUT")
     parser.add_argument("--rounds", type=int, default=2, help="the three phases, this often")
+    parser.add_argument("--probe", choices=list(PROBES), default="decode",
+                        help="decode: a lone request's median chunk gap (default); prompt: "
+                        "a lone prompt's timings.prompt_ms")  # fmt: skip
     args = parser.parse_args(argv)
     binary, model = llamacpp.server_binary(), llamacpp.model_file()
     rounds = []
     log = Path("results") / "llamacpp-sustained.log"
     log.parent.mkdir(exist_ok=True)
     with llamacpp.Server(binary, model, FLAGS, log) as srv:
-        step(srv.url)  # warm-up
+        PROBES[args.probe](srv.url)  # warm-up
         for k in range(args.rounds):
-            found = phases(srv.url)
+            found = phases(srv.url, args.probe)
             rounds.append({"steps": found, "summary": summary(found)})
             print(f"round {k + 1}: {rounds[-1]['summary']}", flush=True)
     if args.json is not None:
-        args.json.write_text(json.dumps({"flags": FLAGS, "rounds": rounds}, indent=1) + "\n")
+        args.json.write_text(
+            json.dumps({"flags": FLAGS, "probe": args.probe, "rounds": rounds}, indent=1) + "\n"
+        )
     return 0
 
 

@@ -91,3 +91,56 @@ def test_the_kvu_long_profile_tracks_a_little_better() -> None:
     t = SCRIPT.tracking(SCRIPT.read_pairs(root / "kvu_long.csv"))
     assert (t["corr"], t["slope"]) == (0.41, 0.35)
     assert t["row_spread_scaled"] < t["row_spread_raw"]
+
+
+def test_the_prompt_probe_reads_the_servers_prompt_time(monkeypatch) -> None:
+    # --probe prompt: a lone prompt of PROMPT_TOKENS fresh ids and one output, timed by
+    # the server's timings.prompt_ms; None when the server fails
+    sustained = validation_module("llamacpp_sustained")
+    sent: list[dict] = []
+
+    class Reply:
+        def __init__(self, body: dict) -> None:
+            self.body = body
+
+        def json(self) -> dict:
+            return self.body
+
+    def post(url: str, json: dict, timeout: float) -> Reply:
+        sent.append(json)
+        return Reply({"timings": {"prompt_ms": 91.5}} if len(sent) == 1 else {"error": "x"})
+
+    monkeypatch.setattr(sustained.httpx, "post", post)
+    assert sustained.prompt_step("http://127.0.0.1:1") == 91.5
+    assert sustained.prompt_step("http://127.0.0.1:1") is None
+    body = sent[0]
+    assert len(body["prompt"]) == sustained.PROMPT_TOKENS
+    assert (body["n_predict"], body["cache_prompt"]) == (1, False)
+    assert sent[0]["prompt"] != sent[1]["prompt"]  # fresh ids each time
+    # the phases time what --probe names
+    monkeypatch.setattr(sustained.time, "sleep", lambda s: None)
+    monkeypatch.setattr(sustained, "SUSTAINED_S", 0.0)
+    monkeypatch.setitem(sustained.PROBES, "prompt", lambda url: 90.0)
+    found = sustained.phases("http://127.0.0.1:1", "prompt")
+    assert found["gapped_before"] == found["gapped_after"] == [90.0] * sustained.GAPPED
+
+
+def test_item_27s_prompts_run_quicker_after_minutes_of_load() -> None:
+    # docs/VALIDATION-llamacpp.md item 27: a lone 64-token prompt, gapped 3 s / back to
+    # back 60 s / gapped; back to back it ends ~15 % quicker than gapped, both rounds;
+    # the lone decode right after does not move
+    sustained = validation_module("llamacpp_sustained")
+    root = Path(__file__).resolve().parents[2] / "docs" / "validation"
+    prompt = json.loads((root / "llamacpp-sustained-prompt-epyc.json").read_text())
+    assert prompt["probe"] == "prompt"
+    for r in prompt["rounds"]:
+        s = sustained.summary(r["steps"])
+        assert s == r["summary"]
+        gapped = min(s["gapped_before"], s["gapped_after"])
+        assert s["sustained_last10"] < 0.92 * gapped
+        assert s["sustained"] < s["sustained_first10"]
+    assert [r["summary"]["gapped_before"] for r in prompt["rounds"]] == [139.78, 127.05]
+    assert [r["summary"]["sustained"] for r in prompt["rounds"]] == [110.37, 113.62]
+    decode = json.loads((root / "llamacpp-sustained-decode-item27-epyc.json").read_text())
+    s = decode["rounds"][0]["summary"]
+    assert (s["gapped_before"], s["sustained"]) == (13.64, 13.02)

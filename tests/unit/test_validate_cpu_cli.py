@@ -208,7 +208,7 @@ def test_the_published_matrix_is_item_23s_round_with_item_25s_np4_points() -> No
         for reg in ("short", "long")
     ]
     totals = _totals(rows)
-    assert totals == [126, 153, 155]
+    assert totals == [137, 142, 145]
     by = _by_point(rows)
     short = by["-np 4 -c 4096 -t 2", "short"]
     assert (short[2], short[4], short[6], short[8]) == ("17 / 35", "15 / 35", "15 / 35",
@@ -218,7 +218,9 @@ def test_the_published_matrix_is_item_23s_round_with_item_25s_np4_points() -> No
                                                              "30 / 35", "0.99–1.04 |")  # fmt: skip
     kvu_short = by["-np 4 -c 4096 -t 2 -kvu", "short"]
     assert (kvu_short[2], kvu_short[4], kvu_short[8]) == ("18 / 35", "27 / 35", "0.99–1.18 |")
-    assert by["-np 4 -c 4096 -t 2 -kvu", "long"][2] == "16 / 35"
+    kvu_long = by["-np 4 -c 4096 -t 2 -kvu", "long"]  # item 28: run again
+    kvu_cells = (kvu_long[2], kvu_long[4], kvu_long[6], kvu_long[8])
+    assert kvu_cells == ("27 / 35", "17 / 35", "18 / 35", "0.94–1.07 |")
     np2_short = by["-np 2 -c 4096 -t 2 -b 64", "short"]
     assert (np2_short[2], np2_short[4], np2_short[6]) == ("21 / 35", "27 / 35", "29 / 35")
     np2_long = by["-np 2 -c 4096 -t 2 -b 64", "long"]
@@ -244,7 +246,7 @@ def test_item_26s_log_loss_charges_every_prompt_range_of_the_fitted_load() -> No
     # steps or more is charged within 3 % (Table 2) and 5 % (Table 3)
     stored = ROOT / "docs" / "validation"
     before = json.loads((stored / "llamacpp-matrix-epyc-item25.json").read_text())["results"]
-    after = json.loads((stored / "llamacpp-matrix.json").read_text())["results"]
+    after = json.loads((stored / "llamacpp-matrix-epyc-item26.json").read_text())["results"]
     worst_before = _worst_prompt_bin(before, "table2")
     assert worst_before[1] == "default/long 65-256"
     assert 0.85 < worst_before[0] < 0.86
@@ -286,6 +288,15 @@ KEPT_SETS = [
     ("item23", [131, 157, 159], (NP4, "short"), (2, 8), ("29 / 35", "0.99–1.10 |")),
     # item 25's set (published until item 26): Tables 2 and 3 fitted with soft_l1
     ("item25", [126, 146, 143], (NP4, "long"), (4, 6), ("21 / 35", "20 / 35")),
+    # item 26's set (published until item 28): Tables 2 and 3 on log errors, -kvu long
+    # from item 23's run
+    (
+        "item26",
+        [126, 153, 155],
+        (NP4 + " -kvu", "long"),
+        (2, 4, 6),
+        ("16 / 35", "28 / 35", "28 / 35"),
+    ),
 ]
 
 
@@ -648,7 +659,9 @@ def test_item_25s_np4_points_again() -> None:
     # probes; -np 4 short's profile was retaken twice and its busy loads ran 10-19 % quick
     # (steps 0.89-0.93): 17; over the published set Table 1 holds 84 of 105 cells at the
     # 15 loads whose steps ran within 3 % of its charge and 24 of 77 at the 11 beyond 6 %
-    results = json.loads((ROOT / "docs" / "validation" / "llamacpp-matrix.json").read_text())
+    # (item 25's set, kept)
+    stored = ROOT / "docs" / "validation" / "llamacpp-matrix-epyc-item25.json"
+    results = json.loads(stored.read_text())
     results = results["results"]
     long, short = results["default/long"], results["default/short"]
     assert [(c["profile_ms"], c["check_ms"]) for c in long["gate"]["batch_check"]] == [
@@ -673,11 +686,12 @@ def test_item_25s_fit_from_runs_halves_200_token_prompts() -> None:
     # Poisson 0.6's runs, alone and with the probes) charge prompts of 65-256 tokens at
     # 1/1.75-1/1.87 of their time at every load and longer ones within 5 %; Table 1
     # 1.00-1.10 in every range. Their fits carry no per-token prompt cost. (Item 25's set,
-    # kept; item 26's log loss, published, charges both ranges within 6 % at every load.)
+    # kept; item 26's log loss, kept, charges both ranges within 6 % at every load.)
     stored = ROOT / "docs" / "validation"
     results = json.loads((stored / "llamacpp-matrix-epyc-item25.json").read_text())
     long = results["results"]["default/long"]
-    now = json.loads((stored / "llamacpp-matrix.json").read_text())["results"]["default/long"]
+    now = json.loads((stored / "llamacpp-matrix-epyc-item26.json").read_text())["results"]
+    now = now["default/long"]
     for table in ("table2_charge", "table3_charge"):
         got = [v["prompt_by_tokens"][size]["median"] for v in now[table].values()
                for size in ("65-256", "257+")]  # fmt: skip
@@ -693,3 +707,37 @@ def test_item_25s_fit_from_runs_halves_200_token_prompts() -> None:
     for fit in ("runs", "joint"):
         assert long["fits"][fit]["per_prefill_token_ms"] < 1e-9
         assert long["fits"][fit]["per_prefill_attention_ms"] > 0.0028
+
+
+def test_item_28s_kvu_long_again() -> None:
+    # item 28: -kvu long on a quieter host: its check passed first, decode steps 0.94-1.07
+    # x Table 1's charge; Table 1 27 of 35 (item 23's run: 16), five of its eight misses at
+    # Poisson 0.6, whose prompt steps ran quick; Tables 2 and 3, fitted on that load, 17
+    # and 18, charging the other loads' prompts 1.07-1.23 x too little
+    results = json.loads((ROOT / "docs" / "validation" / "llamacpp-matrix.json").read_text())
+    results = results["results"]
+    point = results["kvu/long"]
+    assert [(c["profile_ms"], c["check_ms"]) for c in point["gate"]["batch_check"]] == [
+        (40.9, 40.9)
+    ]  # fmt: skip
+    steps = [round(v["steps_vs_charge"]["decode"]["median"], 2) for v in point["loads"].values()]
+    assert steps == [1.07, 0.99, 0.95, 0.94, 0.95]
+    inside = _inside(point)
+    assert sum(inside.values()) == 27
+    assert sum(not ok for (load, _), ok in inside.items() if load == "poisson_0.6") == 5
+    mid = point["loads"]["poisson_0.6"]["steps_vs_charge"]["prompt_by_tokens"]
+    assert all(0.9 < v["median"] < 0.96 for v in mid.values())
+    others = [
+        v["median"]
+        for load, c in point["table2_charge"].items()
+        if load != "poisson_0.6"
+        for size, v in c["prompt_by_tokens"].items()
+        if size in ("65-256", "257+")
+    ]
+    assert (round(min(others), 2), round(max(others), 2)) == (1.07, 1.23)
+    rows = _by_point(_cells(ROOT / "docs" / "validation" / "llamacpp-matrix.json"))
+    row = rows["-np 4 -c 4096 -t 2 -kvu", "long"]
+    assert (row[4], row[6]) == ("17 / 35", "18 / 35")
+    bands = validation_module("llamacpp_matrix").cells_by_steps(results)
+    assert bands == {"within 3 %": [81, 105, 15], "3–6 %": [27, 35, 5],
+                     "beyond 6 %": [29, 70, 10]}  # fmt: skip

@@ -207,11 +207,11 @@ def test_the_published_matrix_is_item_23s_round_with_later_points_again() -> Non
         for flags in ("-np 4 -c 4096 -t 2", "-np 4 -c 4096 -t 2 -kvu", "-np 2 -c 4096 -t 2 -b 64")
         for reg in ("short", "long")
     ]
-    assert _totals(rows) == [154, 141, 145]
+    assert _totals(rows) == [157, 154, 153]
     by = _by_point(rows)
     cells = {k: (v[2], v[4], v[6], v[8]) for k, v in by.items()}
     assert cells == {
-        ("-np 4 -c 4096 -t 2", "short"): ("16 / 35", "9 / 35", "12 / 35", "0.98–1.13 |"),
+        ("-np 4 -c 4096 -t 2", "short"): ("19 / 35", "22 / 35", "20 / 35", "0.96–1.02 |"),
         ("-np 4 -c 4096 -t 2", "long"): ("29 / 35", "29 / 35", "30 / 35", "0.99–1.04 |"),
         ("-np 4 -c 4096 -t 2 -kvu", "short"): ("32 / 35", "31 / 35", "31 / 35", "0.94–0.99 |"),
         ("-np 4 -c 4096 -t 2 -kvu", "long"): ("27 / 35", "17 / 35", "18 / 35", "0.94–1.07 |"),
@@ -222,8 +222,8 @@ def test_the_published_matrix_is_item_23s_round_with_later_points_again() -> Non
     bands = validation_module("llamacpp_matrix").cells_by_steps(
         json.loads((ROOT / "docs" / "validation" / "llamacpp-matrix.json").read_text())["results"]
     )
-    assert bands == {"within 3 %": [84, 112, 16], "3–6 %": [42, 56, 8],
-                     "beyond 6 %": [28, 42, 6]}  # fmt: skip
+    assert bands == {"within 3 %": [86, 112, 16], "3–6 %": [44, 63, 9],
+                     "beyond 6 %": [27, 35, 5]}  # fmt: skip
 
 
 def test_item_29s_short_points_again() -> None:
@@ -231,8 +231,8 @@ def test_item_29s_short_points_again() -> None:
     # steps 0.94-0.99 x the charge) holds 32 of 35 from probes; -np 4 short's Poisson 0.6
     # ran 1.13 x (two runs after the gate gave up at 1.18-1.20), and Table 2, fitted on it,
     # charges the other loads' decode steps 9-17 % too much
-    results = json.loads((ROOT / "docs" / "validation" / "llamacpp-matrix.json").read_text())
-    results = results["results"]
+    kept = ROOT / "docs" / "validation" / "llamacpp-matrix-epyc-item29.json"
+    results = json.loads(kept.read_text())["results"]
     kvu = results["kvu/short"]
     assert all(abs(x - 1) <= 0.05 for x, _ in _gate_readings(kvu))
     steps = [round(v["steps_vs_charge"]["decode"]["median"], 2) for v in kvu["loads"].values()]
@@ -319,6 +319,9 @@ KEPT_SETS = [
     ("item23", [131, 157, 159], (NP4, "short"), (2, 8), ("29 / 35", "0.99–1.10 |")),
     # item 25's set (published until item 26): Tables 2 and 3 fitted with soft_l1
     ("item25", [126, 146, 143], (NP4, "long"), (4, 6), ("21 / 35", "20 / 35")),
+    # item 29's set (published until item 30): -np 4 short from a run whose second load
+    # ran 13 % slow
+    ("item29", [154, 141, 145], (NP4, "short"), (2, 4, 6), ("16 / 35", "9 / 35", "12 / 35")),
     # item 28's set (published until item 29): -kvu long again
     (
         "item28",
@@ -783,3 +786,27 @@ def test_item_28s_kvu_long_again() -> None:
     )
     assert bands == {"within 3 %": [81, 105, 15], "3–6 %": [27, 35, 5],
                      "beyond 6 %": [29, 70, 10]}  # fmt: skip
+
+
+def test_item_30s_np4_short_on_a_steady_host() -> None:
+    # item 30: -np 4 short again: its check passed first, every run inside the gate, its
+    # decode steps 0.96-1.02 x the charge; 19 of 35 from probes, the median p50 error 4 %;
+    # the closed loops' six misses are p90 cells 2.6-5.5 % off
+    results = json.loads((ROOT / "docs" / "validation" / "llamacpp-matrix.json").read_text())
+    short = results["results"]["default/short"]
+    assert [(c["profile_ms"], c["check_ms"]) for c in short["gate"]["batch_check"]] == [
+        (32.3, 31.8)
+    ]
+    assert all(abs(x - 1) <= 0.05 for x, _ in _gate_readings(short))
+    steps = [round(v["steps_vs_charge"]["decode"]["median"], 2) for v in short["loads"].values()]
+    assert steps == [1.02, 1.01, 0.96, 1.01, 1.0]
+    inside = _inside(short)
+    assert sum(inside.values()) == 19
+    matrix = validation_module("llamacpp_matrix")
+    missed = [r for v in short["loads"].values() for r in v["table"]
+              if r["metric"] in matrix.METRICS and not matrix._row(r)[1]]  # fmt: skip
+    closed = [r for k in ("closed_4", "closed_8") for r in short["loads"][k]["table"]
+              if r in missed]  # fmt: skip
+    assert len(missed) == 16
+    assert len(closed) == 6
+    assert all(r["metric"].startswith("p90") and 0.025 < abs(r["error"]) < 0.056 for r in closed)

@@ -16,7 +16,8 @@ defaults for every flag not listed) and each length regime of :data:`REGIMES`:
    ``speed_gate.GATE`` of the profile's speed (the load average and that step read before
    and after each real run), compare (median of the real runs, their spread);
 3. Table 2: ``calibrate --from-runs`` on the real runs of the medium Poisson load alone
-   (:func:`table2`, loss :data:`RUNS_LOSS`), then simulate every load again with that fit
+   (:func:`table2`, loss ``calibrate --from-runs``'s own default,
+   ``fitruns.RUNS_LOSS``, named in each command), then simulate every load again with that fit
    and compare to the same real runs; Table 3: the same with the profile and those runs
    fitted together.
 
@@ -60,6 +61,7 @@ from llamacpp_steps import load_ratios
 from profile_columns import write_by_column, write_by_mean_step
 
 from lyra_simpy.calibration.fitfile import load_fit
+from lyra_simpy.calibration.fitruns import RUNS_LOSS
 from lyra_simpy.calibration.profiles import request_path_ms
 from lyra_simpy.cli import main as cli_main
 from lyra_simpy.errors import LyraError
@@ -390,13 +392,6 @@ def table2(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int,
     from_runs(cfg, reg, quick, out, repeats, log, "table2", with_spells)
     from_runs(cfg, reg, quick, out, repeats, log, "table3", False)
 
-
-RUNS_LOSS = "soft_l1_log"
-"""The loss of Tables 2 and 3's fits (``calibrate --from-runs --loss``): soft L1 on
-log(predicted/measured) (:mod:`lyra_simpy.calibration.fit`). A step the rebuild split in
-two leaves a part of a few ms with a prompt in it; under ``soft_l1`` (relative error,
-items 1-25) one such row of 2 986 put a prompt's whole cost on the attention term at
-``-np 4`` long (docs/VALIDATION-llamacpp.md item 26)."""
 
 FROM_RUNS = {
     "table2": ("runs", "_t2", False),

@@ -18,8 +18,10 @@ import argparse
 import sys
 from pathlib import Path
 
-import httpx
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 import numpy as np
+import speed_gate
 
 from lyra_simpy.live import llamacpp
 
@@ -38,11 +40,11 @@ def prompt_ms(flags: list[str], rounds: int, log: Path) -> dict[int, float]:
     with llamacpp.Server(binary, model, flags, log) as srv:
         for k in range(rounds + 1):
             for n in LENGTHS:
-                body = {"prompt": rng.integers(1000, 200000, size=n).tolist(),
-                        "n_predict": 1, "cache_prompt": False}  # fmt: skip
-                reply = httpx.post(f"{srv.url}/completion", json=body, timeout=120).json()
+                ms = speed_gate.lone_prompt_ms(srv.url, rng.integers(1000, 200000, size=n).tolist())
+                if ms is None:
+                    raise SystemExit(f"llamacpp_sampling.py: a lone prompt of {n} tokens failed")
                 if k:  # the first round warms the server up
-                    out[n].append(float(reply["timings"]["prompt_ms"]))
+                    out[n].append(ms)
     return {n: float(np.median(v)) for n, v in out.items()}
 
 

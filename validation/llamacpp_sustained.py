@@ -17,8 +17,9 @@ vCPU's share, a boost clock) would do that; the probes are short bursts.
 ``--probe prompt`` (item 27) times a compute-bound step instead: a lone prompt of
 ``PROMPT_TOKENS`` fresh tokens and one output, by the server's own ``timings.prompt_ms``
 (no HTTP path or client in it), the sustained phase then back-to-back prompts. The lone
-decode is memory-bound; at the busy loads of ``-np 2 -b 64`` long a 63-token chunk beside
-one decoder ran 16-20 % over its charge while the decode-only steps ran 0-3 % over.
+decode is memory-bound; at the busy loads of ``-np 2 -b 64`` long its 63-token chunks
+(prompt steps of 17-64 tokens) ran at 1.17-1.18 x Table 1's charge while its decode-only
+steps ran at 0.94-1.03 (``steps_vs_charge`` in the published matrix JSON).
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import httpx
 import numpy as np
 import speed_gate
 from llamacpp_matrix import CONFIGS
@@ -60,15 +60,9 @@ def step(url: str) -> float | None:
 
 
 def prompt_step(url: str) -> float | None:
-    """One lone prompt's engine time (ms, ``timings.prompt_ms``; None when it failed):
-    ``PROMPT_TOKENS`` fresh tokens, one output."""
-    body = {"prompt": _RNG.integers(1000, 200000, size=PROMPT_TOKENS).tolist(),
-            "n_predict": 1, "cache_prompt": False}  # fmt: skip
-    try:
-        reply = httpx.post(f"{url}/completion", json=body, timeout=120).json()
-        return float(reply["timings"]["prompt_ms"])
-    except (httpx.HTTPError, KeyError, ValueError):
-        return None
+    """One lone prompt's engine time (ms; None when it failed): ``PROMPT_TOKENS`` fresh
+    tokens, one output (:func:`speed_gate.lone_prompt_ms`)."""
+    return speed_gate.lone_prompt_ms(url, _RNG.integers(1000, 200000, size=PROMPT_TOKENS).tolist())
 
 
 PROBES = {"decode": step, "prompt": prompt_step}

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
+import httpx
 import numpy as np
 
 Probe = Callable[[], "float | None"]
@@ -47,6 +48,18 @@ def lone_decode_step(url: str, extra: dict[str, object], outputs: int = 33) -> f
 
     prompt = _PROBE_IDS.integers(1000, 30000, size=32).tolist()
     return decode_step_ms(url, prompt, outputs, extra=dict(extra))
+
+
+def lone_prompt_ms(url: str, prompt: list[int]) -> float | None:
+    """The server's own time for *prompt* with nothing else running: ``timings.prompt_ms``
+    of a ``/completion`` with one output and ``cache_prompt: false`` (no HTTP path or
+    client in it); None when the request fails."""
+    body = {"prompt": prompt, "n_predict": 1, "cache_prompt": False}
+    try:
+        reply = httpx.post(f"{url}/completion", json=body, timeout=120).json()
+        return float(reply["timings"]["prompt_ms"])
+    except (httpx.HTTPError, KeyError, TypeError, ValueError):
+        return None
 
 
 def within(step: float | None, ref_ms: float | None) -> bool:

@@ -169,7 +169,10 @@ def test_calibrate_loss_flag(tmp_path, capsys):
     assert "robust (soft L1)" in capsys.readouterr().out
     assert load_fit(out).method == "soft_l1_relative"
     assert main(["calibrate", str(prof), "--out", str(out), "--loss", "soft_l1_log"]) == 0
-    assert "robust (soft L1) least squares on log(predicted/measured)" in capsys.readouterr().out
+    head = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("coefficients"))
+    assert head == (
+        "coefficients (non-negative robust (soft L1) least squares on log(predicted/measured)):"
+    )
     assert load_fit(out).method == "soft_l1_log_ratio"
     with pytest.raises(SystemExit) as exc:
         main(["calibrate", str(prof), "--loss", "huber"])
@@ -587,3 +590,15 @@ def test_request_path_comes_from_the_profiles_metadata(tmp_path):
     assert request_path_ms(path) == 0.0  # timed by the client: no path measured
     (tmp_path / "p.yaml").write_text("engine: vllm\nrequest_path_ms: 8.36\n")
     assert request_path_ms(path) == 8.36
+
+
+def test_soft_l1_log_refuses_a_row_with_no_positive_term() -> None:
+    # a row whose every term is 0 predicts 0, whose log the loss cannot take
+    from lyra_simpy.calibration.fit import fit_coefficients
+
+    x = np.array([[1.0, 2.0], [0.0, 0.0], [1.0, 4.0]])
+    with pytest.raises(ValueError, match="no positive term"):
+        fit_coefficients(x, np.array([3.0, 1.0, 5.0]), "soft_l1_log")
+    coef, unmeasured = fit_coefficients(x[[0, 2]], np.array([3.0, 5.0]), "soft_l1_log")
+    assert coef.tolist() == pytest.approx([1.0, 1.0], rel=1e-6)
+    assert unmeasured == []

@@ -110,7 +110,7 @@ def test_the_prompt_probe_reads_the_servers_prompt_time(monkeypatch) -> None:
         sent.append(json)
         return Reply({"timings": {"prompt_ms": 91.5}} if len(sent) == 1 else {"error": "x"})
 
-    monkeypatch.setattr(sustained.httpx, "post", post)
+    monkeypatch.setattr(sustained.speed_gate.httpx, "post", post)
     assert sustained.prompt_step("http://127.0.0.1:1") == 91.5
     assert sustained.prompt_step("http://127.0.0.1:1") is None
     body = sent[0]

@@ -69,8 +69,8 @@ step's tokens further apart than the rebuild's gap, a step splits in two and the
 part, with the prompt in it, lasts a few ms. On the llama.cpp matrix's ``-np 4`` long
 runs one such row of 2 986 (216 prompt tokens in 7.4 ms) put all the prompt's cost on
 the attention term under ``soft_l1`` and charged 200-token prompts half their time; the
-log fit charges every range of prompt sizes within 1 % of its median
-(docs/calibration.md §8). Same start (the NNLS solution), same bounds, same *s* (a log
+log fit charges every range of prompt sizes within 1 % of its median (``compare --steps``)
+(docs/VALIDATION-llamacpp.md item 26). Same start (the NNLS solution), same bounds, same *s* (a log
 ratio of 0.05 is a 5 % error).
 
 Beside the terms the fit records, per measured decode batch size, the *median* residual
@@ -338,31 +338,25 @@ def fit_coefficients(
     a = weighted[:, used] / scale[used]
     ones = np.ones(len(latency_ms))
     solution, _ = nnls(a, ones, maxiter=5000)
-    if loss == "soft_l1":
+    if loss != "nnls":
+        # the robust losses, from the NNLS solution: soft L1 of a row's predicted ÷
+        # measured − 1, or of its log (which needs a @ b > 0: every row has a positive
+        # column, fixed_ms its steps, and trf keeps b inside the bounds)
+        log = loss == "soft_l1_log"
+        if log and not np.all(np.any(a > 0, axis=1)):
+            raise ValueError("soft_l1_log: a row with no positive term has no log")
+
+        def fun(b: Floats) -> Any:
+            return np.log(a @ b) if log else np.sum(a * b, axis=1) - ones
+
+        def jac(b: Floats) -> Any:
+            return a / (a @ b)[:, None] if log else a
+
+        start = np.maximum(solution, LOG_START) if log else solution
         robust = least_squares(
-            lambda b: np.sum(a * b, axis=1) - ones,
-            solution,
-            jac=lambda b: a,
-            bounds=(0.0, np.inf),
-            loss="soft_l1",
-            f_scale=ROBUST_SCALE,
-            method="trf",
-        )
-        solution = np.maximum(robust.x, 0.0)
-    elif loss == "soft_l1_log":
-        # the prediction ÷ measured of each row is a @ b; its log needs it > 0: every row
-        # has a positive column (fixed_ms: its steps), and trf keeps b inside the bounds
-        if not np.all(np.any(a > 0, axis=1)):
-            raise ValueError("soft_l1_log: a row with no positive term cannot be fitted in logs")
-        robust = least_squares(
-            lambda b: np.log(a @ b),
-            np.maximum(solution, LOG_START),
-            jac=lambda b: a / (a @ b)[:, None],
-            bounds=(0.0, np.inf),
-            loss="soft_l1",
-            f_scale=ROBUST_SCALE,
-            method="trf",
-        )
+            fun, start, jac=jac, bounds=(0.0, np.inf), loss="soft_l1",
+            f_scale=ROBUST_SCALE, method="trf",
+        )  # fmt: skip
         solution = np.maximum(robust.x, 0.0)
     coef[used] = solution / scale[used]
     return coef, [t for t, u in zip(ALL_TERMS[: x.shape[1]], used, strict=True) if not u]

@@ -108,8 +108,8 @@ def calibrate(
 
 
 LOSS_WORDS = {
-    "nnls_relative": "non-negative least squares",
-    "soft_l1_relative": "non-negative robust (soft L1) least squares",
+    "nnls_relative": "non-negative least squares on relative error",
+    "soft_l1_relative": "non-negative robust (soft L1) least squares on relative error",
     "soft_l1_log_ratio": "non-negative robust (soft L1) least squares on log(predicted/measured)",
 }
 
@@ -141,7 +141,7 @@ def format_report(fit: ProfileFit, profile_label: str | None = None) -> str:
     lines += [
         "metadata: "
         + ", ".join(f"{k}={meta.get(k, 'unknown')}" for k in ("hardware", "model", "engine", "tp")),
-        f"coefficients ({LOSS_WORDS.get(fit.method, fit.method)} on relative error):",
+        f"coefficients ({LOSS_WORDS.get(fit.method, fit.method)}):",
     ]
     # llama.cpp's terms where the fit had their columns (attention in KV cells, or any
     # of them fitted); the attention term in the units the fit used

@@ -10,15 +10,20 @@ vary. This reads what ``validate_cpu.py --matrix`` left in
 value everywhere), simulates it under ``--draws`` noise draws
 (:func:`lyra_simpy.live.band.band`) and prints, per point and table, the cells inside the
 target as stored (one noiseless run) and with the draws' median as the prediction, and
-how many real values lie inside the draws' band.
+how many real values lie inside the draws' band, and how wide the bands are (the median
+over the cells of their width over the real value), and how much the draws differ from
+one another against how much the real repeats do. ``--wander`` gives Tables 2 and 3 the
+host's wander their fits on runs found (``cost.jitter: {wander: fitted}``) instead.
 
-    PYTHONPATH=src python validation/llamacpp_noise.py [--draws 9] [--sigma X] [CFG/REGIME ...]
+    PYTHONPATH=src python validation/llamacpp_noise.py [--draws 9] [--sigma X | --wander]
+        [CFG/REGIME ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -57,20 +62,49 @@ def score(table: list[dict[str, Any]], got: dict[str, dict[str, Any]]) -> tuple[
     return stored, moved, within
 
 
+def widths(table: list[dict[str, Any]], got: dict[str, dict[str, Any]]) -> list[float]:
+    """Each cell's band width (high − low) over its real value, of one load's *table*:
+    how wide a band holds what it holds."""
+    by = {r["metric"]: r for r in table}
+    return [(got[m]["high"] - got[m]["low"]) / by[m]["real"] for m in METRICS if by[m]["real"]]
+
+
+def spreads(table: list[dict[str, Any]], got: dict[str, dict[str, Any]]
+            ) -> list[tuple[float, float]]:  # fmt: skip
+    """Each cell's (real repeats', draws') standard deviation over their mean, of one
+    load's *table*: do the simulated runs differ from one another as the real ones do?"""
+    by = {r["metric"]: r for r in table}
+    out = []
+    for m in METRICS:
+        real = [float(v) for v in by[m].get("runs", [])]
+        sims = [float(v) for v in got[m]["values"] if v is not None]
+        if len(real) > 1 and len(sims) > 1 and statistics.mean(real) and statistics.mean(sims):
+            out.append((statistics.stdev(real) / statistics.mean(real),
+                        statistics.stdev(sims) / statistics.mean(sims)))  # fmt: skip
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("points", nargs="*", help="e.g. default/short (default: every one)")
     ap.add_argument("--draws", type=int, default=9)
     ap.add_argument("--sigma", type=float, default=None,
                     help="this sigma everywhere (default: each fit's, sigma: fitted)")  # fmt: skip
+    ap.add_argument("--wander", action="store_true",
+                    help="the host's wander the runs' fit found (wander: fitted) instead of "
+                    "sigma; Tables 2 and 3 only (a profile's fit has none)")  # fmt: skip
     args = ap.parse_args(argv)
     stored = OUT / "matrix.json"
     if not stored.is_file():
         print(f"{stored}: not there; run validate_cpu.py --matrix first", file=sys.stderr)
         return 2
     results = json.loads(stored.read_text())["results"]
-    jitter = {"sigma": "fitted" if args.sigma is None else args.sigma}
+    jitter: dict[str, Any] = {"sigma": "fitted" if args.sigma is None else args.sigma}
+    if args.wander:
+        jitter = {"wander": "fitted"}
     total = [[0, 0, 0, 0] for _ in TABLES]
+    wide: list[list[float]] = [[] for _ in TABLES]
+    spread: list[list[tuple[float, float]]] = [[] for _ in TABLES]
     print(f"cells in target of {len(METRICS)} a load: one noiseless run -> the median of "
           f"{args.draws} noise draws ({jitter}); real values inside the draws' band")  # fmt: skip
     for key, res in results.items():
@@ -80,16 +114,30 @@ def main(argv: list[str] | None = None) -> int:
         line = [f"{key:14s}"]
         for t, ((suffix, _), tables) in enumerate(zip(TABLES, tables_of(res), strict=True)):
             cells = [0, 0, 0, 0]
+            if args.wander and not suffix:
+                continue
             for load, table in tables.items():
                 scenario = load_scenario(here / f"{load}{suffix}.yaml")
                 got = band(scenario.with_values({"cost.jitter": jitter}), args.draws, METRICS)
                 for j, v in enumerate((*score(table, got), len(METRICS))):
                     cells[j] += v
+                wide[t] += widths(table, got)
+                spread[t] += spreads(table, got)
             total[t] = [a + b for a, b in zip(total[t], cells, strict=True)]
             line.append(f"T{t + 1} {cells[0]} -> {cells[1]} (band {cells[2]}) of {cells[3]}")
         print("   ".join(line), flush=True)
     every = [f"T{t + 1} {a} -> {b} (band {c}) of {n}" for t, (a, b, c, n) in enumerate(total)]
     print("all            " + "   ".join(every))
+    print("the bands' width over the real value, median over the cells: " + "   ".join(
+        f"T{t + 1} {statistics.median(w):.1%}" for t, w in enumerate(wide) if w))  # fmt: skip
+    pairs = [
+        f"T{t + 1} {statistics.median(r for r, _ in c):.1%} / "
+        f"{statistics.median(d for _, d in c):.1%}"
+        for t, c in enumerate(spread)
+        if c
+    ]
+    print("run to run, standard deviation over the mean, median over the cells (real repeats "
+          "/ draws): " + "   ".join(pairs))  # fmt: skip
     return 0
 
 

@@ -149,7 +149,7 @@ def _build_replica(
     strict_horizon = in_cluster
     scheduler = SCHEDULERS[spec.scheduler.name](spec.scheduler)
     exact = COST_MODELS[spec.cost.name](spec.cost, spec.scheduler.max_batch)
-    cost = with_jitter(exact, spec.cost, streams, i)
+    cost = with_jitter(exact, spec.cost, streams, i, lambda: env.now)
     kv_cfg = spec.kv_cache
     kv = BlockPool(kv_cfg.capacity_blocks, kv_cfg.block_size)
     cache = _prefix_cache(spec, scenario)

@@ -371,17 +371,18 @@ def test_runs_with_slow_spells_give_them_back(tmp_path):
     assert load_fit(path).noise.spells == found  # kept in the fit file
 
 
-def test_spells_fitted_need_a_fit_with_spells(make_scenario):
+@pytest.mark.parametrize("field", ["spells", "wander"])
+def test_spells_and_wander_fitted_need_a_fit_with_them(make_scenario, field):
     from lyra_simpy.errors import ScenarioError
 
     cost = {
         "name": "profile",
         "path": str(DATA / "synthetic_fit.yaml"),
-        "jitter": {"spells": "fitted"},
+        "jitter": {field: "fitted"},
     }
     with pytest.raises(ScenarioError) as info:
         make_scenario({"cost": cost})
-    assert "jitter.spells: got 'fitted', but the fit" in str(info.value)
+    assert f"jitter.{field}: got 'fitted', but the fit" in str(info.value)
     assert "calibrate --from-runs" in str(info.value)
 
 
@@ -769,3 +770,34 @@ def test_default_loss_holds_the_prompt_terms_where_split_steps_move_soft_l1(runs
     assert max(off(default, t) for t in prompt_terms) < 0.03
     assert max(off(relative, t) for t in prompt_terms) > 0.25
     assert max(off(default, t) for t in TERMS) < 0.03
+
+
+def test_runs_with_the_hosts_wander_give_it_back(tmp_path, capsys):
+    # the simulator's own runs under a drift of sigma 0.08 over 2 s: the fit keeps the
+    # typical step's coefficients and reads the drift back from the steps
+    wander = {"sigma": 0.08, "seconds": 2.0}
+    runs = []
+    for k, rate in enumerate([6.0, 10.0, 8.0]):
+        raw = runs_raw(k + 1, rate, 600)
+        raw["cost"]["jitter"] = {"wander": wander}
+        res = simulate(scenario_from_dict(raw))
+        runs.append(write_run(res, tmp_path / f"w{k}"))
+    fit = fit_runs(runs)
+    got = fit.coefficients.model_dump()
+    for term in ("fixed_ms", "per_decode_seq_ms"):
+        assert got[term] == pytest.approx(TRUE[term], rel=0.1), term
+    found = fit.noise.wander
+    assert found is not None
+    assert found.sigma == pytest.approx(0.08, rel=0.25)
+    assert found.seconds == pytest.approx(2.0, rel=0.5)
+    from lyra_simpy.calibration.fitfile import write_fit
+
+    path = tmp_path / "fit.yaml"
+    write_fit(fit, path)
+    assert load_fit(path).noise.wander == found  # kept in the fit file
+    assert main(["calibrate", "--from-runs", *map(str, runs), "--out", str(tmp_path / "f")]) == 0
+    assert "the host's wander (cost.jitter.wander: fitted): sigma 0.0" in capsys.readouterr().out
+    # and a scenario on that fit draws it
+    raw = runs_raw(9, 1.0, 50)
+    raw["cost"] = {"name": "profile", "path": str(path), "jitter": {"wander": "fitted"}}
+    assert simulate(scenario_from_dict(raw)).summary["completed"] == 50

@@ -79,7 +79,7 @@ def test_no_jitter_is_the_cost_model_itself():
     cost = jittered(cv=0.1)
     assert expected(cost) is cost.base
     assert cost.describe()["jitter"] == {
-        "cv": 0.1, "sigma": None, "session_cv": 0.0, "session": 0, "spells": None
+        "cv": 0.1, "sigma": None, "session_cv": 0.0, "session": 0, "spells": None, "wander": None
     }  # fmt: skip
 
 
@@ -128,6 +128,9 @@ def test_jitter_turns_fusion_off_so_fused_and_unfused_runs_agree(make_scenario):
         ({"spells": {"share": 1.0, "factor": 2, "steps": 3}}, "cost.linear.jitter.spells.share"),
         ({"spells": {"share": 0.2, "factor": 0.5, "steps": 3}}, "spells.factor: got 0.5"),
         ({"spells": "fitted"}, "jitter.spells: got 'fitted', but the linear cost model has no"),
+        ({"wander": {"sigma": 0.0, "seconds": 1}}, "cost.linear.jitter.wander.sigma: got 0.0"),
+        ({"wander": {"sigma": 0.1}}, "cost.linear.jitter.wander.seconds"),
+        ({"wander": "fitted"}, "jitter.wander: got 'fitted', but the linear cost model has no"),
     ],
 )
 def test_bad_jitter_is_a_one_line_error(make_scenario, jitter, message):
@@ -140,6 +143,7 @@ def test_bad_jitter_is_a_one_line_error(make_scenario, jitter, message):
 def test_the_config_defaults_are_off():
     assert not JitterConfig().active
     assert JitterConfig(cv=0.02).active
+    assert JitterConfig(wander={"sigma": 0.05, "seconds": 1.0}).active
 
 
 def test_spells_cover_their_share_in_runs_of_their_length():
@@ -180,3 +184,112 @@ def test_fitted_spells_count_share_factor_and_length():
     assert got.steps == pytest.approx(2.0)  # 4 slow steps in 2 spells
     assert fitted_spells([np.array([1.0, 1.1, 0.9])]) is None
     assert fitted_spells([]) is None
+
+
+class Clock:
+    """A simulated clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def wandering(clock: Clock, seed: int = 3, **jitter: object) -> JitteredCost:
+    cfg = LinearCostConfig.model_validate({**LINEAR, "jitter": jitter})
+    cost = with_jitter(LinearCost(cfg, 4), cfg, Streams(seed), 0, clock)
+    assert isinstance(cost, JitteredCost)
+    return cost
+
+
+def test_the_wander_is_a_stationary_drift_correlated_over_its_seconds():
+    # one step every 10 ms for 4000 s: ln(factor) has the stated sigma, and steps
+    # dt apart correlate exp(-dt / tau)
+    clock = Clock()
+    cost = wandering(clock, wander={"sigma": 0.08, "seconds": 0.5})
+    x = []
+    for _ in range(400_000):
+        x.append(math.log(cost.iteration_s(ONE) / 0.011))
+        clock.now += 0.01
+    x = np.asarray(x)
+    assert np.median(x) == pytest.approx(0.0, abs=0.01)
+    assert x.std() == pytest.approx(0.08, rel=0.05)
+    for lag in (5, 50, 150):  # 0.05, 0.5 and 1.5 s
+        r = np.corrcoef(x[:-lag], x[lag:])[0, 1]
+        assert r == pytest.approx(math.exp(-lag * 0.01 / 0.5), abs=0.03), lag
+
+
+def test_the_wander_runs_on_while_the_engine_idles():
+    clock = Clock()
+    cost = wandering(clock, wander={"sigma": 0.1, "seconds": 1.0})
+    first = cost.iteration_s(ONE)
+    assert cost.iteration_s(ONE) == first  # no time has passed: the same drift
+    pairs = []
+    for _ in range(2000):  # two steps 10 ms apart, then 50 s idle
+        a = cost.iteration_s(ONE)
+        clock.now += 0.01
+        b = cost.iteration_s(ONE)
+        clock.now += 50.0
+        pairs.append((math.log(a / 0.011), math.log(b / 0.011)))
+    a, b = np.asarray(pairs).T
+    assert np.corrcoef(a, b)[0, 1] > 0.98  # 10 ms of a 1 s drift
+    assert abs(np.corrcoef(a[:-1], a[1:])[0, 1]) < 0.08  # 50 s apart: independent
+
+
+def test_the_wander_draws_from_its_own_stream_and_leaves_the_other_noise_alone():
+    clock = Clock()
+    plain = wandering(clock, cv=0.02)
+    drifted = wandering(clock, cv=0.02, wander={"sigma": 0.1, "seconds": 2.0})
+    ratios = []
+    for _ in range(500):
+        ratios.append(drifted.iteration_s(ONE) / plain.iteration_s(ONE))
+        clock.now += 0.02
+    drift = Streams(3).get("wander0.0").standard_normal(JitteredCost.BLOCK)
+    assert ratios[0] == pytest.approx(math.exp(0.1 * drift[0]))  # the stationary first draw
+    assert len(set(np.round(ratios, 12))) == 500  # a factor that moves with time
+
+
+def test_without_a_clock_the_wander_runs_on_the_steps_own_time():
+    cost = jittered(wander={"sigma": 0.05, "seconds": 0.1})
+    times = np.asarray(cost.decode_span_s(1, 10, 0, 100_000))
+    x = np.log(times / 0.011)
+    assert x.std() == pytest.approx(0.05, rel=0.08)
+    # steps ~11 ms apart: neighbours correlate exp(-0.011 / 0.1)
+    assert np.corrcoef(x[:-1], x[1:])[0, 1] == pytest.approx(math.exp(-0.11), abs=0.02)
+
+
+def ou_series(rng: np.random.Generator, seconds: float, sigma: float, tau: float, step_s: float):
+    """(end times, ln factors) of steps *step_s* apart under an OU drift."""
+    n = int(seconds / step_s)
+    a = math.exp(-step_s / tau)
+    x = np.empty(n)
+    x[0] = sigma * rng.standard_normal()
+    z = rng.standard_normal(n)
+    for i in range(1, n):
+        x[i] = x[i - 1] * a + sigma * math.sqrt(1 - a * a) * z[i]
+    return np.arange(1, n + 1) * step_s, x
+
+
+def test_fitted_wander_recovers_the_drift_under_independent_noise_and_spells():
+    from lyra_simpy.cost.jitter import fitted_wander
+
+    rng = np.random.default_rng(11)
+    runs = []
+    for _ in range(6):  # six runs of 60 s, a step every 30 ms
+        t, x = ou_series(rng, 60.0, 0.07, 1.5, 0.03)
+        ratio = np.exp(x + 0.05 * rng.standard_normal(len(x)))  # and per-step noise
+        ratio[rng.random(len(x)) < 0.01] *= 2.0  # and a few steps in a slow spell
+        runs.append((t, 1.2 * ratio))  # a fit 1.2x off: the level is not the wander
+    got = fitted_wander(runs)
+    assert got is not None
+    wander, pairs = got
+    assert wander.sigma == pytest.approx(0.07, rel=0.15)
+    assert wander.seconds == pytest.approx(1.5, rel=0.3)
+    assert pairs > 100_000
+    # no drift, only independent noise: next to nothing
+    flat = [(t, np.exp(0.05 * rng.standard_normal(len(t)))) for t, _ in runs]
+    quiet = fitted_wander(flat)
+    assert quiet is None or quiet[0].sigma < 0.01
+    assert fitted_wander([]) is None
+    assert fitted_wander([(np.array([0.1]), np.array([1.0]))]) is None

@@ -24,3 +24,18 @@ def test_a_load_is_scored_as_stored_with_the_draws_median_and_by_the_band():
 def test_the_tables_of_a_stored_point_in_order():
     res = {"loads": {"poisson_0.3": {"table": ["t1"]}}, "table2": {"poisson_0.3": ["t2"]}}
     assert noise.tables_of(res) == [{"poisson_0.3": ["t1"]}, {"poisson_0.3": ["t2"]}, {}]
+
+
+def test_a_bands_width_is_read_over_the_real_value():
+    table = [{"metric": m, "sim": 104.0, "real": 100.0, "error": 0.04, "spread": 0.01}
+             for m in noise.METRICS]  # fmt: skip
+    got = {m: {"low": 97.0, "high": 103.0, "median": 100.0, "values": []} for m in noise.METRICS}
+    assert noise.widths(table, got) == [0.06] * len(noise.METRICS)
+
+
+def test_the_draws_spread_is_read_beside_the_real_repeats():
+    table = [{"metric": m, "sim": 104.0, "real": 100.0, "error": 0.04, "spread": 0.01,
+              "runs": [90.0, 100.0, 110.0]} for m in noise.METRICS]  # fmt: skip
+    got = {m: {"low": 99.0, "high": 101.0, "median": 100.0, "values": [99.0, 100.0, 101.0]}
+           for m in noise.METRICS}  # fmt: skip
+    assert noise.spreads(table, got) == [(0.1, 0.01)] * len(noise.METRICS)

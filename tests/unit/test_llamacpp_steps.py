@@ -31,6 +31,7 @@ def _steps(decode_seqs, prefill_seqs, passes, latency_ms, arrivals=None, checkpo
         output_passes=ints(passes),
         arrivals=zeros if arrivals is None else ints(arrivals),
         run=np.asarray(["r"] * n),
+        end_s=np.cumsum(np.asarray(latency_ms, dtype=np.float64)) / 1000.0,
     )
 
 

@@ -97,7 +97,7 @@ from pydantic import ConfigDict, Field, NonNegativeFloat
 
 from lyra_simpy.calibration.profiles import PHASES, Profile
 from lyra_simpy.config import Closed
-from lyra_simpy.cost.jitter import SpellsConfig
+from lyra_simpy.cost.jitter import SpellsConfig, WanderConfig
 
 TERMS = (
     "fixed_ms",
@@ -231,6 +231,15 @@ class SpellsFit(SpellsConfig):
     """Rebuilt decode-only steps they were taken from."""
 
 
+class WanderFit(WanderConfig):
+    """The host's wander seen in replayed runs (``sigma``, ``seconds`` as
+    :func:`lyra_simpy.cost.jitter.fitted_wander` finds them), for ``cost.jitter.wander:
+    fitted``."""
+
+    pairs: int
+    """Pairs of rebuilt decode-only steps its autocovariance was read from."""
+
+
 class NoiseFit(_Closed):
     """The spread of the fit's residuals, for ``cost.jitter: fitted``
     (:mod:`lyra_simpy.cost.jitter`)."""
@@ -242,6 +251,9 @@ class NoiseFit(_Closed):
     spells: SpellsFit | None = None
     """Slow spells (a fit on replayed runs only; None otherwise or when no step was in
     one)."""
+    wander: WanderFit | None = None
+    """The host's wander over seconds (a fit on replayed runs only; None otherwise or
+    when the runs' steps show none)."""
 
 
 class ProfileFit(_Closed):

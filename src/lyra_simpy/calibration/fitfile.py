@@ -182,6 +182,12 @@ def format_report(fit: ProfileFit, profile_label: str | None = None) -> str:
             f"{spells.steps:.1f} steps a spell "
             f"(mean step x{spells.mean_factor:.3f})"
         )
+    wander = fit.noise.wander if fit.noise is not None else None
+    if wander is not None:
+        lines.append(
+            f"the host's wander (cost.jitter.wander: fitted): sigma {wander.sigma:.3g} over "
+            f"{wander.seconds:.3g} s (decode steps' autocovariance, {wander.pairs} pairs)"
+        )
     if fit.fit.unmeasured_terms:
         lines.append(
             "not measured (no row exercises them; fitted as 0): "

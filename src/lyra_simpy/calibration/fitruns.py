@@ -16,6 +16,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +30,7 @@ from lyra_simpy.calibration.fit import (
     ProfileSource,
     RunsSource,
     SpellsFit,
+    WanderFit,
     _grid,
     coefficients_of,
     decode_residuals,
@@ -166,18 +168,22 @@ def fit_runs(
 
 def _with_spells(noise: NoiseFit | None, steps: Steps, predicted: npt.NDArray[np.float64]
                  ) -> NoiseFit | None:  # fmt: skip
-    """*noise* with the slow spells of the rebuilt decode-only steps, each run's in its
-    order (:func:`~lyra_simpy.cost.jitter.fitted_spells`); *predicted*: every row's fitted
+    """*noise* with the slow spells and the wander of the rebuilt decode-only steps, each
+    run's in its order (:func:`~lyra_simpy.cost.jitter.fitted_spells`,
+    :func:`~lyra_simpy.cost.jitter.fitted_wander`); *predicted*: every row's fitted
     time, the steps' last."""
     if noise is None:
         return None
-    from lyra_simpy.cost.jitter import fitted_spells
+    from lyra_simpy.cost.jitter import fitted_spells, fitted_wander
 
     ratio = steps.latency_ms / predicted[len(predicted) - len(steps) :]
     decode = steps.prefill_seqs == 0
-    runs = [ratio[(steps.run == run) & decode] for run in dict.fromkeys(steps.run.tolist())]
-    spells = fitted_spells(runs)
-    if spells is None:
-        return noise
-    found = SpellsFit(**spells.model_dump(), decode_steps=int(decode.sum()))
-    return noise.model_copy(update={"spells": found})
+    each = [(steps.run == run) & decode for run in dict.fromkeys(steps.run.tolist())]
+    update: dict[str, Any] = {}
+    spells = fitted_spells([ratio[m] for m in each])
+    if spells is not None:
+        update["spells"] = SpellsFit(**spells.model_dump(), decode_steps=int(decode.sum()))
+    wander = fitted_wander([(steps.end_s[m], ratio[m]) for m in each])
+    if wander is not None:
+        update["wander"] = WanderFit(**wander[0].model_dump(), pairs=wander[1])
+    return noise.model_copy(update=update)

@@ -402,12 +402,16 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
             int(np.searchsorted(arrivals, end) - np.searchsorted(arrivals, start))
         )
         cols["run"].append(run)
+        cols["end_s"].append(end)
     ints = {
-        k: np.asarray(cols[k], dtype=np.int64) for k in COLUMNS if k not in ("latency_ms", "run")
+        k: np.asarray(cols[k], dtype=np.int64)
+        for k in COLUMNS
+        if k not in ("latency_ms", "run", "end_s")
     }
     return Steps(
         latency_ms=np.asarray(cols["latency_ms"], dtype=np.float64),
         run=np.asarray(cols["run"], dtype=np.str_),
+        end_s=np.asarray(cols["end_s"], dtype=np.float64),
         dropped=dropped,
         gap_ms=(gap_s * 1000.0,),
         approximated=sum(r.approximate for r in requests),

@@ -48,6 +48,10 @@ class Steps:
     (``validation/llamacpp_steps.py --arrivals``)."""
     run: npt.NDArray[np.str_]
     """The run folder each step came from."""
+    end_s: Floats
+    """When it ended, on its run's clock (the replay's ``arrival_s`` and token times, s):
+    the steps' order in time, which the host's wander is read from
+    (:func:`~lyra_simpy.cost.jitter.fitted_wander`)."""
     dropped: int = 0
     """Steps found but left out: begun idle under ``idle_start: drop``, or the first of
     a run without a prompt in it (no known start)."""

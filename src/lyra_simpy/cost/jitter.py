@@ -35,8 +35,22 @@ rows are medians of short probes and cannot show them. The chain draws from its 
 stream, ``spells<replica>.<session>``, so the other factors are the same with and
 without it.
 
+**The host's wander** (``wander``): on a shared host the speed drifts over seconds —
+neighbours, clocks, the client and the HTTP threads on the engine's cores — so steps
+close in time are slow or quick together (the llama.cpp matrix's decode steps: their
+residuals stay correlated for 0.2-3 s, ``docs/VALIDATION-llamacpp.md`` item 31).
+Independent factors average out over a request's tens of steps; a drift does not, and
+it spreads the requests' TPOT and E2E as the real runs spread them. With ``wander:
+{sigma, seconds}`` every iteration also takes the factor exp(*x*), *x* an
+Ornstein-Uhlenbeck process in simulated time with stationary σ ``sigma`` and correlation
+time ``seconds`` (between iterations *dt* apart: x ← x·a + σ·√(1 − a²)·z, a = e^(−dt/τ);
+the first draw stationary), so its median factor is 1 and it runs on while the engine
+idles. ``wander: fitted`` takes it from a fit on replayed runs (``calibrate
+--from-runs`` stores ``noise.wander``: :func:`fitted_wander`, from the rebuilt decode
+steps' autocovariance over time lags). It draws from ``wander<replica>.<session>``.
+
 Off by default (no ``jitter`` block, or ``cv`` and ``session_cv`` both 0 and no
-``sigma`` or ``spells``: the wrapper is not built and nothing is drawn). The draws
+``sigma``, ``spells`` or ``wander``: the wrapper is not built and nothing is drawn). The draws
 come from the run's stream ``jitter<replica>.<session>`` (:mod:`lyra_simpy.rng`):
 ``session`` picks another sequence of draws for the same scenario and seed, which is
 how the what-if runs its baseline, candidate and second baseline on distinct noise
@@ -55,6 +69,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -143,6 +158,85 @@ def fitted_spells(ratios: list[npt.NDArray[np.float64]]) -> SpellsConfig | None:
     )
 
 
+WANDER_LAGS_S = (0.05, 20.0)
+"""Time lags (s) :func:`fitted_wander` reads the steps' autocovariance over: from a few
+steps apart (below it the step rebuild's own timing, one step's tokens reaching the
+client up to ~10 ms apart, correlates neighbours) to the longest a run of the matrix
+holds many pairs at (its runs last 10-60 s)."""
+
+WANDER_BINS = 12
+"""Log-spaced lag bins between the ends of :data:`WANDER_LAGS_S`."""
+
+
+class WanderConfig(Closed):
+    """The host's wander (module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sigma: PositiveFloat
+    """Stationary σ of ln(factor) (median factor 1)."""
+    seconds: PositiveFloat
+    """Correlation time τ of the drift: factors *dt* apart correlate e^(−dt/τ)."""
+
+
+def fitted_wander(
+    runs: list[tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]],
+) -> tuple[WanderConfig, int] | None:
+    """The host's wander from measured / fitted step times, each run's (end times in s,
+    ratios) in order, and the pairs of steps it was read from. ln(ratio) less its median
+    over every run (steps in a slow spell, :data:`SPELL_THRESHOLD` × the median ratio or
+    more, left out: the spells model them); the products of pairs of steps of one run
+    :data:`WANDER_LAGS_S` apart, averaged in :data:`WANDER_BINS` log-spaced bins of their
+    lag, fitted by σ² e^(−lag/τ) (each bin one point: a bin's pairs are far from
+    independent, and weighting by them would let the long lags, with most pairs and
+    least signal, set τ): an Ornstein-Uhlenbeck drift under
+    independent per-step noise (which adds to the lag-0 variance only). None without two
+    bins of pairs or without a positive, finite fit."""
+    from scipy.optimize import curve_fit
+
+    kept = [(t, r) for t, r in runs if len(r) > 1]
+    if not kept:
+        return None
+    typical = float(np.median(np.concatenate([r for _, r in kept])))
+    series = []
+    for t, r in kept:
+        ok = r < SPELL_THRESHOLD * typical
+        series.append((t[ok], np.log(r[ok] / typical)))
+    mean = float(np.mean(np.concatenate([x for _, x in series])))
+    lo, hi = WANDER_LAGS_S
+    edges = np.geomspace(lo, hi, WANDER_BINS + 1)
+    sums = np.zeros(WANDER_BINS)
+    lag_sums = np.zeros(WANDER_BINS)
+    counts = np.zeros(WANDER_BINS)
+    for t, x in series:
+        x = x - mean
+        for k in range(1, len(x)):
+            dt = t[k:] - t[:-k]
+            if not len(dt) or dt.min() > hi:
+                break
+            at = np.searchsorted(edges, dt, side="right") - 1
+            use = (at >= 0) & (at < WANDER_BINS)
+            np.add.at(sums, at[use], x[k:][use] * x[:-k][use])
+            np.add.at(lag_sums, at[use], dt[use])
+            np.add.at(counts, at[use], 1)
+    full = counts > 0
+    if full.sum() < 2:
+        return None
+    lags, cov = lag_sums[full] / counts[full], sums[full] / counts[full]
+
+    def decay(lag: npt.NDArray[np.float64], var: float, tau: float) -> npt.NDArray[np.float64]:
+        return var * np.exp(-lag / tau)
+
+    start = (max(float(cov[0]), 1e-6), float(np.median(lags)))
+    try:
+        (var, tau), _ = curve_fit(decay, lags, cov, p0=start, bounds=([0.0, 1e-3], [1.0, 1e4]))
+    except (RuntimeError, ValueError):
+        return None
+    if not (var > 0 and np.isfinite(var) and np.isfinite(tau)):
+        return None
+    return WanderConfig(sigma=math.sqrt(var), seconds=float(tau)), int(counts.sum())
+
+
 def _short_form(value: Any) -> Any:
     return {"sigma": "fitted"} if value == "fitted" else value
 
@@ -167,6 +261,9 @@ class JitterConfig(Closed):
     spells: SpellsConfig | Literal["fitted"] | None = None
     """Slow spells of the host (module docstring); ``fitted``: the ``profile`` fit
     file's ``noise.spells`` (a fit on replayed runs)."""
+    wander: WanderConfig | Literal["fitted"] | None = None
+    """The host's wander over seconds (module docstring); ``fitted``: the ``profile``
+    fit file's ``noise.wander`` (a fit on replayed runs)."""
 
     @model_validator(mode="after")
     def _one_spread(self) -> JitterConfig:
@@ -177,7 +274,11 @@ class JitterConfig(Closed):
     @property
     def active(self) -> bool:
         return (
-            self.cv > 0 or self.session_cv > 0 or self.sigma is not None or self.spells is not None
+            self.cv > 0
+            or self.session_cv > 0
+            or self.sigma is not None
+            or self.spells is not None
+            or self.wander is not None
         )
 
 
@@ -205,6 +306,8 @@ class JitteredCost:
         rng: np.random.Generator,
         sigma: float | None = None,
         spells: tuple[SpellsConfig, np.random.Generator] | None = None,
+        wander: tuple[WanderConfig, np.random.Generator] | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.base = base
         self.config = config
@@ -226,6 +329,46 @@ class JitteredCost:
             self.session_factor = float(rng.lognormal(s_mu, s_sigma))
         self._buffer: list[float] = []
         self._next = 0
+        self._wander = wander
+        """The wander resolved and the stream its drift draws from."""
+        self._clock = clock
+        """Simulated time now (s); without it, the time the iterations have taken."""
+        self._busy_s = 0.0
+        self._normals: list[float] = []
+        self._drift_at = 0.0
+        """When the drift was last drawn (s)."""
+        self._drift = 0.0
+        """The drift's ln(factor) then; the first draw is stationary."""
+        if wander is not None:
+            self._drift = wander[0].sigma * self._normal()
+
+    def _normal(self) -> float:
+        assert self._wander is not None
+        if not self._normals:
+            self._normals = self._wander[1].standard_normal(self.BLOCK).tolist()[::-1]
+        return self._normals.pop()
+
+    def _drifted(self, times: list[float]) -> list[float]:
+        """*times* (consecutive iterations from now, s) times the wander's factor at the
+        start of each."""
+        if self._wander is None:
+            return times
+        wander = self._wander[0]
+        now = self._clock() if self._clock is not None else self._busy_s
+        out = []
+        for t in times:
+            dt = now - self._drift_at
+            if dt > 0:
+                a = math.exp(-dt / wander.seconds)
+                self._drift = self._drift * a + wander.sigma * math.sqrt(1.0 - a * a) * (
+                    self._normal()
+                )
+                self._drift_at = now
+            took = t * math.exp(self._drift)
+            out.append(took)
+            now += took
+        self._busy_s = now
+        return out
 
     def _factors(self, k: int) -> list[float]:
         out = self._noise(k)
@@ -259,10 +402,10 @@ class JitteredCost:
         return out
 
     def iteration_s(self, shape: BatchShape) -> float:
-        return self.base.iteration_s(shape) * self._factors(1)[0]
+        return self._drifted([self.base.iteration_s(shape)])[0] * self._factors(1)[0]
 
     def decode_span_s(self, rows: int, context_tokens: int, growth: int, k: int) -> list[float]:
-        times = self.base.decode_span_s(rows, context_tokens, growth, k)
+        times = self._drifted(self.base.decode_span_s(rows, context_tokens, growth, k))
         return [t * f for t, f in zip(times, self._factors(k), strict=True)]
 
     def describe(self) -> dict[str, object]:
@@ -284,9 +427,17 @@ def _run_length(spells: SpellsConfig, slow: bool, rng: np.random.Generator) -> i
     return int(rng.geometric(min(1.0, spells.share / (spells.steps * (1.0 - spells.share)))))
 
 
-def with_jitter(base: CostModel, config: Any, streams: Streams, replica: int) -> CostModel:
+def with_jitter(
+    base: CostModel,
+    config: Any,
+    streams: Streams,
+    replica: int,
+    clock: Callable[[], float] | None = None,
+) -> CostModel:
     """*base* wrapped in its config's ``jitter`` (itself when there is none or it is
-    all zero), drawing from the stream ``jitter<replica>.<session>``."""
+    all zero), drawing from the stream ``jitter<replica>.<session>``; *clock*: the
+    simulated time now (s), which the wander runs on (without it, the time the
+    iterations have taken)."""
     jitter: JitterConfig | None = config.jitter
     if jitter is None or not jitter.active:
         return base
@@ -294,25 +445,43 @@ def with_jitter(base: CostModel, config: Any, streams: Streams, replica: int) ->
     if sigma == "fitted":
         sigma = fit_sigma(config)
     rng = streams.get(f"jitter{replica}.{jitter.session}")
-    spells = jitter.spells
-    if spells == "fitted":
-        spells = fit_spells(config)
-    chain = None
-    if spells is not None:
-        chain = (spells, streams.get(f"spells{replica}.{jitter.session}"))
-    return JitteredCost(base, jitter, rng, sigma, chain)
+    # the spells' chain and the wander's drift: each resolved, with its own stream
+    chain, drift = (
+        _with_stream(config, jitter, field, streams, replica) for field in FITTED_FROM_RUNS
+    )
+    return JitteredCost(base, jitter, rng, sigma, chain, drift, clock)
 
 
-def fit_spells(config: Any) -> SpellsConfig:
-    """The fitted slow spells of a ``profile`` cost *config* (``jitter.spells: fitted``)."""
-    noise = getattr(getattr(config, "fit", None), "noise", None)
-    spells = getattr(noise, "spells", None)
-    if not isinstance(spells, SpellsConfig):  # the configs refuse this when validated
+FITTED_FROM_RUNS = {
+    "spells": ("slow spells", SpellsConfig, "share, factor and steps"),
+    "wander": ("wander", WanderConfig, "sigma and seconds"),
+}
+"""The ``jitter`` fields only a fit on replayed runs gives: the words for them, the config
+the fit file's ``noise.<field>`` is, and what to give instead."""
+
+
+def fit_from_runs(config: Any, field: str) -> Any:
+    """The fitted ``noise.<field>`` (:data:`FITTED_FROM_RUNS`) of a ``profile`` cost
+    *config* (``jitter.<field>: fitted``); a one-line error without it."""
+    words, kind, _ = FITTED_FROM_RUNS[field]
+    found = getattr(getattr(getattr(config, "fit", None), "noise", None), field, None)
+    if not isinstance(found, kind):  # the configs refuse this when validated
         raise LyraError(
-            "cost.jitter.spells: got 'fitted', but the fit has no slow spells (fit on "
+            f"cost.jitter.{field}: got 'fitted', but the fit has no {words} (fit on "
             "replayed runs: calibrate --from-runs)"
         )
-    return spells  # a SpellsFit: the config and how many steps it was taken from
+    return found  # a SpellsFit or WanderFit: the config and what it was taken from
+
+
+def _with_stream(config: Any, jitter: JitterConfig, field: str, streams: Streams, replica: int
+                 ) -> tuple[Any, np.random.Generator] | None:  # fmt: skip
+    """``jitter.<field>`` (:data:`FITTED_FROM_RUNS`) resolved, with the stream it draws from
+    (``<field><replica>.<session>``); None when it is off."""
+    given = getattr(jitter, field)
+    if given is None:
+        return None
+    found = fit_from_runs(config, field) if given == "fitted" else given
+    return found, streams.get(f"{field}{replica}.{jitter.session}")
 
 
 def fit_sigma(config: Any) -> float:
@@ -331,11 +500,12 @@ def refuse_fitted_without_fit(jitter: JitterConfig | None, what: str) -> None:
             f"jitter.sigma: got 'fitted', but {what} has no fit file to take it from; "
             "give a number, or use a profile cost model"
         )
-    if jitter is not None and jitter.spells == "fitted":
-        raise ValueError(
-            f"jitter.spells: got 'fitted', but {what} has no fit file to take them from; "
-            "give share, factor and steps, or use a profile cost model"
-        )
+    for field, (_, _, instead) in FITTED_FROM_RUNS.items():
+        if jitter is not None and getattr(jitter, field) == "fitted":
+            raise ValueError(
+                f"jitter.{field}: got 'fitted', but {what} has no fit file to take it from; "
+                f"give {instead}, or use a profile cost model"
+            )
 
 
 def expected(cost: CostModel) -> CostModel:

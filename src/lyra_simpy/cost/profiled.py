@@ -45,7 +45,7 @@ from pydantic import (
 
 from lyra_simpy.config import Closed
 from lyra_simpy.cost.base import BatchShape, affine_span_s, verify_rows_tokens
-from lyra_simpy.cost.jitter import Jitter
+from lyra_simpy.cost.jitter import FITTED_FROM_RUNS, Jitter
 from lyra_simpy.cost.padding import Padder, Padding, check_padding
 from lyra_simpy.errors import LyraError
 from lyra_simpy.files import per_file_version
@@ -114,13 +114,14 @@ class ProfileCostConfig(Closed):
                 f"jitter.sigma: got 'fitted', but the fit {self.path!r} has no noise (fit "
                 "it again with lyra-simpy calibrate, or give sigma: x)"
             )
-        spells = self.jitter is not None and self.jitter.spells == "fitted"
-        if spells and (self._fit.noise is None or self._fit.noise.spells is None):
-            raise ValueError(
-                f"jitter.spells: got 'fitted', but the fit {self.path!r} has no slow spells "
-                "(fit on replayed runs with lyra-simpy calibrate --from-runs, or give share, "
-                "factor and steps)"
-            )
+        for field, (words, _, instead) in FITTED_FROM_RUNS.items():
+            fitted = self.jitter is not None and getattr(self.jitter, field) == "fitted"
+            if fitted and getattr(self._fit.noise, field, None) is None:
+                raise ValueError(
+                    f"jitter.{field}: got 'fitted', but the fit {self.path!r} has no {words} "
+                    "(fit on replayed runs with lyra-simpy calibrate --from-runs, or give "
+                    f"{instead})"
+                )
         return self
 
     @property

@@ -163,9 +163,18 @@ it), one profile a point (not retried until the host runs at its floor), and the
 runs gated on the profile's typical reference step instead of the floor."""
 
 
+WANDER_S = 60.0
+"""The profile's wander probe (``grid.wander_s``): a minute of full-batch decode steps,
+from which ``calibrate`` reads the host's drift over seconds for Table 1's band
+(``validation/llamacpp_noise.py --wander``, item 32). Its streams' outputs (the grid's
+default 512) and the regimes' shortest prompt fit every configuration's slot context
+(1 024 cells at ``-np 4``)."""
+
+
 def grid(flags: list[str], regime: dict[str, Any]) -> dict[str, Any]:
     """The profile grid for a server with *flags*, covering *regime*'s lengths
-    (with :data:`SPEED_REFERENCE`, its ``speed_reference``)."""
+    (with :data:`SPEED_REFERENCE`, its ``speed_reference``; :data:`WANDER_S` of the
+    wander probe)."""
     slots = int(flags[flags.index("-np") + 1])
     lo, hi = regime["input"]
     prompts = sorted({lo, (lo + hi) // 2, hi, 2 * hi})
@@ -182,6 +191,7 @@ def grid(flags: list[str], regime: dict[str, Any]) -> dict[str, Any]:
         "sliding_window": True,
         "repeats": 3,
         "extra_body": {"cache_prompt": False},
+        "wander_s": WANDER_S,
         **({"speed_reference": SPEED_REFERENCE} if SPEED_REFERENCE else {}),
     }
 

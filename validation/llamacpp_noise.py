@@ -12,8 +12,10 @@ value everywhere), simulates it under ``--draws`` noise draws
 target as stored (one noiseless run) and with the draws' median as the prediction, and
 how many real values lie inside the draws' band, and how wide the bands are (the median
 over the cells of their width over the real value), and how much the draws differ from
-one another against how much the real repeats do. ``--wander`` gives Tables 2 and 3 the
-host's wander their fits on runs found (``cost.jitter: {wander: fitted}``) instead.
+one another against how much the real repeats do. ``--wander`` gives each table the
+host's wander its fit found instead (``cost.jitter: {wander: fitted}``): Tables 2 and 3
+from their runs, Table 1 from the profile's wander probe where it has one (the matrix's
+profiles since item 32).
 
     PYTHONPATH=src python validation/llamacpp_noise.py [--draws 9] [--sigma X | --wander]
         [CFG/REGIME ...]
@@ -62,6 +64,12 @@ def score(table: list[dict[str, Any]], got: dict[str, dict[str, Any]]) -> tuple[
     return stored, moved, within
 
 
+def has_wander(scenario: Any) -> bool:
+    """Whether *scenario*'s cost model has a fit with the host's wander in it."""
+    noise = getattr(getattr(scenario.cost, "fit", None), "noise", None)
+    return getattr(noise, "wander", None) is not None
+
+
 def widths(table: list[dict[str, Any]], got: dict[str, dict[str, Any]]) -> list[float]:
     """Each cell's band width (high − low) over its real value, of one load's *table*:
     how wide a band holds what it holds."""
@@ -92,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="this sigma everywhere (default: each fit's, sigma: fitted)")  # fmt: skip
     ap.add_argument("--wander", action="store_true",
                     help="the host's wander the runs' fit found (wander: fitted) instead of "
-                    "sigma; Tables 2 and 3 only (a profile's fit has none)")  # fmt: skip
+                    "sigma; a table whose fit has none (a profile without the wander "
+                    "probe) is left out")  # fmt: skip
     args = ap.parse_args(argv)
     stored = OUT / "matrix.json"
     if not stored.is_file():
@@ -114,10 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         line = [f"{key:14s}"]
         for t, ((suffix, _), tables) in enumerate(zip(TABLES, tables_of(res), strict=True)):
             cells = [0, 0, 0, 0]
-            if args.wander and not suffix:
+            scenarios = {load: load_scenario(here / f"{load}{suffix}.yaml") for load in tables}
+            if args.wander and not all(map(has_wander, scenarios.values())):
+                line.append(f"T{t + 1} - (no wander in its fit)")
                 continue
             for load, table in tables.items():
-                scenario = load_scenario(here / f"{load}{suffix}.yaml")
+                scenario = scenarios[load]
                 got = band(scenario.with_values({"cost.jitter": jitter}), args.draws, METRICS)
                 for j, v in enumerate((*score(table, got), len(METRICS))):
                     cells[j] += v

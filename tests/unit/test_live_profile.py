@@ -379,3 +379,40 @@ def test_mixed_timing_steps_needs_llamacpp(tmp_path: Path) -> None:
     ):
         profile(srv.url, "openai", grid, tmp_path / "p.csv")
     assert not (tmp_path / "p.csv").exists()
+
+
+def test_the_wander_probe_times_every_decode_step_of_its_streams(tmp_path: Path) -> None:
+    # grid.wander_s: lock-step streams of wander_batch decoders, sent again until the
+    # time is up; each decode step a row (context: the prompt and the tokens out before it)
+    grid = GRID.model_copy(
+        update={"mixed_batch": [], "wander_s": 0.3, "wander_batch": 2, "wander_outputs": 12}
+    )
+    out = tmp_path / "p.csv"
+    with StreamServer(ttft_s=0.02, itl_s=0.01) as srv:
+        profile(srv.url, "openai", grid, out, "test box", "-np 4")
+        bodies = srv.received
+    probe = [b for b in bodies if b.get("n_predict", b.get("max_tokens")) == 12]
+    assert len(probe) >= 4
+    assert len(probe) % 2 == 0
+    steps = read_profile(out.with_suffix(".wander.csv"))
+    assert set(steps.phase.tolist()) == {"decode"}
+    assert set(steps.batch_size.tolist()) == {2}
+    assert steps.context_len.tolist()[:11] == list(range(9, 20))  # 8 prompt + j out
+    assert len(steps) == 11 * (len(probe) // 2)
+    assert all(5.0 < ms < 60.0 for ms in steps.latency_ms)  # the server's 10 ms a token
+    assert steps.passes is not None
+    assert set(steps.passes.tolist()) == {1}
+    lines = [line.split(",") for line in out.with_suffix(".wander.csv").read_text().splitlines()]
+    ends = [float(row[lines[0].index("end_s")]) for row in lines[1:]]
+    assert ends == sorted(ends)
+    assert ends[-1] >= 0.3
+    meta = yaml.safe_load(out.with_suffix(".yaml").read_text())
+    assert meta["wander_probe"] == {
+        "batch": 2, "context": 8, "outputs": 12, "seconds": 0.3, "steps": len(steps)
+    }  # fmt: skip
+    # off by default: no probe, no file
+    plain = tmp_path / "q.csv"
+    with StreamServer(ttft_s=0.01, itl_s=0.002) as srv:
+        profile(srv.url, "openai", GRID, plain, "test box", "-np 4")
+    assert not plain.with_suffix(".wander.csv").exists()
+    assert "wander_probe" not in yaml.safe_load(plain.with_suffix(".yaml").read_text())

@@ -113,6 +113,9 @@ def test_the_matrix_grid_asks_for_the_reference_only_when_told(
     grid = ProfileGrid.model_validate(matrix.grid(flags, regime))
     assert grid.speed_reference == "record"
     assert grid.speed_reference_context == 32  # the gate's lone request
+    # the wander probe, its streams inside a slot's context at -np 4 -c 4096
+    assert grid.wander_s == matrix.WANDER_S > 0
+    assert min(grid.decode_context) + grid.wander_outputs <= 4096 // 4
 
 
 def _gate_at_both_ends(

@@ -15,7 +15,7 @@ from lyra_simpy.calibration.fit import fit_profile
 from lyra_simpy.calibration.profiles import read_profile, write_profile
 from lyra_simpy.cli import main
 from lyra_simpy.cost.jitter import fit_sigma, fitted_sigma
-from lyra_simpy.errors import LyraError
+from lyra_simpy.errors import LyraError, TraceError
 from lyra_simpy.live.band import band, inside
 from lyra_simpy.live.compare import METRICS, compare, format_comparison
 from lyra_simpy.metrics.io import write_json
@@ -158,3 +158,48 @@ def test_band_widens_with_sigma_and_compare_says_inside(tmp_path, capsys):
     assert table["median_tpot_ms"]["inside"] is False
     assert table["p99_itl_ms"]["inside"] is None
     assert "n/a" in format_comparison(list(table.values()))
+
+
+def test_a_profiles_wander_probe_gives_the_fit_its_wander(tmp_path):
+    # PROFILE.wander.csv beside the profile: 10 minutes of 4-way decode steps under a
+    # drift of sigma 0.07 over 1.5 s; calibrate reads it against the fit's charge
+    import math
+    import shutil
+
+    from lyra_simpy.calibration.fit import predict_ms
+    from lyra_simpy.calibration.fitfile import calibrate, format_report
+
+    profile = tmp_path / "p.csv"
+    shutil.copy(DATA / "synthetic_profile.csv", profile)
+    plain = calibrate(profile)
+    assert plain.noise is not None
+    assert plain.noise.wander is None
+    rng = np.random.default_rng(4)
+    n, step_s, tau = 20_000, 0.03, 1.5
+    a = math.exp(-step_s / tau)
+    x = np.empty(n)
+    x[0] = 0.07 * rng.standard_normal()
+    for i in range(1, n):
+        x[i] = x[i - 1] * a + 0.07 * math.sqrt(1 - a * a) * rng.standard_normal()
+    context = 64 + np.arange(n) % 500
+    rows = [f"decode,4,0,{c},1.0,{(i + 1) * step_s:.3f}" for i, c in enumerate(context)]
+    head = "phase,batch_size,input_tokens,context_len,latency_ms,end_s"
+    steps_csv = tmp_path / "p.wander.csv"
+    steps_csv.write_text("\n".join([head, *rows]) + "\n")
+    charged = predict_ms(plain, read_profile(steps_csv))
+    times = charged * np.exp(x)
+    rows = [f"decode,4,0,{c},{ms:.5f},{(i + 1) * step_s:.3f}"
+            for i, (c, ms) in enumerate(zip(context, times, strict=True))]  # fmt: skip
+    steps_csv.write_text("\n".join([head, *rows]) + "\n")
+    fit = calibrate(profile)
+    wander = fit.noise.wander
+    assert wander is not None
+    assert wander.source == "profile"
+    assert wander.sigma == pytest.approx(0.07, rel=0.2)
+    assert wander.seconds == pytest.approx(1.5, rel=0.5)
+    assert fit.coefficients == plain.coefficients  # the probe is not fitted
+    assert "wander probe steps' autocovariance" in format_report(fit)
+    # a bad end_s is one line naming it
+    steps_csv.write_text(head + "\ndecode,4,0,64,1.0,soon\n")
+    with pytest.raises(TraceError, match=r"p.wander.csv: row 2: end_s: got 'soon'"):
+        calibrate(profile)

@@ -232,12 +232,15 @@ class SpellsFit(SpellsConfig):
 
 
 class WanderFit(WanderConfig):
-    """The host's wander seen in replayed runs (``sigma``, ``seconds`` as
-    :func:`lyra_simpy.cost.jitter.fitted_wander` finds them), for ``cost.jitter.wander:
-    fitted``."""
+    """The host's wander seen in replayed runs or in a profile's wander probe (``sigma``,
+    ``seconds`` as :func:`lyra_simpy.cost.jitter.fitted_wander` finds them), for
+    ``cost.jitter.wander: fitted``."""
 
     pairs: int
-    """Pairs of rebuilt decode-only steps its autocovariance was read from."""
+    """Pairs of decode steps its autocovariance was read from."""
+    source: Literal["runs", "profile"] = "runs"
+    """Where the steps came from: rebuilt from replayed runs, or the profile's wander
+    probe (``PROFILE.wander.csv``; a fit on runs and a profile takes the runs')."""
 
 
 class NoiseFit(_Closed):
@@ -252,8 +255,8 @@ class NoiseFit(_Closed):
     """Slow spells (a fit on replayed runs only; None otherwise or when no step was in
     one)."""
     wander: WanderFit | None = None
-    """The host's wander over seconds (a fit on replayed runs only; None otherwise or
-    when the runs' steps show none)."""
+    """The host's wander over seconds (from replayed runs, else the profile's wander
+    probe; None without either or when their steps show none)."""
 
 
 class ProfileFit(_Closed):
@@ -440,7 +443,7 @@ def fit_profile(profile: Profile, loss: Loss = "nnls") -> ProfileFit:
     x = design_matrix(profile)
     coef, unmeasured = fit_coefficients(x, profile.latency_ms, loss)
     predicted = rowwise_dot(x, coef)
-    return ProfileFit(
+    fit = ProfileFit(
         method=METHODS[loss],
         coefficients=coefficients_of(coef),
         profile=ProfileSource(
@@ -456,6 +459,31 @@ def fit_profile(profile: Profile, loss: Loss = "nnls") -> ProfileFit:
         attention="n_kv" if profile.attention_cells is not None else "own",
         decode_batch_residual_ms=decode_residuals(profile, predicted),
     )
+    return with_profile_wander(fit, profile)
+
+
+def with_profile_wander(fit: ProfileFit, profile: Profile | None) -> ProfileFit:
+    """*fit* with the host's wander of *profile*'s wander probe (``PROFILE.wander.csv``,
+    :func:`~lyra_simpy.calibration.profiles.read_wander`) where it has one and *fit* has
+    noise but no wander yet: the probe's steps over what *fit* charges them,
+    :func:`~lyra_simpy.cost.jitter.fitted_wander`."""
+    from lyra_simpy.calibration.profiles import read_wander
+    from lyra_simpy.cost.jitter import fitted_wander
+
+    if profile is None or fit.noise is None or fit.noise.wander is not None:
+        return fit
+    probe = read_wander(profile.path)
+    if probe is None:
+        return fit
+    steps, ends = probe
+    predicted = predict_ms(fit, steps)
+    if not (predicted > 0).all():
+        return fit
+    got = fitted_wander([(ends, steps.latency_ms / predicted)])
+    if got is None:
+        return fit
+    wander = WanderFit(**got[0].model_dump(), pairs=got[1], source="profile")
+    return fit.model_copy(update={"noise": fit.noise.model_copy(update={"wander": wander})})
 
 
 def coefficients_of(coef: Floats) -> Coefficients:

@@ -114,6 +114,10 @@ LOSS_WORDS = {
 }
 
 
+WANDER_FROM = {"runs": "the runs' decode steps", "profile": "the profile's wander probe steps"}
+"""How the report names where the wander was read (``WanderFit.source``)."""
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
@@ -186,7 +190,8 @@ def format_report(fit: ProfileFit, profile_label: str | None = None) -> str:
     if wander is not None:
         lines.append(
             f"the host's wander (cost.jitter.wander: fitted): sigma {wander.sigma:.3g} over "
-            f"{wander.seconds:.3g} s (decode steps' autocovariance, {wander.pairs} pairs)"
+            f"{wander.seconds:.3g} s ({WANDER_FROM[wander.source]}' autocovariance, "
+            f"{wander.pairs} pairs)"
         )
     if fit.fit.unmeasured_terms:
         lines.append(

@@ -39,6 +39,7 @@ from lyra_simpy.calibration.fit import (
     noise_fit,
     report,
     rowwise_dot,
+    with_profile_wander,
 )
 from lyra_simpy.calibration.profiles import Profile, read_profile
 from lyra_simpy.calibration.runs import StepRebuild, steps_of_runs
@@ -143,7 +144,7 @@ def fit_runs(
             rows=len(profile),
             metadata_path=rel(meta) if meta is not None else None,
         )
-    return ProfileFit(
+    fit = ProfileFit(
         method=METHODS[loss],
         coefficients=coefficients_of(coef),
         profile=source,
@@ -164,6 +165,7 @@ def fit_runs(
         decode_batch_residual_ms=decode_residuals(rows, predicted),
         attention="n_kv" if steps.llamacpp else "own",
     )
+    return with_profile_wander(fit, profile)  # where the runs show none
 
 
 def _with_spells(noise: NoiseFit | None, steps: Steps, predicted: npt.NDArray[np.float64]

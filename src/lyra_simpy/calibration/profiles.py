@@ -229,6 +229,37 @@ _LOW = {
 }
 
 
+WANDER_SUFFIX = ".wander.csv"
+"""The wander probe's steps beside a profile CSV (``grid.wander_s`` of ``lyra-simpy
+profile``): ``PROFILE.wander.csv``."""
+
+
+def read_wander(path: Path) -> tuple[Profile, npt.NDArray[np.float64]] | None:
+    """The wander probe's steps beside the profile CSV at *path* (:data:`WANDER_SUFFIX`),
+    read as profile rows, and each one's ``end_s``; None when the profile has none."""
+    steps_path = path.with_suffix(WANDER_SUFFIX)
+    if not steps_path.is_file():
+        return None
+    rows = read_profile(steps_path)
+    with steps_path.open(newline="") as fh:
+        reader = csv.reader(fh)
+        header = [h.strip() for h in next(reader)]
+        if "end_s" not in header:
+            raise TraceError(f"{steps_path}: header: missing column end_s (the wander probe's)")
+        at = header.index("end_s")
+        ends = []
+        for line, row in enumerate(reader, start=2):
+            if not row or all(not cell.strip() for cell in row):
+                continue
+            try:
+                ends.append(float(row[at]))
+            except ValueError:
+                raise TraceError(
+                    f"{steps_path}: row {line}: end_s: got {row[at]!r}, must be a number (s)"
+                ) from None
+    return rows, np.asarray(ends, dtype=np.float64)
+
+
 def write_profile(path: Path, rows: list[dict[str, Any]], extra: tuple[str, ...] = ()) -> None:
     """Write *rows* (mappings with the contract's columns and *extra* ones) as a profile CSV."""
     with path.open("w", newline="") as fh:

@@ -202,6 +202,15 @@ class Prober:
         mean = lockstep_step_ms(outs, gap)
         return gap, mean, statistics.mean(engine) if engine else float("nan")
 
+    async def decode_steps(self, b: int, ctx: int, n_out: int, t0: float) -> list[float]:
+        """*b* requests of *ctx* prompt tokens and *n_out* outputs decoding in lock-step
+        (slots 0..b−1): when each step that emitted a token ended, s from *t0* — the
+        median over the streams of their *k*-th chunk, up to the shortest stream's last.
+        The first ends the prompts' step; each one after it, a decode step."""
+        outs = await asyncio.gather(*(self._send(ctx, n_out, t0, slot=k) for k in range(b)))
+        n = min(len(o.chunk_s) for o in outs)
+        return [float(statistics.median(o.chunk_s[k] for o in outs)) for k in range(n)]
+
     async def mixed(
         self, b: int, p: int, ctx: int, steps: int = 0
     ) -> tuple[float, int, list[float]]:

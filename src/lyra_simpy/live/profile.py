@@ -43,6 +43,13 @@ as the host at its typical speed (:class:`~lyra_simpy.live.profile_grid.ProfileG
 says when that holds); the unscaled median and the row's speed factor are kept
 (``raw_latency_ms``, ``speed_factor``).
 
+With ``grid.wander_s`` the grid is followed by that long of lock-step decode streams
+(``grid.wander_batch`` decoders), every decode step of them a row of ``x.wander.csv``
+(the contract's columns, llama.cpp's count columns, and ``end_s``: when it ended, s from
+the probe's start) and the metadata's ``wander_probe``; ``lyra-simpy calibrate`` reads the
+host's drift over seconds from it (:func:`~lyra_simpy.calibration.fit.with_profile_wander`),
+which rows that are medians of short probes cannot show.
+
 The metadata YAML beside the CSV says engine, version, model, hardware, flags, date and
 which timing each phase used (``timing_source``).
 
@@ -90,6 +97,7 @@ import os
 import platform
 import secrets
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +251,18 @@ def profile(
 
     beside: list[list[float]] = [[] for _ in plan]
     """Each measurement's speed reference (``grid.speed_reference``), ms."""
+    wander: list[tuple[float, float, int]] = []
+    """The wander probe's decode steps (``grid.wander_s``): (end, s from its start;
+    latency, ms; context per sequence)."""
+    wander_batch = grid.wander_batch or max(grid.decode_batch)
+    wander_context = min(grid.decode_context)
+
+    async def measure_wander() -> None:
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < grid.wander_s:
+            ends = await prober.decode_steps(wander_batch, wander_context, grid.wander_outputs, t0)
+            for j in range(1, len(ends)):  # decode step j: j tokens out before it ends
+                wander.append((ends[j], (ends[j] - ends[j - 1]) * 1000.0, wander_context + j))
 
     async def measure() -> None:
         await prober.prefill(8)  # warm-up
@@ -266,6 +286,8 @@ def profile(
                     lat, ctx, gaps = await prober.mixed(b, n, arg, steps_of(b, n))
                     got[k].append((lat, float(ctx), nan, nan))
                     step_ms[k].append(gaps)
+        if grid.wander_s > 0:
+            await measure_wander()
 
     asyncio.run(measure())
     speed = _speed_reference(grid, beside) if grid.speed_reference != "off" else None
@@ -373,6 +395,28 @@ def profile(
             tmp.write_text("\n".join(lines) + "\n")
 
         atomic_write(out.with_suffix(".speed.csv"), write_pairs)
+    if wander:
+        meta["wander_probe"] = {
+            "batch": wander_batch,
+            "context": wander_context,
+            "outputs": grid.wander_outputs,
+            "seconds": grid.wander_s,
+            "steps": len(wander),
+        }
+
+        def write_wander(tmp: Path) -> None:
+            head = "phase,batch_size,input_tokens,context_len,latency_ms,end_s"
+            head += "," + ",".join(COUNT_COLUMNS) if llama is not None else ""
+            lines = [head]
+            for end, ms, ctx in wander:
+                line = f"decode,{wander_batch},0,{ctx},{ms:.4f},{end:.6f}"
+                if llama is not None:
+                    counts_row = row_counts(llama, "decode", wander_batch, 0, ctx)
+                    line += "," + ",".join(map(str, counts_row))
+                lines.append(line)
+            tmp.write_text("\n".join(lines) + "\n")
+
+        atomic_write(out.with_suffix(".wander.csv"), write_wander)
     atomic_write(
         out.with_suffix(".yaml"), lambda tmp: tmp.write_text(yaml.safe_dump(meta, sort_keys=False))
     )

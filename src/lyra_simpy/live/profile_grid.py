@@ -6,7 +6,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+)
 
 from lyra_simpy.errors import TraceError, from_validation_error
 from lyra_simpy.live.workload import TokenIds
@@ -79,6 +86,21 @@ class ProfileGrid(BaseModel):
     by default: it adds a lone decode to every measurement."""
     speed_reference_context: PositiveInt = 32
     """The reference request's prompt (tokens): the speed gate's lone request."""
+    wander_s: NonNegativeFloat = 0.0
+    """After the grid, this long (s) of lock-step decode streams timed step by step, for
+    the host's wander (``cost.jitter.wander``): ``wander_batch`` requests of the smallest
+    ``decode_context`` prompt and ``wander_outputs`` outputs each, sent again until the
+    time is up; every step goes to ``PROFILE.wander.csv`` (a decode row each, as the
+    grid's, and its ``end_s``), from which ``lyra-simpy calibrate`` fits the drift of
+    the steps against the fit (``noise.wander``). The grid's rows are medians of short
+    probes and cannot show a drift over seconds; a minute of steps of one shape does.
+    0 (default): off."""
+    wander_batch: PositiveInt | None = None
+    """The wander probe's decoders (None: the largest ``decode_batch``, the steps a busy
+    server runs)."""
+    wander_outputs: PositiveInt = 512
+    """Each wander stream's outputs: its steps between two prompts (a prompt's step is
+    not a decode row and is left out). Prompt and outputs must fit a slot's context."""
     timeout_s: PositiveFloat = 120.0
     fragmented_decode_batch: list[PositiveInt] = [2]
     """llama.cpp with per-slot KV: decode batches measured again in every other slot

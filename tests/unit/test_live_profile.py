@@ -416,3 +416,25 @@ def test_the_wander_probe_times_every_decode_step_of_its_streams(tmp_path: Path)
         profile(srv.url, "openai", GRID, plain, "test box", "-np 4")
     assert not plain.with_suffix(".wander.csv").exists()
     assert "wander_probe" not in yaml.safe_load(plain.with_suffix(".yaml").read_text())
+
+
+def test_the_wander_steps_are_read_on_the_stream_whose_prompt_came_last() -> None:
+    # two streams, 10 ms a step: the first's prompt ran a step before the second's, and
+    # it ends a step earlier; the steps are the second's, from its first token to the
+    # step the first ended in
+    import asyncio
+
+    from lyra_simpy.live.client import Outcome
+    from lyra_simpy.live.prober import Prober
+
+    early = Outcome(sent_s=0.0, chunk_s=[0.050 + 0.010 * k for k in range(8)])  # to 0.120
+    late = Outcome(sent_s=0.0, chunk_s=[0.0602 + 0.010 * k for k in range(9)])  # to 0.1402
+    prober = Prober.__new__(Prober)
+    outs = iter([early, late])
+
+    async def send(*args: object, **kwargs: object) -> Outcome:
+        return next(outs)
+
+    prober._send = send  # type: ignore[method-assign]
+    ends = asyncio.run(prober.decode_steps(2, 8, 9, 0.0))
+    assert ends == pytest.approx([0.0602 + 0.010 * k for k in range(7)])

@@ -204,12 +204,18 @@ class Prober:
 
     async def decode_steps(self, b: int, ctx: int, n_out: int, t0: float) -> list[float]:
         """*b* requests of *ctx* prompt tokens and *n_out* outputs decoding in lock-step
-        (slots 0..b−1): when each step that emitted a token ended, s from *t0* — the
-        median over the streams of their *k*-th chunk, up to the shortest stream's last.
-        The first ends the prompts' step; each one after it, a decode step."""
+        (slots 0..b−1): when each step that emitted a token ended, s from *t0*, read on
+        the stream whose first token came last — from that token on every stream decodes
+        (with per-slot KV or context checkpoints the prompts can take steps of their own,
+        so the streams' first tokens need not share a step) — up to the step the first
+        stream ended in. The first ends a prompt's step; each one after it, a decode step of *b*."""
         outs = await asyncio.gather(*(self._send(ctx, n_out, t0, slot=k) for k in range(b)))
-        n = min(len(o.chunk_s) for o in outs)
-        return [float(statistics.median(o.chunk_s[k] for o in outs)) for k in range(n)]
+        last = max(outs, key=lambda o: o.chunk_s[0])
+        # the step the first stream ended in: its last chunk, give or take half a step
+        # (one step's chunks reach the client a little apart)
+        half = float(np.median(np.diff(last.chunk_s))) / 2 if len(last.chunk_s) > 1 else 0.0
+        end = min(o.chunk_s[-1] for o in outs) + half
+        return [float(t) for t in last.chunk_s if t <= end]
 
     async def mixed(
         self, b: int, p: int, ctx: int, steps: int = 0

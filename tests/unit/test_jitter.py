@@ -172,7 +172,7 @@ def test_spells_with_share_zero_never_slow_a_step():
 
 
 def test_fitted_spells_count_share_factor_and_length():
-    from lyra_simpy.cost.jitter import fitted_spells
+    from lyra_simpy.cost.hostnoise import fitted_spells
 
     # two runs: at the fit (1.0) but for a spell of 3 steps at 1.8 and one of 1 at 2.0
     one = np.array([1.0, 1.0, 1.8, 1.8, 1.8, 1.0, 1.0, 1.0])
@@ -272,7 +272,7 @@ def ou_series(rng: np.random.Generator, seconds: float, sigma: float, tau: float
 
 
 def test_fitted_wander_recovers_the_drift_under_independent_noise_and_spells():
-    from lyra_simpy.cost.jitter import fitted_wander
+    from lyra_simpy.cost.hostnoise import fitted_wander
 
     rng = np.random.default_rng(11)
     runs = []

@@ -436,5 +436,5 @@ def test_the_wander_steps_are_read_on_the_stream_whose_prompt_came_last() -> Non
         return next(outs)
 
     prober._send = send  # type: ignore[method-assign]
-    ends = asyncio.run(prober.decode_steps(2, 8, 9, 0.0))
+    ends = asyncio.run(prober.lockstep_ends(2, 8, 9, 0.0))
     assert ends == pytest.approx([0.0602 + 0.010 * k for k in range(7)])

@@ -14,7 +14,8 @@ from lyra_simpy import ScenarioError, scenario_from_dict, simulate
 from lyra_simpy.calibration.fit import fit_profile
 from lyra_simpy.calibration.profiles import read_profile, write_profile
 from lyra_simpy.cli import main
-from lyra_simpy.cost.jitter import fit_sigma, fitted_sigma
+from lyra_simpy.cost.hostnoise import fitted_sigma
+from lyra_simpy.cost.jitter import fit_sigma
 from lyra_simpy.errors import LyraError, TraceError
 from lyra_simpy.live.band import band, inside
 from lyra_simpy.live.compare import METRICS, compare, format_comparison

@@ -95,9 +95,10 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import ConfigDict, Field, NonNegativeFloat
 
-from lyra_simpy.calibration.profiles import PHASES, Profile
+from lyra_simpy.calibration.noisefit import NoiseFit, WanderFit, noise_fit
+from lyra_simpy.calibration.profiles import PHASES, Profile, read_wander
 from lyra_simpy.config import Closed
-from lyra_simpy.cost.jitter import SpellsConfig, WanderConfig
+from lyra_simpy.cost.hostnoise import fitted_wander
 
 TERMS = (
     "fixed_ms",
@@ -220,43 +221,6 @@ class RunsSource(_Closed):
     approximated_requests: int = 0
     """Requests whose stream held fewer chunks than tokens (counted by ``usage``): taken
     at one token a chunk, so the steps in which they decoded silently miss them."""
-
-
-class SpellsFit(SpellsConfig):
-    """Slow spells of the host seen in replayed runs (``share``, ``factor``, ``steps`` as
-    :func:`lyra_simpy.cost.jitter.fitted_spells` finds them), for ``cost.jitter.spells:
-    fitted``."""
-
-    decode_steps: int
-    """Rebuilt decode-only steps they were taken from."""
-
-
-class WanderFit(WanderConfig):
-    """The host's wander seen in replayed runs or in a profile's wander probe (``sigma``,
-    ``seconds`` as :func:`lyra_simpy.cost.jitter.fitted_wander` finds them), for
-    ``cost.jitter.wander: fitted``."""
-
-    pairs: int
-    """Pairs of decode steps its autocovariance was read from."""
-    source: Literal["runs", "profile"] = "runs"
-    """Where the steps came from: rebuilt from replayed runs, or the profile's wander
-    probe (``PROFILE.wander.csv``; a fit on runs and a profile takes the runs')."""
-
-
-class NoiseFit(_Closed):
-    """The spread of the fit's residuals, for ``cost.jitter: fitted``
-    (:mod:`lyra_simpy.cost.jitter`)."""
-
-    sigma: float
-    """1.4826 × the median absolute deviation of ln(measured / fitted) over the rows."""
-    rows: int
-    """Rows (profile rows and rebuilt steps) it was taken over."""
-    spells: SpellsFit | None = None
-    """Slow spells (a fit on replayed runs only; None otherwise or when no step was in
-    one)."""
-    wander: WanderFit | None = None
-    """The host's wander over seconds (from replayed runs, else the profile's wander
-    probe; None without either or when their steps show none)."""
 
 
 class ProfileFit(_Closed):
@@ -466,10 +430,7 @@ def with_profile_wander(fit: ProfileFit, profile: Profile | None) -> ProfileFit:
     """*fit* with the host's wander of *profile*'s wander probe (``PROFILE.wander.csv``,
     :func:`~lyra_simpy.calibration.profiles.read_wander`) where it has one and *fit* has
     noise but no wander yet: the probe's steps over what *fit* charges them,
-    :func:`~lyra_simpy.cost.jitter.fitted_wander`."""
-    from lyra_simpy.calibration.profiles import read_wander
-    from lyra_simpy.cost.jitter import fitted_wander
-
+    :func:`~lyra_simpy.cost.hostnoise.fitted_wander`."""
     if profile is None or fit.noise is None or fit.noise.wander is not None:
         return fit
     probe = read_wander(profile.path)
@@ -490,15 +451,6 @@ def coefficients_of(coef: Floats) -> Coefficients:
     """:class:`Coefficients` of a fitted vector (the base terms, then the llama.cpp terms
     when the design matrix had their columns)."""
     return Coefficients(**dict(zip(ALL_TERMS, coef.tolist(), strict=False)))
-
-
-def noise_fit(measured_ms: Floats, predicted_ms: Floats) -> NoiseFit | None:
-    """:class:`NoiseFit` of the rows (None where a prediction is 0: no ratio)."""
-    from lyra_simpy.cost.jitter import fitted_sigma
-
-    if not len(measured_ms) or not (predicted_ms > 0).all():
-        return None
-    return NoiseFit(sigma=fitted_sigma(measured_ms, predicted_ms), rows=len(measured_ms))
 
 
 def decode_residuals(profile: Any, predicted: Floats) -> dict[int, float]:

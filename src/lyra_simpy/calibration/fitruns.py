@@ -25,21 +25,23 @@ from lyra_simpy.calibration.fit import (
     ALL_TERMS,
     METHODS,
     Loss,
-    NoiseFit,
     ProfileFit,
     ProfileSource,
     RunsSource,
-    SpellsFit,
-    WanderFit,
     _grid,
     coefficients_of,
     decode_residuals,
     design_matrix,
     fit_coefficients,
-    noise_fit,
     report,
     rowwise_dot,
     with_profile_wander,
+)
+from lyra_simpy.calibration.noisefit import (
+    NoiseFit,
+    SpellsFit,
+    WanderFit,
+    noise_fit,
 )
 from lyra_simpy.calibration.profiles import Profile, read_profile
 from lyra_simpy.calibration.runs import StepRebuild, steps_of_runs
@@ -171,12 +173,12 @@ def fit_runs(
 def _with_spells(noise: NoiseFit | None, steps: Steps, predicted: npt.NDArray[np.float64]
                  ) -> NoiseFit | None:  # fmt: skip
     """*noise* with the slow spells and the wander of the rebuilt decode-only steps, each
-    run's in its order (:func:`~lyra_simpy.cost.jitter.fitted_spells`,
-    :func:`~lyra_simpy.cost.jitter.fitted_wander`); *predicted*: every row's fitted
+    run's in its order (:func:`~lyra_simpy.cost.hostnoise.fitted_spells`,
+    :func:`~lyra_simpy.cost.hostnoise.fitted_wander`); *predicted*: every row's fitted
     time, the steps' last."""
     if noise is None:
         return None
-    from lyra_simpy.cost.jitter import fitted_spells, fitted_wander
+    from lyra_simpy.cost.hostnoise import fitted_spells, fitted_wander
 
     ratio = steps.latency_ms / predicted[len(predicted) - len(steps) :]
     decode = steps.prefill_seqs == 0

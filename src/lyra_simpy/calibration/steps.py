@@ -51,7 +51,7 @@ class Steps:
     end_s: Floats
     """When it ended, on its run's clock (the replay's ``arrival_s`` and token times, s):
     the steps' order in time, which the host's wander is read from
-    (:func:`~lyra_simpy.cost.jitter.fitted_wander`)."""
+    (:func:`~lyra_simpy.cost.hostnoise.fitted_wander`)."""
     dropped: int = 0
     """Steps found but left out: begun idle under ``idle_start: drop``, or the first of
     a run without a prompt in it (no known start)."""

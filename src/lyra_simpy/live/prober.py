@@ -202,7 +202,7 @@ class Prober:
         mean = lockstep_step_ms(outs, gap)
         return gap, mean, statistics.mean(engine) if engine else float("nan")
 
-    async def decode_steps(self, b: int, ctx: int, n_out: int, t0: float) -> list[float]:
+    async def lockstep_ends(self, b: int, ctx: int, n_out: int, t0: float) -> list[float]:
         """*b* requests of *ctx* prompt tokens and *n_out* outputs decoding in lock-step
         (slots 0..b−1): when each step that emitted a token ended, s from *t0*, read on
         the stream whose first token came last — from that token on every stream decodes

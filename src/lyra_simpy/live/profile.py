@@ -260,7 +260,7 @@ def profile(
     async def measure_wander() -> None:
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < grid.wander_s:
-            ends = await prober.decode_steps(wander_batch, wander_context, grid.wander_outputs, t0)
+            ends = await prober.lockstep_ends(wander_batch, wander_context, grid.wander_outputs, t0)
             for j in range(1, len(ends)):  # decode step j: j tokens out before it ends
                 wander.append((ends[j], (ends[j] - ends[j - 1]) * 1000.0, wander_context + j))
 

@@ -50,6 +50,8 @@ class StreamServer:
         props: bool = True,
         path_s: float = 0.0,
         timings: bool = False,
+        wake_s: float = 0.0,
+        wake_after_s: float = 0.1,
     ):
         self.ttft_s = ttft_s
         self.itl_s = itl_s
@@ -62,6 +64,11 @@ class StreamServer:
         self.path_s = path_s
         self.timings = timings
         """Give llama.cpp's ``timings`` (``prompt_ms``: *ttft_s*) with the last chunk."""
+        self.wake_s, self.wake_after_s = wake_s, wake_after_s
+        """A request that finds the server idle *wake_after_s* or more (since the last
+        one ended) takes *wake_s* longer to its first token (an engine's wake)."""
+        self._last_end = time.perf_counter()
+        self._busy = 0
         self.prefills: list[float] = []
         """The engine prefill time of each finished request (``/metrics``)."""
         self.faults: dict[int, str] = {}
@@ -169,12 +176,27 @@ class StreamServer:
 
         time.sleep(self.path_s)
         scale = self.slow_factor if fault == "slow" else 1.0
-        time.sleep(self.ttft_s * scale + (self.slow_first_s if fault == "slow_first" else 0.0))
+        with self._lock:
+            idle = not self._busy and time.perf_counter() - self._last_end >= self.wake_after_s
+            self._busy += 1
+        wake = self.wake_s if idle else 0.0
+        try:
+            self._stream(h, event, body, fault, sglang, prompt, n, scale, wake)
+        finally:
+            with self._lock:
+                self._busy -= 1
+                self._last_end = time.perf_counter()
+
+    def _stream(self, h: BaseHTTPRequestHandler, event: Any, body: dict[str, Any],
+                fault: str | None, sglang: bool, prompt: list[Any], n: int, scale: float,
+                wake: float) -> None:  # fmt: skip
+        first = self.ttft_s * scale + wake
+        time.sleep(first + (self.slow_first_s if fault == "slow_first" else 0.0))
         try:
             if sglang:
                 self._sglang_events(event, fault, len(prompt), n, h)
             else:
-                self._openai_events(event, fault, body, len(prompt), n, h, scale)
+                self._openai_events(event, fault, body, len(prompt), n, h, scale, first)
         except _DroppedError:
             return
         with self._lock:
@@ -216,6 +238,7 @@ class StreamServer:
         n: int,
         h: BaseHTTPRequestHandler,
         scale: float = 1.0,
+        first: float | None = None,
     ) -> None:
         vllm = self.style == "vllm"
         with_ids = bool(body.get("return_token_ids")) and vllm
@@ -237,7 +260,8 @@ class StreamServer:
                 choice["token_ids"] = "7" if fault == "bad_ids" else [7] * k
             chunk: dict[str, Any] = {"choices": [choice]}
             if self.timings and i + k >= n:
-                chunk["timings"] = {"prompt_ms": self.ttft_s * scale * 1000.0}
+                first_s = self.ttft_s * scale if first is None else first
+                chunk["timings"] = {"prompt_ms": first_s * 1000.0}
             if vllm:
                 chunk["usage"] = None
             event(json.dumps(chunk))

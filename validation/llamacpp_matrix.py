@@ -149,8 +149,20 @@ def scenario(name: str, flags: list[str], regime: dict[str, Any], quick: bool, f
         # Gemma 3 has sliding-window layers (llama.cpp checkpoints its prompts) and a
         # 32768-token training context; cache_prompt: false is what the replay sends
         "scheduler": {"name": "llamacpp", "sliding_window": True, "cache_prompt": False},
-        "cost": {"name": "profile", "path": fit, "decode_table": True},
+        "cost": {
+            "name": "profile",
+            "path": fit,
+            "decode_table": True,
+            **({"wake": "fitted"} if _has_wake(fit) else {}),
+        },
     }
+
+
+def _has_wake(fit: str) -> bool:
+    """The fit file at *fit* holds the profile's wake after idle (``grid.wake_gaps_s``,
+    :data:`WAKE_GAPS_S`; item 33): Table 1 charges it (``cost.wake: fitted``)."""
+    path = Path(fit)
+    return path.is_file() and bool((yaml.safe_load(path.read_text()) or {}).get("wake"))
 
 
 GATE_AFTER = 0
@@ -171,10 +183,19 @@ default 512) and the regimes' shortest prompt fit every configuration's slot con
 (1 024 cells at ``-np 4``)."""
 
 
+WAKE_GAPS_S = [0.1, 0.3, 1.0, 3.0]
+"""The profile's wake probe (``grid.wake_gaps_s``): lone prompts of the regime's
+shortest length after these idle times and back to back, 8 rounds, from which
+``calibrate`` reads the engine's wake after idle that Table 1 charges (``cost.wake:
+fitted``, item 33): the real runs' lone prompts after ≥ 0.3 s of idle took 12–17 ms
+more than their probes (``validation/llamacpp_idle.py``, item 32's set). The gaps span
+the runs' idle times at the lightest load; about 45 s a profile."""
+
+
 def grid(flags: list[str], regime: dict[str, Any]) -> dict[str, Any]:
     """The profile grid for a server with *flags*, covering *regime*'s lengths
     (with :data:`SPEED_REFERENCE`, its ``speed_reference``; :data:`WANDER_S` of the
-    wander probe)."""
+    wander probe, :data:`WAKE_GAPS_S` of the wake probe)."""
     slots = int(flags[flags.index("-np") + 1])
     lo, hi = regime["input"]
     prompts = sorted({lo, (lo + hi) // 2, hi, 2 * hi})
@@ -192,6 +213,7 @@ def grid(flags: list[str], regime: dict[str, Any]) -> dict[str, Any]:
         "repeats": 3,
         "extra_body": {"cache_prompt": False},
         "wander_s": WANDER_S,
+        "wake_gaps_s": WAKE_GAPS_S,
         **({"speed_reference": SPEED_REFERENCE} if SPEED_REFERENCE else {}),
     }
 
@@ -435,6 +457,7 @@ def from_runs(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int
         # a step rebuilt from an idle start begins at the send: its fit holds the path
         raw["workload"].pop("request_path_ms")
         raw["workload"].pop("request_path_cpu_share")
+        raw["cost"].pop("wake", None)  # (as the path: the runs' steps hold what they saw)
         if found is not None:  # the host's slow spells of the runs (calibration.md §8)
             raw["cost"]["jitter"] = {"spells": "fitted"}
         path = here / f"{load}{suffix}.yaml"

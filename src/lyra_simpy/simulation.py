@@ -25,6 +25,7 @@ from lyra_simpy.cluster.lifecycle import Fleet, state_summary
 from lyra_simpy.cluster.routing import ROUTERS, RoundRobinConfig
 from lyra_simpy.cost import COST_MODELS, CostModel
 from lyra_simpy.cost.jitter import expected, with_jitter
+from lyra_simpy.cost.wake import resolved_wake
 from lyra_simpy.engine.kv import BlockPool
 from lyra_simpy.engine.replica import Policies, Replica, Rules
 from lyra_simpy.engine.request import RECORD_FIELDS, RejectReason, Request
@@ -165,7 +166,11 @@ def _build_replica(
     if scenario.speculative is not None:
         speculator = Speculator(scenario.speculative, streams.get(f"speculative{i}"))
     policies = Policies(scheduler, cost, _admission(scenario, spec, exact), cache, speculator)
-    rules = Rules(fuse, scenario.simulation.until_s, strict_horizon, arrival_cost_s)
+    wake = resolved_wake(spec.cost)
+    rules = Rules(
+        fuse, scenario.simulation.until_s, strict_horizon, arrival_cost_s,
+        wake.after_s if wake else 0.0, wake.ms / 1000.0 if wake else 0.0,
+    )  # fmt: skip
     return Replica(env, i, policies, kv, source, collector, rules, handoff)
 
 

@@ -116,6 +116,9 @@ def test_the_matrix_grid_asks_for_the_reference_only_when_told(
     # the wander probe, its streams inside a slot's context at -np 4 -c 4096
     assert grid.wander_s == matrix.WANDER_S > 0
     assert min(grid.decode_context) + grid.wander_outputs <= 4096 // 4
+    # the wake probe: idle gaps spanning the 0.3 s the runs' lone prompts slowed from
+    assert grid.wake_gaps_s == matrix.WAKE_GAPS_S
+    assert min(grid.wake_gaps_s) < 0.3 <= max(grid.wake_gaps_s)
 
 
 def _gate_at_both_ends(

@@ -97,6 +97,7 @@ from pydantic import ConfigDict, Field, NonNegativeFloat
 
 from lyra_simpy.calibration.noisefit import NoiseFit, WanderFit, noise_fit
 from lyra_simpy.calibration.profiles import PHASES, Profile, read_wander
+from lyra_simpy.calibration.wakefit import WakeFit, with_profile_wake
 from lyra_simpy.config import Closed
 from lyra_simpy.cost.hostnoise import fitted_wander
 
@@ -240,6 +241,8 @@ class ProfileFit(_Closed):
     fit: FitReport
     noise: NoiseFit | None = None
     """Step-time noise fitted from the residuals (None in fits made before it existed)."""
+    wake: WakeFit | None = None
+    """The engine's wake after idle, from the profile's wake probe (None without one)."""
     attention: Literal["own", "n_kv"] = "own"
     """What ``per_prefill_attention_ms`` is per: ``own``, a prompt token × its own
     sequence's cached and new tokens (Σ new × (cached + new)); ``n_kv``, a prompt token ×
@@ -423,7 +426,7 @@ def fit_profile(profile: Profile, loss: Loss = "nnls") -> ProfileFit:
         attention="n_kv" if profile.attention_cells is not None else "own",
         decode_batch_residual_ms=decode_residuals(profile, predicted),
     )
-    return with_profile_wander(fit, profile)
+    return with_profile_wake(with_profile_wander(fit, profile), profile.path)
 
 
 def with_profile_wander(fit: ProfileFit, profile: Profile | None) -> ProfileFit:

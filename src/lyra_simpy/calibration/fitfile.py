@@ -193,6 +193,12 @@ def format_report(fit: ProfileFit, profile_label: str | None = None) -> str:
             f"{wander.seconds:.3g} s ({WANDER_FROM[wander.source]}' autocovariance, "
             f"{wander.pairs} pairs)"
         )
+    if fit.wake is not None:
+        lines.append(
+            f"the engine's wake after idle (cost.wake: fitted): {fit.wake.ms:.1f} ms on the "
+            f"first step after {fit.wake.after_s:g} s idle (the wake probe's {fit.wake.prompts} "
+            f"lone prompts; {fit.wake.back_to_back_ms:.4g} ms back to back)"
+        )
     if fit.fit.unmeasured_terms:
         lines.append(
             "not measured (no row exercises them; fitted as 0): "

@@ -46,6 +46,7 @@ from lyra_simpy.calibration.noisefit import (
 from lyra_simpy.calibration.profiles import Profile, read_profile
 from lyra_simpy.calibration.runs import StepRebuild, steps_of_runs
 from lyra_simpy.calibration.steps import Steps
+from lyra_simpy.calibration.wakefit import with_profile_wake
 from lyra_simpy.errors import TraceError
 
 RUNS_LOSS: Loss = "soft_l1_log"
@@ -167,7 +168,8 @@ def fit_runs(
         decode_batch_residual_ms=decode_residuals(rows, predicted),
         attention="n_kv" if steps.llamacpp else "own",
     )
-    return with_profile_wander(fit, profile)  # where the runs show none
+    fit = with_profile_wander(fit, profile)  # where the runs show none
+    return with_profile_wake(fit, profile.path if profile is not None else None)
 
 
 def _with_spells(noise: NoiseFit | None, steps: Steps, predicted: npt.NDArray[np.float64]

@@ -20,6 +20,7 @@ from lyra_simpy.config import Closed
 from lyra_simpy.cost.base import BatchShape, affine_span_s, verify_rows_tokens
 from lyra_simpy.cost.jitter import Jitter, refuse_fitted_without_fit
 from lyra_simpy.cost.padding import Padder, Padding, check_padding
+from lyra_simpy.cost.wake import Wake, refuse_fitted_wake
 
 
 class LinearCostConfig(Closed):
@@ -48,6 +49,9 @@ class LinearCostConfig(Closed):
     jitter: Jitter | None = None
     """Seeded step-time noise on every iteration (default none: exact times); see
     :mod:`~lyra_simpy.cost.jitter`."""
+    wake: Wake | None = None
+    """The first iteration after idle takes longer (default none); see
+    :mod:`~lyra_simpy.cost.wake`."""
 
     def calibration(self) -> str:
         """Where the coefficients came from, for the run's manifest."""
@@ -62,6 +66,7 @@ class LinearCostConfig(Closed):
     @model_validator(mode="after")
     def _jitter_has_no_fit(self) -> LinearCostConfig:
         refuse_fitted_without_fit(self.jitter, "the linear cost model")
+        refuse_fitted_wake(self.wake, "the linear cost model")
         return self
 
 

@@ -47,6 +47,7 @@ from lyra_simpy.config import Closed
 from lyra_simpy.cost.base import BatchShape, affine_span_s, verify_rows_tokens
 from lyra_simpy.cost.jitter import FITTED_FROM_RUNS, Jitter
 from lyra_simpy.cost.padding import Padder, Padding, check_padding
+from lyra_simpy.cost.wake import Wake
 from lyra_simpy.errors import LyraError
 from lyra_simpy.files import per_file_version
 
@@ -86,6 +87,9 @@ class ProfileCostConfig(Closed):
     jitter: Jitter | None = None
     """Seeded step-time noise on every iteration (default none: exact times); see
     :mod:`~lyra_simpy.cost.jitter`."""
+    wake: Wake | None = None
+    """The first iteration after idle takes longer (default none); ``fitted``: the fit
+    file's ``wake`` (the profile's wake probe); see :mod:`~lyra_simpy.cost.wake`."""
 
     _fit: ProfileFit | None = PrivateAttr(default=None)
     _resolved: Path | None = PrivateAttr(default=None)
@@ -122,6 +126,12 @@ class ProfileCostConfig(Closed):
                     "(fit on replayed runs with lyra-simpy calibrate --from-runs, or give "
                     f"{instead})"
                 )
+        if self.wake == "fitted" and self._fit.wake is None:
+            raise ValueError(
+                f"wake: got 'fitted', but the fit {self.path!r} has no wake (profile with "
+                "grid.wake_gaps_s and run lyra-simpy calibrate again, or give {after_s: s, "
+                "ms: ms})"
+            )
         return self
 
     @property

@@ -59,6 +59,7 @@ from lyra_simpy.cost.catalog import (
 )
 from lyra_simpy.cost.jitter import Jitter, refuse_fitted_without_fit
 from lyra_simpy.cost.padding import Padder, Padding, check_padding
+from lyra_simpy.cost.wake import Wake, refuse_fitted_wake
 
 _ACTIVATION_BYTES = 2
 """All-reduce messages carry bf16 activations (vLLM, SGLang)."""
@@ -103,10 +104,14 @@ class RooflineCostConfig(Closed):
     jitter: Jitter | None = None
     """Seeded step-time noise on every iteration (default none: exact times); see
     :mod:`~lyra_simpy.cost.jitter`."""
+    wake: Wake | None = None
+    """The first iteration after idle takes longer (default none); see
+    :mod:`~lyra_simpy.cost.wake`."""
 
     @model_validator(mode="after")
     def _jitter_has_no_fit(self) -> RooflineCostConfig:
         refuse_fitted_without_fit(self.jitter, "the roofline cost model")
+        refuse_fitted_wake(self.wake, "the roofline cost model")
         return self
 
     @field_validator("hardware")

@@ -42,6 +42,9 @@ class Iterations(Runs):
     spec: Speculator | None
     handoff: HandOffPort | None
     arrival_cost_s: float
+    idle_from: float | None
+    wake_after_s: float
+    wake_s: float
     _arrivals_before: Callable[[float], int] | None
     _prompts_s: float | None
     _lookahead: int
@@ -117,6 +120,10 @@ class Iterations(Runs):
             duration = self.cost.iteration_s(shape)
         else:
             duration = self.cost.decode_span_s(rows, context, n_dec, 1)[0]
+        if self.idle_from is not None:  # the first iteration after idle: the wake
+            if start - self.idle_from >= self.wake_after_s:
+                duration += self.wake_s
+            self.idle_from = None
         before, cost = self._arrivals_before, self.arrival_cost_s
         if cost and before is not None:  # each request reaching the engine meanwhile
             charged, n = 0, before(start + duration)  # lengthens the iteration

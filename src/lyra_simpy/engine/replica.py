@@ -30,6 +30,7 @@ scheduler.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -91,6 +92,10 @@ class Rules:
     """Time each request reaching the engine adds to the iteration under way
     (``workload.request_path_ms`` × ``request_path_cpu_share``; 0: none). Needs a source
     that knows its arrivals (a single engine) and no fused runs."""
+    wake_after_s: float = 0.0
+    wake_s: float = 0.0
+    """The first iteration after the engine ran nothing for ``wake_after_s`` or more
+    takes ``wake_s`` longer (``cost.wake``, :mod:`lyra_simpy.cost.wake`; 0: none)."""
 
 
 class Replica(Iterations):
@@ -119,6 +124,11 @@ class Replica(Iterations):
         self.stop_s = rules.stop_s
         self.strict_horizon = rules.strict_horizon
         self.arrival_cost_s = rules.arrival_cost_s
+        self.wake_after_s, self.wake_s = rules.wake_after_s, rules.wake_s
+        self.idle_from: float | None = -math.inf if self.wake_s else None
+        """Since when the engine has run nothing (None: it is busy, or no wake is
+        charged; before the run: it stood idle, so its first iteration pays); the next
+        iteration pays ``wake_s`` after ``wake_after_s`` of it."""
         self._arrivals_before = getattr(source, "arrivals_before", None)
         if self.arrival_cost_s and (rules.fuse or self._arrivals_before is None):
             raise SimulationError("an arrival cost needs a single engine's source, unfused")
@@ -190,6 +200,8 @@ class Replica(Iterations):
             now: float = env.now
             intake.pull(now)
             if not self.running and not self.waiting:
+                if self.wake_s and self.idle_from is None:
+                    self.idle_from = now
                 if intake.deferred:
                     raise SimulationError("admission deferred requests on an idle replica")
                 if routed is not None:
@@ -210,6 +222,7 @@ class Replica(Iterations):
             if (
                 self.fuse
                 and steady
+                and self.idle_from is None  # (the wake is charged to a planned iteration)
                 and not self.waiting
                 and not intake.deferred
                 and (yield from self._fused_run(now, 0.0, now, self._rows, self._absorb))
@@ -228,6 +241,8 @@ class Replica(Iterations):
             if plan.empty:
                 if plan.preempt:
                     continue
+                if self.wake_s and self.idle_from is None:
+                    self.idle_from = now
                 target = plan.wait_until_s
                 if routed is not None:  # wait to be sent a request or to get KV back
                     event = routed.arrival_event()

@@ -103,6 +103,7 @@ from typing import Any
 
 import yaml
 
+from lyra_simpy.calibration.wakefit import WAKE_COLUMNS, WAKE_SUFFIX
 from lyra_simpy.errors import LyraError
 from lyra_simpy.live.client import (
     Api,
@@ -264,6 +265,15 @@ def profile(
             for j in range(1, len(ends)):  # decode step j: j tokens out before it ends
                 wander.append((ends[j], (ends[j] - ends[j - 1]) * 1000.0, wander_context + j))
 
+    wake: list[tuple[float, float]] = []
+    """The wake probe's prompts (``grid.wake_gaps_s``): (idle before it, s; its time, ms)."""
+    wake_tokens = grid.wake_prompt_tokens or min(grid.prefill_tokens)
+
+    async def measure_wake() -> None:
+        for _ in range(grid.wake_repeats):
+            for gap in (0.0, *grid.wake_gaps_s):
+                wake.append((gap, await prober.prompt_after(wake_tokens, gap)))
+
     async def measure() -> None:
         await prober.prefill(8)  # warm-up
         # The grid is walked `repeats` times, each row once a round, so that a row's
@@ -288,6 +298,8 @@ def profile(
                     step_ms[k].append(gaps)
         if grid.wander_s > 0:
             await measure_wander()
+        if grid.wake_gaps_s:
+            await measure_wake()
 
     asyncio.run(measure())
     speed = _speed_reference(grid, beside) if grid.speed_reference != "off" else None
@@ -417,6 +429,19 @@ def profile(
             tmp.write_text("\n".join(lines) + "\n")
 
         atomic_write(out.with_suffix(".wander.csv"), write_wander)
+    if wake:
+        meta["wake_probe"] = {
+            "prompt_tokens": wake_tokens,
+            "gaps_s": [0.0, *grid.wake_gaps_s],
+            "repeats": grid.wake_repeats,
+            "timed_by": prober.timed_by["wake"],
+        }
+
+        def write_wake(tmp: Path) -> None:
+            lines = [",".join(WAKE_COLUMNS), *(f"{g:g},{ms:.4f}" for g, ms in wake)]
+            tmp.write_text("\n".join(lines) + "\n")
+
+        atomic_write(out.with_suffix(WAKE_SUFFIX), write_wake)
     atomic_write(
         out.with_suffix(".yaml"), lambda tmp: tmp.write_text(yaml.safe_dump(meta, sort_keys=False))
     )

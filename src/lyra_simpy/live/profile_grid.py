@@ -101,6 +101,18 @@ class ProfileGrid(BaseModel):
     wander_outputs: PositiveInt = 512
     """Each wander stream's outputs: its steps between two prompts (a prompt's step is
     not a decode row and is left out). Prompt and outputs must fit a slot's context."""
+    wake_gaps_s: list[PositiveFloat] = []
+    """After the grid (and the wander probe), lone prompts of ``wake_prompt_tokens``
+    each sent after this much idle (s) and back to back (gap 0), ``wake_repeats``
+    rounds: each a row of ``PROFILE.wake.csv`` (its gap and time: the engine's own where
+    it says, else the client's TTFT), from which ``lyra-simpy calibrate`` reads the
+    engine's wake after idle (``cost.wake: fitted``,
+    :func:`~lyra_simpy.cost.wake.fitted_wake`). The grid's probes run back to back and
+    never see it. Empty (default): off."""
+    wake_repeats: PositiveInt = 8
+    """Rounds of the wake probe (each: every gap once, back to back first)."""
+    wake_prompt_tokens: PositiveInt | None = None
+    """The wake probe's prompt (None: the smallest ``prefill_tokens``)."""
     timeout_s: PositiveFloat = 120.0
     fragmented_decode_batch: list[PositiveInt] = [2]
     """llama.cpp with per-slot KV: decode batches measured again in every other slot

@@ -189,7 +189,7 @@ shortest length after these idle times and back to back, 8 rounds, from which
 ``calibrate`` reads the engine's wake after idle that Table 1 charges (``cost.wake:
 fitted``, item 33): the real runs' lone prompts after ≥ 0.3 s of idle took 12–17 ms
 more than their probes (``validation/llamacpp_idle.py``, item 32's set). The gaps span
-the runs' idle times at the lightest load; about 45 s a profile."""
+the runs' idle times at the lightest load; about 50 s a profile."""
 
 
 def grid(flags: list[str], regime: dict[str, Any]) -> dict[str, Any]:
@@ -366,9 +366,13 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
 
 def with_idle(here: Path, res: dict[str, Any]) -> None:
     """*res* with the server log's lone prompts by the idle time before them, less the
-    probes' (:mod:`llamacpp_idle`), when the point's log is here."""
+    probes' (:mod:`llamacpp_idle`), when the point's log is here; and the wake after idle
+    its profile's wake probe found (``fit_probes.yaml``'s ``wake``, item 33)."""
     if (here / "llama-server.log").is_file() and (here / "profile.csv").is_file():
         res["idle"] = [list(cell) for cell in excess_by_idle(here)]
+    fit = here / "fit_probes.yaml"
+    if fit.is_file() and (wake := (yaml.safe_load(fit.read_text()) or {}).get("wake")):
+        res["wake"] = wake
 
 
 def charge_ratios(here: Path, scenario_file: Path, load: str) -> dict[str, Any] | None:
@@ -959,10 +963,16 @@ def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any],
                 f"{name} {n}{'' if ex is None else f' at {ex:+.1f} ms'}" for name, n, ex in idle
             ) + "."
         )  # fmt: skip
+        wake = res.get("wake")
+        woke = "" if not wake else (
+            f" The profile's wake probe (Table 1 charges it, `cost.wake: fitted`): "
+            f"{wake['ms']:.1f} ms on the first step after {wake['after_s']:g} s idle "
+            f"({wake['prompts']} lone prompts, {wake['back_to_back_ms']:.1f} ms back to back)."
+        )  # fmt: skip
         lines.append(f"Capacity (simulated, {cfg}): {cap:.3f} req/s. Fit from probes: "
                      f"{fits['probes']}. Fit on runs: {fits['runs']}."
                      + (f" Fit on both: {fits['joint']}." if "joint" in fits else "")
-                     + f"{spells}{gated}{idled}")  # fmt: skip
+                     + f"{spells}{gated}{idled}{woke}")  # fmt: skip
     lines += ["", END]
     text = doc.read_text() if doc.is_file() else ""
     if START in text and END in text:

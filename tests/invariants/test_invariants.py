@@ -364,6 +364,11 @@ def scenarios(
         # a request path on the engine's cores: each arrival lengthens its iteration
         raw["workload"]["request_path_ms"] = draw(st.sampled_from([0.5, 5.0]))
         raw["workload"]["request_path_cpu_share"] = draw(st.sampled_from([0.5, 1.0]))
+    if draw(st.integers(0, 3)) == 0:  # the engine's wake after idle (any topology)
+        raw["cost"]["wake"] = {
+            "after_s": draw(st.sampled_from([0.001, 0.05])),
+            "ms": draw(st.sampled_from([0.0, 3.0])),
+        }
     if until:
         raw["simulation"] = {"until_s": draw(st.floats(0.005, 1.0))}
     return raw

@@ -463,6 +463,11 @@ def test_the_wake_probe_times_lone_prompts_after_idle_and_calibrate_reads_it(
     out = tmp_path / "p.csv"
     with StreamServer(ttft_s=0.02, itl_s=0.005, timings=True, wake_s=0.03) as srv:
         profile(srv.url, "openai", grid, out, "test box", "-np 4")
+        bodies = srv.received
+    # each round: 2 lone decodes of the probe's prompt (grid.decode_steps outputs), not
+    # recorded, then the gaps
+    warm = [b for b in bodies if b.get("max_tokens") == 4 and len(b["prompt"]) == 8]
+    assert len(warm) >= 2 * 3
     lines = out.with_suffix(".wake.csv").read_text().splitlines()
     assert lines[0] == "gap_s,latency_ms"
     rows = [tuple(map(float, line.split(","))) for line in lines[1:]]
@@ -472,7 +477,7 @@ def test_the_wake_probe_times_lone_prompts_after_idle_and_calibrate_reads_it(
     assert all(ms == pytest.approx(50.0) for g, ms in rows if g > 0.1)
     meta = yaml.safe_load(out.with_suffix(".yaml").read_text())
     assert meta["wake_probe"] == {
-        "prompt_tokens": 8, "gaps_s": [0.0, 0.02, 0.25], "repeats": 3,
+        "prompt_tokens": 8, "gaps_s": [0.0, 0.02, 0.25], "repeats": 3, "warmup": 2,
         "timed_by": "engine timings.prompt_ms",
     }  # fmt: skip
     fit = fit_profile(read_profile(out))

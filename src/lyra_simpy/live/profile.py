@@ -271,6 +271,8 @@ def profile(
 
     async def measure_wake() -> None:
         for _ in range(grid.wake_repeats):
+            for _ in range(grid.wake_warmup):  # the engine busy again before the round
+                await prober.decode(1, wake_tokens)
             for gap in (0.0, *grid.wake_gaps_s):
                 wake.append((gap, await prober.prompt_after(wake_tokens, gap)))
 
@@ -434,6 +436,7 @@ def profile(
             "prompt_tokens": wake_tokens,
             "gaps_s": [0.0, *grid.wake_gaps_s],
             "repeats": grid.wake_repeats,
+            "warmup": grid.wake_warmup,
             "timed_by": prober.timed_by["wake"],
         }
 

@@ -110,7 +110,15 @@ class ProfileGrid(BaseModel):
     :func:`~lyra_simpy.cost.wake.fitted_wake`). The grid's probes run back to back and
     never see it. Empty (default): off."""
     wake_repeats: PositiveInt = 8
-    """Rounds of the wake probe (each: every gap once, back to back first)."""
+    """Rounds of the wake probe (each: ``wake_warmup`` prompts, then every gap once,
+    back to back first)."""
+    wake_warmup: PositiveInt = 2
+    """Lone decode requests (a prompt of ``wake_prompt_tokens``, ``decode_steps``
+    outputs) sent back to back and not recorded at the start of each round, so that the
+    round's back-to-back prompt finds the engine busy, not still waking from the last
+    round's longest gap (on the EPYC VM two lone prompts after 3 s idle did not: the
+    next one took ~15 ms more than the grid's row, ``docs/VALIDATION-llamacpp.md``
+    item 33)."""
     wake_prompt_tokens: PositiveInt | None = None
     """The wake probe's prompt (None: the smallest ``prefill_tokens``)."""
     timeout_s: PositiveFloat = 120.0

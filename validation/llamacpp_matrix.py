@@ -529,14 +529,16 @@ def with_probe_columns(here: Path, flags: list[str]) -> list[str]:
 
 def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
                mean_step: bool = False, unscaled: bool = False,
-               path_cpu_share: float = REQUEST_PATH_CPU_SHARE) -> None:  # fmt: skip
+               path_cpu_share: float = REQUEST_PATH_CPU_SHARE,
+               wake: bool = True) -> None:  # fmt: skip
     """Table 1 and 2 of a stored point again, from its stored profile and real runs (no
     server): the profile gets the columns the profiler now writes if it lacks them
     (:func:`with_probe_columns`), is fitted again (*mean_step*: its decode rows priced by
     their ``mean_step_ms``, an ablation; *unscaled*: every row by its ``raw_latency_ms``,
     the profile's speed references undone), and every load's stored scenario (the arrival
     rates its real runs were replayed at) is simulated and compared again, the request
-    path charged to the engine at *path_cpu_share* (item 18)."""
+    path charged to the engine at *path_cpu_share* (item 18), and the profile's wake
+    after idle where it has one unless *wake* is false (item 33; an ablation)."""
     cfg, reg = key.split("/")
     here = OUT / f"{cfg}_{reg}"
     added = with_probe_columns(here, CONFIGS[cfg])
@@ -558,6 +560,9 @@ def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
         raw = yaml.safe_load(path.read_text())
         work = raw["workload"]  # the scenario as scenario() now writes it (item 18)
         work["request_path_cpu_share"] = path_cpu_share if work.get("request_path_ms") else 0.0
+        raw["cost"].pop("wake", None)
+        if wake and _has_wake(str(fit)):
+            raw["cost"]["wake"] = "fitted"
         path.write_text(yaml.safe_dump(raw))
         run("run", str(path), "--out", str(here / "sim"), "--no-figures", log=log)
         table = here / f"{load}_compare.json"
@@ -622,6 +627,9 @@ def main(argv: list[str] | None = None) -> int:
                         f"request_path_cpu_share (default {REQUEST_PATH_CPU_SHARE}; 0: "
                         "item 17's Table 1, the path not charged to the engine; an "
                         "ablation)")  # fmt: skip
+    parser.add_argument("--no-wake", action="store_true",
+                        help="with --resimulate: Table 1 without the profile's wake after "
+                        "idle (item 33; an ablation)")  # fmt: skip
     parser.add_argument("--speed-reference", choices=["record", "scale"], default=None,
                         help="profile with a speed reference beside each measurement "
                         "(scale: each priced against it) and gate the runs on its typical "
@@ -660,7 +668,7 @@ def main(argv: list[str] | None = None) -> int:
         for key, res in stored_points(keep, args.only):
             cfg, reg = key.split("/")
             resimulate(key, res, keep["facts"]["repeats"], log, args.decode_step == "mean",
-                       args.unscaled, args.path_cpu_share)  # fmt: skip
+                       args.unscaled, args.path_cpu_share, not args.no_wake)  # fmt: skip
             table2(cfg, reg, keep["facts"]["quick"], res, keep["facts"]["repeats"], log,
                    args.spells)  # fmt: skip
             with_idle(OUT / f"{cfg}_{reg}", res)

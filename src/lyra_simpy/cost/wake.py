@@ -3,9 +3,9 @@ while takes longer than the same iteration right after another.
 
 Why: on the validation host (2 vCPUs of a shared VM, ``docs/VALIDATION-llamacpp.md``)
 llama-server's lone prompts that came after ≥ 0.3 s of idle took 12–17 ms (about one
-decode step) longer than the same prompts back to back, at five of six points of the
-matrix (``validation/llamacpp_idle.py``: the server's ``timings.prompt_ms`` by the idle
-time before the prompt); those after < 0.1 s did not. Idle cores clock down, a VM's idle
+decode step) longer than the probes' lone prompts, run back to back, at four of six
+points of the matrix (``validation/llamacpp_idle.py``: the server's ``timings.prompt_ms``
+by the idle time before the prompt); those after < 0.1 s did not. Idle cores clock down, a VM's idle
 vCPUs are descheduled, an engine's worker threads go to sleep (ggml's threadpool polls,
 then waits): whichever it is on a host, the engine's compute is slower to start. It
 moves light loads' TTFT most: their prompts mostly arrive at an idle engine.

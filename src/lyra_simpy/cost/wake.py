@@ -5,10 +5,11 @@ Why: on the validation host (2 vCPUs of a shared VM, ``docs/VALIDATION-llamacpp.
 llama-server's lone prompts that came after ≥ 0.3 s of idle took 12–17 ms (about one
 decode step) longer than the probes' lone prompts, run back to back, at four of six
 points of the matrix (``validation/llamacpp_idle.py``: the server's ``timings.prompt_ms``
-by the idle time before the prompt); those after < 0.1 s did not. Idle cores clock down, a VM's idle
-vCPUs are descheduled, an engine's worker threads go to sleep (ggml's threadpool polls,
-then waits): whichever it is on a host, the engine's compute is slower to start. It
-moves light loads' TTFT most: their prompts mostly arrive at an idle engine.
+by the idle time before the prompt); those after < 0.1 s did not. Idle cores clock
+down, a VM's idle vCPUs are descheduled, an engine's worker threads go to sleep (ggml's
+threadpool polls, then waits): whichever it is on a host, the engine's compute is slower
+to start. It moves light loads' TTFT most: their prompts mostly arrive at an idle
+engine.
 
 Model: ``cost.wake: {after_s, ms}`` — the first iteration that starts after the engine
 ran nothing for at least ``after_s`` takes ``ms`` longer (the engine stood idle before
@@ -22,7 +23,7 @@ admission predictions and the summary's unloaded service times do not.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -82,10 +83,11 @@ def refuse_fitted_wake(wake: Wake | None, what: str) -> None:
         )
 
 
-def resolved_wake(config: object) -> WakeConfig | None:
-    """A cost *config*'s ``wake``, ``fitted`` read from its fit (None: no wake)."""
-    wake = getattr(config, "wake", None)
+def resolved_wake(config: Any) -> WakeConfig | None:
+    """A cost *config*'s ``wake`` (None: no wake), ``fitted`` read from its fit (a
+    ``profile`` cost; the config refused ``fitted`` where the fit has none)."""
+    wake = config.wake
     if wake == "fitted":
-        found: WakeConfig | None = config.fit.wake  # type: ignore[attr-defined]
+        found: WakeConfig | None = config.fit.wake
         return found
     return wake if isinstance(wake, WakeConfig) else None

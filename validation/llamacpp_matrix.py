@@ -63,6 +63,7 @@ from profile_columns import write_by_column, write_by_mean_step
 from lyra_simpy.calibration.fitfile import load_fit
 from lyra_simpy.calibration.fitruns import RUNS_LOSS
 from lyra_simpy.calibration.profiles import request_path_ms
+from lyra_simpy.calibration.wakefit import WakeFit
 from lyra_simpy.cli import main as cli_main
 from lyra_simpy.errors import LyraError
 from lyra_simpy.live import llamacpp
@@ -158,11 +159,15 @@ def scenario(name: str, flags: list[str], regime: dict[str, Any], quick: bool, f
     }
 
 
+def _fit_wake(fit: Path) -> WakeFit | None:
+    """The profile's wake after idle (``grid.wake_gaps_s``, :data:`WAKE_GAPS_S`; item 33)
+    the fit file at *fit* holds (None: no such file, or no wake in it)."""
+    return load_fit(fit).wake if fit.is_file() else None
+
+
 def _has_wake(fit: str) -> bool:
-    """The fit file at *fit* holds the profile's wake after idle (``grid.wake_gaps_s``,
-    :data:`WAKE_GAPS_S`; item 33): Table 1 charges it (``cost.wake: fitted``)."""
-    path = Path(fit)
-    return path.is_file() and bool((yaml.safe_load(path.read_text()) or {}).get("wake"))
+    """The fit file at *fit* holds a wake: Table 1 charges it (``cost.wake: fitted``)."""
+    return _fit_wake(Path(fit)) is not None
 
 
 GATE_AFTER = 0
@@ -370,9 +375,8 @@ def with_idle(here: Path, res: dict[str, Any]) -> None:
     its profile's wake probe found (``fit_probes.yaml``'s ``wake``, item 33)."""
     if (here / "llama-server.log").is_file() and (here / "profile.csv").is_file():
         res["idle"] = [list(cell) for cell in excess_by_idle(here)]
-    fit = here / "fit_probes.yaml"
-    if fit.is_file() and (wake := (yaml.safe_load(fit.read_text()) or {}).get("wake")):
-        res["wake"] = wake
+    if (wake := _fit_wake(here / "fit_probes.yaml")) is not None:
+        res["wake"] = wake.model_dump()
 
 
 def charge_ratios(here: Path, scenario_file: Path, load: str) -> dict[str, Any] | None:

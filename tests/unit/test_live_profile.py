@@ -468,6 +468,11 @@ def test_the_wake_probe_times_lone_prompts_after_idle_and_calibrate_reads_it(
     # recorded, then the gaps
     warm = [b for b in bodies if b.get("max_tokens") == 4 and len(b["prompt"]) == 8]
     assert len(warm) >= 2 * 3
+    # the probe is the last thing sent, one request at a time: per round 2 decodes of 4
+    # outputs, then 3 prompts of 1 output (back to back, 0.02 s, 0.25 s)
+    tail = bodies[-3 * 5 :]
+    rounds = [(4, 8), (4, 8), (1, 8), (1, 8), (1, 8)] * 3
+    assert [(b["max_tokens"], len(b["prompt"])) for b in tail] == rounds
     lines = out.with_suffix(".wake.csv").read_text().splitlines()
     assert lines[0] == "gap_s,latency_ms"
     rows = [tuple(map(float, line.split(","))) for line in lines[1:]]

@@ -75,14 +75,20 @@ def test_fitted_wake_reads_the_gap_where_prompts_slow_down():
     gaps = np.repeat([0.0, 0.05, 0.2, 0.5, 2.0], 8)
     excess = {0.0: 0.0, 0.05: 0.5, 0.2: 6.0, 0.5: 15.0, 2.0: 16.0}
     ms = 40.0 + np.array([excess[g] for g in gaps]) + rng.normal(0, 0.3, len(gaps))
-    got = fitted_wake(gaps, ms)
-    assert got is not None
+    found = fitted_wake(gaps, ms)
+    assert found is not None
+    got, base, by_gap = found
     # half the largest excess (8 ms) is first reached at 0.5 s
     assert got.after_s == 0.5
     assert got.ms == pytest.approx(15.5, abs=1.0)
+    # what it was read from: the back-to-back median and each gap's excess over it
+    assert base == pytest.approx(float(np.median(ms[gaps == 0])))
+    assert list(by_gap) == [0.05, 0.2, 0.5, 2.0]
+    assert [by_gap[g] for g in by_gap] == pytest.approx([0.5, 6.0, 15.0, 16.0], abs=0.5)
     # no gap slower than back to back: no wake; without back-to-back prompts or gaps: None
     flat = fitted_wake(gaps, np.full(len(gaps), 40.0))
-    assert flat == WakeConfig(after_s=2.0, ms=0.0)
+    assert flat is not None
+    assert flat[0] == WakeConfig(after_s=2.0, ms=0.0)
     assert fitted_wake(gaps[gaps > 0], ms[gaps > 0]) is None
     assert fitted_wake(np.zeros(4), np.full(4, 40.0)) is None
 
@@ -115,6 +121,9 @@ def test_calibrate_reads_the_wake_probe_beside_the_profile(tmp_path):
         f"the engine's wake after idle (cost.wake: fitted): {fit.wake.ms:.1f} ms on the "
         "first step after 1 s idle (the wake probe's 12 lone prompts; 13.1 ms back to back)"
     ) in format_report(fit)
+    # each gap's excess is kept and printed: 0.1 s median 13.05 ms, 1 s 28.05 ms
+    assert fit.wake.excess_ms == pytest.approx({0.1: -0.05, 1.0: 14.95})
+    assert "; by idle gap: 0.1 s -0.1 ms, 1 s +14.9 ms" in format_report(fit)
     (tmp_path / "plain").mkdir()
     assert fit_profile(read_profile(_profile(tmp_path / "plain", None))).wake is None
 
@@ -132,13 +141,21 @@ def test_a_bad_wake_probe_is_a_one_line_error(tmp_path):
 def test_table_1_charges_the_wake_its_fit_holds(tmp_path):
     # validation/llamacpp_matrix.py: cost.wake: fitted where the point's fit has a wake
     from builders import validation_module
+    from lyra_simpy.calibration.fitfile import write_fit
 
     matrix = validation_module("llamacpp_matrix")
     fit = tmp_path / "fit_probes.yaml"
     args = ("poisson_0.3", matrix.CONFIGS["default"], matrix.REGIMES["short"], False,
             str(fit), "poisson_0.3", 4.0)  # fmt: skip
     assert "wake" not in matrix.scenario(*args)["cost"]
-    fit.write_text("coefficients: {}\nwake: null\n")
+    (tmp_path / "plain").mkdir()
+    write_fit(fit_profile(read_profile(_profile(tmp_path / "plain", None))), fit)
     assert "wake" not in matrix.scenario(*args)["cost"]
-    fit.write_text("coefficients: {}\nwake: {after_s: 0.3, ms: 14.0, prompts: 40}\n")
+    probe = "gap_s,latency_ms\n0,13\n0,13.2\n0.3,27\n0.3,27.2\n"
+    write_fit(fit_profile(read_profile(_profile(tmp_path, probe))), fit)
     assert matrix.scenario(*args)["cost"]["wake"] == "fitted"
+    # the point's JSON keeps it (the document's line under each point)
+    res: dict = {}
+    matrix.with_idle(tmp_path, res)
+    assert (res["wake"]["after_s"], res["wake"]["prompts"]) == (0.3, 4)
+    assert res["wake"]["ms"] == pytest.approx(14.0)

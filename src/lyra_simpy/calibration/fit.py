@@ -426,7 +426,7 @@ def fit_profile(profile: Profile, loss: Loss = "nnls") -> ProfileFit:
         attention="n_kv" if profile.attention_cells is not None else "own",
         decode_batch_residual_ms=decode_residuals(profile, predicted),
     )
-    return with_profile_wake(with_profile_wander(fit, profile), profile.path)
+    return with_profile_wake(with_profile_wander(fit, profile), profile)
 
 
 def with_profile_wander(fit: ProfileFit, profile: Profile | None) -> ProfileFit:

@@ -198,6 +198,12 @@ def format_report(fit: ProfileFit, profile_label: str | None = None) -> str:
             f"the engine's wake after idle (cost.wake: fitted): {fit.wake.ms:.1f} ms on the "
             f"first step after {fit.wake.after_s:g} s idle (the wake probe's {fit.wake.prompts} "
             f"lone prompts; {fit.wake.back_to_back_ms:.4g} ms back to back)"
+            + (
+                "; by idle gap: "
+                + ", ".join(f"{g:g} s {e:+.1f} ms" for g, e in fit.wake.excess_ms.items())
+                if fit.wake.excess_ms
+                else ""
+            )
         )
     if fit.fit.unmeasured_terms:
         lines.append(

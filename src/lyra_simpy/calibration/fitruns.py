@@ -169,7 +169,7 @@ def fit_runs(
         attention="n_kv" if steps.llamacpp else "own",
     )
     fit = with_profile_wander(fit, profile)  # where the runs show none
-    return with_profile_wake(fit, profile.path if profile is not None else None)
+    return with_profile_wake(fit, profile)
 
 
 def _with_spells(noise: NoiseFit | None, steps: Steps, predicted: npt.NDArray[np.float64]

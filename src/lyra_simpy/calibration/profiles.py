@@ -240,24 +240,39 @@ def read_wander(path: Path) -> tuple[Profile, npt.NDArray[np.float64]] | None:
     steps_path = path.with_suffix(WANDER_SUFFIX)
     if not steps_path.is_file():
         return None
-    rows = read_profile(steps_path)
-    with steps_path.open(newline="") as fh:
+    (ends,) = number_columns(steps_path, {"end_s": (None, "a number (s)")}, "the wander probe's")
+    return read_profile(steps_path), ends
+
+
+def number_columns(
+    path: Path, columns: dict[str, tuple[float | None, str]], whose: str
+) -> list[npt.NDArray[np.float64]]:
+    """The *columns* of the probe CSV at *path* as arrays, in their order; each column
+    maps to the lowest value allowed (None: any finite number) and the words an error
+    gives for what is allowed. A missing column or a bad cell is one line naming the
+    file, the row and the column (*whose*: whose column it is, e.g. the wander probe's).
+    Blank rows are skipped."""
+    out: list[list[float]] = [[] for _ in columns]
+    with path.open(newline="") as fh:
         reader = csv.reader(fh)
-        header = [h.strip() for h in next(reader)]
-        if "end_s" not in header:
-            raise TraceError(f"{steps_path}: header: missing column end_s (the wander probe's)")
-        at = header.index("end_s")
-        ends = []
+        header = [h.strip() for h in next(reader, [])]
+        for name in columns:
+            if name not in header:
+                raise TraceError(f"{path}: header: missing column {name} ({whose})")
+        at = [header.index(name) for name in columns]
         for line, row in enumerate(reader, start=2):
             if not row or all(not cell.strip() for cell in row):
                 continue
-            try:
-                ends.append(float(row[at]))
-            except ValueError:
-                raise TraceError(
-                    f"{steps_path}: row {line}: end_s: got {row[at]!r}, must be a number (s)"
-                ) from None
-    return rows, np.asarray(ends, dtype=np.float64)
+            for values, i, (name, (low, allowed)) in zip(out, at, columns.items(), strict=True):
+                cell = row[i] if i < len(row) else ""
+                try:
+                    value = float(cell)
+                except ValueError:
+                    value = math.nan
+                if not math.isfinite(value) or (low is not None and value < low):
+                    raise TraceError(f"{path}: row {line}: {name}: got {cell!r}, must be {allowed}")
+                values.append(value)
+    return [np.asarray(v, dtype=np.float64) for v in out]
 
 
 def write_profile(path: Path, rows: list[dict[str, Any]], extra: tuple[str, ...] = ()) -> None:

@@ -5,16 +5,14 @@ the profile CSV (``lyra-simpy profile`` with ``grid.wake_gaps_s``), by
 
 from __future__ import annotations
 
-import csv
-import math
 from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from lyra_simpy.calibration.profiles import Profile, number_columns
 from lyra_simpy.cost.wake import WakeConfig, fitted_wake
-from lyra_simpy.errors import TraceError
 
 Fit = TypeVar("Fit", bound=BaseModel)
 """A fit model with a ``wake`` field (:class:`~lyra_simpy.calibration.fit.ProfileFit`)."""
@@ -34,6 +32,9 @@ class WakeFit(WakeConfig):
     """Lone prompts of the probe it was read from."""
     back_to_back_ms: float
     """Their median time back to back (gap 0), what the excess is taken over."""
+    excess_ms: dict[float, float] = Field(default_factory=dict)
+    """Each gap's median time less the back-to-back median (ms; empty in fits made
+    before it was kept): how the wake grows with the idle time, which ``ms`` steps."""
 
 
 def read_wake(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
@@ -43,46 +44,20 @@ def read_wake(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
     probe = path.with_suffix(WAKE_SUFFIX)
     if not probe.is_file():
         return None
-    gaps: list[float] = []
-    ms: list[float] = []
-    with probe.open(newline="") as fh:
-        reader = csv.reader(fh)
-        header = [h.strip() for h in next(reader, [])]
-        missing = [c for c in WAKE_COLUMNS if c not in header]
-        if missing:
-            raise TraceError(f"{probe}: header: missing column {missing[0]} (the wake probe's)")
-        at = [header.index(c) for c in WAKE_COLUMNS]
-        for line, row in enumerate(reader, start=2):
-            if not row or all(not cell.strip() for cell in row):
-                continue
-            values = []
-            for col, i in zip(WAKE_COLUMNS, at, strict=True):
-                cell = row[i].strip() if i < len(row) else ""
-                try:
-                    value = float(cell)
-                except ValueError:
-                    value = math.nan
-                if not (math.isfinite(value) and value >= 0):
-                    raise TraceError(
-                        f"{probe}: row {line}: {col}: got {cell!r}, must be a number >= 0"
-                    )
-                values.append(value)
-            gaps.append(values[0])
-            ms.append(values[1])
-    return np.asarray(gaps, dtype=np.float64), np.asarray(ms, dtype=np.float64)
+    allowed = (0.0, "a number >= 0")
+    gaps, ms = number_columns(probe, dict.fromkeys(WAKE_COLUMNS, allowed), "the wake probe's")
+    return gaps, ms
 
 
-def with_profile_wake(fit: Fit, profile_path: Path | None) -> Fit:
-    """*fit* with the wake of the profile's wake probe where it has one (else *fit*)."""
-    if profile_path is None:
+def with_profile_wake(fit: Fit, profile: Profile | None) -> Fit:
+    """*fit* with the wake of *profile*'s wake probe where it has one (else *fit*)."""
+    probe = read_wake(profile.path) if profile is not None else None
+    got = fitted_wake(*probe) if probe is not None else None
+    if probe is None or got is None:
         return fit
-    probe = read_wake(profile_path)
-    if probe is None:
-        return fit
-    gaps, ms = probe
-    got = fitted_wake(gaps, ms)
-    if got is None:
-        return fit
-    base = float(np.median(ms[gaps == 0]))
-    wake = WakeFit(**got.model_dump(), prompts=len(ms), back_to_back_ms=round(base, 3))
+    config, base, excess = got
+    wake = WakeFit(
+        **config.model_dump(), prompts=len(probe[1]), back_to_back_ms=round(base, 3),
+        excess_ms={g: round(e, 3) for g, e in excess.items()},
+    )  # fmt: skip
     return fit.model_copy(update={"wake": wake})

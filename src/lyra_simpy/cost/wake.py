@@ -51,13 +51,14 @@ file)."""
 
 def fitted_wake(
     gaps_s: npt.NDArray[np.float64], latency_ms: npt.NDArray[np.float64]
-) -> WakeConfig | None:
+) -> tuple[WakeConfig, float, dict[float, float]] | None:
     """The wake from a wake probe's lone prompts: *latency_ms* of each, sent after
     *gaps_s* of idle (0: right after the one before). Each gap's excess is the median of
     its latencies less the back-to-back median; ``after_s`` is the shortest gap whose
     excess reaches half the largest excess, ``ms`` the median latency over the gaps from
-    there on less the back-to-back median (0 where no gap is slower). None without
-    back-to-back prompts or without a gap of idle."""
+    there on less the back-to-back median (0 where no gap is slower). Returns the wake,
+    the back-to-back median (ms) and each gap's excess (ms); None without back-to-back
+    prompts or without a gap of idle."""
     gaps = np.asarray(gaps_s, dtype=float)
     lat = np.asarray(latency_ms, dtype=float)
     base_rows = lat[gaps == 0]
@@ -65,13 +66,13 @@ def fitted_wake(
     if not len(base_rows) or not idle:
         return None
     base = float(np.median(base_rows))
-    excess = [float(np.median(lat[gaps == g])) - base for g in idle]
-    top = max(excess)
+    excess = {g: float(np.median(lat[gaps == g])) - base for g in idle}
+    top = max(excess.values())
     if top <= 0:
-        return WakeConfig(after_s=idle[-1], ms=0.0)
-    after = next(g for g, e in zip(idle, excess, strict=True) if e >= top / 2)
+        return WakeConfig(after_s=idle[-1], ms=0.0), base, excess
+    after = next(g for g in idle if excess[g] >= top / 2)
     ms = float(np.median(lat[gaps >= after])) - base
-    return WakeConfig(after_s=after, ms=max(ms, 0.0))
+    return WakeConfig(after_s=after, ms=max(ms, 0.0)), base, excess
 
 
 def refuse_fitted_wake(wake: Wake | None, what: str) -> None:

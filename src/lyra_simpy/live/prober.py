@@ -170,13 +170,7 @@ class Prober:
         engine's prompt time where it says (llama.cpp's ``timings.prompt_ms``), else the
         client's TTFT; not a sample of the request path."""
         await asyncio.sleep(gap_s)
-        out = await self._send(p, 1, time.perf_counter(), slot=0)
-        ms = out.timings.get("prompt_ms") if out.timings else None
-        if isinstance(ms, (int, float)):
-            self.timed_by["wake"] = "engine timings.prompt_ms"
-            return float(ms)
-        self.timed_by["wake"] = "client TTFT"
-        return (out.chunk_s[0] - out.sent_s) * 1000.0
+        return self._prompt_ms(await self._send(p, 1, time.perf_counter(), slot=0), "wake")
 
     async def prefill_together(self, b: int, p: int) -> float:
         """*b* prompts of *p* tokens sent at once to slots 0..b−1 (llama.cpp): the engine's

@@ -437,7 +437,7 @@ def profile(
             "gaps_s": [0.0, *grid.wake_gaps_s],
             "repeats": grid.wake_repeats,
             "warmup": grid.wake_warmup,
-            "timed_by": prober.timed_by["wake"],
+            "timed_by": prober.timed_by.get("wake", "client TTFT"),
         }
 
         def write_wake(tmp: Path) -> None:

@@ -116,9 +116,8 @@ class ProfileGrid(BaseModel):
     """Lone decode requests (a prompt of ``wake_prompt_tokens``, ``decode_steps``
     outputs) sent back to back and not recorded at the start of each round, so that the
     round's back-to-back prompt finds the engine busy, not still waking from the last
-    round's longest gap (on the EPYC VM two lone prompts after 3 s idle did not: the
-    next one took ~15 ms more than the grid's row, ``docs/VALIDATION-llamacpp.md``
-    item 33)."""
+    round's longest gap (without them the first matrix point's probe read no wake:
+    ``docs/VALIDATION-llamacpp.md`` item 33)."""
     wake_prompt_tokens: PositiveInt | None = None
     """The wake probe's prompt (None: the smallest ``prefill_tokens``)."""
     timeout_s: PositiveFloat = 120.0

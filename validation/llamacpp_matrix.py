@@ -170,6 +170,12 @@ def _has_wake(fit: str) -> bool:
     return _fit_wake(Path(fit)) is not None
 
 
+BATCH_BEFORE = False
+"""``--batch-before``: :func:`full_batch_step` once more right before each real run (the
+gate passed), kept as the run's ``batch_before`` beside the profile's full-batch row
+(``gate.batch_row_ms``): does the host's step under load, read just before a run,
+forecast the run's steps better than the gate's lone probe does, which item 34 found
+no forecast (``validation/llamacpp_at_speed.py --ratio batch``)?"""
 GATE_AFTER = 0
 """Times a real run is taken again when the speed probe right after it is outside the gate
 (``--gate-after N``; :func:`speed_gate.gated_run`); 0: the gate holds before a run only."""
@@ -335,6 +341,7 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
             out["gate"]["run_ref_ms"] = speed["median_ms"]
         ref_ms = out["gate"]["run_ref_ms"]
         out["gate"]["tolerance"] = speed_gate.GATE
+        out["gate"]["batch_row_ms"] = speed_gate.batch_row(prof, slots)
         run("calibrate", str(prof), "--out", str(fit), "--loss", "soft_l1", log=log)
         # capacity: every slot always busy (a closed loop of -np clients)
         cap_raw = scenario("capacity", flags, regime, quick, str(fit), "closed_4", None)
@@ -353,11 +360,18 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
             run("run", str(path), "--out", str(here / "sim"), "--no-figures", log=log)
             runs, loads = real_runs(here, load, REPEATS), []
             for real in runs:
-                before = load_average()
-                got = speed_gate.gated_run(probe, ref_ms, functools.partial(replay, path),
-                                           Path(real), "validate-cpu --matrix",
-                                           GATE_AFTER)  # fmt: skip
-                loads.append({"before": before, "after": load_average(), **got})
+                before, batch = load_average(), {}
+
+                def checked(folder: Path, scenario_file: Path = path,
+                            batch: dict[str, Any] = batch) -> None:  # fmt: skip
+                    if BATCH_BEFORE:  # (after the gate, right before the run)
+                        batch["batch_before"] = full_batch_step(srv.url, here / "grid.yaml",
+                                                                slots)  # fmt: skip
+                    replay(scenario_file, folder)
+
+                got = speed_gate.gated_run(probe, ref_ms, checked, Path(real),
+                                           "validate-cpu --matrix", GATE_AFTER)  # fmt: skip
+                loads.append({"before": before, "after": load_average(), **got, **batch})
             table = here / f"{load}_compare.json"
             run("compare", str(_sim(here / "sim" / load)), *runs, "--json", str(table), log=log)
             out["loads"][load] = {"table": json.loads(table.read_text()), "machine": loads,
@@ -638,6 +652,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="profile with a speed reference beside each measurement "
                         "(scale: each priced against it) and gate the runs on its typical "
                         "step (kept per point)")  # fmt: skip
+    parser.add_argument("--batch-before", action="store_true",
+                        help="time the full batch's decode step right before each real run "
+                        "(kept as batch_before; llamacpp_at_speed.py --ratio batch)")  # fmt: skip
     parser.add_argument("--gate-after", type=int, default=0, metavar="N",
                         help="also hold the gate after each real run: one read outside it "
                         "is set aside (kept as out-of-band-RUN-K) and taken again, at most N "
@@ -651,8 +668,9 @@ def main(argv: list[str] | None = None) -> int:
     speed_gate.GATE = args.gate  # (read by speed_gate.within at each probe)
     if args.gate_after < 0:
         raise SystemExit(f"--gate-after: got {args.gate_after}, must be 0 or more")
-    global SPEED_REFERENCE, GATE_AFTER
+    global SPEED_REFERENCE, GATE_AFTER, BATCH_BEFORE
     SPEED_REFERENCE = args.speed_reference
+    BATCH_BEFORE = args.batch_before
     GATE_AFTER = args.gate_after
     if args.summary is not None:
         results = json.loads(args.summary.read_text())["results"]

@@ -15,10 +15,13 @@ over the cells of their width over the real value), and how much the draws diffe
 one another against how much the real repeats do. ``--wander`` gives each table the
 host's wander its fit found instead (``cost.jitter: {wander: fitted}``): Tables 2 and 3
 from their runs, Table 1 from the profile's wander probe where it has one (the matrix's
-profiles since item 32).
+profiles since item 32). ``--at-speed`` takes Table 1 at the runs' own speed instead
+(the scenarios ``validation/llamacpp_at_speed.py`` left in each point's
+``at_speed_runs/``; Tables 2 and 3 are left out): what the noise adds to the engine
+model priced at the speed the host ran (item 34).
 
     PYTHONPATH=src python validation/llamacpp_noise.py [--draws 9] [--sigma X | --wander]
-        [CFG/REGIME ...]
+        [--at-speed] [CFG/REGIME ...]
 """
 
 from __future__ import annotations
@@ -102,6 +105,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="the host's wander the runs' fit found (wander: fitted) instead of "
                     "sigma; a table whose fit has none (a profile without the wander "
                     "probe) is left out")  # fmt: skip
+    ap.add_argument(
+        "--at-speed",
+        action="store_true",
+        help="Table 1 at the runs' speed only (run llamacpp_at_speed.py first)",
+    )
     args = ap.parse_args(argv)
     stored = OUT / "matrix.json"
     if not stored.is_file():
@@ -122,8 +130,11 @@ def main(argv: list[str] | None = None) -> int:
         here = OUT / key.replace("/", "_")
         line = [f"{key:14s}"]
         for t, ((suffix, _), tables) in enumerate(zip(TABLES, tables_of(res), strict=True)):
+            if args.at_speed and t > 0:
+                continue
             cells = [0, 0, 0, 0]
-            scenarios = {load: load_scenario(here / f"{load}{suffix}.yaml") for load in tables}
+            folder = here / "at_speed_runs" if args.at_speed else here
+            scenarios = {load: load_scenario(folder / f"{load}{suffix}.yaml") for load in tables}
             if args.wander and not all(map(has_wander, scenarios.values())):
                 line.append(f"T{t + 1} - (no wander in its fit)")
                 continue

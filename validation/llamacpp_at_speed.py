@@ -1,0 +1,213 @@
+"""Table 1 at the host's speed during each load: how many of its misses that speed explains.
+
+Table 1 prices every load by a profile taken minutes before the load's real runs; on this
+host those runs' decode steps then ran 0.86-1.18 x what Table 1 charges for them
+(``compare --steps``, the matrix's last column). This script takes each stored point's
+Table 1 scenarios again with every step cost multiplied by that load's own median ratio
+of real decode steps to the charge (:func:`at_speed_fit`: the fit's coefficients and
+decode residuals, its wake; the scenario's request path), simulates them and compares
+them with the same real runs, cell by cell under issue 12's target.
+
+That is not a prediction: it reads one number from the runs it is compared with. It is an
+attribution. A cell it puts in target that Table 1 misses was missed for the host's speed
+between the profile and the runs; a cell it still misses is the model's (its scheduling,
+its prompt costs, the shape of its step times) or the runs' own noise.
+
+``--ratio gate`` takes instead what was known before the runs started: the speed gate's
+last lone-decode probe before each run over the profile's typical speed reference (the
+mean over the load's runs; :func:`gate_ratio`). That is a prediction a user could make:
+time one lone request just before the load, and price the profile at that speed.
+``--ratio batch`` is the same with the full batch's decode step timed right before each
+run (:func:`batch_ratio`; a matrix run with ``--batch-before``).
+
+    PYTHONPATH=src python validation/llamacpp_at_speed.py [--ratio runs|gate|batch]
+        [--only CFG/REGIME ...] [--json OUT]
+
+It reads what ``validate_cpu.py --matrix`` left in ``results/validation-llamacpp`` (each
+point's ``fit_probes.yaml``, Table 1 scenarios, real runs and ``matrix.json``'s
+``steps_vs_charge``); no server. It writes ``at_speed_RATIO/`` beside each point's files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from llamacpp_matrix import LOADS, METRICS, OUT, _row, _sim, real_runs, run
+
+
+def at_speed_fit(fit: dict[str, Any], ratio: float) -> dict[str, Any]:
+    """*fit* (a fit file's YAML) with every step cost it gives multiplied by *ratio*: the
+    coefficients, the decode residuals per batch size and the wake's milliseconds. The
+    noise, wander and spells are relative (σ of a log ratio, factors): left as they are."""
+    if not (np.isfinite(ratio) and ratio > 0):
+        raise ValueError(f"ratio: got {ratio!r}, must be a positive number")
+    out = json.loads(json.dumps(fit))  # (a deep copy of plain YAML)
+    out["coefficients"] = {k: v * ratio for k, v in fit["coefficients"].items()}
+    if fit.get("decode_batch_residual_ms"):
+        out["decode_batch_residual_ms"] = {
+            k: v * ratio for k, v in fit["decode_batch_residual_ms"].items()
+        }
+    if fit.get("wake"):
+        out["wake"]["ms"] = fit["wake"]["ms"] * ratio
+    return out
+
+
+def at_speed_scenario(scenario: dict[str, Any], fit_path: Path, ratio: float) -> dict[str, Any]:
+    """*scenario* (a Table 1 scenario's YAML) priced by the fit at *fit_path*, its request
+    path's milliseconds multiplied by *ratio* (the host runs the HTTP threads too)."""
+    out = json.loads(json.dumps(scenario))
+    out["cost"]["path"] = str(fit_path)
+    work = out["workload"]
+    if work.get("request_path_ms"):
+        work["request_path_ms"] = round(work["request_path_ms"] * ratio, 3)
+    return out
+
+
+def cells(table: list[dict[str, Any]]) -> dict[str, Any]:
+    """A compare table's cells under issue 12's target (the matrix's :data:`METRICS` and
+    rule): how many meet it, which miss, and the p50 cells' |error|."""
+    by = {r["metric"]: r for r in table}
+    ok = {m: _row(by[m])[1] for m in METRICS}
+    return {
+        "in_target": sum(ok.values()),
+        "missed": [m for m in METRICS if not ok[m]],
+        "p50_errors": [round(abs(by[m]["error"]), 4) for m in METRICS if m.startswith("median")],
+    }
+
+
+def runs_ratio(res: dict[str, Any], load: str) -> float:
+    """The median of *load*'s real decode steps over Table 1's charge for them
+    (``compare --steps``, the matrix's ``steps_vs_charge``)."""
+    return float(res["loads"][load]["steps_vs_charge"]["decode"]["median"])
+
+
+def _before_over(res: dict[str, Any], load: str, field: str, ref: str, missing: str) -> float:
+    """The mean over *load*'s real runs of their record's *field* over the point's
+    ``gate[ref]``; *missing* says what the matrix lacked when either is not there."""
+    before = [m[field] for m in res["loads"][load]["machine"] if m.get(field)]
+    if not res["gate"].get(ref) or not before:
+        raise SystemExit(f"{load} has {missing}")
+    return float(np.mean(before)) / float(res["gate"][ref])
+
+
+def gate_ratio(res: dict[str, Any], load: str) -> float:
+    """The mean over *load*'s real runs of the speed gate's last probe before each
+    (``step_before``) over the step the gate held the runs to (``gate.run_ref_ms``: the
+    profile's typical speed reference, ``--speed-reference``)."""
+    return _before_over(res, load, "step_before", "run_ref_ms",
+                        "no speed reference or gate probes for --ratio gate (run the matrix "
+                        "with --speed-reference record)")  # fmt: skip
+
+
+def batch_ratio(res: dict[str, Any], load: str) -> float:
+    """The mean over *load*'s real runs of the full batch's decode step timed right before
+    each (``batch_before``, ``validate_cpu.py --matrix --batch-before``) over the
+    profile's row for it (``gate.batch_row_ms``)."""
+    return _before_over(res, load, "batch_before", "batch_row_ms",
+                        "no full-batch step before its runs for --ratio batch (run the "
+                        "matrix with --batch-before)")  # fmt: skip
+
+
+RATIOS = {"runs": runs_ratio, "gate": gate_ratio, "batch": batch_ratio}
+
+
+def point(key: str, res: dict[str, Any], repeats: int, log: list[str],
+          source: str = "runs") -> dict[str, Any]:  # fmt: skip
+    """Every load of the stored point *key* at the host's speed (*source*: the runs'
+    steps or the gate's probes before them, :data:`RATIOS`): per load the ratio, and
+    Table 1's cells and those of the simulation at that speed (:func:`cells`)."""
+    here = OUT / key.replace("/", "_")
+    work = here / f"at_speed_{source}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    fit = yaml.safe_load((here / "fit_probes.yaml").read_text())
+    loads: dict[str, Any] = {}
+    for load in LOADS:
+        got = res["loads"][load]
+        ratio = RATIOS[source](res, load)
+        fit_path = work / f"fit_{load}.yaml"
+        fit_path.write_text(yaml.safe_dump(at_speed_fit(fit, ratio), sort_keys=False))
+        scenario = yaml.safe_load((here / f"{load}.yaml").read_text())
+        path = work / f"{load}.yaml"
+        path.write_text(yaml.safe_dump(at_speed_scenario(scenario, fit_path, ratio)))
+        run("run", str(path), "--out", str(work / "sim"), "--no-figures", log=log)
+        table_file = work / f"{load}_compare.json"
+        run("compare", str(_sim(work / "sim" / load)), *real_runs(here, load, repeats),
+            "--json", str(table_file), log=log)  # fmt: skip
+        table = json.loads(table_file.read_text())
+        loads[load] = {"ratio": round(ratio, 4), "table1": cells(got["table"]),
+                       "at_speed": cells(table)}  # fmt: skip
+    return loads
+
+
+HEADS = {
+    "runs": ("real decode steps ÷ Table 1's charge", "at the runs' speed"),
+    "gate": ("gate probes before the runs ÷ the profile's", "at the gate's speed"),
+    "batch": ("full-batch steps before the runs ÷ the profile's row", "at that speed"),
+}
+
+
+def report(points: dict[str, dict[str, Any]], source: str = "runs") -> list[str]:
+    """The table this script prints: per point the loads' ratios, Table 1's cells in
+    target and median p50 error against the same at that speed, and the totals."""
+    ratio, at = HEADS[source]
+    lines = [
+        f"| point | {ratio} | Table 1: cells in target | median p50 error "
+        f"| {at}: cells in target | median p50 error |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    totals = {"table1": 0, "at_speed": 0}
+    for key, loads in points.items():
+        row = [key, ", ".join(f"{v['ratio']:.2f}" for v in loads.values())]
+        for table in totals:
+            ok = sum(v[table]["in_target"] for v in loads.values())
+            p50 = np.median([e for v in loads.values() for e in v[table]["p50_errors"]])
+            totals[table] += ok
+            row += [f"{ok} / {len(METRICS) * len(loads)}", f"{100 * p50:.0f} %"]
+        lines.append("| " + " | ".join(row) + " |")
+    n = len(METRICS) * sum(len(loads) for loads in points.values())
+    lines.append(f"| all | | {totals['table1']} / {n} | | {totals['at_speed']} / {n} | |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="llamacpp_at_speed.py", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--only", nargs="+", metavar="CFG/REGIME", default=None,
+                        help="stored points to take (default: each with real runs)")  # fmt: skip
+    parser.add_argument("--ratio", choices=list(RATIOS), default="runs",
+                        help="the speed: the runs' decode steps over the charge (an "
+                        "attribution), or the gate's probes or the full batch's step "
+                        "before them (a prediction)")  # fmt: skip
+    parser.add_argument("--json", type=Path, default=None, metavar="OUT",
+                        help="also write every load's figures here")  # fmt: skip
+    args = parser.parse_args(argv)
+    stored = OUT / "matrix.json"
+    if not stored.is_file():
+        raise SystemExit(f"{stored}: not found (run validate_cpu.py --matrix first)")
+    keep = json.loads(stored.read_text())
+    results = keep.get("results", {})
+    have = [k for k in results if (OUT / k.replace("/", "_") / "real").is_dir()]
+    missing = [k for k in args.only or [] if k not in have]
+    if missing:
+        raise SystemExit(f"--only: no stored runs of {missing[0]!r}; stored: {have}")
+    log: list[str] = []
+    points = {k: point(k, results[k], keep["facts"]["repeats"], log, args.ratio)
+              for k in (args.only or have)}  # fmt: skip
+    print("\n" + "\n".join(report(points, args.ratio)))
+    if args.json is not None:
+        out = {"ratio": args.ratio, "points": points, "commands": log}
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
             total[t] = [a + b for a, b in zip(total[t], cells, strict=True)]
             line.append(f"T{t + 1} {cells[0]} -> {cells[1]} (band {cells[2]}) of {cells[3]}")
         print("   ".join(line), flush=True)
-    every = [f"T{t + 1} {a} -> {b} (band {c}) of {n}" for t, (a, b, c, n) in enumerate(total)]
+    every = [f"T{t + 1} {a} -> {b} (band {c}) of {n}"
+             for t, (a, b, c, n) in enumerate(total) if n]  # fmt: skip
     print("all            " + "   ".join(every))
     print("the bands' width over the real value, median over the cells: " + "   ".join(
         f"T{t + 1} {statistics.median(w):.1%}" for t, w in enumerate(wide) if w))  # fmt: skip

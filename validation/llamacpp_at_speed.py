@@ -120,9 +120,10 @@ RATIOS = {"runs": runs_ratio, "gate": gate_ratio, "batch": batch_ratio}
 
 def point(key: str, res: dict[str, Any], repeats: int, log: list[str],
           source: str = "runs") -> dict[str, Any]:  # fmt: skip
-    """Every load of the stored point *key* at the host's speed (*source*: the runs'
-    steps or the gate's probes before them, :data:`RATIOS`): per load the ratio, and
-    Table 1's cells and those of the simulation at that speed (:func:`cells`)."""
+    """Every load of the stored point *key* at the host's speed (*source*, one of
+    :data:`RATIOS`: the runs' own decode steps, the gate's lone probes or the full batch's
+    step before them): per load the ratio, and Table 1's cells and those of the
+    simulation at that speed (:func:`cells`)."""
     here = OUT / key.replace("/", "_")
     work = here / f"at_speed_{source}"
     shutil.rmtree(work, ignore_errors=True)

@@ -31,6 +31,7 @@ point's ``fit_probes.yaml``, Table 1 scenarios, real runs and ``matrix.json``'s
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import shutil
 import sys
@@ -39,7 +40,7 @@ from typing import Any
 
 import numpy as np
 import yaml
-from llamacpp_matrix import LOADS, METRICS, OUT, _row, _sim, real_runs, run
+from llamacpp_matrix import LOADS, METRICS, OUT, _sim, in_target, p50_errors, real_runs, run
 
 
 def at_speed_fit(fit: dict[str, Any], ratio: float) -> dict[str, Any]:
@@ -48,7 +49,7 @@ def at_speed_fit(fit: dict[str, Any], ratio: float) -> dict[str, Any]:
     noise, wander and spells are relative (σ of a log ratio, factors): left as they are."""
     if not (np.isfinite(ratio) and ratio > 0):
         raise ValueError(f"ratio: got {ratio!r}, must be a positive number")
-    out = json.loads(json.dumps(fit))  # (a deep copy of plain YAML)
+    out = copy.deepcopy(fit)
     out["coefficients"] = {k: v * ratio for k, v in fit["coefficients"].items()}
     if fit.get("decode_batch_residual_ms"):
         out["decode_batch_residual_ms"] = {
@@ -62,7 +63,7 @@ def at_speed_fit(fit: dict[str, Any], ratio: float) -> dict[str, Any]:
 def at_speed_scenario(scenario: dict[str, Any], fit_path: Path, ratio: float) -> dict[str, Any]:
     """*scenario* (a Table 1 scenario's YAML) priced by the fit at *fit_path*, its request
     path's milliseconds multiplied by *ratio* (the host runs the HTTP threads too)."""
-    out = json.loads(json.dumps(scenario))
+    out = copy.deepcopy(scenario)
     out["cost"]["path"] = str(fit_path)
     work = out["workload"]
     if work.get("request_path_ms"):
@@ -71,14 +72,14 @@ def at_speed_scenario(scenario: dict[str, Any], fit_path: Path, ratio: float) ->
 
 
 def cells(table: list[dict[str, Any]]) -> dict[str, Any]:
-    """A compare table's cells under issue 12's target (the matrix's :data:`METRICS` and
-    rule): how many meet it, which miss, and the p50 cells' |error|."""
-    by = {r["metric"]: r for r in table}
-    ok = {m: _row(by[m])[1] for m in METRICS}
+    """A compare table's cells under issue 12's target (the matrix's
+    :func:`~llamacpp_matrix.in_target`): how many meet it, which miss, and the p50 cells'
+    |error|."""
+    ok = in_target(table)
     return {
         "in_target": sum(ok.values()),
-        "missed": [m for m in METRICS if not ok[m]],
-        "p50_errors": [round(abs(by[m]["error"]), 4) for m in METRICS if m.startswith("median")],
+        "missed": [m for m, inside in ok.items() if not inside],
+        "p50_errors": [round(e, 4) for e in p50_errors(table)],
     }
 
 
@@ -115,6 +116,12 @@ def batch_ratio(res: dict[str, Any], load: str) -> float:
                         "matrix with --batch-before)")  # fmt: skip
 
 
+def folder(here: Path, source: str) -> Path:
+    """Where :func:`point` writes a point's scenarios, fits and simulations at the speed
+    *source* gives (``llamacpp_noise.py --at-speed`` reads ``runs``')."""
+    return here / f"at_speed_{source}"
+
+
 RATIOS = {"runs": runs_ratio, "gate": gate_ratio, "batch": batch_ratio}
 
 
@@ -125,7 +132,7 @@ def point(key: str, res: dict[str, Any], repeats: int, log: list[str],
     step before them): per load the ratio, and Table 1's cells and those of the
     simulation at that speed (:func:`cells`)."""
     here = OUT / key.replace("/", "_")
-    work = here / f"at_speed_{source}"
+    work = folder(here, source)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     fit = yaml.safe_load((here / "fit_probes.yaml").read_text())

@@ -305,7 +305,9 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
         def probe() -> float | None:
             return speed_probe(srv.url)
 
-        def replay(scenario_file: Path, folder: Path) -> None:
+        def replay(scenario_file: Path, folder: Path, record: dict[str, Any]) -> None:
+            if BATCH_BEFORE:  # (after the gate, right before the run)
+                record["batch_before"] = full_batch_step(srv.url, here / "grid.yaml", slots)
             run("replay", str(scenario_file), "--endpoint", srv.url, "--out", str(folder),
                 "--timeout-s", "300", "--time-limit-s", "1200", "--extra-body", EXTRA_BODY,
                 log=log)  # fmt: skip
@@ -361,16 +363,10 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
             runs, loads = real_runs(here, load, REPEATS), []
             for real in runs:
                 before, batch = load_average(), {}
-
-                def checked(folder: Path, scenario_file: Path = path,
-                            batch: dict[str, Any] = batch) -> None:  # fmt: skip
-                    if BATCH_BEFORE:  # (after the gate, right before the run)
-                        batch["batch_before"] = full_batch_step(srv.url, here / "grid.yaml",
-                                                                slots)  # fmt: skip
-                    replay(scenario_file, folder)
-
-                got = speed_gate.gated_run(probe, ref_ms, checked, Path(real),
-                                           "validate-cpu --matrix", GATE_AFTER)  # fmt: skip
+                got = speed_gate.gated_run(probe, ref_ms,
+                                           functools.partial(replay, path, record=batch),
+                                           Path(real), "validate-cpu --matrix",
+                                           GATE_AFTER)  # fmt: skip
                 loads.append({"before": before, "after": load_average(), **got, **batch})
             table = here / f"{load}_compare.json"
             run("compare", str(_sim(here / "sim" / load)), *runs, "--json", str(table), log=log)
@@ -774,6 +770,19 @@ def _row(row: dict[str, Any]) -> tuple[str, bool]:
     return f"{_pct(err)} (±{100 * spread:.0f} %){'' if ok else ' ✗'}", ok
 
 
+def in_target(table: list[dict[str, Any]]) -> dict[str, bool]:
+    """Each of :data:`METRICS`' cells of a ``compare`` table: inside the target
+    (:func:`_row`'s rule)."""
+    by = {r["metric"]: r for r in table}
+    return {m: _row(by[m])[1] for m in METRICS}
+
+
+def p50_errors(table: list[dict[str, Any]]) -> list[float]:
+    """The |error| of a ``compare`` table's p50 cells among :data:`METRICS`, in order."""
+    by = {r["metric"]: r for r in table}
+    return [abs(by[m]["error"]) for m in METRICS if m.startswith("median")]
+
+
 def _steps(got: dict[str, Any] | None, charge: dict[str, Any] | None = None) -> str:
     """The real runs' steps measured / what the table charges (*charge*,
     :func:`charge_ratios`: decode median (p10–p90), prompt median) or, for a matrix
@@ -842,7 +851,7 @@ def cells_by_steps(results: dict[str, Any]) -> dict[str, list[int]]:
                 continue
             off = abs(v["steps_vs_charge"]["decode"]["median"] - 1)
             band = out.setdefault(names[0 if off <= lo else 1 if off <= hi else 2], [0, 0, 0])
-            band[0] += sum(_row(r)[1] for r in v["table"] if r["metric"] in METRICS)
+            band[0] += sum(in_target(v["table"]).values())
             band[1] += len(METRICS)
             band[2] += 1
     return {k: out[k] for k in names if k in out}
@@ -868,15 +877,10 @@ def summary(results: dict[str, Any]) -> list[str]:
             if not tables:
                 cells += ["—", "—"]
                 continue
-            ok = total = 0
-            p50: list[float] = []
-            for table in tables.values():
-                by = {r["metric"]: r for r in table}
-                for m in METRICS:
-                    ok += _row(by[m])[1]
-                    total += 1
-                p50 += [abs(by[m]["error"]) for m in METRICS if m.startswith("median")]
-            cells += [f"{ok} / {total}", f"{100 * float(np.median(p50)):.0f} %"]
+            ok = sum(sum(in_target(table).values()) for table in tables.values())
+            p50 = [e for table in tables.values() for e in p50_errors(table)]
+            cells += [f"{ok} / {len(METRICS) * len(tables)}",
+                      f"{100 * float(np.median(p50)):.0f} %"]  # fmt: skip
         ratios = [v["steps_vs_charge"]["decode"]["median"] if by_charge
                   else v["steps_vs_fit"]["decode_p50"] for v in res["loads"].values()
                   if v.get("steps_vs_fit") or by_charge]  # fmt: skip

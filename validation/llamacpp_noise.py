@@ -35,6 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import llamacpp_at_speed as at_speed
 from llamacpp_matrix import METRICS, OUT, _row
 
 from lyra_simpy.live.band import band, inside
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.at_speed and t > 0:
                 continue
             cells = [0, 0, 0, 0]
-            folder = here / "at_speed_runs" if args.at_speed else here
+            folder = at_speed.folder(here, "runs") if args.at_speed else here
             scenarios = {load: load_scenario(folder / f"{load}{suffix}.yaml") for load in tables}
             if args.wander and not all(map(has_wander, scenarios.values())):
                 line.append(f"T{t + 1} - (no wander in its fit)")

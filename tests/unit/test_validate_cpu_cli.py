@@ -900,8 +900,8 @@ def test_item_34s_long_points_again_and_table_1_at_the_runs_speed() -> None:
             for p in ("default/long", "kvu/long", "np2_b64/long")} == {
         "default/long": 33, "kvu/long": 32, "np2_b64/long": 30}  # fmt: skip
     at_speed = validation_module("llamacpp_at_speed")
-    runs = json.loads((validation / "llamacpp-at-speed-runs.json").read_text())
-    gate = json.loads((validation / "llamacpp-at-speed-gate.json").read_text())
+    kept = json.loads((validation / "llamacpp-at-speed-item34.json").read_text())
+    runs, gate = kept["runs"], kept["gate"]
     assert (runs["ratio"], gate["ratio"]) == ("runs", "gate")
     assert at_speed.report(runs["points"], "runs")[-1] == "| all | | 161 / 210 | | 182 / 210 | |"
     assert at_speed.report(gate["points"], "gate")[-1] == "| all | | 161 / 210 | | 161 / 210 | |"
@@ -916,6 +916,16 @@ def test_item_34s_long_points_again_and_table_1_at_the_runs_speed() -> None:
         for load, got in loads.items():
             ratio = results[p]["loads"][load]["steps_vs_charge"]["decode"]["median"]
             assert got["ratio"] == round(ratio, 4)
+    # the noise draws' totals the document quotes, as the command printed them
+    printed = kept["noise_printed"]
+    at_speed_line = printed[
+        "PYTHONPATH=src python validation/llamacpp_noise.py --wander --at-speed"
+    ]
+    assert any(line.startswith("all ") and "T1 161 -> 193 (band 195) of 210" in line
+               for line in at_speed_line)  # fmt: skip
+    table1_line = printed["PYTHONPATH=src python validation/llamacpp_noise.py --wander"]
+    assert any(line.startswith("all ") and "T1 161 -> 160 (band 156) of 210" in line
+               for line in table1_line)  # fmt: skip
     # at the runs' speed the p50s are in target but three; what it misses is p90s
     missed = [m for loads in runs["points"].values() for v in loads.values()
               for m in v["at_speed"]["missed"]]  # fmt: skip
@@ -940,10 +950,17 @@ def test_item_35s_np4_short_with_the_full_batch_timed_before_each_run() -> None:
     assert sum(inside.values()) == 28
     by = {(load, r["metric"]): r for load, v in short["loads"].items() for r in v["table"]}
     assert all(by[cell]["error"] < 0 for cell, ok in inside.items() if not ok)
-    batch = json.loads((validation / "llamacpp-at-speed-batch-item35.json").read_text())
+    kept = json.loads((validation / "llamacpp-at-speed-item35.json").read_text())
+    batch = kept["batch"]
     assert batch["ratio"] == "batch"
     at_speed = validation_module("llamacpp_at_speed")
     assert at_speed.report(batch["points"], "batch")[-1] == "| all | | 28 / 35 | | 31 / 35 | |"
+    assert (
+        at_speed.report(kept["runs"]["points"], "runs")[-1] == "| all | | 28 / 35 | | 33 / 35 | |"
+    )
+    assert (
+        at_speed.report(kept["gate"]["points"], "gate")[-1] == "| all | | 28 / 35 | | 29 / 35 | |"
+    )
 
 
 def test_item_36s_kvu_short_and_the_full_batch_as_a_forecast() -> None:
@@ -957,9 +974,16 @@ def test_item_36s_kvu_short_and_the_full_batch_as_a_forecast() -> None:
     assert steps == [0.91, 0.93, 1.01, 0.98, 1.0]
     assert sum(_inside(kvu).values()) == 27
     at_speed = validation_module("llamacpp_at_speed")
-    batch = json.loads((validation / "llamacpp-at-speed-batch-item36.json").read_text())
+    kept = json.loads((validation / "llamacpp-at-speed-item36.json").read_text())
+    batch = kept["batch"]
     ratios = [round(v["ratio"], 2) for v in batch["points"]["kvu/short"].values()]
     assert ratios == [0.96, 0.94, 1.08, 1.01, 1.0]
     assert [round(at_speed.gate_ratio(kvu, load), 2) for load in ("poisson_0.3", "poisson_0.6")
             ] == [0.98, 0.98]  # fmt: skip
     assert at_speed.report(batch["points"], "batch")[-1] == "| all | | 27 / 35 | | 31 / 35 | |"
+    assert (
+        at_speed.report(kept["runs"]["points"], "runs")[-1] == "| all | | 27 / 35 | | 30 / 35 | |"
+    )
+    assert (
+        at_speed.report(kept["gate"]["points"], "gate")[-1] == "| all | | 27 / 35 | | 28 / 35 | |"
+    )

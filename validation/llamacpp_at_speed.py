@@ -40,7 +40,16 @@ from typing import Any
 
 import numpy as np
 import yaml
-from llamacpp_matrix import LOADS, METRICS, OUT, _sim, in_target, p50_errors, real_runs, run
+from llamacpp_points import (
+    LOADS,
+    METRICS,
+    OUT,
+    in_target,
+    p50_errors,
+    real_runs,
+    run,
+    sim_folder,
+)
 
 
 def at_speed_fit(fit: dict[str, Any], ratio: float) -> dict[str, Any]:
@@ -73,7 +82,7 @@ def at_speed_scenario(scenario: dict[str, Any], fit_path: Path, ratio: float) ->
 
 def cells(table: list[dict[str, Any]]) -> dict[str, Any]:
     """A compare table's cells under issue 12's target (the matrix's
-    :func:`~llamacpp_matrix.in_target`): how many meet it, which miss, and the p50 cells'
+    :func:`~llamacpp_points.in_target`): how many meet it, which miss, and the p50 cells'
     |error|."""
     ok = in_target(table)
     return {
@@ -147,7 +156,7 @@ def point(key: str, res: dict[str, Any], repeats: int, log: list[str],
         path.write_text(yaml.safe_dump(at_speed_scenario(scenario, fit_path, ratio)))
         run("run", str(path), "--out", str(work / "sim"), "--no-figures", log=log)
         table_file = work / f"{load}_compare.json"
-        run("compare", str(_sim(work / "sim" / load)), *real_runs(here, load, repeats),
+        run("compare", str(sim_folder(work / "sim" / load)), *real_runs(here, load, repeats),
             "--json", str(table_file), log=log)  # fmt: skip
         table = json.loads(table_file.read_text())
         loads[load] = {"ratio": round(ratio, 4), "table1": cells(got["table"]),

@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import llamacpp_matrix as matrix
+import llamacpp_points as points
 from llamacpp_steps import arrival_split, priced, rebuild
 
 from lyra_simpy.calibration.fitfile import load_fit
@@ -52,7 +52,7 @@ def one_run(point: Path, load: str, flags: list[str], out: Path) -> str:
     log = out / "llama-server.log"
     with llamacpp.Server(llamacpp.server_binary(), llamacpp.model_file(), flags, log) as srv:
         code = cli(["replay", str(scenario), "--endpoint", srv.url, "--out", str(out / "run"),
-                    "--timeout-s", "300", "--extra-body", matrix.EXTRA_BODY])  # fmt: skip
+                    "--timeout-s", "300", "--extra-body", points.EXTRA_BODY])  # fmt: skip
         assert srv._proc is not None
         rss = rss_mib(srv._proc.pid)
     if code != 0:
@@ -78,13 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--point", default="default_long", help="CFG_REGIME of the matrix")
-    parser.add_argument("--load", default="closed_4", choices=list(matrix.LOADS))
+    parser.add_argument("--load", default="closed_4", choices=list(points.LOADS))
     args = parser.parse_args(argv)
-    point = matrix.OUT / args.point
+    point = points.OUT / args.point
     if not (point / "fit_probes.yaml").is_file():
         print(f"{point}: not stored; run validate_cpu.py --matrix first", file=sys.stderr)
         return 2
-    flags = matrix.CONFIGS[args.point.rsplit("_", 1)[0]]
+    flags = points.CONFIGS[args.point.rsplit("_", 1)[0]]
     variants = {"as launched": flags, "--cache-ram 0": [*flags, "--cache-ram", "0"]}
     print(f"{args.point} {args.load}: llama-server {' '.join(flags)}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:

@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from llamacpp_matrix import OUT, PUBLISHED
+from llamacpp_points import OUT, PUBLISHED
 
 STORED = OUT / "matrix.json"
 

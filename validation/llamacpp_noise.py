@@ -36,7 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import llamacpp_at_speed as at_speed
-from llamacpp_matrix import METRICS, OUT, _row
+from llamacpp_points import METRICS, OUT, cell
 
 from lyra_simpy.live.band import band, inside
 from lyra_simpy.scenario import load_scenario
@@ -61,9 +61,9 @@ def score(table: list[dict[str, Any]], got: dict[str, dict[str, Any]]) -> tuple[
     stored = moved = within = 0
     for m in METRICS:
         row = by[m]
-        stored += _row(row)[1]
+        stored += cell(row)[1]
         median = got[m]["median"]
-        moved += _row({**row, "sim": median, "error": median / row["real"] - 1.0})[1]
+        moved += cell({**row, "sim": median, "error": median / row["real"] - 1.0})[1]
         within += bool(inside(row["real"], got[m]))
     return stored, moved, within
 

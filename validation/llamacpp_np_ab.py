@@ -49,7 +49,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from llamacpp_after_load import closed_loop, lone
-from llamacpp_matrix import CONFIGS, run
+from llamacpp_points import CONFIGS, run
 
 from lyra_simpy.live import llamacpp
 

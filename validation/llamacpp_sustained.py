@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
 import speed_gate
-from llamacpp_matrix import CONFIGS
+from llamacpp_points import CONFIGS
 
 from lyra_simpy.live import llamacpp
 

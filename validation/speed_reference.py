@@ -124,7 +124,8 @@ def take(out: Path) -> list[Path]:
     """Profile the matrix's default server with its short and long grids, the speed
     recorded beside every measurement; the CSVs written."""
     import yaml
-    from llamacpp_matrix import CONFIGS, REGIMES, grid
+    from llamacpp_matrix import grid
+    from llamacpp_points import CONFIGS, REGIMES
 
     from lyra_simpy.cli import main as cli_main
     from lyra_simpy.live import llamacpp

@@ -1,4 +1,4 @@
-"""The llama.cpp matrix's document (validation/llamacpp_matrix.py) is written from the
+"""The llama.cpp matrix's document (validation/llamacpp_report.py) is written from the
 numbers: the summary's three tables, each load's row with its cells and the evidence of
 its real steps, the fits and the spells line."""
 
@@ -12,19 +12,21 @@ import pytest
 
 from builders import validation_module
 
-MATRIX = validation_module("llamacpp_matrix")
+REPORT = validation_module("llamacpp_report")
+TABLES = validation_module("llamacpp_tables")
+POINTS = validation_module("llamacpp_points")
 
 
 def _table(error: float, spread: float) -> list[dict[str, Any]]:
     row = {"sim": 1.0, "real": 1.0, "error": error, "spread": spread, "runs": [1.0]}
-    return [{"metric": m, **row} for m in MATRIX.METRICS]
+    return [{"metric": m, **row} for m in POINTS.METRICS]
 
 
 def test_the_document_is_written_from_the_numbers(tmp_path: Path, monkeypatch: Any) -> None:
-    m = MATRIX
+    m = REPORT
     monkeypatch.setattr(m, "PUBLISHED", tmp_path / "m.json")
     doc = tmp_path / "doc.md"
-    doc.write_text(f"reading before\n{m.START}\nold tables\n{m.END}\nreading after\n")
+    doc.write_text(f"reading before\n{POINTS.START}\nold tables\n{POINTS.END}\nreading after\n")
     machine = [{"before": "1.0 1.0 1.0", "after": "1.5 1.0 1.0", "step_before": 28.4,
                 "step_after": None}]  # fmt: skip
     ratios = {"decode_p50": 1.04, "decode_mean": 1.06, "decode_steps": 400,
@@ -70,7 +72,7 @@ def test_the_summary_lists_points_in_the_matrix_order_whatever_order_they_ran() 
     # points run again with --only are stored after the others; the summary (the README's
     # table) keeps the matrix's order, and gives each point's range of real decode steps
     # over its probe fit, or a dash for a point stored without them
-    m = MATRIX
+    m = REPORT
 
     def res(flags: list[str], ratios: list[float] | None) -> dict[str, Any]:
         loads = {f"load{i}": {"table": _table(0.0, 0.1), "machine": [],
@@ -99,14 +101,13 @@ def test_stored_profiles_get_the_counts_of_this_version(tmp_path: Path) -> None:
     # counted by an older rule: the columns it lacks are added, the attention counts
     # recounted by the profiler's rules (llamacpp_probes.row_counts), the step columns
     # checked against them
-    m = MATRIX
     flags = ["-np", "4", "-c", "4096", "-t", "2", "-kvu"]
     (tmp_path / "grid.yaml").write_text("sliding_window: true\n")
     head = "phase,batch_size,input_tokens,context_len,latency_ms,steps,passes,checkpoints"
     rows = ["prefill,1,300,0,500.0,2,2,1,99", "decode,2,0,200,30.0,1,1,0,0",
             "prefill,4,290,0,1700.0,2,4,4,5"]  # fmt: skip
     (tmp_path / "profile.csv").write_text("\n".join([head + ",attention_cells", *rows]) + "\n")
-    assert m.with_probe_columns(tmp_path, flags) == [
+    assert TABLES.with_probe_columns(tmp_path, flags) == [
         "attention_cells",
         "attention_computed",
         "output_passes",
@@ -118,11 +119,11 @@ def test_stored_profiles_get_the_counts_of_this_version(tmp_path: Path) -> None:
     assert lines[1].endswith(",1,153600,62634")
     assert lines[2].endswith(",1,0,0")
     assert lines[3].endswith(",1,960512,262664")  # four prompts of 290 sent together
-    assert m.with_probe_columns(tmp_path, flags) == []  # nothing left to change
+    assert TABLES.with_probe_columns(tmp_path, flags) == []  # nothing left to change
     # a step column the rules disagree with is a stored profile of another layout
     (tmp_path / "profile.csv").write_text(head + "\nprefill,1,300,0,500.0,2,3,1\n")
     with pytest.raises(AssertionError):
-        m.with_probe_columns(tmp_path, flags)
+        TABLES.with_probe_columns(tmp_path, flags)
 
 
 def test_stored_profiles_of_prompt_steps_are_recounted_step_by_step(tmp_path: Path) -> None:
@@ -131,7 +132,6 @@ def test_stored_profiles_of_prompt_steps_are_recounted_step_by_step(tmp_path: Pa
     from lyra_simpy.live.llamacpp_probes import llamacpp_config, row_counts
     from lyra_simpy.live.profile_grid import ProfileGrid
 
-    m = MATRIX
     flags = ["-np", "4", "-c", "4096", "-t", "2"]
     (tmp_path / "grid.yaml").write_text("sliding_window: true\n")
     llama = llamacpp_config(" ".join(flags), ProfileGrid(sliding_window=True))
@@ -148,7 +148,7 @@ def test_stored_profiles_of_prompt_steps_are_recounted_step_by_step(tmp_path: Pa
         "decode,2,0,20,30.0,1,1,0,1,,",
     ]
     (tmp_path / "profile.csv").write_text("\n".join([head, *rows]) + "\n")
-    assert m.with_probe_columns(tmp_path, flags) == ["attention_cells", "attention_computed"]
+    assert TABLES.with_probe_columns(tmp_path, flags) == ["attention_cells", "attention_computed"]
     lines = (tmp_path / "profile.csv").read_text().splitlines()
     assert lines[1].endswith(f",64,0,{first[4]},{first[5]}")
     assert lines[2].endswith(f",64,1,{last[4]},{last[5]}")
@@ -169,7 +169,7 @@ def test_steps_priced_as_the_table_charges_replace_the_fit_terms_where_every_loa
     # since item 23 each load stores compare --steps against the table's own scenario;
     # the summary's last column and each table's column read it, a set stored before
     # (no charge on some load) keeps the fit-term ratios and says so in its head
-    m = MATRIX
+    m = REPORT
     monkeypatch.setattr(m, "PUBLISHED", tmp_path / "m.json")
     fit = {"decode_p50": 0.5, "decode_mean": 0.5, "prompt_p50": 0.5}
 
@@ -185,7 +185,7 @@ def test_steps_priced_as_the_table_charges_replace_the_fit_terms_where_every_loa
     assert rows[0].endswith("| real decode steps ÷ Table 1's charge |")
     assert rows[2].endswith("| 0.98–1.08 |")
     doc = tmp_path / "doc.md"
-    doc.write_text(f"{m.START}\n{m.END}\n")
+    doc.write_text(f"{POINTS.START}\n{POINTS.END}\n")
     m.write_section(doc, {"cores": 2, "repeats": 3}, both)
     text = doc.read_text()
     assert text.count(m.STEPS_HEAD[True]) == 2  # Tables 1 and 2

@@ -72,9 +72,9 @@ def test_the_share_needs_a_path_and_a_single_engine(make_scenario):
 
 
 def test_the_matrix_charges_table_1s_path_and_not_table_2s(tmp_path):
-    # validation/llamacpp_matrix.py: Table 1's scenarios take the profile's path at share
+    # validation/llamacpp_points.py: Table 1's scenarios take the profile's path at share
     # REQUEST_PATH_CPU_SHARE (1); without a measured path, none
-    matrix = validation_module("llamacpp_matrix")
+    matrix = validation_module("llamacpp_points")
     fit = tmp_path / "fit_probes.yaml"
     args = ("closed_4", matrix.CONFIGS["default"], matrix.REGIMES["short"], False, str(fit),
             "closed_4", None)  # fmt: skip

@@ -106,8 +106,8 @@ def test_the_matrix_grid_asks_for_the_reference_only_when_told(
 ) -> None:
     from lyra_simpy.live.profile_grid import ProfileGrid
 
-    matrix = validation_module("llamacpp_matrix")
-    flags, regime = matrix.CONFIGS["default"], matrix.REGIMES["long"]
+    matrix, points = validation_module("llamacpp_matrix"), validation_module("llamacpp_points")
+    flags, regime = points.CONFIGS["default"], points.REGIMES["long"]
     assert "speed_reference" not in matrix.grid(flags, regime)
     monkeypatch.setattr(matrix, "SPEED_REFERENCE", "record")
     grid = ProfileGrid.model_validate(matrix.grid(flags, regime))

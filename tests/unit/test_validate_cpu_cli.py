@@ -221,7 +221,7 @@ def test_the_published_matrix_is_item_23s_round_with_later_points_again() -> Non
         ("-np 2 -c 4096 -t 2 -b 64", "long"): ("30 / 35", "22 / 35", "23 / 35", "0.93–0.99 |"),
     }
     assert by["-np 4 -c 4096 -t 2", "long"][3] == "3 %"
-    bands = validation_module("llamacpp_matrix").cells_by_steps(
+    bands = validation_module("llamacpp_report").cells_by_steps(
         json.loads((ROOT / "docs" / "validation" / "llamacpp-matrix.json").read_text())["results"]
     )
     assert bands == {"within 3 %": [105, 119, 17], "3–6 %": [53, 63, 9],
@@ -370,8 +370,8 @@ def test_each_earlier_matrix_is_kept(
 def _inside(point: dict) -> dict[tuple[str, str], bool]:
     """A stored point's Table 1 cells: (load, metric) -> inside the target (the matrix's
     own rule)."""
-    matrix = validation_module("llamacpp_matrix")
-    return {(load, r["metric"]): matrix._row(r)[1] for load, v in point["loads"].items()
+    matrix = validation_module("llamacpp_points")
+    return {(load, r["metric"]): matrix.cell(r)[1] for load, v in point["loads"].items()
             for r in v["table"] if r["metric"] in matrix.METRICS}  # fmt: skip
 
 
@@ -574,7 +574,7 @@ def test_item_23s_round_the_errors_follow_the_steps() -> None:
     # 0, 3, 5, 0, 0, 5 of 15; compare --steps on each load against Table 1's charge: at
     # the 13 loads whose decode steps ran within 3 % of it Table 1 holds 69 of 91 cells,
     # within 3-6 % 38 of 49, beyond 6 % 24 of 70 (-kvu short's Poisson 0.9 1.18: 0 of 7)
-    matrix = validation_module("llamacpp_matrix")
+    matrix = validation_module("llamacpp_points")
     kept = ROOT / "docs" / "validation" / "llamacpp-matrix-epyc-item23.json"  # (until item 25)
     results = json.loads(kept.read_text())["results"]
     checks = {k: [(c["profile_ms"], c["check_ms"]) for c in r["gate"]["batch_check"]]
@@ -587,12 +587,12 @@ def test_item_23s_round_the_errors_follow_the_steps() -> None:
                for k, r in results.items()}  # fmt: skip
     assert outside == {"default/short": 0, "default/long": 3, "kvu/short": 5, "kvu/long": 0,
                        "np2_b64/short": 0, "np2_b64/long": 5}  # fmt: skip
-    bands = validation_module("llamacpp_matrix").cells_by_steps(results)
+    bands = validation_module("llamacpp_report").cells_by_steps(results)
     assert bands == {"within 3 %": [69, 91, 13], "3–6 %": [38, 49, 7],
                      "beyond 6 %": [24, 70, 10]}  # fmt: skip
     worst = results["kvu/short"]["loads"]["poisson_0.9"]
     assert round(worst["steps_vs_charge"]["decode"]["median"], 2) == 1.18
-    assert not any(matrix._row(r)[1] for r in worst["table"] if r["metric"] in matrix.METRICS)
+    assert not any(matrix.cell(r)[1] for r in worst["table"] if r["metric"] in matrix.METRICS)
     # the prompt steps over the decode steps, load by load: rising with load at the long
     # points with per-slot KV, 0.95-1.10 elsewhere (item 24: the host)
     ratio = {k: [round(v["steps_vs_charge"]["prompt"]["median"]
@@ -731,7 +731,7 @@ def test_item_25s_np4_points_again() -> None:
     assert quick == [0.81, 0.86, 0.88, 0.9]
     steps = [round(v["steps_vs_charge"]["decode"]["median"], 2) for v in short["loads"].values()]
     assert steps == [1.0, 1.08, 0.93, 0.93, 0.89]
-    bands = validation_module("llamacpp_matrix").cells_by_steps(results)
+    bands = validation_module("llamacpp_report").cells_by_steps(results)
     assert bands == {"within 3 %": [84, 105, 15], "3–6 %": [18, 28, 4],
                      "beyond 6 %": [24, 77, 11]}  # fmt: skip
 
@@ -796,7 +796,7 @@ def test_item_28s_kvu_long_again() -> None:
     row = rows["-np 4 -c 4096 -t 2 -kvu", "long"]
     assert (row[4], row[6]) == ("17 / 35", "18 / 35")
     kept = ROOT / "docs" / "validation" / "llamacpp-matrix-epyc-item28.json"
-    bands = validation_module("llamacpp_matrix").cells_by_steps(
+    bands = validation_module("llamacpp_report").cells_by_steps(
         json.loads(kept.read_text())["results"]
     )
     assert bands == {"within 3 %": [81, 105, 15], "3–6 %": [27, 35, 5],
@@ -817,9 +817,9 @@ def test_item_30s_np4_short_on_a_steady_host() -> None:
     assert steps == [1.02, 1.01, 0.96, 1.01, 1.0]
     inside = _inside(short)
     assert sum(inside.values()) == 19
-    matrix = validation_module("llamacpp_matrix")
+    matrix = validation_module("llamacpp_points")
     missed = [r for v in short["loads"].values() for r in v["table"]
-              if r["metric"] in matrix.METRICS and not matrix._row(r)[1]]  # fmt: skip
+              if r["metric"] in matrix.METRICS and not matrix.cell(r)[1]]  # fmt: skip
     closed = [r for k in ("closed_4", "closed_8") for r in short["loads"][k]["table"]
               if r in missed]  # fmt: skip
     assert len(missed) == 16

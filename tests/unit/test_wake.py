@@ -139,11 +139,11 @@ def test_a_bad_wake_probe_is_a_one_line_error(tmp_path):
 
 
 def test_table_1_charges_the_wake_its_fit_holds(tmp_path):
-    # validation/llamacpp_matrix.py: cost.wake: fitted where the point's fit has a wake
+    # validation/llamacpp_points.py: cost.wake: fitted where the point's fit has a wake
     from builders import validation_module
     from lyra_simpy.calibration.fitfile import write_fit
 
-    matrix = validation_module("llamacpp_matrix")
+    matrix = validation_module("llamacpp_points")
     fit = tmp_path / "fit_probes.yaml"
     args = ("poisson_0.3", matrix.CONFIGS["default"], matrix.REGIMES["short"], False,
             str(fit), "poisson_0.3", 4.0)  # fmt: skip
@@ -156,6 +156,6 @@ def test_table_1_charges_the_wake_its_fit_holds(tmp_path):
     assert matrix.scenario(*args)["cost"]["wake"] == "fitted"
     # the point's JSON keeps it (the document's line under each point)
     res: dict = {}
-    matrix.with_idle(tmp_path, res)
+    validation_module("llamacpp_tables").with_idle(tmp_path, res)
     assert (res["wake"]["after_s"], res["wake"]["prompts"]) == (0.3, 4)
     assert res["wake"]["ms"] == pytest.approx(14.0)

@@ -1,0 +1,176 @@
+"""The llama.cpp validation matrix's definition, shared by every tool that reads it
+(:mod:`llamacpp_matrix` runs it, :mod:`llamacpp_tables` redoes its tables from stored
+runs, :mod:`llamacpp_report` writes its document; :mod:`llamacpp_at_speed`,
+:mod:`llamacpp_noise` and the other studies read its points): the server configurations
+× length regimes × loads, the metrics and the target each cell is held to, where the
+results go, and the scenario each load is simulated with."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+from typing import Any
+
+from lyra_simpy.calibration.fitfile import load_fit
+from lyra_simpy.calibration.profiles import request_path_ms
+from lyra_simpy.calibration.wakefit import WakeFit
+from lyra_simpy.cli import main as cli_main
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "results" / "validation-llamacpp"
+DOC = ROOT / "docs" / "VALIDATION-llamacpp.md"
+"""Where the tables go (between :data:`START` and :data:`END`; the rest of the file, the
+reading of the tables, is written by hand and kept)."""
+PUBLISHED = ROOT / "docs" / "validation" / "llamacpp-matrix.json"
+"""A copy of ``matrix.json`` kept with the document (``--doc-only`` reads it in a clone
+without the run's results)."""
+CONFIGS: dict[str, list[str]] = {
+    "default": ["-np", "4", "-c", "4096", "-t", "2"],
+    "kvu": ["-np", "4", "-c", "4096", "-t", "2", "-kvu"],
+    "np2_b64": ["-np", "2", "-c", "4096", "-t", "2", "-b", "64"],
+}
+"""Launch flags beyond ``-m``/``--host``/``--port``: per-slot KV and context checkpoints
+on (llama.cpp's defaults once ``-np`` is given); one unified KV buffer; fewer slots and a
+logical batch that chunks the longer prompts."""
+REGIMES: dict[str, dict[str, Any]] = {
+    "short": {"input": (16, 64), "output": (8, 32), "requests": 40, "quick": 16},
+    "long": {"input": (200, 400), "output": (80, 120), "requests": 24, "quick": 10},
+}
+LOADS = {
+    "poisson_0.3": 0.3,
+    "poisson_0.6": 0.6,
+    "poisson_0.9": 0.9,
+    "closed_4": 4,
+    "closed_8": 8,
+}
+FIT_LOAD = "poisson_0.6"
+"""The load whose real runs Table 2 calibrates on."""
+REPEATS = int(os.environ.get("LYRA_VALIDATE_REPEATS", "3"))
+EXTRA_BODY = '{"cache_prompt": false}'
+METRICS = (
+    "output_throughput",
+    "median_ttft_ms",
+    "median_tpot_ms",
+    "median_e2el_ms",
+    "p90_ttft_ms",
+    "p90_tpot_ms",
+    "p90_e2el_ms",
+)
+
+
+REQUEST_PATH_CPU_SHARE = 1.0
+"""``workload.request_path_cpu_share`` of Table 1's scenarios: llama-server runs ``-t 2``
+on this host's 2 cores beside its HTTP threads and the replay client, so all of a request's
+path (the profile's ``request_path_ms``) is work taken from the engine's cores, charged
+to the iteration it lands in (item 18). Not fitted: the path is the profile's measure and
+the share its upper end, what the host's core count gives."""
+
+
+def scenario(name: str, flags: list[str], regime: dict[str, Any], quick: bool, fit: str,
+             load: str, capacity: float | None) -> dict[str, Any]:  # fmt: skip
+    """The scenario of one point (the preset reads the launch flags), with the request
+    path its profile (``profile.csv`` beside *fit*) measured (0 for the profiles taken
+    before it was; :func:`~lyra_simpy.calibration.profiles.request_path_ms`)."""
+    value = LOADS[load]
+    if load.startswith("closed"):
+        arrival: dict[str, Any] = {"name": "closed_loop", "concurrency": int(value),
+                                   "think_time_s": 0.005}  # fmt: skip
+    else:
+        assert capacity is not None
+        arrival = {"name": "poisson", "rate_per_s": round(value * capacity, 4)}
+    lo, hi = regime["input"]
+    olo, ohi = regime["output"]
+    path_ms = request_path_ms(Path(fit).parent / "profile.csv")
+    return {
+        "name": name,
+        "description": f"llama-server {' '.join(flags)}: {load}",
+        "seed": 11,
+        "engine": {"name": "llamacpp", "command": "llama-server " + " ".join(flags)},
+        "workload": {
+            "num_requests": regime["quick" if quick else "requests"],
+            "arrival": arrival,
+            "input_tokens": {"name": "uniform", "low": lo, "high": hi},
+            "output_tokens": {"name": "uniform", "low": olo, "high": ohi},
+            "request_path_ms": path_ms,
+            "request_path_cpu_share": REQUEST_PATH_CPU_SHARE if path_ms else 0.0,
+        },
+        # Gemma 3 has sliding-window layers (llama.cpp checkpoints its prompts) and a
+        # 32768-token training context; cache_prompt: false is what the replay sends
+        "scheduler": {"name": "llamacpp", "sliding_window": True, "cache_prompt": False},
+        "cost": {
+            "name": "profile",
+            "path": fit,
+            "decode_table": True,
+            **({"wake": "fitted"} if has_wake(fit) else {}),
+        },
+    }
+
+
+def fit_wake(fit: Path) -> WakeFit | None:
+    """The profile's wake after idle (``grid.wake_gaps_s``,
+    :data:`llamacpp_matrix.WAKE_GAPS_S`; item 33) the fit file at *fit* holds (None: no
+    such file, or no wake in it)."""
+    return load_fit(fit).wake if fit.is_file() else None
+
+
+def has_wake(fit: str) -> bool:
+    """The fit file at *fit* holds a wake: Table 1 charges it (``cost.wake: fitted``)."""
+    return fit_wake(Path(fit)) is not None
+
+
+def run(*args: str, log: list[str]) -> None:
+    """``lyra-simpy ARGS`` in this process, the command appended to *log* and printed; a
+    non-zero exit stops the matrix naming the command."""
+    log.append("lyra-simpy " + " ".join(shlex.quote(a) for a in args))
+    print("\n$ " + log[-1], flush=True)
+    code = cli_main(list(args))
+    if code != 0:
+        raise SystemExit(f"matrix: `lyra-simpy {args[0]}` exited {code}")
+
+
+def sim_folder(folder: Path) -> Path:
+    """The one scenario's run folder ``lyra-simpy run --out FOLDER`` wrote (the folder
+    holding ``summary.json``)."""
+    found = [p for p in folder.iterdir() if (p / "summary.json").is_file()]
+    assert len(found) == 1, folder
+    return found[0]
+
+
+def real_runs(here: Path, load: str, repeats: int) -> list[str]:
+    """The folders of a point's real runs of *load* (``real/LOAD/runK``)."""
+    return [str(here / "real" / load / f"run{k}") for k in range(1, repeats + 1)]
+
+
+START, END = "<!-- llamacpp-matrix:start -->", "<!-- llamacpp-matrix:end -->"
+"""The markers in :data:`DOC` between which :mod:`llamacpp_report` writes the tables."""
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:+.1f} %"
+
+
+def cell(row: dict[str, Any]) -> tuple[str, bool]:
+    """The cell for one metric and whether it meets the target: throughput within 5 %;
+    p50s within 10 % or the real spread, whichever is wider; p90s within the spread."""
+    err, spread, name = row["error"], row["spread"], row["metric"]
+    if name == "output_throughput":
+        ok = abs(err) <= 0.05
+    elif name.startswith("median"):
+        ok = abs(err) <= max(0.10, spread)
+    else:
+        ok = abs(err) <= spread
+    return f"{_pct(err)} (±{100 * spread:.0f} %){'' if ok else ' ✗'}", ok
+
+
+def in_target(table: list[dict[str, Any]]) -> dict[str, bool]:
+    """Each of :data:`METRICS`' cells of a ``compare`` table: inside the target
+    (:func:`cell`'s rule)."""
+    by = {r["metric"]: r for r in table}
+    return {m: cell(by[m])[1] for m in METRICS}
+
+
+def p50_errors(table: list[dict[str, Any]]) -> list[float]:
+    """The |error| of a ``compare`` table's p50 cells among :data:`METRICS`, in order."""
+    by = {r["metric"]: r for r in table}
+    return [abs(by[m]["error"]) for m in METRICS if m.startswith("median")]

@@ -18,9 +18,12 @@ last lone-decode probe before each run over the profile's typical speed referenc
 mean over the load's runs; :func:`gate_ratio`). That is a prediction a user could make:
 time one lone request just before the load, and price the profile at that speed.
 ``--ratio batch`` is the same with the full batch's decode step timed right before each
-run (:func:`batch_ratio`; a matrix run with ``--batch-before``).
+run (:func:`batch_ratio`; a matrix run with ``--batch-before``). ``--ratio mean`` is
+``runs`` with the load's *mean* real decode step over the charge instead of its median
+(:func:`runs_mean_ratio`; an attribution too): how much of what is left is the steps'
+skew, the slow steps a median leaves out and a request's TPOT sums.
 
-    PYTHONPATH=src python validation/llamacpp_at_speed.py [--ratio runs|gate|batch]
+    PYTHONPATH=src python validation/llamacpp_at_speed.py [--ratio runs|mean|gate|batch]
         [--only CFG/REGIME ...] [--json OUT]
 
 It reads what ``validate_cpu.py --matrix`` left in ``results/validation-llamacpp`` (each
@@ -98,6 +101,13 @@ def runs_ratio(res: dict[str, Any], load: str) -> float:
     return float(res["loads"][load]["steps_vs_charge"]["decode"]["median"])
 
 
+def runs_mean_ratio(res: dict[str, Any], load: str) -> float:
+    """The mean of *load*'s real decode steps over Table 1's charge for them (the same
+    ``steps_vs_charge``): a request's TPOT is the mean of its steps, not their median, so
+    a right-skewed step time (a few slow steps) moves it by the gap between the two."""
+    return float(res["loads"][load]["steps_vs_charge"]["decode"]["mean"])
+
+
 def _before_over(res: dict[str, Any], load: str, field: str, ref: str, missing: str) -> float:
     """The mean over *load*'s real runs of their record's *field* over the point's
     ``gate[ref]``; *missing* says what the matrix lacked when either is not there."""
@@ -131,7 +141,12 @@ def folder(here: Path, source: str) -> Path:
     return here / f"at_speed_{source}"
 
 
-RATIOS = {"runs": runs_ratio, "gate": gate_ratio, "batch": batch_ratio}
+RATIOS = {
+    "runs": runs_ratio,
+    "mean": runs_mean_ratio,
+    "gate": gate_ratio,
+    "batch": batch_ratio,
+}
 
 
 def point(key: str, res: dict[str, Any], repeats: int, log: list[str],
@@ -166,6 +181,7 @@ def point(key: str, res: dict[str, Any], repeats: int, log: list[str],
 
 HEADS = {
     "runs": ("real decode steps ÷ Table 1's charge", "at the runs' speed"),
+    "mean": ("real decode steps' mean ÷ Table 1's charge", "at the runs' mean step"),
     "gate": ("gate probes before the runs ÷ the profile's", "at the gate's speed"),
     "batch": ("full-batch steps before the runs ÷ the profile's row", "at that speed"),
 }
@@ -201,9 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", metavar="CFG/REGIME", default=None,
                         help="stored points to take (default: each with real runs)")  # fmt: skip
     parser.add_argument("--ratio", choices=list(RATIOS), default="runs",
-                        help="the speed: the runs' decode steps over the charge (an "
-                        "attribution), or the gate's probes or the full batch's step "
-                        "before them (a prediction)")  # fmt: skip
+                        help="the speed: the runs' decode steps over the charge, their "
+                        "median or mean (an attribution), or the gate's probes or the "
+                        "full batch's step before them (a prediction)")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, metavar="OUT",
                         help="also write every load's figures here")  # fmt: skip
     args = parser.parse_args(argv)

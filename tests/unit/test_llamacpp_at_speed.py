@@ -96,12 +96,14 @@ def test_cells_and_report_count_as_the_matrix_does():
     assert lines[3] == "| all | | 10 / 14 | | 12 / 14 | |"
 
 
-def test_the_two_speeds_a_load_is_priced_at():
+def test_the_speeds_a_load_is_priced_at():
     machine = [{"step_before": 14.0}, {"step_before": 13.0}, {"step_before": 15.0}]
     res = {"gate": {"run_ref_ms": 12.5},
-           "loads": {"closed_4": {"machine": machine,
-                                  "steps_vs_charge": {"decode": {"median": 1.18}}}}}  # fmt: skip
+           "loads": {"closed_4": {"machine": machine, "steps_vs_charge": {
+               "decode": {"median": 1.18, "mean": 1.23}}}}}  # fmt: skip
     assert AT_SPEED.runs_ratio(res, "closed_4") == 1.18
+    assert AT_SPEED.runs_mean_ratio(res, "closed_4") == 1.23  # (--ratio mean: the skew)
+    assert set(AT_SPEED.RATIOS) == set(AT_SPEED.HEADS) == {"runs", "mean", "gate", "batch"}
     assert AT_SPEED.gate_ratio(res, "closed_4") == pytest.approx(14.0 / 12.5)
     res["gate"] = {}  # a profile taken without --speed-reference: no step to hold the runs to
     with pytest.raises(

@@ -4,9 +4,10 @@ Table 1 prices every load by a profile taken minutes before the load's real runs
 host those runs' decode steps then ran 0.86-1.18 x what Table 1 charges for them
 (``compare --steps``, the matrix's last column). This script takes each stored point's
 Table 1 scenarios again with every step cost multiplied by that load's own median ratio
-of real decode steps to the charge (:func:`at_speed_fit`: the fit's coefficients and
-decode residuals, its wake; the scenario's request path), simulates them and compares
-them with the same real runs, cell by cell under issue 12's target.
+of real decode steps to the charge (:func:`at_speed_scenario`: ``cost.speed``, which
+scales the fit's coefficients, decode residuals and wake; the scenario's request path),
+simulates them and compares them with the same real runs, cell by cell under issue 12's
+target.
 
 That is not a prediction: it reads one number from the runs it is compared with. It is an
 attribution. A cell it puts in target that Table 1 misses was missed for the host's speed
@@ -55,28 +56,16 @@ from llamacpp_points import (
 )
 
 
-def at_speed_fit(fit: dict[str, Any], ratio: float) -> dict[str, Any]:
-    """*fit* (a fit file's YAML) with every step cost it gives multiplied by *ratio*: the
-    coefficients, the decode residuals per batch size and the wake's milliseconds. The
-    noise, wander and spells are relative (σ of a log ratio, factors): left as they are."""
+def at_speed_scenario(scenario: dict[str, Any], ratio: float) -> dict[str, Any]:
+    """*scenario* (a Table 1 scenario's YAML) with every step cost its fit prices ×
+    *ratio* (``cost.speed``: the terms, the decode residuals, the fitted wake) and its
+    request path's milliseconds × *ratio* too (the host runs the HTTP threads as well).
+    The noise, wander and spells are relative (σ of a log ratio, factors): left as
+    they are."""
     if not (np.isfinite(ratio) and ratio > 0):
         raise ValueError(f"ratio: got {ratio!r}, must be a positive number")
-    out = copy.deepcopy(fit)
-    out["coefficients"] = {k: v * ratio for k, v in fit["coefficients"].items()}
-    if fit.get("decode_batch_residual_ms"):
-        out["decode_batch_residual_ms"] = {
-            k: v * ratio for k, v in fit["decode_batch_residual_ms"].items()
-        }
-    if fit.get("wake"):
-        out["wake"]["ms"] = fit["wake"]["ms"] * ratio
-    return out
-
-
-def at_speed_scenario(scenario: dict[str, Any], fit_path: Path, ratio: float) -> dict[str, Any]:
-    """*scenario* (a Table 1 scenario's YAML) priced by the fit at *fit_path*, its request
-    path's milliseconds multiplied by *ratio* (the host runs the HTTP threads too)."""
     out = copy.deepcopy(scenario)
-    out["cost"]["path"] = str(fit_path)
+    out["cost"]["speed"] = ratio
     work = out["workload"]
     if work.get("request_path_ms"):
         work["request_path_ms"] = round(work["request_path_ms"] * ratio, 3)
@@ -159,16 +148,13 @@ def point(key: str, res: dict[str, Any], repeats: int, log: list[str],
     work = folder(here, source)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    fit = yaml.safe_load((here / "fit_probes.yaml").read_text())
     loads: dict[str, Any] = {}
     for load in LOADS:
         got = res["loads"][load]
         ratio = RATIOS[source](res, load)
-        fit_path = work / f"fit_{load}.yaml"
-        fit_path.write_text(yaml.safe_dump(at_speed_fit(fit, ratio), sort_keys=False))
         scenario = yaml.safe_load((here / f"{load}.yaml").read_text())
         path = work / f"{load}.yaml"
-        path.write_text(yaml.safe_dump(at_speed_scenario(scenario, fit_path, ratio)))
+        path.write_text(yaml.safe_dump(at_speed_scenario(scenario, ratio)))
         run("run", str(path), "--out", str(work / "sim"), "--no-figures", log=log)
         table_file = work / f"{load}_compare.json"
         run("compare", str(sim_folder(work / "sim" / load)), *real_runs(here, load, repeats),

@@ -5,70 +5,32 @@ decode step)."""
 from __future__ import annotations
 
 import pytest
-import yaml
 
-from builders import trace_workload, validation_module
-from lyra_simpy.calibration.fit import fit_profile
-from lyra_simpy.calibration.fitfile import write_fit
-from lyra_simpy.calibration.profiles import read_profile
-from lyra_simpy.simulation import simulate
+from builders import validation_module
 
 AT_SPEED = validation_module("llamacpp_at_speed")
 
 
-def _fit_file(tmp_path):
-    """A fit with every kind of step cost: terms, decode residuals per batch, a wake."""
-    rows = ["phase,batch_size,input_tokens,context_len,latency_ms"]
-    rows += [f"prefill,1,{n},0,{5 + 0.5 * n}" for n in (16, 64, 256)]
-    rows += [f"decode,{b},0,{c},{10 + 3 * b + (4 if b == 2 else 0)}"
-             for b in (1, 2, 4) for c in (64, 256)]  # fmt: skip
-    path = tmp_path / "p.csv"
-    path.write_text("\n".join(rows) + "\n")
-    path.with_suffix(".wake.csv").write_text("gap_s,latency_ms\n0,13\n0,13.2\n0.3,27\n0.3,27.2\n")
-    out = tmp_path / "fit.yaml"
-    write_fit(fit_profile(read_profile(path)), out)
-    return out
-
-
-def _scenario(tmp_path, make_scenario, fit, path_ms: float):
-    # every request at 0: the timeline is then only the step costs, so doubling every
-    # cost doubles every time exactly
-    rows = [(0.0, 40, 12), (0.0, 200, 5), (0.0, 16, 30), (0.0, 90, 9), (0.0, 60, 20)]
-    changes = {
-        **trace_workload(tmp_path, rows),
-        "engine": {"name": "llamacpp", "command": "llama-server -np 4 -c 4096 -t 2"},
-        "scheduler": {"name": "llamacpp", "cache_prompt": False},
-        "kv_cache": {},
-        "cost": {"name": "profile", "path": str(fit), "decode_table": True, "wake": "fitted"},
-        "workload.request_path_ms": path_ms,
-        "workload.request_path_cpu_share": 1.0,
+def test_a_load_at_another_speed_is_its_scenario_at_cost_speed():
+    # every step cost through cost.speed (the fit's terms, decode residuals and wake:
+    # tests/unit/test_profile_speed.py), the request path in the workload
+    raw = {"cost": {"name": "profile", "path": "fit.yaml", "wake": "fitted"},
+           "workload": {"request_path_ms": 5.0, "request_path_cpu_share": 1.0}}  # fmt: skip
+    moved = AT_SPEED.at_speed_scenario(raw, 2.0)
+    assert moved == {
+        "cost": {"name": "profile", "path": "fit.yaml", "wake": "fitted", "speed": 2.0},
+        "workload": {"request_path_ms": 10.0, "request_path_cpu_share": 1.0},
     }
-    return make_scenario(changes, base_dir=tmp_path)
-
-
-def test_every_step_cost_scales_so_the_whole_run_does(tmp_path, make_scenario):
-    fit_path = _fit_file(tmp_path)
-    fit = yaml.safe_load(fit_path.read_text())
-    assert fit["decode_batch_residual_ms"]  # each kind of step cost is there
-    assert fit["wake"]["ms"] > 0
-    doubled = tmp_path / "fit_x2.yaml"
-    doubled.write_text(yaml.safe_dump(AT_SPEED.at_speed_fit(fit, 2.0)))
-    base = _scenario(tmp_path, make_scenario, fit_path, 5.0)
-    raw = {"cost": {"path": str(fit_path)}, "workload": {"request_path_ms": 5.0}}
-    moved = AT_SPEED.at_speed_scenario(raw, doubled, 2.0)
-    assert moved == {"cost": {"path": str(doubled)}, "workload": {"request_path_ms": 10.0}}
-    scaled = _scenario(tmp_path, make_scenario, doubled, 10.0)
-    plain, fast = simulate(base).records, simulate(scaled).records
-    for column in ("first_token_s", "finish_s"):
-        assert list(fast[column]) == pytest.approx([2 * t for t in plain[column]], rel=1e-12)
-    assert fit["coefficients"]["fixed_ms"] > 0  # (the input is left as it was)
-    assert yaml.safe_load(fit_path.read_text()) == fit
+    assert "speed" not in raw["cost"]  # (the input is left as it was)
+    without_path = {"cost": {"name": "profile"}, "workload": {"request_path_ms": 0.0}}
+    assert AT_SPEED.at_speed_scenario(without_path, 1.1)["workload"]["request_path_ms"] == 0.0
 
 
 def test_a_ratio_that_is_not_a_speed_is_refused():
+    raw = {"cost": {}, "workload": {}}
     for bad in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match=r"ratio: got .*, must be a positive number"):
-            AT_SPEED.at_speed_fit({"coefficients": {}}, bad)
+            AT_SPEED.at_speed_scenario(raw, bad)
 
 
 def _table(errors: dict[str, tuple[float, float]]) -> list[dict]:

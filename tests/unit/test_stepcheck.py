@@ -20,7 +20,7 @@ from lyra_simpy import scenario_from_dict, simulate
 from lyra_simpy.calibration.fitfile import load_fit, write_fit
 from lyra_simpy.cli import main
 from lyra_simpy.errors import LyraError
-from lyra_simpy.live.stepcheck import STEP_TOLERANCE, step_check, verdict
+from lyra_simpy.live.stepcheck import STEP_TOLERANCE, at_this_speed, step_check, verdict
 from lyra_simpy.metrics.io import write_json
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -73,8 +73,24 @@ def test_a_model_20_percent_cheap_reads_1_25(tmp_path):
     for kind in ("decode", "prompt"):
         assert check[kind]["median"] == pytest.approx(1.25, rel=1e-6), kind
     assert "decode steps ran 25% slower than the model charges" in check["verdict"]
+    assert check["speed"] == pytest.approx(1.25, rel=1e-6)  # (cost.speed 1 × the mean)
+    # priced at that speed the same runs cost what the scenario charges
+    at_speed = {**raw, "cost": {**cheap["cost"], "speed": check["speed"]}}
+    again = step_check(scenario_from_dict(at_speed), runs)
+    for kind in ("decode", "prompt"):
+        assert again[kind]["mean"] == pytest.approx(1.0, rel=1e-6), kind
+    assert again["speed"] == pytest.approx(check["speed"], rel=1e-6)
     assert "decode steps ran 10% quicker" in verdict(0.9)
     assert verdict(None).startswith("no decode-only step")
+
+
+def test_only_a_profile_cost_with_decode_steps_gets_a_speed(tmp_path):
+    raw = runs_raw(1, 10.0, 20)
+    profile = scenario_from_dict(raw).replica_specs()[0].cost
+    assert at_this_speed(profile, 1.1) == pytest.approx(1.1)
+    assert at_this_speed(profile, None) is None  # (no decode-only step rebuilt)
+    linear = scenario_from_dict({**raw, "cost": {"name": "linear"}}).replica_specs()[0].cost
+    assert at_this_speed(linear, 1.1) is None
 
 
 def test_a_fit_wrong_for_one_range_of_prompts_shows_in_its_bin(tmp_path):
@@ -150,6 +166,7 @@ def test_compare_steps_prints_the_check_and_writes_it_beside_the_json(tmp_path, 
     assert "real steps / what the model charges" in text
     assert "decode-only   median 1.25" in text
     assert "decode steps ran 25% slower" in text
+    assert "priced at these runs' speed: cost.speed: 1.25 (the decode steps' mean" in text
     saved = json.loads((tmp_path / "cmp-steps.json").read_text())
     assert saved["decode"]["median"] == pytest.approx(1.25)
     assert f"wrote {tmp_path / 'cmp-steps.json'}" in text

@@ -23,8 +23,10 @@ profile with the ``attention_cells`` column (llama.cpp: ``ProfileFit.attention``
 computes (``BatchShape.prefill_computed_cells``: the tiles its mask leaves open, where
 the cells count every cell a pass spans, which its mask scan reads). Outside the
 profile's measured grid each term extends linearly; with non-negative coefficients time
-never falls as a batch grows. The file is read (and a CSV fitted) while the scenario is
-validated, so a missing or malformed profile fails before anything is simulated.
+never falls as a batch grows. ``speed`` multiplies every time the fit prices (the host's
+step time at the load over its step time when profiled; ``compare --steps`` gives it
+from a real run). The file is read (and a CSV fitted) while the scenario is validated,
+so a missing or malformed profile fails before anything is simulated.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PositiveFloat,
     PrivateAttr,
     ValidationInfo,
     field_validator,
@@ -90,6 +93,17 @@ class ProfileCostConfig(Closed):
     wake: Wake | None = None
     """The first iteration after idle takes longer (default none); ``fitted``: the fit
     file's ``wake`` (the profile's wake probe); see :mod:`~lyra_simpy.cost.wake`."""
+    speed: PositiveFloat = 1.0
+    """Every time the fit prices × this — its terms, its decode residuals and a
+    ``fitted`` wake: the host's step time when the load runs over its step time when it
+    was profiled (1: as profiled). A shared or thermally limited host does not run at
+    one speed; read it from a real run with ``compare --steps`` (its decode steps'
+    *mean* measured / charged: a request's TPOT sums its steps, so a tail of slow
+    steps counts) or from the full batch's step timed right before the load over the
+    profile's row for it. On the llama.cpp matrix's 2-core host the runs' decode steps
+    ran 0.91–1.11 × their profile, and every load priced at its own runs' mean step
+    holds 201 of 210 cells against 177 at 1 (docs/VALIDATION-llamacpp.md item 37,
+    ``validation/llamacpp_at_speed.py --ratio mean``)."""
 
     _fit: ProfileFit | None = PrivateAttr(default=None)
     _resolved: Path | None = PrivateAttr(default=None)
@@ -156,6 +170,7 @@ class ProfileCostConfig(Closed):
             "profile_metadata": fit.model_dump(mode="json")["metadata"],  # dates as text
             "method": fit.method,
             "coefficients": fit.coefficients.model_dump(mode="json"),
+            "speed": self.speed,  # (every time above priced × it)
             "fit_quality": {
                 "r2": fit.fit.r2,
                 "phases": {k: v.model_dump(mode="json") for k, v in fit.fit.phases.items()},
@@ -171,23 +186,23 @@ class ProfileCost:
 
     def __init__(self, config: ProfileCostConfig, max_batch: int) -> None:
         self.config = config
-        c = config.fit.coefficients
-        self._fixed_ms = c.fixed_ms
-        self._per_seq = c.per_decode_seq_ms
-        self._per_ctx = c.per_context_token_ms
-        self._per_prefill = c.per_prefill_token_ms
-        self._per_attention = c.per_prefill_attention_ms
-        self._per_pass = c.per_extra_pass_ms
-        self._per_checkpoint = c.per_checkpoint_ms
-        self._per_output = c.per_output_pass_ms
-        self._per_computed = c.per_computed_attention_ms
+        c, speed = config.fit.coefficients, config.speed
+        self._fixed_ms = c.fixed_ms * speed
+        self._per_seq = c.per_decode_seq_ms * speed
+        self._per_ctx = c.per_context_token_ms * speed
+        self._per_prefill = c.per_prefill_token_ms * speed
+        self._per_attention = c.per_prefill_attention_ms * speed
+        self._per_pass = c.per_extra_pass_ms * speed
+        self._per_checkpoint = c.per_checkpoint_ms * speed
+        self._per_output = c.per_output_pass_ms * speed
+        self._per_computed = c.per_computed_attention_ms * speed
         self._cells = config.fit.attention == "n_kv"
         """The attention term is per prompt token × cell attended (llama.cpp's ``n_kv``):
         charged on ``BatchShape.prefill_attention_cells`` where the scheduler gives it."""
         self._pad = Padder(config.padding, max_batch)
         table = config.fit.decode_batch_residual_ms if config.decode_table else {}
         self._sizes = np.array(sorted(table), dtype=np.float64)
-        self._residuals = np.array([table[k] for k in sorted(table)], dtype=np.float64)
+        self._residuals = np.array([table[k] * speed for k in sorted(table)], dtype=np.float64)
         self._fixed: dict[int, float] = {}
         """Row count → fixed part of a decode-only iteration (ms), computed once."""
 

@@ -86,9 +86,12 @@ def refuse_fitted_wake(wake: Wake | None, what: str) -> None:
 
 def resolved_wake(config: Any) -> WakeConfig | None:
     """A cost *config*'s ``wake`` (None: no wake), ``fitted`` read from its fit (a
-    ``profile`` cost; the config refused ``fitted`` where the fit has none)."""
+    ``profile`` cost; the config refused ``fitted`` where the fit has none), its
+    milliseconds × the config's ``speed`` as the fit's other times are."""
     wake = config.wake
     if wake == "fitted":
         found: WakeConfig | None = config.fit.wake
-        return found
+        if found is None or config.speed == 1.0:
+            return found
+        return WakeConfig(after_s=found.after_s, ms=found.ms * config.speed)
     return wake if isinstance(wake, WakeConfig) else None

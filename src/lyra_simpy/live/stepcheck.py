@@ -31,6 +31,10 @@ column "real steps / what the table charges" of ``docs/VALIDATION-llamacpp.md``)
 sets stored before item 23 priced the steps by the fit's terms instead
 (``validation/llamacpp_steps.py``: no padding, per-batch residuals or request path).
 
+For a ``profile`` cost it also gives the ``cost.speed`` that prices the scenario at the
+runs' speed (:func:`at_this_speed`: the decode-only steps' mean ratio, the slow steps
+included): the scenario at that speed charges these runs' decode steps 1 in the mean.
+
 Limits, stated: one replica (a client's streams do not say which replica served them);
 no speculative decoding (a rebuilt step is one token per sequence); the rebuild's own
 limits (``docs/calibration.md`` §7: a chunk delayed past the step gap splits its step).
@@ -130,7 +134,8 @@ def step_check(scenario: Scenario, real_dirs: list[Path]) -> dict[str, Any]:
     ``decode`` and ``prompt`` (``steps``, ``median``, ``mean``, ``p10``, ``p90``),
     ``decode_by_batch`` (decoding sequences → ``steps``, ``median``),
     ``prompt_by_tokens`` (:data:`PROMPT_BINS` range → ``steps``, ``median``), ``left_out``,
-    ``dropped`` (the rebuild's own), ``tolerance`` and ``verdict``."""
+    ``dropped`` (the rebuild's own), ``tolerance``, ``verdict`` and ``speed``
+    (:func:`at_this_speed`)."""
     from lyra_simpy.calibration.runs import StepRebuild, rebuild_for, steps_of_runs
 
     if len(scenario.replica_specs()) != 1:
@@ -164,7 +169,20 @@ def step_check(scenario: Scenario, real_dirs: list[Path]) -> dict[str, Any]:
         "tolerance": STEP_TOLERANCE,
     }
     out["verdict"] = verdict(out["decode"]["median"])
+    out["speed"] = at_this_speed(spec.cost, out["decode"]["mean"])
     return out
+
+
+def at_this_speed(cost: Any, decode_mean: float | None) -> float | None:
+    """The ``cost.speed`` that prices a ``profile`` cost at the runs' speed: the one it
+    has × the decode-only steps' *mean* measured / charged (a request's TPOT and E2E sum
+    its steps, so the slow steps a median leaves out count); None for another cost model
+    or without decode-only steps."""
+    from lyra_simpy.cost.profiled import ProfileCostConfig
+
+    if not isinstance(cost, ProfileCostConfig) or decode_mean is None:
+        return None
+    return float(cost.speed * decode_mean)
 
 
 def verdict(median: float | None) -> str:
@@ -215,4 +233,9 @@ def format_step_check(check: dict[str, Any]) -> str:
     if check["left_out"]:
         lines.append(f"  left out      {check['left_out']} steps that hid engine steps")
     lines.append(check["verdict"])
+    if check.get("speed") is not None:
+        lines.append(
+            f"priced at these runs' speed: cost.speed: {check['speed']:.3g} (the decode "
+            "steps' mean; a request sums its steps)"
+        )
     return "\n".join(lines)

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 import yaml
 from llamacpp_points import (
+    FIT_LOAD,
     LOADS,
     METRICS,
     OUT,
@@ -97,6 +98,14 @@ def runs_mean_ratio(res: dict[str, Any], load: str) -> float:
     return float(res["loads"][load]["steps_vs_charge"]["decode"]["mean"])
 
 
+def one_run_ratio(res: dict[str, Any], load: str) -> float:
+    """For every load, :data:`~llamacpp_points.FIT_LOAD`'s (the load Tables 2 and 3 fit
+    on) mean real decode step over Table 1's charge: what ``compare --steps`` on one load
+    run prints as ``cost.speed``, used to predict every load (a prediction from the
+    probes and one run, as Table 3's; the fitted load itself is in-sample)."""
+    return runs_mean_ratio(res, FIT_LOAD)
+
+
 def _before_over(res: dict[str, Any], load: str, field: str, ref: str, missing: str) -> float:
     """The mean over *load*'s real runs of their record's *field* over the point's
     ``gate[ref]``; *missing* says what the matrix lacked when either is not there."""
@@ -135,6 +144,7 @@ RATIOS = {
     "mean": runs_mean_ratio,
     "gate": gate_ratio,
     "batch": batch_ratio,
+    "one-run": one_run_ratio,
 }
 
 
@@ -170,6 +180,7 @@ HEADS = {
     "mean": ("real decode steps' mean ÷ Table 1's charge", "at the runs' mean step"),
     "gate": ("gate probes before the runs ÷ the profile's", "at the gate's speed"),
     "batch": ("full-batch steps before the runs ÷ the profile's row", "at that speed"),
+    "one-run": (f"{FIT_LOAD}'s real mean decode step ÷ Table 1's charge", "at that run's speed"),
 }
 
 

@@ -65,7 +65,11 @@ def test_the_speeds_a_load_is_priced_at():
                "decode": {"median": 1.18, "mean": 1.23}}}}}  # fmt: skip
     assert AT_SPEED.runs_ratio(res, "closed_4") == 1.18
     assert AT_SPEED.runs_mean_ratio(res, "closed_4") == 1.23  # (--ratio mean: the skew)
-    assert set(AT_SPEED.RATIOS) == set(AT_SPEED.HEADS) == {"runs", "mean", "gate", "batch"}
+    assert set(AT_SPEED.RATIOS) == set(AT_SPEED.HEADS) == {
+        "runs", "mean", "gate", "batch", "one-run"}  # fmt: skip
+    # --ratio one-run: every load at the mean step of the load Tables 2 and 3 fit on
+    res["loads"]["poisson_0.6"] = {"steps_vs_charge": {"decode": {"median": 1.0, "mean": 1.04}}}
+    assert AT_SPEED.one_run_ratio(res, "closed_4") == AT_SPEED.one_run_ratio(res, "x") == 1.04
     assert AT_SPEED.gate_ratio(res, "closed_4") == pytest.approx(14.0 / 12.5)
     res["gate"] = {}  # a profile taken without --speed-reference: no step to hold the runs to
     with pytest.raises(

@@ -22,9 +22,13 @@ time one lone request just before the load, and price the profile at that speed.
 run (:func:`batch_ratio`; a matrix run with ``--batch-before``). ``--ratio mean`` is
 ``runs`` with the load's *mean* real decode step over the charge instead of its median
 (:func:`runs_mean_ratio`; an attribution too): how much of what is left is the steps'
-skew, the slow steps a median leaves out and a request's TPOT sums.
+skew, the slow steps a median leaves out and a request's TPOT sums. ``--ratio one-run``
+prices every load at the mean step of one load's runs (:func:`one_run_ratio`: the load
+Tables 2 and 3 fit on): what a user with the profile and one load run of their own gets
+from ``compare --steps``' ``cost.speed``, a prediction for the other loads.
 
-    PYTHONPATH=src python validation/llamacpp_at_speed.py [--ratio runs|mean|gate|batch]
+    PYTHONPATH=src python validation/llamacpp_at_speed.py
+        [--ratio runs|mean|gate|batch|one-run]
         [--only CFG/REGIME ...] [--json OUT]
 
 It reads what ``validate_cpu.py --matrix`` left in ``results/validation-llamacpp`` (each

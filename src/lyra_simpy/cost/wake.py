@@ -91,7 +91,7 @@ def resolved_wake(config: Any) -> WakeConfig | None:
     wake = config.wake
     if wake == "fitted":
         found: WakeConfig | None = config.fit.wake
-        if found is None or config.speed == 1.0:
-            return found
+        if found is None:
+            return None
         return WakeConfig(after_s=found.after_s, ms=found.ms * config.speed)
     return wake if isinstance(wake, WakeConfig) else None

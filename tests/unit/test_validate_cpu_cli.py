@@ -1070,6 +1070,11 @@ def test_item_39s_long_points_and_the_full_batch_on_every_point() -> None:
         assert all(m["batch_before"] > 0 for m in runs)
         assert all(abs(x - 1) <= 0.05 for x, _ in _gate_readings(results[p]))
         assert sum(_inside(results[p]).values()) == 30
+    # -kvu long: its prompt steps ran another way than its decode steps (one factor on
+    # both, from the decode steps, moves its prompts the wrong way)
+    charge = [v["steps_vs_charge"] for v in results["kvu/long"]["loads"].values()]
+    assert [round(c["prompt"]["median"], 2) for c in charge] == [1.03, 0.99, 1.09, 1.03, 0.98]
+    assert [round(c["decode"]["median"], 2) for c in charge] == [0.94, 0.95, 1.03, 1.01, 0.96]
     checks = results["default/long"]["gate"]["batch_check"]  # the first profile failed it
     assert [(c["profile_ms"], c["check_ms"]) for c in checks] == [(36.5, 43.4), (37.0, 35.9)]
     at_speed = validation_module("llamacpp_at_speed")

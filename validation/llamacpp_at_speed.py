@@ -1,13 +1,13 @@
 """Table 1 at the host's speed during each load: how many of its misses that speed explains.
 
 Table 1 prices every load by a profile taken minutes before the load's real runs; on this
-host those runs' decode steps then ran 0.86-1.18 x what Table 1 charges for them
-(``compare --steps``, the matrix's last column). This script takes each stored point's
-Table 1 scenarios again with every step cost multiplied by that load's own median ratio
-of real decode steps to the charge (:func:`at_speed_scenario`: ``cost.speed``, which
-scales the fit's coefficients, decode residuals and wake; the scenario's request path),
-simulates them and compares them with the same real runs, cell by cell under issue 12's
-target.
+host those runs' decode steps then ran up to ~10 % off what Table 1 charges for them
+(``compare --steps``: ``validate_cpu.py --matrix --summary``'s last column). This script
+takes each stored point's Table 1 scenarios again with every step cost multiplied by
+that load's own median ratio of real decode steps to the charge
+(:func:`at_speed_scenario`: ``cost.speed``, which scales the fit's coefficients, decode
+residuals and wake; the scenario's request path), simulates them and compares them with
+the same real runs, cell by cell under issue 12's target.
 
 That is not a prediction: it reads one number from the runs it is compared with. It is an
 attribution. A cell it puts in target that Table 1 misses was missed for the host's speed

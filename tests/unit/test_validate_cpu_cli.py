@@ -390,6 +390,31 @@ def _gate_readings(point: dict) -> list[tuple[float, int]]:
             for v in point["loads"].values() for m in v["machine"]]  # fmt: skip
 
 
+def _at_speed_totals(kept: dict, *ratios: str) -> dict[str, str]:
+    """The last line ``llamacpp_at_speed.py --ratio R`` prints (Table 1's cells in target
+    and those at that speed, over every point) for each of *ratios* of a kept output."""
+    at_speed = validation_module("llamacpp_at_speed")
+    return {r: at_speed.report(kept[r]["points"], r)[-1] for r in ratios}
+
+
+def _table1_as_published(stored: dict, results: dict) -> None:
+    """Each load's Table 1 cells in a kept at-speed output (*stored*, one ratio's) are the
+    matrix's own count of them in *results*."""
+    for p, loads in stored["points"].items():
+        for load, got in loads.items():
+            assert got["table1"]["in_target"] == sum(
+                ok for (lo, _), ok in _inside(results[p]).items() if lo == load
+            )
+
+
+def _skew(kept: dict) -> list[float]:
+    """Each load's mean real decode step over its median one (a kept output's ``mean``
+    ratio over its ``runs`` ratio)."""
+    mean, median = kept["mean"]["points"], kept["runs"]["points"]
+    return [mean[p][load]["ratio"] / v["ratio"] for p, loads in median.items()
+            for load, v in loads.items()]  # fmt: skip
+
+
 def _charged_against_not(point: dict, share0: str) -> tuple[int, int]:
     """Table 1's cells in target on -np 4 short's runs without the request path charged
     (``--resimulate --path-cpu-share 0``, stored apart as *share0*) and with it (*point*);
@@ -906,18 +931,15 @@ def test_item_34s_long_points_again_and_table_1_at_the_runs_speed() -> None:
     assert {p: sum(_inside(results[p]).values())
             for p in ("default/long", "kvu/long", "np2_b64/long")} == {
         "default/long": 33, "kvu/long": 32, "np2_b64/long": 30}  # fmt: skip
-    at_speed = validation_module("llamacpp_at_speed")
     kept = json.loads((validation / "llamacpp-at-speed-item34.json").read_text())
     runs, gate = kept["runs"], kept["gate"]
     assert (runs["ratio"], gate["ratio"]) == ("runs", "gate")
-    assert at_speed.report(runs["points"], "runs")[-1] == "| all | | 161 / 210 | | 182 / 210 | |"
-    assert at_speed.report(gate["points"], "gate")[-1] == "| all | | 161 / 210 | | 161 / 210 | |"
+    assert _at_speed_totals(kept, "runs", "gate") == {
+        "runs": "| all | | 161 / 210 | | 182 / 210 | |",
+        "gate": "| all | | 161 / 210 | | 161 / 210 | |",
+    }
     for stored in (runs, gate):  # Table 1's cells as the published matrix counts them
-        for p, loads in stored["points"].items():
-            for load, got in loads.items():
-                assert got["table1"]["in_target"] == sum(
-                    ok for (lo, _), ok in _inside(results[p]).items() if lo == load
-                )
+        _table1_as_published(stored, results)
     # each load's ratio is its runs' median decode step over the charge
     for p, loads in runs["points"].items():
         for load, got in loads.items():
@@ -958,16 +980,12 @@ def test_item_35s_np4_short_with_the_full_batch_timed_before_each_run() -> None:
     by = {(load, r["metric"]): r for load, v in short["loads"].items() for r in v["table"]}
     assert all(by[cell]["error"] < 0 for cell, ok in inside.items() if not ok)
     kept = json.loads((validation / "llamacpp-at-speed-item35.json").read_text())
-    batch = kept["batch"]
-    assert batch["ratio"] == "batch"
-    at_speed = validation_module("llamacpp_at_speed")
-    assert at_speed.report(batch["points"], "batch")[-1] == "| all | | 28 / 35 | | 31 / 35 | |"
-    assert (
-        at_speed.report(kept["runs"]["points"], "runs")[-1] == "| all | | 28 / 35 | | 33 / 35 | |"
-    )
-    assert (
-        at_speed.report(kept["gate"]["points"], "gate")[-1] == "| all | | 28 / 35 | | 29 / 35 | |"
-    )
+    assert kept["batch"]["ratio"] == "batch"
+    assert _at_speed_totals(kept, "batch", "runs", "gate") == {
+        "batch": "| all | | 28 / 35 | | 31 / 35 | |",
+        "runs": "| all | | 28 / 35 | | 33 / 35 | |",
+        "gate": "| all | | 28 / 35 | | 29 / 35 | |",
+    }
 
 
 def test_item_36s_kvu_short_and_the_full_batch_as_a_forecast() -> None:
@@ -987,13 +1005,11 @@ def test_item_36s_kvu_short_and_the_full_batch_as_a_forecast() -> None:
     assert ratios == [0.96, 0.94, 1.08, 1.01, 1.0]
     assert [round(at_speed.gate_ratio(kvu, load), 2) for load in ("poisson_0.3", "poisson_0.6")
             ] == [0.98, 0.98]  # fmt: skip
-    assert at_speed.report(batch["points"], "batch")[-1] == "| all | | 27 / 35 | | 31 / 35 | |"
-    assert (
-        at_speed.report(kept["runs"]["points"], "runs")[-1] == "| all | | 27 / 35 | | 30 / 35 | |"
-    )
-    assert (
-        at_speed.report(kept["gate"]["points"], "gate")[-1] == "| all | | 27 / 35 | | 28 / 35 | |"
-    )
+    assert _at_speed_totals(kept, "batch", "runs", "gate") == {
+        "batch": "| all | | 27 / 35 | | 31 / 35 | |",
+        "runs": "| all | | 27 / 35 | | 30 / 35 | |",
+        "gate": "| all | | 27 / 35 | | 28 / 35 | |",
+    }
 
 
 def test_item_37s_np2_points_and_the_hosts_mean_step() -> None:
@@ -1020,10 +1036,7 @@ def test_item_37s_np2_points_and_the_hosts_mean_step() -> None:
     assert t2 == [0.95, 0.91, 0.89, 0.87]
     at_speed = validation_module("llamacpp_at_speed")
     kept = json.loads((validation / "llamacpp-at-speed-item37.json").read_text())
-    totals = {
-        r: at_speed.report(kept[r]["points"], r)[-1] for r in ("runs", "mean", "gate", "one-run")
-    }
-    assert totals == {
+    assert _at_speed_totals(kept, "runs", "mean", "gate", "one-run") == {
         "runs": "| all | | 177 / 210 | | 188 / 210 | |",
         "mean": "| all | | 177 / 210 | | 201 / 210 | |",
         "gate": "| all | | 177 / 210 | | 181 / 210 | |",
@@ -1043,15 +1056,13 @@ def test_item_37s_np2_points_and_the_hosts_mean_step() -> None:
                for r in ("runs", "gate", "mean")}  # fmt: skip
     assert on_four == {"runs": 121, "gate": 118, "mean": 132}
     # each ratio is the stored runs' own, and the mean runs 0.6-4.9 % above the median
-    skew = []
     for p, loads in kept["runs"]["points"].items():
         for load, got in loads.items():
             charge = results[p]["loads"][load]["steps_vs_charge"]["decode"]
             assert (got["ratio"], kept["mean"]["points"][p][load]["ratio"]) == (
                 round(charge["median"], 4), round(charge["mean"], 4))  # fmt: skip
-            skew.append(kept["mean"]["points"][p][load]["ratio"] / got["ratio"])
-    assert min(skew) > 1.005
-    assert max(skew) < 1.05
+    assert min(_skew(kept)) > 1.005
+    assert max(_skew(kept)) < 1.05
     missed = [m for loads in kept["mean"]["points"].values() for v in loads.values()
               for m in v["at_speed"]["missed"]]  # fmt: skip
     assert len(missed) == 9
@@ -1077,27 +1088,18 @@ def test_item_39s_long_points_and_the_full_batch_on_every_point() -> None:
     assert [round(c["decode"]["median"], 2) for c in charge] == [0.94, 0.95, 1.03, 1.01, 0.96]
     checks = results["default/long"]["gate"]["batch_check"]  # the first profile failed it
     assert [(c["profile_ms"], c["check_ms"]) for c in checks] == [(36.5, 43.4), (37.0, 35.9)]
-    at_speed = validation_module("llamacpp_at_speed")
     kept = json.loads((validation / "llamacpp-at-speed-item39.json").read_text())
     ratios = ("runs", "mean", "gate", "one-run", "batch")
-    totals = {r: at_speed.report(kept[r]["points"], r)[-1] for r in ratios}
-    assert totals == {
+    assert _at_speed_totals(kept, *ratios) == {
         r: f"| all | | 172 / 210 | | {n} / 210 | |"
         for r, n in zip(ratios, (177, 193, 176, 156, 181), strict=True)
     }
-    for stored in kept.values():  # Table 1 as the published matrix counts it
-        if isinstance(stored, dict):
-            for p, loads in stored["points"].items():
-                assert sum(v["table1"]["in_target"] for v in loads.values()) == sum(
-                    _inside(results[p]).values()
-                )
+    for r in ratios:  # Table 1 as the published matrix counts it, load by load
+        _table1_as_published(kept[r], results)
     batch = {p: sum(v["at_speed"]["in_target"] for v in loads.values()) - sum(
         v["table1"]["in_target"] for v in loads.values())
         for p, loads in kept["batch"]["points"].items()}  # fmt: skip
     assert batch == {"default/short": 3, "default/long": 3, "np2_b64/long": 8,
                      "kvu/long": -3, "kvu/short": 4, "np2_b64/short": -6}  # fmt: skip
-    mean, median = kept["mean"]["points"], kept["runs"]["points"]
-    skew = [mean[p][load]["ratio"] / v["ratio"] for p, loads in median.items()
-            for load, v in loads.items()]  # fmt: skip
-    assert min(skew) > 1.005
-    assert max(skew) < 1.05
+    assert min(_skew(kept)) > 1.005
+    assert max(_skew(kept)) < 1.05

@@ -101,9 +101,10 @@ class ProfileCostConfig(Closed):
     *mean* measured / charged: a request's TPOT sums its steps, so a tail of slow
     steps counts) or from the full batch's step timed right before the load over the
     profile's row for it. On the llama.cpp matrix's 2-core host the runs' decode steps
-    ran 0.91–1.11 × their profile, and every load priced at its own runs' mean step
+    ran 0.91–1.06 × their profile, and every load priced at its own runs' mean step
     holds 201 of 210 cells against 177 at 1 (docs/VALIDATION-llamacpp.md item 37,
-    ``validation/llamacpp_at_speed.py --ratio mean``)."""
+    ``validation/llamacpp_at_speed.py --ratio mean``; the ratios are ``--summary``'s
+    last column of that item's kept set)."""
 
     _fit: ProfileFit | None = PrivateAttr(default=None)
     _resolved: Path | None = PrivateAttr(default=None)

@@ -49,6 +49,7 @@ import numpy as np
 
 from lyra_simpy.calibration.steps import Steps
 from lyra_simpy.cost.base import BatchShape
+from lyra_simpy.cost.profiled import ProfileCostConfig
 from lyra_simpy.errors import LyraError
 from lyra_simpy.scenario import Scenario
 
@@ -178,8 +179,6 @@ def at_this_speed(cost: Any, decode_mean: float | None) -> float | None:
     has × the decode-only steps' *mean* measured / charged (a request's TPOT and E2E sum
     its steps, so the slow steps a median leaves out count); None for another cost model
     or without decode-only steps."""
-    from lyra_simpy.cost.profiled import ProfileCostConfig
-
     if not isinstance(cost, ProfileCostConfig) or decode_mean is None:
         return None
     return float(cost.speed * decode_mean)

@@ -86,9 +86,9 @@ from lyra_simpy.live import llamacpp
 from lyra_simpy.machine import cpu_model, load_average
 
 BATCH_BEFORE = False
-"""``--batch-before``: :func:`full_batch_step` once more right before each real run (the
-gate passed), kept as the run's ``batch_before`` beside the profile's full-batch row
-(``gate.batch_row_ms``): does the host's step under load, read just before a run,
+"""``--batch-before``: :func:`full_batch_steps` once more right before each real run (the
+gate passed), kept as the run's ``batch_before`` (its median) and ``batch_before_mean``
+(its mean, item 40) beside the profile's full-batch row (``gate.batch_row_ms``): does the host's step under load, read just before a run,
 forecast the run's steps better than the gate's lone probe does, which item 34 found
 no forecast (``validation/llamacpp_at_speed.py --ratio batch``)?"""
 GATE_AFTER = 0
@@ -150,12 +150,15 @@ contexts, :data:`BATCH_CHECK_PAUSE_S` apart."""
 BATCH_CHECK_PAUSE_S = 5.0
 
 
-def full_batch_step(url: str, grid_file: Path, slots: int) -> float | None:
+def full_batch_steps(url: str, grid_file: Path, slots: int) -> tuple[float | None, float | None]:
     """The step of *slots* sequences decoding together right now, as the profile measures
     its rows (:meth:`~lyra_simpy.live.prober.Prober.decode`: slots 0..slots-1 pinned, the
-    grid's decode contexts and steps, fresh prompt ids): the median of
-    :data:`BATCH_CHECK_ROUNDS` rounds over those contexts (None when none answered;
-    :func:`speed_gate.batch_checked` compares it with the profile's row)."""
+    grid's decode contexts and steps, fresh prompt ids), read two ways over
+    :data:`BATCH_CHECK_ROUNDS` rounds over those contexts: the median of the rounds' steps
+    as the profile reads its rows (the grid's ``decode_step``), and the mean of their
+    lock-step windows' mean steps (a request's TPOT is the mean of its steps: does the
+    check's mean forecast the runs' mean step, ``llamacpp_at_speed.py --ratio
+    batch-mean``?). None where none answered."""
     from lyra_simpy.live.prober import Prober
     from lyra_simpy.live.profile_grid import load_grid
 
@@ -163,6 +166,7 @@ def full_batch_step(url: str, grid_file: Path, slots: int) -> float | None:
     prober = Prober.for_endpoint(url, "openai", grid, int(np.random.default_rng().integers(2**62)))
     prober.pin = True
     steps: list[float] = []
+    means: list[float] = []
 
     async def rounds() -> None:
         for k in range(BATCH_CHECK_ROUNDS):
@@ -171,13 +175,22 @@ def full_batch_step(url: str, grid_file: Path, slots: int) -> float | None:
             for ctx in grid.decode_context:
                 gap, mean, _ = await prober.decode(slots, ctx)
                 steps.append(mean if grid.decode_step == "mean" else gap)
+                means.append(mean)
 
     try:
         asyncio.run(rounds())
     except LyraError as exc:  # a failed request: the check reads none (profile again)
         print(f"full-batch check failed: {exc}", flush=True)
     good = [s for s in steps if np.isfinite(s)]
-    return float(np.median(good)) if good else None
+    good_means = [s for s in means if np.isfinite(s)]
+    return (float(np.median(good)) if good else None,
+            float(np.mean(good_means)) if good_means else None)  # fmt: skip
+
+
+def full_batch_step(url: str, grid_file: Path, slots: int) -> float | None:
+    """:func:`full_batch_steps`' median step, as the profile reads its rows (None when none
+    answered; :func:`speed_gate.batch_checked` compares it with the profile's row)."""
+    return full_batch_steps(url, grid_file, slots)[0]
 
 
 def speed_probe(url: str) -> float | None:
@@ -208,7 +221,8 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
 
         def replay(scenario_file: Path, folder: Path, record: dict[str, Any]) -> None:
             if BATCH_BEFORE:  # (after the gate, right before the run)
-                record["batch_before"] = full_batch_step(srv.url, here / "grid.yaml", slots)
+                record["batch_before"], record["batch_before_mean"] = full_batch_steps(
+                    srv.url, here / "grid.yaml", slots)  # fmt: skip
             run("replay", str(scenario_file), "--endpoint", srv.url, "--out", str(folder),
                 "--timeout-s", "300", "--time-limit-s", "1200", "--extra-body", EXTRA_BODY,
                 log=log)  # fmt: skip

@@ -252,8 +252,14 @@ def test_the_matrix_full_batch_step_runs_the_profile_decode_probe_on_pinned_slot
     with StreamServer(ttft_s=0.02, itl_s=0.01) as srv:
         step = matrix.full_batch_step(srv.url, grid, 3)
         bodies = [b for b in srv.received if "prompt" in b]
+        median, mean = matrix.full_batch_steps(srv.url, grid, 3)
     assert step is not None
+    assert median is not None
+    assert mean is not None
     assert 9.0 < step < 20.0
+    assert 9.0 < median < 20.0
+    # the lock-step windows' mean: the server's 10 ms steps, read over every step
+    assert 9.0 < mean < 20.0
     # 3 rounds x 2 contexts x 3 sequences, in slots 0..2, 8 outputs each
     assert len(bodies) == matrix.BATCH_CHECK_ROUNDS * 2 * 3 == 18
     assert sorted({b["id_slot"] for b in bodies}) == [0, 1, 2]

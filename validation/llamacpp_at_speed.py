@@ -18,17 +18,21 @@ its prompt costs, the shape of its step times) or the runs' own noise.
 last lone-decode probe before each run over the profile's typical speed reference (the
 mean over the load's runs; :func:`gate_ratio`). That is a prediction a user could make:
 time one lone request just before the load, and price the profile at that speed.
+``--ratio gate-all`` takes the median of every probe the gate took before a run, not its
+last (:func:`gate_all_ratio`, item 40): the last is the one the gate let through.
 ``--ratio batch`` is the same with the full batch's decode step timed right before each
-run (:func:`batch_ratio`; a matrix run with ``--batch-before``). ``--ratio mean`` is
-``runs`` with the load's *mean* real decode step over the charge instead of its median
-(:func:`runs_mean_ratio`; an attribution too): how much of what is left is the steps'
-skew, the slow steps a median leaves out and a request's TPOT sums. ``--ratio one-run``
-prices every load at the mean step of one load's runs (:func:`one_run_ratio`: the load
-Tables 2 and 3 fit on): what a user with the profile and one load run of their own gets
-from ``compare --steps``' ``cost.speed``, a prediction for the other loads.
+run (:func:`batch_ratio`; a matrix run with ``--batch-before``), ``--ratio batch-mean``
+with that check's mean step instead of its median (:func:`batch_mean_ratio`, item 40).
+``--ratio mean`` is ``runs`` with the load's *mean* real decode step over the charge
+instead of its median (:func:`runs_mean_ratio`; an attribution too): how much of what is
+left is the steps' skew, the slow steps a median leaves out and a request's TPOT sums.
+``--ratio one-run`` prices every load at the mean step of one load's runs
+(:func:`one_run_ratio`: the load Tables 2 and 3 fit on): what a user with the profile and
+one load run of their own gets from ``compare --steps``' ``cost.speed``, a prediction for
+the other loads.
 
     PYTHONPATH=src python validation/llamacpp_at_speed.py
-        [--ratio runs|mean|gate|batch|one-run]
+        [--ratio runs|mean|gate|gate-all|batch|batch-mean|one-run]
         [--only CFG/REGIME ...] [--json OUT]
 
 It reads what ``validate_cpu.py --matrix`` left in ``results/validation-llamacpp`` (each
@@ -43,8 +47,9 @@ import copy
 import json
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import yaml
@@ -56,9 +61,8 @@ from llamacpp_points import (
     in_target,
     p50_errors,
     real_runs,
-    run,
-    sim_folder,
 )
+from lyra_cli import run, sim_folder
 
 
 def at_speed_scenario(scenario: dict[str, Any], ratio: float) -> dict[str, Any]:
@@ -128,6 +132,19 @@ def gate_ratio(res: dict[str, Any], load: str) -> float:
                         "with --speed-reference record)")  # fmt: skip
 
 
+def gate_all_ratio(res: dict[str, Any], load: str) -> float:
+    """:func:`gate_ratio` with the median of *every* reading the gate took before each run
+    (``gate_readings``, kept since item 40) instead of its last: the last is the one that
+    came within the gate, so where the host ran quicker or slower than the profile's
+    reference it reads the reference, not the host."""
+    readings = [float(np.median(m["gate_readings"])) for m in res["loads"][load]["machine"]
+                if m.get("gate_readings")]  # fmt: skip
+    if not res["gate"].get("run_ref_ms") or not readings:
+        raise SystemExit(f"{load} has no gate readings for --ratio gate-all (run the matrix "
+                         "with --speed-reference record, item 40 on)")  # fmt: skip
+    return float(np.mean(readings)) / float(res["gate"]["run_ref_ms"])
+
+
 def batch_ratio(res: dict[str, Any], load: str) -> float:
     """The mean over *load*'s real runs of the full batch's decode step timed right before
     each (``batch_before``, ``validate_cpu.py --matrix --batch-before``) over the
@@ -137,19 +154,55 @@ def batch_ratio(res: dict[str, Any], load: str) -> float:
                         "matrix with --batch-before)")  # fmt: skip
 
 
+def batch_mean_ratio(res: dict[str, Any], load: str) -> float:
+    """:func:`batch_ratio` with the check's *mean* step (``batch_before_mean``, the mean
+    of its lock-step windows, kept since item 40) over the profile's row: a request's TPOT
+    is the mean of its steps, so does the check's mean forecast the runs' mean step
+    (``--ratio mean``) where its median forecast their median?"""
+    return _before_over(res, load, "batch_before_mean", "batch_row_ms",
+                        "no full-batch mean step before its runs for --ratio batch-mean "
+                        "(run the matrix with --batch-before, item 40 on)")  # fmt: skip
+
+
 def folder(here: Path, source: str) -> Path:
     """Where :func:`point` writes a point's scenarios, fits and simulations at the speed
     *source* gives (``llamacpp_noise.py --at-speed`` reads ``runs``')."""
     return here / f"at_speed_{source}"
 
 
+class Ratio(NamedTuple):
+    """One way to read a load's speed: the function that reads it from a stored point,
+    the report's head for the ratios and for the cells at that speed."""
+
+    read: Callable[[dict[str, Any], str], float]
+    head: str
+    at: str
+
+
 RATIOS = {
-    "runs": runs_ratio,
-    "mean": runs_mean_ratio,
-    "gate": gate_ratio,
-    "batch": batch_ratio,
-    "one-run": one_run_ratio,
+    "runs": Ratio(runs_ratio, "real decode steps ÷ Table 1's charge", "at the runs' speed"),
+    "mean": Ratio(
+        runs_mean_ratio, "real decode steps' mean ÷ Table 1's charge", "at the runs' mean step"
+    ),
+    "gate": Ratio(gate_ratio, "gate probes before the runs ÷ the profile's", "at the gate's speed"),
+    "gate-all": Ratio(
+        gate_all_ratio, "all gate probes before the runs ÷ the profile's", "at their speed"
+    ),
+    "batch": Ratio(
+        batch_ratio, "full-batch steps before the runs ÷ the profile's row", "at that speed"
+    ),
+    "batch-mean": Ratio(
+        batch_mean_ratio,
+        "full-batch mean steps before the runs ÷ the profile's row",
+        "at that speed",
+    ),
+    "one-run": Ratio(
+        one_run_ratio,
+        f"{FIT_LOAD}'s real mean decode step ÷ Table 1's charge",
+        "at that run's speed",
+    ),
 }
+"""``--ratio``'s choices."""
 
 
 def point(key: str, res: dict[str, Any], repeats: int, log: list[str],
@@ -165,7 +218,7 @@ def point(key: str, res: dict[str, Any], repeats: int, log: list[str],
     loads: dict[str, Any] = {}
     for load in LOADS:
         got = res["loads"][load]
-        ratio = RATIOS[source](res, load)
+        ratio = RATIOS[source].read(res, load)
         scenario = yaml.safe_load((here / f"{load}.yaml").read_text())
         path = work / f"{load}.yaml"
         path.write_text(yaml.safe_dump(at_speed_scenario(scenario, ratio)))
@@ -179,19 +232,10 @@ def point(key: str, res: dict[str, Any], repeats: int, log: list[str],
     return loads
 
 
-HEADS = {
-    "runs": ("real decode steps ÷ Table 1's charge", "at the runs' speed"),
-    "mean": ("real decode steps' mean ÷ Table 1's charge", "at the runs' mean step"),
-    "gate": ("gate probes before the runs ÷ the profile's", "at the gate's speed"),
-    "batch": ("full-batch steps before the runs ÷ the profile's row", "at that speed"),
-    "one-run": (f"{FIT_LOAD}'s real mean decode step ÷ Table 1's charge", "at that run's speed"),
-}
-
-
 def report(points: dict[str, dict[str, Any]], source: str = "runs") -> list[str]:
     """The table this script prints: per point the loads' ratios, Table 1's cells in
     target and median p50 error against the same at that speed, and the totals."""
-    ratio, at = HEADS[source]
+    ratio, at = RATIOS[source].head, RATIOS[source].at
     lines = [
         f"| point | {ratio} | Table 1: cells in target | median p50 error "
         f"| {at}: cells in target | median p50 error |",

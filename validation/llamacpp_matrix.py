@@ -72,13 +72,12 @@ from llamacpp_points import (
     REQUEST_PATH_CPU_SHARE,
     ROOT,
     real_runs,
-    run,
     scenario,
-    sim_folder,
 )
 from llamacpp_report import cells_by_steps, summary, write_section
 from llamacpp_steps import load_ratios
 from llamacpp_tables import charge_ratios, resimulate, steps_check, table2, with_idle
+from lyra_cli import run, sim_folder
 
 from lyra_simpy.calibration.profiles import request_path_ms
 from lyra_simpy.errors import LyraError
@@ -88,9 +87,10 @@ from lyra_simpy.machine import cpu_model, load_average
 BATCH_BEFORE = False
 """``--batch-before``: :func:`full_batch_steps` once more right before each real run (the
 gate passed), kept as the run's ``batch_before`` (its median) and ``batch_before_mean``
-(its mean, item 40) beside the profile's full-batch row (``gate.batch_row_ms``): does the host's step under load, read just before a run,
-forecast the run's steps better than the gate's lone probe does, which item 34 found
-no forecast (``validation/llamacpp_at_speed.py --ratio batch``)?"""
+(its mean, item 40) beside the profile's full-batch row (``gate.batch_row_ms``): does
+the host's step under load, read just before a run, forecast the run's steps better than
+the gate's lone probe does, which item 34 found no forecast
+(``validation/llamacpp_at_speed.py --ratio batch`` and ``--ratio batch-mean``)?"""
 GATE_AFTER = 0
 """Times a real run is taken again when the speed probe right after it is outside the gate
 (``--gate-after N``; :func:`speed_gate.gated_run`); 0: the gate holds before a run only."""

@@ -49,7 +49,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from llamacpp_after_load import closed_loop, lone
-from llamacpp_points import CONFIGS, run
+from llamacpp_points import CONFIGS
+from lyra_cli import run
 
 from lyra_simpy.live import llamacpp
 

@@ -8,14 +8,12 @@ results go, and the scenario each load is simulated with."""
 from __future__ import annotations
 
 import os
-import shlex
 from pathlib import Path
 from typing import Any
 
 from lyra_simpy.calibration.fitfile import load_fit
 from lyra_simpy.calibration.profiles import request_path_ms
 from lyra_simpy.calibration.wakefit import WakeFit
-from lyra_simpy.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "validation-llamacpp"
@@ -117,24 +115,6 @@ def fit_wake(fit: Path) -> WakeFit | None:
 def has_wake(fit: str) -> bool:
     """The fit file at *fit* holds a wake: Table 1 charges it (``cost.wake: fitted``)."""
     return fit_wake(Path(fit)) is not None
-
-
-def run(*args: str, log: list[str]) -> None:
-    """``lyra-simpy ARGS`` in this process, the command appended to *log* and printed; a
-    non-zero exit stops the matrix naming the command."""
-    log.append("lyra-simpy " + " ".join(shlex.quote(a) for a in args))
-    print("\n$ " + log[-1], flush=True)
-    code = cli_main(list(args))
-    if code != 0:
-        raise SystemExit(f"matrix: `lyra-simpy {args[0]}` exited {code}")
-
-
-def sim_folder(folder: Path) -> Path:
-    """The one scenario's run folder ``lyra-simpy run --out FOLDER`` wrote (the folder
-    holding ``summary.json``)."""
-    found = [p for p in folder.iterdir() if (p / "summary.json").is_file()]
-    assert len(found) == 1, folder
-    return found[0]
 
 
 def real_runs(here: Path, load: str, repeats: int) -> list[str]:

@@ -26,11 +26,10 @@ from llamacpp_points import (
     fit_wake,
     has_wake,
     real_runs,
-    run,
     scenario,
-    sim_folder,
 )
 from llamacpp_steps import load_ratios
+from lyra_cli import run, sim_folder
 from profile_columns import write_by_column, write_by_mean_step
 
 from lyra_simpy.calibration.fitfile import load_fit

@@ -90,8 +90,11 @@ def gated_run(probe: Probe, ref_ms: float | None, replay: Callable[[Path], None]
     most *redo* times; the last one stays whatever it read. The host's speed can change
     during a run, which a gate before it alone cannot see (``docs/VALIDATION-llamacpp.md``
     item 14). Returns the record the matrices keep per run: ``step_before`` (the gate's
-    last reading), ``gate_probes``, ``step_after``, ``wall_s``, and with *redo*
-    ``out_of_band`` (the readings after each run set aside)."""
+    last reading), ``gate_probes``, ``gate_readings`` (every reading the gate took before
+    the run, the last one last: the last is chosen by the gate, it is the one that came
+    within it, so where the host runs quicker or slower than the reference it reads the
+    host less well than all of them do; item 40), ``step_after``, ``wall_s``, and with
+    *redo* ``out_of_band`` (the readings after each run set aside)."""
     set_aside: list[float | None] = []
     while True:
         gate = wait_for_speed(probe, ref_ms, name)
@@ -101,7 +104,8 @@ def gated_run(probe: Probe, ref_ms: float | None, replay: Callable[[Path], None]
         after = probe()
         if within(after, ref_ms) or len(set_aside) >= redo:
             record: dict[str, object] = {"step_before": gate[-1], "gate_probes": len(gate),
-                                         "step_after": after, "wall_s": wall}  # fmt: skip
+                                         "gate_readings": gate, "step_after": after,
+                                         "wall_s": wall}  # fmt: skip
             if redo:
                 record["out_of_band"] = set_aside
             return record

@@ -20,18 +20,19 @@ Environment: ``LYRA_QUICK=1`` uses each scenario's ``quick:`` block (a trial run
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
-import shlex
 import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import lyra_cli
+from lyra_cli import sim_folder
 from validation_doc import diagnostics, write_doc
 
-from lyra_simpy.cli import main as cli_main
 from lyra_simpy.live import llamacpp
 from lyra_simpy.live.client import check_endpoint
 from lyra_simpy.machine import cpu_model, load_average
@@ -63,22 +64,6 @@ PROFILE = "validation/profiles/llamacpp_gemma3_270m_cpu.csv"
 FIT = "validation/fits/llamacpp_gemma3_270m_cpu.yaml"
 GRID = "validation/profile_grid.yaml"
 FIG_DIR = "docs/validation"
-
-
-class Steps:
-    """Runs ``lyra-simpy`` commands in-process and keeps them for the document."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.commands: list[str] = []
-
-    def __call__(self, *args: str, ok: tuple[int, ...] = (0,)) -> None:
-        shown = " ".join(shlex.quote(a).replace(self.url, "$URL") for a in args)
-        self.commands.append(f"lyra-simpy {shown}")
-        print(f"\n$ lyra-simpy {shown}", flush=True)
-        code = cli_main(list(args))
-        if code not in ok:
-            raise SystemExit(f"validate-cpu: `lyra-simpy {args[0]}` exited {code}")
 
 
 def _stop(signum: int, frame: object) -> None:
@@ -130,13 +115,14 @@ def main() -> int:
     base = ["--quick"] if quick else []
     with llamacpp.Server(binary, model, SERVER_FLAGS, out / "llama-server.log") as srv:
         facts["props"] = check_endpoint(srv.url)
-        run = Steps(srv.url)
+        commands: list[str] = []  # (for the document; the port written $URL)
+        run = functools.partial(lyra_cli.run, log=commands, url=srv.url)
         flags = " ".join(SERVER_FLAGS)
         run("profile", "--endpoint", srv.url, "--out", PROFILE, "--grid", GRID, "--flags", flags)
         run("calibrate", PROFILE, "--out", FIT, "--figure", f"{FIG_DIR}/profile_fit.png")
         run("run", "validation/closed_loop_8.yaml", "--out", str(out / "capacity"), "--no-figures")
         capacity = json.loads(
-            (Path(_sim_folder(out / "capacity" / "closed_loop_8")) / "summary.json").read_text()
+            (sim_folder(out / "capacity" / "closed_loop_8") / "summary.json").read_text()
         )["request_throughput"]
         facts["capacity_req_s"] = capacity
         facts["load"] = LOAD
@@ -156,14 +142,14 @@ def main() -> int:
                     "--time-limit-s", "900", "--extra-body", EXTRA_BODY, *q)  # fmt: skip
                 reals.append(real)
             table = out / f"{name}_compare.json"
-            sim = _sim_folder(out / "sim" / name)
+            sim = str(sim_folder(out / "sim" / name))
             run("compare", sim, *reals, "--figure", f"{FIG_DIR}/{name}_cdf.png", "--json",
                 str(table))  # fmt: skip
             results[name] = json.loads(table.read_text())
             results[name + "@diagnostics"] = diagnostics(Path(sim), [Path(r) for r in reals])
     facts["load_end"] = load_average()
     facts["wall_min"] = round((time.time() - started) / 60.0, 1)
-    facts["commands"] = run.commands
+    facts["commands"] = commands
     saved.write_text(json.dumps({"facts": facts, "results": results}, indent=1) + "\n")
     publish_runs(out)
     doc = write_doc(ROOT / "docs" / "VALIDATION.md", facts, results, SCENARIOS, ROOT / FIT)
@@ -183,7 +169,7 @@ def publish_runs(out: Path) -> None:
 
     dest = ROOT / FIG_DIR
     for name in SCENARIOS:
-        pairs = [(Path(_sim_folder(out / "sim" / name)), dest / "sim" / name)]
+        pairs = [(sim_folder(out / "sim" / name), dest / "sim" / name)]
         pairs += [
             (r, dest / "real" / name / r.name) for r in sorted((out / "real" / name).glob("run*"))
         ]
@@ -194,14 +180,6 @@ def publish_runs(out: Path) -> None:
             for file in PUBLISHED:
                 if (src / file).is_file():
                     shutil.copy2(src / file, dst / file)
-
-
-def _sim_folder(scenario_dir: Path) -> str:
-    """The one variant folder ``lyra-simpy run`` wrote for a single-variant scenario."""
-    found = [p for p in scenario_dir.iterdir() if (p / "summary.json").is_file()]
-    if len(found) != 1:
-        raise SystemExit(f"validate-cpu: expected one run in {scenario_dir}, found {len(found)}")
-    return str(found[0])
 
 
 if __name__ == "__main__":

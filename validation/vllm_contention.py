@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import validate_vllm_cpu as matrix
+import vllm_points as matrix
 
 from lyra_simpy.live import vllm_cpu
 from lyra_simpy.live.client import median_gap_ms, new_client, send

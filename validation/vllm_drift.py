@@ -26,7 +26,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import validate_vllm_cpu as matrix
+import vllm_points as matrix
 
 from lyra_simpy.cli import main as cli
 from lyra_simpy.live import vllm_cpu

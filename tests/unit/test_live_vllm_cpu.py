@@ -273,14 +273,24 @@ def test_metrics_counters_are_read_and_differenced() -> None:
 
 
 def _job() -> Any:
-    """validation/validate_vllm_cpu.py as a module."""
+    """validation/validate_vllm_cpu.py as a module (the server runs)."""
     return validation_module("validate_vllm_cpu")
+
+
+def _points() -> Any:
+    """validation/vllm_points.py: the matrix's definition and scenarios."""
+    return validation_module("vllm_points")
+
+
+def _report() -> Any:
+    """validation/vllm_report.py: the matrix's document."""
+    return validation_module("vllm_report")
 
 
 def test_dev_mode_server_line_is_still_a_scenario_engine_command(
     tmp_path: Path, fake_python: Path
 ) -> None:
-    job = _job()
+    job = _points()
     linear = {"name": "linear", "base_ms": 5.0, "per_seq_ms": 1.0}
     got = {}
     for cfg in job.CONFIGS:
@@ -316,7 +326,7 @@ def _row(metric: str, error: float, spread: float) -> dict[str, Any]:
 
 
 def test_matrix_cells_follow_the_issues_targets() -> None:
-    job = _job()
+    job = _report()
     assert job.cell(_row("output_throughput", 0.049, 0.0))[1] is True
     assert job.cell(_row("output_throughput", -0.06, 0.5))[1] is False  # spread does not widen it
     assert job.cell(_row("median_ttft_ms", 0.12, 0.15)) == ("+12.0 % (±15 %)", True)
@@ -342,7 +352,7 @@ def test_matrix_cells_follow_the_issues_targets() -> None:
 
 
 def test_the_document_is_written_from_the_numbers(tmp_path: Path, monkeypatch: Any) -> None:
-    job = _job()
+    job = _report()
     monkeypatch.setattr(job, "DOC", tmp_path / "doc.md")
     monkeypatch.setattr(job, "PUBLISHED", tmp_path / "m.json")
     monkeypatch.setattr(job, "PROFILE", tmp_path / "p.csv")
@@ -394,7 +404,7 @@ def test_the_document_is_written_from_the_numbers(tmp_path: Path, monkeypatch: A
 
 
 def test_the_batch_1_step_a_run_saw_is_read_from_its_token_times(tmp_path: Path) -> None:
-    job = _job()
+    job = validation_module("vllm_tables")
     reqs = [{"request_id": 0, "arrival_s": 0.0, "finish_s": 0.10},
             {"request_id": 1, "arrival_s": 0.05, "finish_s": 0.30}]  # fmt: skip
     tokens = [{"request_id": 0, "chunk_s": [0.02, 0.04, 0.07, 0.10]},

@@ -65,12 +65,19 @@ def test_the_speeds_a_load_is_priced_at():
                "decode": {"median": 1.18, "mean": 1.23}}}}}  # fmt: skip
     assert AT_SPEED.runs_ratio(res, "closed_4") == 1.18
     assert AT_SPEED.runs_mean_ratio(res, "closed_4") == 1.23  # (--ratio mean: the skew)
-    assert set(AT_SPEED.RATIOS) == set(AT_SPEED.HEADS) == {
-        "runs", "mean", "gate", "batch", "one-run"}  # fmt: skip
+    assert set(AT_SPEED.RATIOS) == {
+        "runs", "mean", "gate", "gate-all", "batch", "batch-mean", "one-run"}  # fmt: skip
+    assert AT_SPEED.RATIOS["mean"].read is AT_SPEED.runs_mean_ratio
     # --ratio one-run: every load at the mean step of the load Tables 2 and 3 fit on
     res["loads"]["poisson_0.6"] = {"steps_vs_charge": {"decode": {"median": 1.0, "mean": 1.04}}}
     assert AT_SPEED.one_run_ratio(res, "closed_4") == AT_SPEED.one_run_ratio(res, "x") == 1.04
     assert AT_SPEED.gate_ratio(res, "closed_4") == pytest.approx(14.0 / 12.5)
+    # --ratio gate-all: every reading the gate took before each run, their median (item 40)
+    with pytest.raises(SystemExit, match="closed_4 has no gate readings for --ratio gate-all"):
+        AT_SPEED.gate_all_ratio(res, "closed_4")
+    machine[0]["gate_readings"] = [11.0, 11.5, 14.0]  # waited twice: the host was quicker
+    machine[1]["gate_readings"] = [13.0]
+    assert AT_SPEED.gate_all_ratio(res, "closed_4") == pytest.approx((11.5 + 13.0) / 2 / 12.5)
     res["gate"] = {}  # a profile taken without --speed-reference: no step to hold the runs to
     with pytest.raises(
         SystemExit, match="closed_4 has no speed reference or gate probes for --ratio gate"
@@ -85,3 +92,9 @@ def test_the_speeds_a_load_is_priced_at():
     for m, b in zip(machine, (44.0, 42.0, None), strict=True):
         m["batch_before"] = b  # (a check that answered nothing is left out)
     assert AT_SPEED.batch_ratio(res, "closed_4") == pytest.approx(43.0 / 40.0)
+    # --ratio batch-mean: the same check's mean step (item 40); points run before it lack it
+    with pytest.raises(SystemExit, match="closed_4 has no full-batch mean step before its runs"):
+        AT_SPEED.batch_mean_ratio(res, "closed_4")
+    for m, b in zip(machine, (46.0, None, 44.0), strict=True):
+        m["batch_before_mean"] = b
+    assert AT_SPEED.batch_mean_ratio(res, "closed_4") == pytest.approx(45.0 / 40.0)

@@ -170,9 +170,15 @@ def test_the_last_try_stays_whatever_it_read_and_without_redo_nothing_is_set_asi
     assert (tmp_path / "a").is_dir()
     readings = iter([20.0, 30.0])  # the gate before a run only (the matrices' default)
     got = gate.gated_run(lambda: next(readings), 20.0, replay, tmp_path / "b", "t")
-    assert got == {"step_before": 20.0, "gate_probes": 1, "step_after": 30.0,
-                   "wall_s": got["wall_s"]}  # fmt: skip
+    assert got == {"step_before": 20.0, "gate_probes": 1, "gate_readings": [20.0],
+                   "step_after": 30.0, "wall_s": got["wall_s"]}  # fmt: skip
     assert len(made) == 3
+    # every reading the gate took is kept, the one that let the run start last
+    readings = iter([17.0, 17.5, 20.5, 20.0])
+    got = gate.gated_run(lambda: next(readings), 20.0, replay, tmp_path / "c", "t")
+    assert got["gate_readings"] == [17.0, 17.5, 20.5]
+    assert got["step_before"] == 20.5
+    assert got["gate_probes"] == 3
 
 
 def _batch_profile(path: Path, rows: list[tuple[int, int, float]]) -> Path:

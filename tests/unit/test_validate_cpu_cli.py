@@ -1164,4 +1164,13 @@ def test_item_40s_pass_and_every_gate_reading() -> None:
         1.16, 1.16, 1.11, 1.03, 1.13]  # fmt: skip
     assert [round(at_speed.gate_ratio(long, load), 2) for load in long["loads"]] == [
         1.05, 1.29, 1.0, 1.0, 1.04]  # fmt: skip
+    assert [round(v["ratio"], 2) for v in kept["mean"]["points"]["kvu/long"].values()] == [
+        1.08, 1.15, 1.04, 1.05, 1.06]  # fmt: skip
+    # -np 4 long's closed loop of 4 in a slow spell, the full batch before it read it
+    assert kept["runs"]["points"]["default/long"]["closed_4"]["ratio"] == pytest.approx(
+        1.16, abs=0.005
+    )
+    assert kept["batch"]["points"]["default/long"]["closed_4"]["ratio"] == pytest.approx(
+        1.14, abs=0.005
+    )
     assert max(_skew(kept)) < 1.06

@@ -115,9 +115,10 @@ def one_run_ratio(res: dict[str, Any], load: str) -> float:
 
 
 def _before_over(res: dict[str, Any], load: str, field: str, ref: str, missing: str) -> float:
-    """The mean over *load*'s real runs of their record's *field* over the point's
-    ``gate[ref]``; *missing* says what the matrix lacked when either is not there."""
-    before = [m[field] for m in res["loads"][load]["machine"] if m.get(field)]
+    """The mean over *load*'s real runs of their record's *field* (the median of each run's
+    where it holds several readings) over the point's ``gate[ref]``; *missing* says what the
+    matrix lacked when either is not there."""
+    before = [float(np.median(m[field])) for m in res["loads"][load]["machine"] if m.get(field)]
     if not res["gate"].get(ref) or not before:
         raise SystemExit(f"{load} has {missing}")
     return float(np.mean(before)) / float(res["gate"][ref])
@@ -137,12 +138,9 @@ def gate_all_ratio(res: dict[str, Any], load: str) -> float:
     (``gate_readings``, kept since item 40) instead of its last: the last is the one that
     came within the gate, so where the host ran quicker or slower than the profile's
     reference it reads the reference, not the host."""
-    readings = [float(np.median(m["gate_readings"])) for m in res["loads"][load]["machine"]
-                if m.get("gate_readings")]  # fmt: skip
-    if not res["gate"].get("run_ref_ms") or not readings:
-        raise SystemExit(f"{load} has no gate readings for --ratio gate-all (run the matrix "
-                         "with --speed-reference record, item 40 on)")  # fmt: skip
-    return float(np.mean(readings)) / float(res["gate"]["run_ref_ms"])
+    return _before_over(res, load, "gate_readings", "run_ref_ms",
+                        "no gate readings for --ratio gate-all (run the matrix with "
+                        "--speed-reference record, item 40 on)")  # fmt: skip
 
 
 def batch_ratio(res: dict[str, Any], load: str) -> float:

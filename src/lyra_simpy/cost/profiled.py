@@ -99,8 +99,10 @@ class ProfileCostConfig(Closed):
     was profiled (1: as profiled). A shared or thermally limited host does not run at
     one speed; read it from a real run with ``compare --steps`` (its decode steps'
     *mean* measured / charged: a request's TPOT sums its steps, so a tail of slow
-    steps counts) or from the full batch's step timed right before the load over the
-    profile's row for it. On the llama.cpp matrix's 2-core host the runs' decode steps
+    steps counts), or before it with ``lyra-simpy speed`` (the median of a few lone
+    decode steps over the profile's ``speed_reference``; :mod:`lyra_simpy.live.speed`) or
+    from the full batch's step timed right before the load over the profile's row for it.
+    On the llama.cpp matrix's 2-core host the runs' decode steps
     ran 0.91–1.06 × their profile, and every load priced at its own runs' mean step
     holds 201 of 210 cells against 177 at 1 (docs/VALIDATION-llamacpp.md item 37,
     ``validation/llamacpp_at_speed.py --ratio mean``; the ratios are ``--summary``'s

@@ -1,5 +1,5 @@
 """The live-endpoint subcommands of the command line: ``replay``, ``profile``,
-``compare`` (parsers and handlers; :mod:`lyra_simpy.cli` wires them in)."""
+``speed``, ``compare`` (parsers and handlers; :mod:`lyra_simpy.cli` wires them in)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from lyra_simpy.errors import LyraError
 
 
 def add_live_parsers(sub: Any) -> None:
-    """The three subcommands' parsers."""
+    """The four subcommands' parsers."""
     rep = sub.add_parser("replay", help="send a scenario's workload to a live endpoint")
     rep.add_argument("scenario", type=Path, help="scenario YAML (one variant)")
     rep.add_argument("--endpoint", required=True, help="e.g. http://127.0.0.1:8080")
@@ -40,6 +40,18 @@ def add_live_parsers(sub: Any) -> None:
     prof.add_argument("--hardware", default=None, help="hardware name for the metadata")
     prof.add_argument("--flags", default="", help="the engine's command line, for the metadata")
     prof.add_argument("--vocab-size", type=count, help="the model's vocabulary (vLLM: config.json)")
+
+    spd = sub.add_parser(
+        "speed", help="the host's speed now over a profile's: cost.speed for the next load"
+    )
+    spd.add_argument("profile", type=Path, help="profile CSV with a speed_reference (+ .yaml)")
+    spd.add_argument("--endpoint", required=True, help="e.g. http://127.0.0.1:8080")
+    spd.add_argument("--api", choices=["openai", "sglang"], default="openai")
+    spd.add_argument("--grid", type=Path, help="the profile's grid YAML (its extra_body, ids)")
+    spd.add_argument("--probes", type=count, default=6, help="reference requests sent (6)")
+    spd.add_argument("--pause-s", type=seconds, default=5.0, help="between them (5)")
+    spd.add_argument("--json", type=Path, help="write the reading as JSON")
+    spd.add_argument("--vocab-size", type=count, help="the model's vocabulary (vLLM: config.json)")
 
     cmp_ = sub.add_parser("compare", help="relative error of a simulation against real runs")
     cmp_.add_argument("sim_dir", type=Path, help="simulated run folder (summary.json ...)")
@@ -139,6 +151,30 @@ def _profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _speed(args: argparse.Namespace) -> int:
+    from lyra_simpy.live.profile_grid import ProfileGrid, load_grid
+    from lyra_simpy.live.speed import host_speed
+    from lyra_simpy.metrics.io import atomic_write
+
+    grid = load_grid(args.grid) if args.grid else ProfileGrid()
+    got = host_speed(
+        args.endpoint, args.api, args.profile, grid, args.probes, args.pause_s, args.vocab_size
+    )
+    print(
+        f"host now: {got.median_ms:.2f} ms, the median of {len(got.steps_ms)} lone decode "
+        f"steps ({min(got.steps_ms):.2f}-{max(got.steps_ms):.2f}); the profile's "
+        f"{got.profile_ms:.2f} ms"
+    )
+    print(
+        f"cost.speed: {got.speed:.3f}  (lyra-simpy run SCENARIO --set cost.speed={got.speed:.3f})"
+    )
+    if args.json is not None:
+        text = json.dumps(got.as_json(), indent=2) + "\n"
+        atomic_write(args.json, lambda tmp: tmp.write_text(text))
+        print(f"wrote {args.json}")
+    return 0
+
+
 def _compare(args: argparse.Namespace) -> int:
     from lyra_simpy.live.compare import METRICS, compare, format_comparison
 
@@ -180,5 +216,6 @@ def _compare(args: argparse.Namespace) -> int:
 LIVE_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "replay": _replay,
     "profile": _profile,
+    "speed": _speed,
     "compare": _compare,
 }

@@ -155,13 +155,16 @@ def _metadata(
 
 
 def _speed_reference(grid: ProfileGrid, beside: list[list[float]]) -> dict[str, Any]:
-    """The metadata's ``speed_reference``: the reference request, the typical step (the
-    median of every reference, what the rows are scaled to) and the spread."""
+    """The metadata's ``speed_reference``: the reference request (in words, and its
+    prompt tokens and outputs, which ``lyra-simpy speed`` sends again), the typical step
+    (the median of every reference, what the rows are scaled to) and the spread."""
     every = [ms for row in beside for ms in row]  # each a decode probe's median gap
     quick, slow = min(every), max(every)
     return {
         "request": f"a lone prompt of {grid.speed_reference_context} tokens, "
         f"{grid.decode_steps} outputs; its median chunk gap",
+        "context": grid.speed_reference_context,
+        "outputs": grid.decode_steps,
         "mode": grid.speed_reference,
         "median_ms": round(float(statistics.median(every)), 3),
         "min_ms": round(quick, 3),

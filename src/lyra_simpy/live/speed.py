@@ -1,0 +1,140 @@
+"""``lyra-simpy speed``: how fast the host runs now against the speed a profile was
+taken at, as the ``cost.speed`` to simulate a load about to run.
+
+A shared or thermally limited host does not hold one speed: on the llama.cpp matrix's
+2-core host the real runs' decode steps ran 0.89–1.18 × what their profile, taken
+minutes before, charged (docs/VALIDATION-llamacpp.md, items 37–41). A profile taken with
+``grid.speed_reference`` (``record`` or ``scale``) keeps in its metadata the typical
+step of a lone reference request (``speed_reference.median_ms``: a prompt of
+``context`` fresh tokens and ``outputs`` outputs, its median chunk gap). This command
+sends the same request *probes* times, *pause_s* apart, right before a load, and prints
+the median of the steps over the profile's: the factor
+:class:`~lyra_simpy.cost.profiled.ProfileCost`'s ``speed`` multiplies every time by.
+
+The median of several probes, not the last one: a probe's step swings ±10–15 % from one
+request to the next on that host (``validation/host_noise.py``). The matrix's speed gate
+(``validation/speed_gate.py``) sends the same lone request before every real run; the
+median of every probe it took (``validation/llamacpp_at_speed.py --ratio gate-all``) is
+what this command reads, and the document says how well it forecast the runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lyra_simpy.errors import LyraError
+from lyra_simpy.live.client import Api
+
+if TYPE_CHECKING:
+    from lyra_simpy.live.profile_grid import ProfileGrid
+
+
+@dataclass(frozen=True)
+class SpeedReading:
+    """What :func:`host_speed` measured."""
+
+    steps_ms: list[float]
+    """Each probe's step (its median chunk gap), ms, in the order taken."""
+    profile_ms: float
+    """The profile's typical reference step (``speed_reference.median_ms``)."""
+    context: int
+    outputs: int
+
+    @property
+    def median_ms(self) -> float:
+        return float(statistics.median(self.steps_ms))
+
+    @property
+    def speed(self) -> float:
+        """The host's step now over the profile's: ``cost.speed``."""
+        return self.median_ms / self.profile_ms
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "steps_ms": [round(ms, 3) for ms in self.steps_ms],
+            "median_ms": round(self.median_ms, 3),
+            "profile_ms": self.profile_ms,
+            "speed": round(self.speed, 4),
+            "request": {"context": self.context, "outputs": self.outputs},
+        }
+
+
+def reference_of(profile_csv: Path) -> dict[str, Any]:
+    """The ``speed_reference`` of the metadata beside *profile_csv*, checked."""
+    from lyra_simpy.calibration.profiles import metadata_path_of, read_metadata
+
+    meta_path = metadata_path_of(profile_csv)
+    if meta_path is None:
+        raise LyraError(
+            f"{profile_csv}: no metadata YAML beside it; speed reads the profile's "
+            "speed_reference, which lyra-simpy profile writes there"
+        )
+    ref = read_metadata(meta_path).get("speed_reference")
+    if not isinstance(ref, dict):
+        ref = {}
+    ms = ref.get("median_ms")
+    if not isinstance(ms, (int, float)) or isinstance(ms, bool) or not ms > 0:
+        raise LyraError(
+            f"{meta_path}: speed_reference.median_ms: got {ms!r}, must be a number > 0 "
+            "(profile with grid speed_reference: record or scale)"
+        )
+    return ref
+
+
+def host_speed(
+    url: str,
+    api: Api,
+    profile_csv: Path,
+    grid: ProfileGrid,
+    probes: int,
+    pause_s: float,
+    vocab_size: int | None = None,
+    say: Callable[[str], object] = print,
+) -> SpeedReading:
+    """Send the profile's reference request *probes* times, *pause_s* apart, to the
+    engine at *url*. The request (prompt tokens, outputs) is the one the metadata names;
+    a profile written before they were kept (only the words ``request``) takes *grid*'s
+    ``speed_reference_context`` and ``decode_steps``, which *say* reports. *grid* (a
+    :class:`~lyra_simpy.live.profile_grid.ProfileGrid`: the profile's own, for its
+    ``extra_body``, ``token_ids`` and ``timeout_s``)."""
+    from lyra_simpy.live.client import check_endpoint
+    from lyra_simpy.live.prober import Prober
+
+    ref = reference_of(profile_csv)
+    context, outputs = ref.get("context"), ref.get("outputs")
+    if not isinstance(context, int) or not isinstance(outputs, int):
+        context, outputs = grid.speed_reference_context, grid.decode_steps
+        say(
+            f"note: {profile_csv}'s speed_reference names no context/outputs (written "
+            f"before they were kept): sending the grid's, {context} prompt tokens and "
+            f"{outputs} outputs; the metadata says {ref.get('request')!r}"
+        )
+    grid = grid.model_copy(update={"speed_reference_context": context, "decode_steps": outputs})
+    url = url.rstrip("/")
+    check_endpoint(url)
+    prober = Prober.for_endpoint(url, api, grid, secrets.randbits(63), vocab_size)
+
+    async def measure() -> list[float]:
+        steps: list[float] = []
+        for k in range(probes):
+            if k:
+                await asyncio.sleep(pause_s)
+            try:
+                gap, _, _ = await prober.decode(1, context)
+            except statistics.StatisticsError:
+                raise LyraError(
+                    f"speed: probe {k + 1}'s stream had fewer than 2 chunks for {outputs} "
+                    "outputs: no step to time"
+                ) from None
+            steps.append(gap)
+            say(f"probe {k + 1}/{probes}: {gap:.2f} ms")
+        return steps
+
+    steps = asyncio.run(measure())
+    return SpeedReading(steps, float(ref["median_ms"]), context, outputs)

@@ -1,0 +1,120 @@
+"""speed: the host's step now over the one a profile was taken at (``cost.speed``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from live_server import StreamServer
+from lyra_simpy.cli import main
+from lyra_simpy.live.profile import profile
+from lyra_simpy.live.profile_grid import ProfileGrid
+
+GRID = ProfileGrid(
+    prefill_tokens=[8],
+    decode_batch=[1],
+    decode_context=[8],
+    decode_steps=8,
+    mixed_batch=[],
+    fragmented_decode_batch=[],
+    repeats=1,
+    speed_reference="record",
+    speed_reference_context=16,
+)
+
+
+def _profiled(tmp_path: Path, itl_s: float) -> Path:
+    out = tmp_path / "p.csv"
+    with StreamServer(ttft_s=0.01, itl_s=itl_s, timings=True) as srv:
+        profile(srv.url, "openai", GRID, out, "test box", "-np 4")
+    return out
+
+
+def test_speed_sends_the_profiles_reference_and_prints_the_ratio(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv = _profiled(tmp_path, itl_s=0.02)
+    ref = yaml.safe_load(csv.with_suffix(".yaml").read_text())["speed_reference"]
+    # the reference request is kept as numbers, for speed to send it again
+    assert (ref["context"], ref["outputs"]) == (16, 8)
+    assert ref["median_ms"] == pytest.approx(20.0, rel=0.15)
+    out = tmp_path / "speed.json"
+    with StreamServer(ttft_s=0.01, itl_s=0.03) as srv:  # the host 1.5 x slower now
+        # one probe of three runs twice as slow again: the median drops it
+        srv.faults = {1: "slow"}
+        argv = f"speed {csv} --endpoint {srv.url} --probes 3 --pause-s 0.01 --json {out}"
+        rc = main(argv.split())
+        bodies = srv.received
+    assert rc == 0
+    assert [len(b["prompt"]) for b in bodies] == [16, 16, 16]
+    assert [b["max_tokens"] for b in bodies] == [8, 8, 8]
+    got = json.loads(out.read_text())
+    assert len(got["steps_ms"]) == 3
+    assert got["steps_ms"][1] == pytest.approx(60.0, rel=0.15)
+    assert got["median_ms"] == pytest.approx(30.0, rel=0.15)
+    assert got["profile_ms"] == ref["median_ms"]
+    assert got["speed"] == pytest.approx(got["median_ms"] / ref["median_ms"], rel=1e-3)
+    assert got["speed"] == pytest.approx(1.5, rel=0.2)
+    printed = capsys.readouterr().out
+    assert f"--set cost.speed={got['speed']:.3f}" in printed
+    assert "probe 3/3" in printed
+
+
+def test_a_profile_without_a_speed_reference_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "p.csv"
+    with StreamServer(ttft_s=0.01, itl_s=0.002) as srv:
+        profile(
+            srv.url,
+            "openai",
+            GRID.model_copy(update={"speed_reference": "off"}),
+            out,
+            "box",
+            "-np 4",
+        )
+        sent = len(srv.received)
+        rc = main(["speed", str(out), "--endpoint", srv.url, "--pause-s", "0.01"])
+        assert len(srv.received) == sent  # nothing sent
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert err.count("\n") == 0
+    assert "speed_reference.median_ms: got None, must be a number > 0" in err
+
+
+def test_a_profile_without_metadata_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv = tmp_path / "p.csv"
+    csv.write_text("phase,batch_size,input_tokens,context_len,latency_ms\n")
+    with StreamServer() as srv:
+        assert main(["speed", str(csv), "--endpoint", srv.url]) == 2
+    assert "no metadata YAML beside it" in capsys.readouterr().err
+
+
+def test_an_older_profile_takes_the_grids_request_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv = _profiled(tmp_path, itl_s=0.01)
+    meta_path = csv.with_suffix(".yaml")
+    meta = yaml.safe_load(meta_path.read_text())
+    del meta["speed_reference"]["context"], meta["speed_reference"]["outputs"]
+    meta_path.write_text(yaml.safe_dump(meta))
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"speed_reference_context": 12, "decode_steps": 5}))
+    with StreamServer(ttft_s=0.01, itl_s=0.01) as srv:
+        rc = main(["speed", str(csv), "--endpoint", srv.url, "--grid", str(grid), "--probes", "1"])
+        bodies = srv.received
+    assert rc == 0
+    assert [(len(b["prompt"]), b["max_tokens"]) for b in bodies] == [(12, 5)]
+    assert "sending the grid's, 12 prompt tokens and 5 outputs" in capsys.readouterr().out
+
+
+def test_probes_and_pause_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    for flag, value in (("--probes", "0"), ("--pause-s", "-1")):
+        with pytest.raises(SystemExit):
+            main(["speed", "p.csv", "--endpoint", "http://127.0.0.1:9", flag, value])
+        assert f"got '{value}'" in capsys.readouterr().err

@@ -95,22 +95,31 @@ def test_a_profile_without_metadata_is_refused(
     assert "no metadata YAML beside it" in capsys.readouterr().err
 
 
-def test_an_older_profile_takes_the_grids_request_and_says_so(
+def test_an_older_profile_is_read_from_the_requests_words(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # a profile written before context/outputs were kept: its request's words say them,
+    # whatever the grid given says
     csv = _profiled(tmp_path, itl_s=0.01)
     meta_path = csv.with_suffix(".yaml")
     meta = yaml.safe_load(meta_path.read_text())
     del meta["speed_reference"]["context"], meta["speed_reference"]["outputs"]
+    assert meta["speed_reference"]["request"].startswith("a lone prompt of 16 tokens, 8 outputs")
     meta_path.write_text(yaml.safe_dump(meta))
     grid = tmp_path / "grid.yaml"
     grid.write_text(yaml.safe_dump({"speed_reference_context": 12, "decode_steps": 5}))
     with StreamServer(ttft_s=0.01, itl_s=0.01) as srv:
-        rc = main(["speed", str(csv), "--endpoint", srv.url, "--grid", str(grid), "--probes", "1"])
-        bodies = srv.received
-    assert rc == 0
-    assert [(len(b["prompt"]), b["max_tokens"]) for b in bodies] == [(12, 5)]
-    assert "sending the grid's, 12 prompt tokens and 5 outputs" in capsys.readouterr().out
+        argv = f"speed {csv} --endpoint {srv.url} --grid {grid} --probes 1"
+        assert main(argv.split()) == 0
+        assert [(len(b["prompt"]), b["max_tokens"]) for b in srv.received] == [(16, 8)]
+        # words it cannot read: refused, nothing sent
+        meta["speed_reference"]["request"] = "a lone request"
+        meta_path.write_text(yaml.safe_dump(meta))
+        capsys.readouterr()
+        assert main(argv.split()) == 2
+        assert len(srv.received) == 1
+    err = capsys.readouterr().err
+    assert "speed_reference.context/outputs: got None/None and request 'a lone request'" in err
 
 
 def test_probes_and_pause_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,16 +11,18 @@ sends the same request *probes* times, *pause_s* apart, right before a load, and
 the median of the steps over the profile's: the factor
 :class:`~lyra_simpy.cost.profiled.ProfileCost`'s ``speed`` multiplies every time by.
 
-The median of several probes, not the last one: a probe's step swings ±10–15 % from one
-request to the next on that host (``validation/host_noise.py``). The matrix's speed gate
-(``validation/speed_gate.py``) sends the same lone request before every real run; the
-median of every probe it took (``validation/llamacpp_at_speed.py --ratio gate-all``) is
-what this command reads, and the document says how well it forecast the runs.
+The median of several probes, not the last one: a probe's step swings by 10–15 % from
+one request to the next on that host (``validation/host_noise.py``). The matrix's speed
+gate (``validation/speed_gate.py``) sends a lone request of the same prompt size before
+every real run; the median of every probe it took (``validation/llamacpp_at_speed.py
+--ratio gate-all``) is what this command reads, and the document says how well it
+forecast the runs (item 41).
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
 import statistics
 from collections.abc import Callable
@@ -87,6 +89,27 @@ def reference_of(profile_csv: Path) -> dict[str, Any]:
     return ref
 
 
+_REQUEST_WORDS = re.compile(r"a lone prompt of (\d+) tokens, (\d+) outputs")
+"""How :func:`~lyra_simpy.live.profile._speed_reference` words the request (``request``),
+the only record of it in a profile written before ``context`` and ``outputs`` were kept."""
+
+
+def request_of(ref: dict[str, Any], where: Path) -> tuple[int, int]:
+    """The reference request of *ref* (a profile's ``speed_reference``): (prompt tokens,
+    outputs), from its numbers, else from its words."""
+    context, outputs = ref.get("context"), ref.get("outputs")
+    if isinstance(context, int) and isinstance(outputs, int) and context > 0 and outputs > 1:
+        return context, outputs
+    found = _REQUEST_WORDS.match(str(ref.get("request", "")))
+    if found is None or int(found[1]) < 1 or int(found[2]) < 2:
+        raise LyraError(
+            f"{where}: speed_reference.context/outputs: got {context!r}/{outputs!r} and "
+            f"request {ref.get('request')!r}, must name a prompt of >= 1 tokens and >= 2 outputs "
+            "(profile again)"
+        )
+    return int(found[1]), int(found[2])
+
+
 def host_speed(
     url: str,
     api: Api,
@@ -97,24 +120,15 @@ def host_speed(
     vocab_size: int | None = None,
     say: Callable[[str], object] = print,
 ) -> SpeedReading:
-    """Send the profile's reference request *probes* times, *pause_s* apart, to the
-    engine at *url*. The request (prompt tokens, outputs) is the one the metadata names;
-    a profile written before they were kept (only the words ``request``) takes *grid*'s
-    ``speed_reference_context`` and ``decode_steps``, which *say* reports. *grid* (a
-    :class:`~lyra_simpy.live.profile_grid.ProfileGrid`: the profile's own, for its
-    ``extra_body``, ``token_ids`` and ``timeout_s``)."""
+    """Send the profile's reference request (:func:`request_of`) *probes* times,
+    *pause_s* apart, to the engine at *url*, each probe's step reported to *say*.
+    *grid* (a :class:`~lyra_simpy.live.profile_grid.ProfileGrid`: the profile's own) gives
+    the request's ``extra_body``, ``token_ids`` and ``timeout_s``."""
     from lyra_simpy.live.client import check_endpoint
     from lyra_simpy.live.prober import Prober
 
     ref = reference_of(profile_csv)
-    context, outputs = ref.get("context"), ref.get("outputs")
-    if not isinstance(context, int) or not isinstance(outputs, int):
-        context, outputs = grid.speed_reference_context, grid.decode_steps
-        say(
-            f"note: {profile_csv}'s speed_reference names no context/outputs (written "
-            f"before they were kept): sending the grid's, {context} prompt tokens and "
-            f"{outputs} outputs; the metadata says {ref.get('request')!r}"
-        )
+    context, outputs = request_of(ref, profile_csv)
     grid = grid.model_copy(update={"speed_reference_context": context, "decode_steps": outputs})
     url = url.rstrip("/")
     check_endpoint(url)

@@ -15,7 +15,7 @@ from lyra_simpy.live.profile_grid import ProfileGrid
 
 GRID = ProfileGrid(
     prefill_tokens=[8],
-    decode_batch=[1],
+    decode_batch=[1, 2],
     decode_context=[8],
     decode_steps=8,
     mixed_batch=[],
@@ -127,3 +127,45 @@ def test_probes_and_pause_must_be_positive(capsys: pytest.CaptureFixture[str]) -
         with pytest.raises(SystemExit):
             main(["speed", "p.csv", "--endpoint", "http://127.0.0.1:9", flag, value])
         assert f"got '{value}'" in capsys.readouterr().err
+
+
+def test_speed_at_the_full_batch_reads_its_mean_step_against_the_profiles_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv = _profiled(tmp_path, itl_s=0.01)  # decode rows of 1 and 2 at context 8 + 8 // 2
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"decode_context": [8], "decode_steps": 8}))
+    out = tmp_path / "speed.json"
+    with StreamServer(ttft_s=0.01, itl_s=0.02) as srv:  # twice as slow now
+        argv = f"speed {csv} --endpoint {srv.url} --grid {grid} --batch 2 --probes 2"
+        assert main([*argv.split(), "--pause-s", "0.01", "--json", str(out)]) == 0
+        bodies = srv.received
+    # two rounds of two sequences, pinned to slots 0 and 1 as the profile's row was
+    assert [(len(b["prompt"]), b["max_tokens"]) for b in bodies] == [(8, 8)] * 4
+    assert sorted(b["id_slot"] for b in bodies) == [0, 0, 1, 1]
+    got = json.loads(out.read_text())
+    assert got["request"] == {"batch": 2, "context": 8, "outputs": 8}
+    assert got["mean_ms"] == pytest.approx(20.0, rel=0.15)
+    assert got["profile_ms"] == pytest.approx(10.0, rel=0.15)
+    assert got["speed"] == pytest.approx(2.0, rel=0.2)
+    assert "the mean of 2 lock-step mean steps of 2 sequences" in capsys.readouterr().out
+
+
+def test_speed_at_a_batch_the_profile_lacks_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv = _profiled(tmp_path, itl_s=0.01)
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"decode_context": [8], "decode_steps": 8}))
+    with StreamServer() as srv:
+        assert main(f"speed {csv} --endpoint {srv.url} --grid {grid} --batch 3".split()) == 2
+        assert srv.received == []
+        # contexts the profile did not measure: refused the same way
+        other = grid.with_name("other.yaml")
+        other.write_text(yaml.safe_dump({"decode_context": [100], "decode_steps": 8}))
+        assert main(f"speed {csv} --endpoint {srv.url} --grid {other} --batch 2".split()) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2
+    assert "--batch: got 3" in err[0]
+    assert "its decode batches: [1, 2]" in err[0]
+    assert "at context [104]" in err[1]

@@ -49,6 +49,12 @@ def add_live_parsers(sub: Any) -> None:
     spd.add_argument("--api", choices=["openai", "sglang"], default="openai")
     spd.add_argument("--grid", type=Path, help="the profile's grid YAML (its extra_body, ids)")
     spd.add_argument("--probes", type=count, default=6, help="reference requests sent (6)")
+    spd.add_argument(
+        "--batch",
+        type=count,
+        help="time B sequences decoding together (their mean step, each of the grid's "
+        "decode contexts, --probes rounds) against the profile's row for B instead",
+    )
     spd.add_argument("--pause-s", type=seconds, default=5.0, help="between them (5)")
     spd.add_argument("--json", type=Path, help="write the reading as JSON")
     spd.add_argument("--vocab-size", type=count, help="the model's vocabulary (vLLM: config.json)")
@@ -153,16 +159,20 @@ def _profile(args: argparse.Namespace) -> int:
 
 def _speed(args: argparse.Namespace) -> int:
     from lyra_simpy.live.profile_grid import ProfileGrid, load_grid
-    from lyra_simpy.live.speed import host_speed
+    from lyra_simpy.live.speed import batch_speed, host_speed
     from lyra_simpy.metrics.io import atomic_write
 
     grid = load_grid(args.grid) if args.grid else ProfileGrid()
-    got = host_speed(
-        args.endpoint, args.api, args.profile, grid, args.probes, args.pause_s, args.vocab_size
-    )
+    common = (args.probes, args.pause_s, args.vocab_size)
+    if args.batch is None:
+        got = host_speed(args.endpoint, args.api, args.profile, grid, *common)
+        what = "lone decode steps"
+    else:
+        got = batch_speed(args.endpoint, args.api, args.profile, grid, args.batch, *common)
+        what = f"lock-step mean steps of {args.batch} sequences"
     print(
-        f"host now: {got.median_ms:.2f} ms, the median of {len(got.steps_ms)} lone decode "
-        f"steps ({min(got.steps_ms):.2f}-{max(got.steps_ms):.2f}); the profile's "
+        f"host now: {got.now_ms:.2f} ms, the {got.statistic} of {len(got.steps_ms)} {what} "
+        f"({min(got.steps_ms):.2f}-{max(got.steps_ms):.2f}); the profile's "
         f"{got.profile_ms:.2f} ms"
     )
     print(

@@ -16,7 +16,8 @@ one request to the next on that host (``validation/host_noise.py``). The matrix'
 gate (``validation/speed_gate.py``) sends a lone request of the same prompt size before
 every real run; the median of every probe it took (``validation/llamacpp_at_speed.py
 --ratio gate-all``) is what this command reads, and the document says how well it
-forecast the runs (item 41).
+forecast the runs (item 41). With ``--batch`` it reads the full batch instead
+(:func:`batch_speed`), as ``validate_cpu.py --batch-before`` does before each run.
 """
 
 from __future__ import annotations
@@ -39,31 +40,39 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SpeedReading:
-    """What :func:`host_speed` measured."""
+    """What :func:`host_speed` or :func:`batch_speed` measured."""
 
     steps_ms: list[float]
-    """Each probe's step (its median chunk gap), ms, in the order taken."""
+    """Each probe's step, ms, in the order taken."""
     profile_ms: float
-    """The profile's typical reference step (``speed_reference.median_ms``)."""
+    """What the profile says for the same probe (ms): its typical reference step
+    (``speed_reference.median_ms``), or its decode row for the batch."""
     context: int
     outputs: int
+    batch: int = 1
+    statistic: str = "median"
+    """How the probes make one step: ``median`` (lone probes: one in a slow moment reads
+    far off) or ``mean`` (the full batch's lock-step mean steps: a request's TPOT sums its
+    steps, so their tail counts)."""
 
     @property
-    def median_ms(self) -> float:
+    def now_ms(self) -> float:
+        if self.statistic == "mean":
+            return float(statistics.mean(self.steps_ms))
         return float(statistics.median(self.steps_ms))
 
     @property
     def speed(self) -> float:
         """The host's step now over the profile's: ``cost.speed``."""
-        return self.median_ms / self.profile_ms
+        return self.now_ms / self.profile_ms
 
     def as_json(self) -> dict[str, Any]:
         return {
             "steps_ms": [round(ms, 3) for ms in self.steps_ms],
-            "median_ms": round(self.median_ms, 3),
+            f"{self.statistic}_ms": round(self.now_ms, 3),
             "profile_ms": self.profile_ms,
             "speed": round(self.speed, 4),
-            "request": {"context": self.context, "outputs": self.outputs},
+            "request": {"batch": self.batch, "context": self.context, "outputs": self.outputs},
         }
 
 
@@ -152,3 +161,82 @@ def host_speed(
 
     steps = asyncio.run(measure())
     return SpeedReading(steps, float(ref["median_ms"]), context, outputs)
+
+
+def batch_row_ms(profile_csv: Path, batch: int, contexts: list[int], outputs: int) -> float:
+    """The profile's decode step of *batch* sequences in one forward pass at the decode
+    probes of *contexts* prompt tokens and *outputs* outputs (rows at context
+    ``ctx + outputs // 2``, as :mod:`lyra_simpy.live.profile` writes them): the median of
+    their ``latency_ms``."""
+    from lyra_simpy.calibration.profiles import read_profile
+
+    prof = read_profile(profile_csv)
+    rows = (prof.phase == "decode") & (prof.batch_size == batch)
+    if prof.passes is not None:
+        rows &= prof.passes == 1
+    want = {ctx + outputs // 2 for ctx in contexts}
+    found = [float(ms) for ms, ctx in zip(prof.latency_ms[rows], prof.context_len[rows],
+                                          strict=True) if int(ctx) in want]  # fmt: skip
+    if not found:
+        have = sorted({int(b) for b in prof.batch_size[prof.phase == "decode"]})
+        raise LyraError(
+            f"speed --batch: got {batch}, {profile_csv} has no decode row of {batch} "
+            f"sequences in one pass at context {sorted(want)} (the grid's decode_context "
+            f"+ decode_steps // 2); its decode batches: {have}"
+        )
+    return float(statistics.median(found))
+
+
+def batch_speed(
+    url: str,
+    api: Api,
+    profile_csv: Path,
+    grid: ProfileGrid,
+    batch: int,
+    probes: int,
+    pause_s: float,
+    vocab_size: int | None = None,
+    say: Callable[[str], object] = print,
+) -> SpeedReading:
+    """*batch* requests decoding together at each of *grid*'s ``decode_context``
+    (``decode_steps`` outputs; against llama.cpp pinned to slots 0..batch−1, as the
+    profile's rows were), *probes* rounds *pause_s* apart: the mean of their lock-step
+    windows' mean steps over the profile's row for the batch (:func:`batch_row_ms`).
+    The mean, because a request's TPOT sums its steps: on the llama.cpp matrix the
+    runs' mean step ran up to 6 % over their median (docs/VALIDATION-llamacpp.md
+    item 41, where this reading, taken by ``validate_cpu.py --batch-before``, forecast
+    Table 1's speed best: ``llamacpp_at_speed.py --ratio batch-mean``)."""
+    from lyra_simpy.live.client import check_endpoint
+    from lyra_simpy.live.prober import Prober
+
+    row = batch_row_ms(profile_csv, batch, grid.decode_context, grid.decode_steps)
+    url = url.rstrip("/")
+    props = check_endpoint(url)
+    slots = props.get("total_slots")
+    if isinstance(slots, int) and batch > slots:
+        raise LyraError(f"speed --batch: got {batch}, the server has {slots} slots")
+    prober = Prober.for_endpoint(url, api, grid, secrets.randbits(63), vocab_size)
+    prober.pin = isinstance(slots, int)
+
+    async def measure() -> list[float]:
+        steps: list[float] = []
+        for k in range(probes):
+            if k:
+                await asyncio.sleep(pause_s)
+            for ctx in grid.decode_context:
+                try:
+                    _, mean, _ = await prober.decode(batch, ctx)
+                except statistics.StatisticsError:
+                    mean = float("nan")
+                if not mean > 0:
+                    raise LyraError(
+                        f"speed --batch: round {k + 1} at context {ctx} had no lock-step "
+                        f"window of {batch} sequences to time ({grid.decode_steps} outputs)"
+                    )
+                steps.append(mean)
+                say(f"round {k + 1}/{probes}, context {ctx}: {mean:.2f} ms")
+        return steps
+
+    steps = asyncio.run(measure())
+    context = int(statistics.median(grid.decode_context))
+    return SpeedReading(steps, row, context, grid.decode_steps, batch, "mean")

@@ -56,6 +56,7 @@ def test_speed_sends_the_profiles_reference_and_prints_the_ratio(
     assert got["steps_ms"][1] == pytest.approx(60.0, rel=0.15)
     assert got["median_ms"] == pytest.approx(30.0, rel=0.15)
     assert got["profile_ms"] == ref["median_ms"]
+    assert got["request"] == {"batch": 1, "contexts": [16], "outputs": 8}
     assert got["speed"] == pytest.approx(got["median_ms"] / ref["median_ms"], rel=1e-3)
     assert got["speed"] == pytest.approx(1.5, rel=0.2)
     printed = capsys.readouterr().out
@@ -144,7 +145,7 @@ def test_speed_at_the_full_batch_reads_its_mean_step_against_the_profiles_row(
     assert [(len(b["prompt"]), b["max_tokens"]) for b in bodies] == [(8, 8)] * 4
     assert sorted(b["id_slot"] for b in bodies) == [0, 0, 1, 1]
     got = json.loads(out.read_text())
-    assert got["request"] == {"batch": 2, "context": 8, "outputs": 8}
+    assert got["request"] == {"batch": 2, "contexts": [8], "outputs": 8}
     assert got["mean_ms"] == pytest.approx(20.0, rel=0.15)
     assert got["profile_ms"] == pytest.approx(10.0, rel=0.15)
     assert got["speed"] == pytest.approx(2.0, rel=0.2)

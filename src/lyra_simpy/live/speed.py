@@ -47,7 +47,8 @@ class SpeedReading:
     profile_ms: float
     """What the profile says for the same probe (ms): its typical reference step
     (``speed_reference.median_ms``), or its decode row for the batch."""
-    context: int
+    contexts: tuple[int, ...]
+    """The probes' prompt tokens (each of them a round)."""
     outputs: int
     batch: int = 1
     statistic: str = "median"
@@ -72,7 +73,11 @@ class SpeedReading:
             f"{self.statistic}_ms": round(self.now_ms, 3),
             "profile_ms": self.profile_ms,
             "speed": round(self.speed, 4),
-            "request": {"batch": self.batch, "context": self.context, "outputs": self.outputs},
+            "request": {
+                "batch": self.batch,
+                "contexts": list(self.contexts),
+                "outputs": self.outputs,
+            },
         }
 
 
@@ -160,7 +165,7 @@ def host_speed(
         return steps
 
     steps = asyncio.run(measure())
-    return SpeedReading(steps, float(ref["median_ms"]), context, outputs)
+    return SpeedReading(steps, float(ref["median_ms"]), (context,), outputs)
 
 
 def batch_row_ms(profile_csv: Path, batch: int, contexts: list[int], outputs: int) -> float:
@@ -238,5 +243,5 @@ def batch_speed(
         return steps
 
     steps = asyncio.run(measure())
-    context = int(statistics.median(grid.decode_context))
-    return SpeedReading(steps, row, context, grid.decode_steps, batch, "mean")
+    contexts = tuple(grid.decode_context)
+    return SpeedReading(steps, row, contexts, grid.decode_steps, batch, "mean")

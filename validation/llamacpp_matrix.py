@@ -44,7 +44,6 @@ between markers. The matrix's definition (points, metrics, target, scenarios) is
 from __future__ import annotations
 
 import argparse
-import asyncio
 import functools
 import json
 import os
@@ -161,30 +160,22 @@ def full_batch_steps(url: str, grid_file: Path, slots: int) -> tuple[float | Non
     batch-mean``?). None where none answered."""
     from lyra_simpy.live.prober import Prober
     from lyra_simpy.live.profile_grid import load_grid
+    from lyra_simpy.live.speed import decode_rounds
 
     grid = load_grid(grid_file)
     prober = Prober.for_endpoint(url, "openai", grid, int(np.random.default_rng().integers(2**62)))
     prober.pin = True
-    steps: list[float] = []
-    means: list[float] = []
-
-    async def rounds() -> None:
-        for k in range(BATCH_CHECK_ROUNDS):
-            if k:
-                await asyncio.sleep(BATCH_CHECK_PAUSE_S)
-            for ctx in grid.decode_context:
-                gap, mean, _ = await prober.decode(slots, ctx)
-                steps.append(mean if grid.decode_step == "mean" else gap)
-                means.append(mean)
-
+    got: list[tuple[float, float]] = []  # kept as they come: a failed request ends the rounds
     try:
-        asyncio.run(rounds())
-    except LyraError as exc:  # a failed request: the check reads none (profile again)
+        decode_rounds(prober, slots, grid.decode_context, BATCH_CHECK_ROUNDS, BATCH_CHECK_PAUSE_S,
+                      lambda _k, _ctx, gap, mean: got.append((gap, mean)))  # fmt: skip
+    except LyraError as exc:  # the check reads what answered before it (profile again)
         print(f"full-batch check failed: {exc}", flush=True)
-    good = [s for s in steps if np.isfinite(s)]
-    good_means = [s for s in means if np.isfinite(s)]
-    return (float(np.median(good)) if good else None,
-            float(np.mean(good_means)) if good_means else None)  # fmt: skip
+    read = [mean if grid.decode_step == "mean" else gap for gap, mean in got]
+    steps = [s for s in read if np.isfinite(s)]
+    means = [mean for _, mean in got if np.isfinite(mean)]
+    return (float(np.median(steps)) if steps else None,
+            float(np.mean(means)) if means else None)  # fmt: skip
 
 
 def full_batch_step(url: str, grid_file: Path, slots: int) -> float | None:

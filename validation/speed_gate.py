@@ -134,19 +134,13 @@ def batch_row(csv: Path, batch: int) -> float | None:
     """A profile's decode step at *batch* sequences in one forward pass (the median over
     its contexts; a profile without the ``passes`` column: every decode row of *batch*),
     ms."""
+    from lyra_simpy.errors import LyraError
+    from lyra_simpy.live.speed import one_pass_decode_ms
+
     try:
-        lines = csv.read_text().splitlines()
-    except OSError:
+        steps = one_pass_decode_ms(csv, batch)
+    except LyraError:  # no profile there, or not one (read_profile's refusal)
         return None
-    head = lines[0].split(",") if lines else []
-    passes = head.index("passes") if "passes" in head else None
-    steps = [
-        float(cells[4])
-        for cells in (line.split(",") for line in lines[1:])
-        if cells[0] == "decode"
-        and cells[1] == str(batch)
-        and (passes is None or cells[passes] in ("", "1"))
-    ]
     return round(float(np.median(steps)), 1) if steps else None
 
 

@@ -26,15 +26,18 @@ import asyncio
 import re
 import secrets
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from lyra_simpy.errors import LyraError
 from lyra_simpy.live.client import Api
 
 if TYPE_CHECKING:
+    from lyra_simpy.live.prober import Prober
     from lyra_simpy.live.profile_grid import ProfileGrid
 
 
@@ -124,6 +127,53 @@ def request_of(ref: dict[str, Any], where: Path) -> tuple[int, int]:
     return int(found[1]), int(found[2])
 
 
+def decode_rounds(
+    prober: Prober,
+    batch: int,
+    contexts: Sequence[int],
+    rounds: int,
+    pause_s: float,
+    on_step: Callable[[int, int, float, float], object] | None = None,
+) -> list[tuple[float, float]]:
+    """*batch* requests decoding together (:meth:`~lyra_simpy.live.prober.Prober.decode`:
+    the prober's ``decode_steps`` outputs, slots 0..batch−1 when it pins) at each of
+    *contexts* prompt tokens, *rounds* times *pause_s* apart: each decode's (median
+    chunk gap, lock-step window's mean step), ms, in the order taken, each passed to
+    *on_step* (round, context, gap, mean) as it comes. The probes of ``lyra-simpy speed``
+    and of the validation matrix's full-batch check (``validation/llamacpp_matrix.py``)."""
+
+    async def measure() -> list[tuple[float, float]]:
+        got: list[tuple[float, float]] = []
+        for k in range(rounds):
+            if k:
+                await asyncio.sleep(pause_s)
+            for ctx in contexts:
+                try:
+                    gap, mean, _ = await prober.decode(batch, ctx)
+                except statistics.StatisticsError:
+                    raise LyraError(
+                        f"speed: round {k + 1} at context {ctx}: a stream had fewer than 2 "
+                        f"chunks for {prober.grid.decode_steps} outputs: no step to time"
+                    ) from None
+                got.append((gap, mean))
+                if on_step is not None:
+                    on_step(k, ctx, gap, mean)
+        return got
+
+    return asyncio.run(measure())
+
+
+def _prober(url: str, api: Api, grid: ProfileGrid, vocab_size: int | None) -> tuple[Prober, Any]:
+    """A prober of *grid* against *url* (fresh prompt ids, as ``lyra-simpy profile``
+    draws them) and the server's llama.cpp slot count (None for another engine)."""
+    from lyra_simpy.live.client import check_endpoint
+    from lyra_simpy.live.prober import Prober
+
+    url = url.rstrip("/")
+    slots = check_endpoint(url).get("total_slots")
+    return Prober.for_endpoint(url, api, grid, secrets.randbits(63), vocab_size), slots
+
+
 def host_speed(
     url: str,
     api: Api,
@@ -138,34 +188,32 @@ def host_speed(
     *pause_s* apart, to the engine at *url*, each probe's step reported to *say*.
     *grid* (a :class:`~lyra_simpy.live.profile_grid.ProfileGrid`: the profile's own) gives
     the request's ``extra_body``, ``token_ids`` and ``timeout_s``."""
-    from lyra_simpy.live.client import check_endpoint
-    from lyra_simpy.live.prober import Prober
-
     ref = reference_of(profile_csv)
     context, outputs = request_of(ref, profile_csv)
-    grid = grid.model_copy(update={"speed_reference_context": context, "decode_steps": outputs})
-    url = url.rstrip("/")
-    check_endpoint(url)
-    prober = Prober.for_endpoint(url, api, grid, secrets.randbits(63), vocab_size)
+    grid = grid.model_copy(update={"decode_steps": outputs})
+    prober, _ = _prober(url, api, grid, vocab_size)
+    got = decode_rounds(
+        prober, 1, [context], probes, pause_s,
+        lambda k, _ctx, gap, _mean: say(f"probe {k + 1}/{probes}: {gap:.2f} ms"),
+    )  # fmt: skip
+    return SpeedReading([gap for gap, _ in got], float(ref["median_ms"]), (context,), outputs)
 
-    async def measure() -> list[float]:
-        steps: list[float] = []
-        for k in range(probes):
-            if k:
-                await asyncio.sleep(pause_s)
-            try:
-                gap, _, _ = await prober.decode(1, context)
-            except statistics.StatisticsError:
-                raise LyraError(
-                    f"speed: probe {k + 1}'s stream had fewer than 2 chunks for {outputs} "
-                    "outputs: no step to time"
-                ) from None
-            steps.append(gap)
-            say(f"probe {k + 1}/{probes}: {gap:.2f} ms")
-        return steps
 
-    steps = asyncio.run(measure())
-    return SpeedReading(steps, float(ref["median_ms"]), (context,), outputs)
+def one_pass_decode_ms(
+    profile_csv: Path, batch: int, contexts: Collection[int] | None = None
+) -> list[float]:
+    """The ``latency_ms`` of the profile's decode rows of *batch* sequences in one
+    forward pass (a profile without the ``passes`` column: every decode row of *batch*)
+    at *contexts* (``context_len``; None: every one)."""
+    from lyra_simpy.calibration.profiles import read_profile
+
+    prof = read_profile(profile_csv)
+    rows = (prof.phase == "decode") & (prof.batch_size == batch)
+    if prof.passes is not None:
+        rows &= prof.passes == 1
+    if contexts is not None:
+        rows &= np.isin(prof.context_len, list(contexts))
+    return [float(ms) for ms in prof.latency_ms[rows]]
 
 
 def batch_row_ms(profile_csv: Path, batch: int, contexts: list[int], outputs: int) -> float:
@@ -173,20 +221,16 @@ def batch_row_ms(profile_csv: Path, batch: int, contexts: list[int], outputs: in
     probes of *contexts* prompt tokens and *outputs* outputs (rows at context
     ``ctx + outputs // 2``, as :mod:`lyra_simpy.live.profile` writes them): the median of
     their ``latency_ms``."""
-    from lyra_simpy.calibration.profiles import read_profile
-
-    prof = read_profile(profile_csv)
-    rows = (prof.phase == "decode") & (prof.batch_size == batch)
-    if prof.passes is not None:
-        rows &= prof.passes == 1
-    want = {ctx + outputs // 2 for ctx in contexts}
-    found = [float(ms) for ms, ctx in zip(prof.latency_ms[rows], prof.context_len[rows],
-                                          strict=True) if int(ctx) in want]  # fmt: skip
+    want = sorted({ctx + outputs // 2 for ctx in contexts})
+    found = one_pass_decode_ms(profile_csv, batch, want)
     if not found:
+        from lyra_simpy.calibration.profiles import read_profile
+
+        prof = read_profile(profile_csv)
         have = sorted({int(b) for b in prof.batch_size[prof.phase == "decode"]})
         raise LyraError(
             f"speed --batch: got {batch}, {profile_csv} has no decode row of {batch} "
-            f"sequences in one pass at context {sorted(want)} (the grid's decode_context "
+            f"sequences in one pass at context {want} (the grid's decode_context "
             f"+ decode_steps // 2); its decode batches: {have}"
         )
     return float(statistics.median(found))
@@ -211,37 +255,14 @@ def batch_speed(
     runs' mean step ran up to 6 % over their median (docs/VALIDATION-llamacpp.md
     item 41, where this reading, taken by ``validate_cpu.py --batch-before``, forecast
     Table 1's speed best: ``llamacpp_at_speed.py --ratio batch-mean``)."""
-    from lyra_simpy.live.client import check_endpoint
-    from lyra_simpy.live.prober import Prober
-
     row = batch_row_ms(profile_csv, batch, grid.decode_context, grid.decode_steps)
-    url = url.rstrip("/")
-    props = check_endpoint(url)
-    slots = props.get("total_slots")
+    prober, slots = _prober(url, api, grid, vocab_size)
     if isinstance(slots, int) and batch > slots:
         raise LyraError(f"speed --batch: got {batch}, the server has {slots} slots")
-    prober = Prober.for_endpoint(url, api, grid, secrets.randbits(63), vocab_size)
     prober.pin = isinstance(slots, int)
-
-    async def measure() -> list[float]:
-        steps: list[float] = []
-        for k in range(probes):
-            if k:
-                await asyncio.sleep(pause_s)
-            for ctx in grid.decode_context:
-                try:
-                    _, mean, _ = await prober.decode(batch, ctx)
-                except statistics.StatisticsError:
-                    mean = float("nan")
-                if not mean > 0:
-                    raise LyraError(
-                        f"speed --batch: round {k + 1} at context {ctx} had no lock-step "
-                        f"window of {batch} sequences to time ({grid.decode_steps} outputs)"
-                    )
-                steps.append(mean)
-                say(f"round {k + 1}/{probes}, context {ctx}: {mean:.2f} ms")
-        return steps
-
-    steps = asyncio.run(measure())
-    contexts = tuple(grid.decode_context)
-    return SpeedReading(steps, row, contexts, grid.decode_steps, batch, "mean")
+    got = decode_rounds(
+        prober, batch, grid.decode_context, probes, pause_s,
+        lambda k, ctx, _gap, mean: say(f"round {k + 1}/{probes}, context {ctx}: {mean:.2f} ms"),
+    )  # fmt: skip
+    steps = [mean for _, mean in got]
+    return SpeedReading(steps, row, tuple(grid.decode_context), grid.decode_steps, batch, "mean")

@@ -29,7 +29,7 @@ import statistics
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -54,7 +54,7 @@ class SpeedReading:
     """The probes' prompt tokens (each of them a round)."""
     outputs: int
     batch: int = 1
-    statistic: str = "median"
+    statistic: Literal["median", "mean"] = "median"
     """How the probes make one step: ``median`` (lone probes: one in a slow moment reads
     far off) or ``mean`` (the full batch's lock-step mean steps: a request's TPOT sums its
     steps, so their tail counts)."""

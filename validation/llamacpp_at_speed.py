@@ -26,13 +26,16 @@ with that check's mean step instead of its median (:func:`batch_mean_ratio`, ite
 ``--ratio mean`` is ``runs`` with the load's *mean* real decode step over the charge
 instead of its median (:func:`runs_mean_ratio`; an attribution too): how much of what is
 left is the steps' skew, the slow steps a median leaves out and a request's TPOT sums.
+``--ratio speed`` and ``--ratio speed-batch`` take what ``lyra-simpy speed`` itself printed
+right before each run, its lone reading and ``--batch NP`` (:func:`speed_ratio`; a
+matrix run with ``--speed-before``, item 42): the user's path, not the gate's probes.
 ``--ratio one-run`` prices every load at the mean step of one load's runs
 (:func:`one_run_ratio`: the load Tables 2 and 3 fit on): what a user with the profile and
 one load run of their own gets from ``compare --steps``' ``cost.speed``, a prediction for
 the other loads.
 
     PYTHONPATH=src python validation/llamacpp_at_speed.py
-        [--ratio runs|mean|gate|gate-all|batch|batch-mean|one-run]
+        [--ratio runs|mean|gate|gate-all|batch|batch-mean|speed|speed-batch|one-run]
         [--only CFG/REGIME ...] [--json OUT]
 
 It reads what ``validate_cpu.py --matrix`` left in ``results/validation-llamacpp`` (each
@@ -162,6 +165,32 @@ def batch_mean_ratio(res: dict[str, Any], load: str) -> float:
                         "(run the matrix with --batch-before, item 40 on)")  # fmt: skip
 
 
+def _read_before(res: dict[str, Any], load: str, field: str, option: str) -> float:
+    """The mean over *load*'s real runs of the ``cost.speed`` their record's *field* kept
+    (``lyra-simpy speed``'s reading before each run: already over the profile); *option*
+    names the ratio for the line that stops the script where none was kept."""
+    got = [float(m[field]) for m in res["loads"][load]["machine"] if m.get(field)]
+    if not got:
+        raise SystemExit(f"{load} has no `lyra-simpy speed` reading before its runs for "
+                         f"--ratio {option} (run the matrix with --speed-before)")  # fmt: skip
+    return float(np.mean(got))
+
+
+def speed_ratio(res: dict[str, Any], load: str) -> float:
+    """The mean over *load*'s real runs of what ``lyra-simpy speed`` (its lone reading:
+    the profile's reference request, the median step over the profile's) printed right
+    before each (``speed_lone``, ``validate_cpu.py --matrix --speed-before``, item 42):
+    Table 1 as a user runs it, ``profile`` → ``calibrate`` → ``speed`` → ``run --set
+    cost.speed=…``."""
+    return _read_before(res, load, "speed_lone", "speed")
+
+
+def speed_batch_ratio(res: dict[str, Any], load: str) -> float:
+    """:func:`speed_ratio` with ``lyra-simpy speed --batch NP`` (``speed_batch``: the full
+    batch's lock-step mean step over the profile's one-pass row)."""
+    return _read_before(res, load, "speed_batch", "speed-batch")
+
+
 def folder(here: Path, source: str) -> Path:
     """Where :func:`point` writes a point's scenarios, fits and simulations at the speed
     *source* gives (``llamacpp_noise.py --at-speed`` reads ``runs``')."""
@@ -193,6 +222,14 @@ RATIOS = {
         batch_mean_ratio,
         "full-batch mean steps before the runs ÷ the profile's row",
         "at that speed",
+    ),
+    "speed": Ratio(
+        speed_ratio, "`lyra-simpy speed` before the runs (lone)", "at the speed it printed"
+    ),
+    "speed-batch": Ratio(
+        speed_batch_ratio,
+        "`lyra-simpy speed --batch NP` before the runs",
+        "at the speed it printed",
     ),
     "one-run": Ratio(
         one_run_ratio,

@@ -90,6 +90,24 @@ gate passed), kept as the run's ``batch_before`` (its median) and ``batch_before
 the host's step under load, read just before a run, forecast the run's steps better than
 the gate's lone probe does, which item 34 found no forecast
 (``validation/llamacpp_at_speed.py --ratio batch`` and ``--ratio batch-mean``)?"""
+SPEED_BEFORE = False
+"""``--speed-before``: ``lyra-simpy speed`` itself, as a user types it, right before each
+real run (the gate passed): the lone reading (the profile's reference request,
+:data:`SPEED_PROBES` probes) and ``--batch NP`` (the server's full batch,
+:data:`SPEED_BATCH_ROUNDS` rounds), both :data:`SPEED_PAUSE_S` apart, each kept as the
+run's ``speed_lone`` and ``speed_batch`` (the ``cost.speed`` it printed) and its JSON as
+``real/LOAD/runK.speed-lone.json`` and ``…speed-batch.json``: Table 1 at the speed a
+user reads before a load (``validation/llamacpp_at_speed.py --ratio speed`` and
+``--ratio speed-batch``, item 42)."""
+SPEED_PROBES = 3
+"""``lyra-simpy speed --probes`` for :data:`SPEED_BEFORE`'s lone reading: fewer than the
+command's 6 so that fifteen readings a point add minutes, not half an hour (the gate's
+probes before a run were 2–4, item 41)."""
+SPEED_BATCH_ROUNDS = 2
+"""``lyra-simpy speed --batch NP --probes`` for :data:`SPEED_BEFORE`: rounds over the
+grid's two decode contexts, four lock-step decodes a reading."""
+SPEED_PAUSE_S = 2.0
+"""``lyra-simpy speed --pause-s`` for :data:`SPEED_BEFORE` (the command's default is 5)."""
 GATE_AFTER = 0
 """Times a real run is taken again when the speed probe right after it is outside the gate
 (``--gate-after N``; :func:`speed_gate.gated_run`); 0: the gate holds before a run only."""
@@ -190,6 +208,26 @@ def speed_probe(url: str) -> float | None:
     return speed_gate.lone_decode_step(url, {"cache_prompt": False})
 
 
+def speed_before(url: str, here: Path, folder: Path, slots: int, log: list[str]
+                 ) -> dict[str, float | None]:  # fmt: skip
+    """:data:`SPEED_BEFORE`'s two readings of the server at *url* against the point's
+    profile (``lyra-simpy speed``, the lone one then ``--batch`` *slots*), each's JSON
+    beside the run *folder*: the ``cost.speed`` each printed, None where it failed (the
+    run goes on; the document counts what is missing)."""
+    got: dict[str, float | None] = {}
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    readings = {"lone": ["--probes", str(SPEED_PROBES)],
+                "batch": ["--batch", str(slots), "--probes", str(SPEED_BATCH_ROUNDS)]}  # fmt: skip
+    for name, extra in readings.items():
+        out = folder.with_name(f"{folder.name}.speed-{name}.json")
+        out.unlink(missing_ok=True)
+        run("speed", str(here / "profile.csv"), "--endpoint", url, "--grid",
+            str(here / "grid.yaml"), *extra, "--pause-s", str(SPEED_PAUSE_S), "--json",
+            str(out), log=log, ok=(0, 1, 2), url=url)  # fmt: skip
+        got[f"speed_{name}"] = json.loads(out.read_text())["speed"] if out.is_file() else None
+    return got
+
+
 def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
     """Profile, calibrate, simulate, replay and compare one (configuration, regime)."""
     flags, regime = CONFIGS[cfg], REGIMES[reg]
@@ -211,6 +249,8 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
             return speed_probe(srv.url)
 
         def replay(scenario_file: Path, folder: Path, record: dict[str, Any]) -> None:
+            if SPEED_BEFORE:  # (after the gate, right before the run: the user's path)
+                record.update(speed_before(srv.url, here, folder, slots, log))
             if BATCH_BEFORE:  # (after the gate, right before the run)
                 record["batch_before"], record["batch_before_mean"] = full_batch_steps(
                     srv.url, here / "grid.yaml", slots)  # fmt: skip
@@ -348,6 +388,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-before", action="store_true",
                         help="time the full batch's decode step right before each real run "
                         "(kept as batch_before; llamacpp_at_speed.py --ratio batch)")  # fmt: skip
+    parser.add_argument("--speed-before", action="store_true",
+                        help="run `lyra-simpy speed` (lone, then --batch NP) right before "
+                        "each real run (kept as speed_lone and speed_batch; "
+                        "llamacpp_at_speed.py --ratio speed, speed-batch)")  # fmt: skip
     parser.add_argument("--gate-after", type=int, default=0, metavar="N",
                         help="also hold the gate after each real run: one read outside it "
                         "is set aside (kept as out-of-band-RUN-K) and taken again, at most N "
@@ -361,9 +405,10 @@ def main(argv: list[str] | None = None) -> int:
     speed_gate.GATE = args.gate  # (read by speed_gate.within at each probe)
     if args.gate_after < 0:
         raise SystemExit(f"--gate-after: got {args.gate_after}, must be 0 or more")
-    global SPEED_REFERENCE, GATE_AFTER, BATCH_BEFORE
+    global SPEED_REFERENCE, GATE_AFTER, BATCH_BEFORE, SPEED_BEFORE
     SPEED_REFERENCE = args.speed_reference
     BATCH_BEFORE = args.batch_before
+    SPEED_BEFORE = args.speed_before
     GATE_AFTER = args.gate_after
     if args.summary is not None:
         results = json.loads(args.summary.read_text())["results"]

@@ -18,10 +18,14 @@ from their runs, Table 1 from the profile's wander probe where it has one (the m
 profiles since item 32). ``--at-speed`` takes Table 1 at the runs' own speed instead
 (the scenarios ``validation/llamacpp_at_speed.py`` left in each point's
 ``at_speed_runs/``; Tables 2 and 3 are left out): what the noise adds to the engine
-model priced at the speed the host ran (item 34).
+model priced at the speed the host ran (item 34). ``--at-speed RATIO`` takes the
+scenarios of ``llamacpp_at_speed.py --ratio RATIO`` (``at_speed_RATIO/``) instead: with
+a speed read before the runs (``gate-all``, ``batch-mean``) and the wander the profile's
+probe read, Table 1 is a user's whole path from probes (``lyra-simpy speed``, then the
+scenario with ``cost.jitter: {wander: fitted}``; item 42).
 
     PYTHONPATH=src python validation/llamacpp_noise.py [--draws 9] [--sigma X | --wander]
-        [--at-speed] [CFG/REGIME ...]
+        [--at-speed [RATIO]] [CFG/REGIME ...]
 """
 
 from __future__ import annotations
@@ -108,8 +112,13 @@ def main(argv: list[str] | None = None) -> int:
                     "probe) is left out")  # fmt: skip
     ap.add_argument(
         "--at-speed",
-        action="store_true",
-        help="Table 1 at the runs' speed only (run llamacpp_at_speed.py first)",
+        nargs="?",
+        const="runs",
+        default=None,
+        choices=sorted(at_speed.RATIOS),
+        metavar="RATIO",
+        help="Table 1 only, at the speed llamacpp_at_speed.py --ratio RATIO read (default "
+        "runs: the runs' own median step; run that script with the same ratio first)",
     )
     args = ap.parse_args(argv)
     stored = OUT / "matrix.json"
@@ -134,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.at_speed and t > 0:
                 continue
             cells = [0, 0, 0, 0]
-            folder = at_speed.folder(here, "runs") if args.at_speed else here
+            folder = at_speed.folder(here, args.at_speed) if args.at_speed else here
             scenarios = {load: load_scenario(folder / f"{load}{suffix}.yaml") for load in tables}
             if args.wander and not all(map(has_wander, scenarios.values())):
                 line.append(f"T{t + 1} - (no wander in its fit)")

@@ -170,3 +170,44 @@ def test_speed_at_a_batch_the_profile_lacks_is_refused(
     assert "--batch: got 3" in err[0]
     assert "its decode batches: [1, 2]" in err[0]
     assert "at context [104]" in err[1]
+
+
+def test_the_matrix_reads_lyra_simpy_speed_before_each_run_as_a_user_types_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from builders import validation_module
+
+    matrix = validation_module("llamacpp_matrix")
+    monkeypatch.setattr(matrix, "SPEED_PAUSE_S", 0.01)
+    here = tmp_path / "default_short"
+    here.mkdir()
+    (here / "profile.csv").write_bytes(_profiled(tmp_path, itl_s=0.01).read_bytes())
+    (here / "profile.yaml").write_bytes((tmp_path / "p.yaml").read_bytes())
+    (here / "grid.yaml").write_text(yaml.safe_dump({"decode_context": [8], "decode_steps": 8}))
+    run = here / "real" / "poisson_0.3" / "run1"
+    log: list[str] = []
+    with StreamServer(ttft_s=0.01, itl_s=0.015) as srv:  # 1.5 x the profile's speed now
+        got = matrix.speed_before(srv.url, here, run, 2, log)
+        bodies = srv.received
+    assert set(got) == {"speed_lone", "speed_batch"}
+    assert got["speed_lone"] == pytest.approx(1.5, rel=0.2)
+    assert got["speed_batch"] == pytest.approx(1.5, rel=0.2)
+    # the lone reading's probes (the profile's 16-token reference), then two rounds of two
+    # sequences pinned to slots 0 and 1 (the grid's context)
+    lone = matrix.SPEED_PROBES
+    assert [len(b["prompt"]) for b in bodies] == [16] * lone + [8] * 2 * matrix.SPEED_BATCH_ROUNDS
+    assert sorted(b["id_slot"] for b in bodies[lone:]) == [0, 0, 1, 1]
+    for name in ("lone", "batch"):  # each reading's JSON beside the run's folder
+        kept = json.loads((run.parent / f"run1.speed-{name}.json").read_text())
+        assert kept["speed"] == got[f"speed_{name}"]
+    assert not run.exists()  # replay makes the run's folder; the readings stay out of it
+    # logged as a user types them, the server's port as $URL
+    assert log[1].startswith("lyra-simpy speed ")
+    assert "--endpoint $URL" in log[1]
+    assert "--batch 2 --probes 2 --pause-s 0.01" in log[1]
+    # a server that does not answer: no reading, no stale file, and the matrix goes on
+    for name in ("lone", "batch"):
+        assert (run.parent / f"run1.speed-{name}.json").exists()
+    got = matrix.speed_before("http://127.0.0.1:9", here, run, 2, log)
+    assert got == {"speed_lone": None, "speed_batch": None}
+    assert not list(run.parent.glob("*.json"))

@@ -66,7 +66,8 @@ def test_the_speeds_a_load_is_priced_at():
     assert AT_SPEED.runs_ratio(res, "closed_4") == 1.18
     assert AT_SPEED.runs_mean_ratio(res, "closed_4") == 1.23  # (--ratio mean: the skew)
     assert set(AT_SPEED.RATIOS) == {
-        "runs", "mean", "gate", "gate-all", "batch", "batch-mean", "one-run"}  # fmt: skip
+        "runs", "mean", "gate", "gate-all", "batch", "batch-mean", "speed", "speed-batch",
+        "one-run"}  # fmt: skip
     assert AT_SPEED.RATIOS["mean"].read is AT_SPEED.runs_mean_ratio
     # --ratio one-run: every load at the mean step of the load Tables 2 and 3 fit on
     res["loads"]["poisson_0.6"] = {"steps_vs_charge": {"decode": {"median": 1.0, "mean": 1.04}}}
@@ -98,3 +99,13 @@ def test_the_speeds_a_load_is_priced_at():
     for m, b in zip(machine, (46.0, None, 44.0), strict=True):
         m["batch_before_mean"] = b
     assert AT_SPEED.batch_mean_ratio(res, "closed_4") == pytest.approx(45.0 / 40.0)
+    # --ratio speed, speed-batch: what `lyra-simpy speed` printed before each run (item 42),
+    # already over the profile; a reading that failed (None) is left out
+    with pytest.raises(SystemExit, match="closed_4 has no `lyra-simpy speed` reading before "
+                       "its runs for --ratio speed-batch"):  # fmt: skip
+        AT_SPEED.speed_batch_ratio(res, "closed_4")
+    for m, lone, batch in zip(machine, (1.02, 1.10, None), (1.05, None, 1.07), strict=True):
+        m["speed_lone"], m["speed_batch"] = lone, batch
+    assert AT_SPEED.speed_ratio(res, "closed_4") == pytest.approx(1.06)
+    assert AT_SPEED.speed_batch_ratio(res, "closed_4") == pytest.approx(1.06)
+    assert AT_SPEED.RATIOS["speed-batch"].read is AT_SPEED.speed_batch_ratio

@@ -96,7 +96,8 @@ real run (the gate passed): the lone reading (the profile's reference request,
 :data:`SPEED_PROBES` probes) and ``--batch NP`` (the server's full batch,
 :data:`SPEED_BATCH_ROUNDS` rounds), both :data:`SPEED_PAUSE_S` apart, each kept as the
 run's ``speed_lone`` and ``speed_batch`` (the ``cost.speed`` it printed) and its JSON as
-``real/LOAD/runK.speed-lone.json`` and ``…speed-batch.json``: Table 1 at the speed a
+``speed/LOAD/runK-lone.json`` and ``…-batch.json`` (out of ``real/``, whose every
+``run*`` the step rebuild reads as a run): Table 1 at the speed a
 user reads before a load (``validation/llamacpp_at_speed.py --ratio speed`` and
 ``--ratio speed-batch``, item 42)."""
 SPEED_PROBES = 3
@@ -212,14 +213,16 @@ def speed_before(url: str, here: Path, folder: Path, slots: int, log: list[str]
                  ) -> dict[str, float | None]:  # fmt: skip
     """:data:`SPEED_BEFORE`'s two readings of the server at *url* against the point's
     profile (``lyra-simpy speed``, the lone one then ``--batch`` *slots*), each's JSON
-    beside the run *folder*: the ``cost.speed`` each printed, None where it failed (the
+    in ``speed/LOAD/`` under the point's folder *here* (*folder*: the run's, whose name it
+    takes): the ``cost.speed`` each printed, None where it failed (the
     run goes on; the document counts what is missing)."""
     got: dict[str, float | None] = {}
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    keep = here / "speed" / folder.parent.name
+    keep.mkdir(parents=True, exist_ok=True)
     readings = {"lone": ["--probes", str(SPEED_PROBES)],
                 "batch": ["--batch", str(slots), "--probes", str(SPEED_BATCH_ROUNDS)]}  # fmt: skip
     for name, extra in readings.items():
-        out = folder.with_name(f"{folder.name}.speed-{name}.json")
+        out = keep / f"{folder.name}-{name}.json"
         out.unlink(missing_ok=True)
         run("speed", str(here / "profile.csv"), "--endpoint", url, "--grid",
             str(here / "grid.yaml"), *extra, "--pause-s", str(SPEED_PAUSE_S), "--json",

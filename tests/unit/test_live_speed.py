@@ -197,17 +197,16 @@ def test_the_matrix_reads_lyra_simpy_speed_before_each_run_as_a_user_types_it(
     lone = matrix.SPEED_PROBES
     assert [len(b["prompt"]) for b in bodies] == [16] * lone + [8] * 2 * matrix.SPEED_BATCH_ROUNDS
     assert sorted(b["id_slot"] for b in bodies[lone:]) == [0, 0, 1, 1]
-    for name in ("lone", "batch"):  # each reading's JSON beside the run's folder
-        kept = json.loads((run.parent / f"run1.speed-{name}.json").read_text())
-        assert kept["speed"] == got[f"speed_{name}"]
-    assert not run.exists()  # replay makes the run's folder; the readings stay out of it
+    kept = here / "speed" / "poisson_0.3"
+    for name in ("lone", "batch"):  # each reading's JSON under speed/LOAD/
+        assert json.loads((kept / f"run1-{name}.json").read_text())["speed"] == got[f"speed_{name}"]
+    # out of real/LOAD/, whose every run* the step rebuild reads as a run
+    assert not run.parent.exists()
     # logged as a user types them, the server's port as $URL
     assert log[1].startswith("lyra-simpy speed ")
     assert "--endpoint $URL" in log[1]
     assert "--batch 2 --probes 2 --pause-s 0.01" in log[1]
     # a server that does not answer: no reading, no stale file, and the matrix goes on
-    for name in ("lone", "batch"):
-        assert (run.parent / f"run1.speed-{name}.json").exists()
     got = matrix.speed_before("http://127.0.0.1:9", here, run, 2, log)
     assert got == {"speed_lone": None, "speed_batch": None}
-    assert not list(run.parent.glob("*.json"))
+    assert not list(kept.glob("*.json"))

@@ -202,7 +202,8 @@ def test_the_published_matrix_is_item_23s_round_with_later_points_again() -> Non
     # with its wake probe (item 33), the long ones (item 34), -np 4 short (item 35), -kvu
     # short (item 36), the -np 2 -b 64 points (item 37), -np 4 and -kvu long (item 39) and
     # the -np 4 and -kvu points in one pass (item 40), then the -np 2 -b 64 and -np 4
-    # points in one pass (item 41) again, each with a prompt's
+    # points in one pass (item 41), then every point but -np 2 -b 64 long with lyra-simpy
+    # speed before every run (item 42) again, each with a prompt's
     # steps as probe rows (item 13), the full-batch check (item 20) and Table 1 charging
     # each request's path (item 18); Tables 2 and 3 fitted on log errors (item 26); the
     # last column is compare --steps on each load's runs against Table 1's charge
@@ -212,23 +213,22 @@ def test_the_published_matrix_is_item_23s_round_with_later_points_again() -> Non
         for flags in ("-np 4 -c 4096 -t 2", "-np 4 -c 4096 -t 2 -kvu", "-np 2 -c 4096 -t 2 -b 64")
         for reg in ("short", "long")
     ]
-    assert _totals(rows) == [146, 144, 148]
+    assert _totals(rows) == [160, 166, 171]
     by = _by_point(rows)
     cells = {k: (v[2], v[4], v[6], v[8]) for k, v in by.items()}
     assert cells == {
-        ("-np 4 -c 4096 -t 2", "short"): ("25 / 35", "29 / 35", "30 / 35", "0.97–1.05 |"),
-        ("-np 4 -c 4096 -t 2", "long"): ("27 / 35", "28 / 35", "28 / 35", "1.00–1.05 |"),
-        ("-np 4 -c 4096 -t 2 -kvu", "short"): ("30 / 35", "20 / 35", "19 / 35", "0.98–1.10 |"),
-        ("-np 4 -c 4096 -t 2 -kvu", "long"): ("17 / 35", "24 / 35", "27 / 35", "1.01–1.12 |"),
-        ("-np 2 -c 4096 -t 2 -b 64", "short"): ("25 / 35", "24 / 35", "24 / 35", "0.96–1.18 |"),
+        ("-np 4 -c 4096 -t 2", "short"): ("29 / 35", "30 / 35", "30 / 35", "1.00–1.05 |"),
+        ("-np 4 -c 4096 -t 2", "long"): ("20 / 35", "30 / 35", "31 / 35", "1.01–1.06 |"),
+        ("-np 4 -c 4096 -t 2 -kvu", "short"): ("32 / 35", "23 / 35", "27 / 35", "0.99–1.03 |"),
+        ("-np 4 -c 4096 -t 2 -kvu", "long"): ("26 / 35", "31 / 35", "30 / 35", "1.01–1.04 |"),
+        ("-np 2 -c 4096 -t 2 -b 64", "short"): ("31 / 35", "33 / 35", "33 / 35", "0.99–1.03 |"),
         ("-np 2 -c 4096 -t 2 -b 64", "long"): ("22 / 35", "19 / 35", "20 / 35", "0.98–1.04 |"),
     }
     assert by["-np 2 -c 4096 -t 2 -b 64", "long"][3] == "3 %"
     bands = validation_module("llamacpp_report").cells_by_steps(
         json.loads((ROOT / "docs" / "validation" / "llamacpp-matrix.json").read_text())["results"]
     )
-    assert bands == {"within 3 %": [93, 119, 17], "3–6 %": [36, 56, 8],
-                     "beyond 6 %": [17, 35, 5]}  # fmt: skip
+    assert bands == {"within 3 %": [126, 147, 21], "3–6 %": [34, 63, 9]}
 
 
 def test_item_29s_short_points_again() -> None:
@@ -301,6 +301,9 @@ def test_item_26s_log_loss_charges_every_prompt_range_of_the_fitted_load() -> No
 NP4, NP2 = "-np 4 -c 4096 -t 2", "-np 2 -c 4096 -t 2 -b 64"
 
 KEPT_SETS = [
+    # item 41's set (published until item 42; item 41's test reads it): the -np 2 -b 64 and
+    # -np 4 points in one pass, the -kvu points item 40's
+    ("item41", [146, 144, 148], (NP4, "short"), (2, 4, 6), ("25 / 35", "29 / 35", "30 / 35")),
     # item 40's set (published until item 41; item 40's test reads it): -np 4 and -kvu in
     # one pass, the -np 2 -b 64 points still item 37's
     ("item40", [154, 153, 157], (NP4, "short"), (2, 4, 6), ("24 / 35", "34 / 35", "34 / 35")),
@@ -1185,7 +1188,8 @@ def test_item_41s_pass_and_the_forecasts_on_every_point() -> None:
     # the runs: the median of every gate probe 174, the full batch's mean step 180, its
     # median 167, the gate's last probe 150, one load run's mean step 154
     validation = ROOT / "docs" / "validation"
-    results = json.loads((validation / "llamacpp-matrix.json").read_text())["results"]
+    kept_set = validation / "llamacpp-matrix-epyc-item41.json"  # (published until item 42)
+    results = json.loads(kept_set.read_text())["results"]
     item40 = json.loads((validation / "llamacpp-matrix-epyc-item40.json").read_text())
     passed = ("np2_b64/short", "np2_b64/long", "default/short", "default/long")
     assert [sum(_inside(results[p]).values()) for p in passed] == [25, 22, 25, 27]
@@ -1224,3 +1228,51 @@ def test_item_41s_pass_and_the_forecasts_on_every_point() -> None:
         1.06, 1.02, 1.07, 1.03, 0.99]  # fmt: skip
     assert on("gate-all", ("np2_b64/long",)) == 21
     assert max(_skew(kept)) < 1.06
+
+
+def test_item_42s_pass_with_lyra_simpy_speed_before_every_run() -> None:
+    # item 42: -np 4 short, -kvu short, -np 2 -b 64 short, -kvu long and -np 4 long again in
+    # one pass, `lyra-simpy speed` (lone, then --batch NP) run before every real run (29,
+    # 32, 31, 26, 20 of 35 from probes); with item 41's -np 2 -b 64 long, Table 1 160 of
+    # 210. On the five points (175 cells): at the profile's speed 138, at the full batch's
+    # reading 152, at the lone reading 140, at the runs' median step 160 and mean step 167
+    validation = ROOT / "docs" / "validation"
+    results = json.loads((validation / "llamacpp-matrix.json").read_text())["results"]
+    item41 = json.loads((validation / "llamacpp-matrix-epyc-item41.json").read_text())
+    passed = ("default/short", "kvu/short", "np2_b64/short", "kvu/long", "default/long")
+    assert [sum(_inside(results[p]).values()) for p in passed] == [29, 32, 31, 26, 20]
+    assert results["np2_b64/long"] == item41["results"]["np2_b64/long"]  # carried as it was
+    runs = [m for p in passed for v in results[p]["loads"].values() for m in v["machine"]]
+    assert len(runs) == 75  # every run has both readings: the cost.speed the command printed
+    for name, low, high in (("speed_lone", 0.93, 1.31), ("speed_batch", 0.96, 1.24)):
+        assert (round(min(m[name] for m in runs), 2), round(max(m[name] for m in runs), 2)) == (
+            low, high)  # fmt: skip
+    assert not any("batch_before" in m for m in runs)  # (no --batch-before this pass)
+    kept = _at_speed_checked(validation / "llamacpp-at-speed-item42.json", results, 138,
+                             {"runs": 160, "mean": 167, "gate": 139, "gate-all": 145,
+                              "speed": 140, "speed-batch": 152, "one-run": 147})  # fmt: skip
+    assert all(sorted(kept[r]["points"]) == sorted(passed) for r in kept if r != "about")
+    # the readings against the runs' mean step: the lone one 2.6 % low on average, the full
+    # batch's 0.8 % high, each straying about 3 % (log)
+    pairs = [(kept[r]["points"][p][load]["ratio"], kept["mean"]["points"][p][load]["ratio"])
+             for r in ("speed", "speed-batch") for p in passed
+             for load in kept[r]["points"][p]]  # fmt: skip
+    errors = np.log([a / b for a, b in pairs]).reshape(2, -1)
+    assert [round(float(e.mean()), 3) for e in errors] == [-0.026, 0.008]
+    assert [round(float(e.std()), 3) for e in errors] == [0.035, 0.032]
+
+    def on(ratio: str, point: str) -> int:
+        return sum(v["at_speed"]["in_target"] for v in kept[ratio]["points"][point].values())
+
+    # -np 4 long, its last three loads 1.05-1.06 x: the full batch's reading 20 -> 33; -kvu
+    # long's Poisson 0.6 read at 1.14 x, its runs' mean step 1.08 x: 26 -> 24
+    assert (on("speed-batch", "default/long"), on("speed-batch", "kvu/long")) == (33, 24)
+    long = kept["speed-batch"]["points"]["kvu/long"]["poisson_0.6"]["ratio"]
+    assert (round(long, 2), round(kept["mean"]["points"]["kvu/long"]["poisson_0.6"]["ratio"], 2)
+            ) == (1.14, 1.08)  # fmt: skip
+    # each reading's JSON is what the run kept
+    at_speed = validation_module("llamacpp_at_speed")
+    point = results["default/long"]
+    assert at_speed.speed_batch_ratio(point, "closed_4") == pytest.approx(
+        kept["speed-batch"]["points"]["default/long"]["closed_4"]["ratio"], abs=1e-4
+    )

@@ -15,9 +15,12 @@ The median of several probes, not the last one: a probe's step swings by 10–15
 one request to the next on that host (``validation/host_noise.py``). The matrix's speed
 gate (``validation/speed_gate.py``) sends a lone request of the same prompt size before
 every real run; the median of every probe it took (``validation/llamacpp_at_speed.py
---ratio gate-all``) is what this command reads, and the document says how well it
-forecast the runs (item 41). With ``--batch`` it reads the full batch instead
-(:func:`batch_speed`), as ``validate_cpu.py --batch-before`` does before each run.
+--ratio gate-all``) is what this command reads. With ``--batch`` it reads the full batch
+instead (:func:`batch_speed`), as ``validate_cpu.py --batch-before`` does before each run.
+``validate_cpu.py --matrix --speed-before`` runs this command itself, both readings,
+before every real run; the document says how well each forecast the runs (item 42: the
+full batch's reading the better, Table 1 152 of 175 cells against the lone reading's 140
+and the profile's speed's 138).
 """
 
 from __future__ import annotations
@@ -254,7 +257,8 @@ def batch_speed(
     The mean, because a request's TPOT sums its steps: on the llama.cpp matrix the
     runs' mean step ran up to 6 % over their median (docs/VALIDATION-llamacpp.md
     item 41, where this reading, taken by ``validate_cpu.py --batch-before``, forecast
-    Table 1's speed best: ``llamacpp_at_speed.py --ratio batch-mean``)."""
+    Table 1's speed best: ``llamacpp_at_speed.py --ratio batch-mean``; and item 42, taken
+    by this command before every run: ``--ratio speed-batch``)."""
     row = batch_row_ms(profile_csv, batch, grid.decode_context, grid.decode_steps)
     prober, slots = _prober(url, api, grid, vocab_size)
     if isinstance(slots, int) and batch > slots:

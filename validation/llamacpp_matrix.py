@@ -102,8 +102,7 @@ user reads before a load (``validation/llamacpp_at_speed.py --ratio speed`` and
 ``--ratio speed-batch``, item 42)."""
 SPEED_PROBES = 3
 """``lyra-simpy speed --probes`` for :data:`SPEED_BEFORE`'s lone reading: fewer than the
-command's 6 so that fifteen readings a point add minutes, not half an hour (the gate's
-probes before a run were 2–4, item 41)."""
+command's 6 so that fifteen readings a point add minutes, not half an hour."""
 SPEED_BATCH_ROUNDS = 2
 """``lyra-simpy speed --batch NP --probes`` for :data:`SPEED_BEFORE`: rounds over the
 grid's two decode contexts, four lock-step decodes a reading."""
@@ -214,8 +213,8 @@ def speed_before(url: str, here: Path, folder: Path, slots: int, log: list[str]
     """:data:`SPEED_BEFORE`'s two readings of the server at *url* against the point's
     profile (``lyra-simpy speed``, the lone one then ``--batch`` *slots*), each's JSON
     in ``speed/LOAD/`` under the point's folder *here* (*folder*: the run's, whose name it
-    takes): the ``cost.speed`` each printed, None where it failed (the
-    run goes on; the document counts what is missing)."""
+    takes): the ``cost.speed`` each printed, None where it failed (the run goes on, and
+    ``llamacpp_at_speed.py`` leaves the reading out of the load's mean)."""
     got: dict[str, float | None] = {}
     keep = here / "speed" / folder.parent.name
     keep.mkdir(parents=True, exist_ok=True)

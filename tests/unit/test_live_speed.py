@@ -40,7 +40,7 @@ def test_speed_sends_the_profiles_reference_and_prints_the_ratio(
     ref = yaml.safe_load(csv.with_suffix(".yaml").read_text())["speed_reference"]
     # the reference request is kept as numbers, for speed to send it again
     assert (ref["context"], ref["outputs"]) == (16, 8)
-    assert ref["median_ms"] == pytest.approx(20.0, rel=0.15)
+    assert ref["median_ms"] == pytest.approx(20.0, rel=0.25)
     out = tmp_path / "speed.json"
     with StreamServer(ttft_s=0.01, itl_s=0.03) as srv:  # the host 1.5 x slower now
         # one probe of three runs twice as slow again: the median drops it
@@ -53,12 +53,14 @@ def test_speed_sends_the_profiles_reference_and_prints_the_ratio(
     assert [b["max_tokens"] for b in bodies] == [8, 8, 8]
     got = json.loads(out.read_text())
     assert len(got["steps_ms"]) == 3
-    assert got["steps_ms"][1] == pytest.approx(60.0, rel=0.15)
-    assert got["median_ms"] == pytest.approx(30.0, rel=0.15)
+    # (timed against an in-process server: bounds that a busy test machine keeps)
+    assert got["steps_ms"][1] > 1.6 * max(got["steps_ms"][0], got["steps_ms"][2])
+    assert got["median_ms"] == sorted(got["steps_ms"])[1]
+    assert got["median_ms"] == pytest.approx(30.0, rel=0.25)
     assert got["profile_ms"] == ref["median_ms"]
     assert got["request"] == {"batch": 1, "contexts": [16], "outputs": 8}
     assert got["speed"] == pytest.approx(got["median_ms"] / ref["median_ms"], rel=1e-3)
-    assert got["speed"] == pytest.approx(1.5, rel=0.2)
+    assert got["speed"] == pytest.approx(1.5, rel=0.25)
     printed = capsys.readouterr().out
     assert f"--set cost.speed={got['speed']:.3f}" in printed
     assert "probe 3/3" in printed

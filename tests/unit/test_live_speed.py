@@ -212,3 +212,15 @@ def test_the_matrix_reads_lyra_simpy_speed_before_each_run_as_a_user_types_it(
     got = matrix.speed_before("http://127.0.0.1:9", here, run, 2, log)
     assert got == {"speed_lone": None, "speed_batch": None}
     assert not list(kept.glob("*.json"))
+
+
+@pytest.mark.parametrize("step_ms", [14.945, 14.9455, 10.0005, 12.3456])
+def test_the_json_keeps_the_speed_the_command_prints(step_ms: float) -> None:
+    from lyra_simpy.live.speed import SpeedReading
+
+    # kept to 4 places and printed to 3, 1.49455 was stored 1.4945 (printed 1.494 from it)
+    # beside a printed 1.495: the JSON now holds the printed figure
+    reading = SpeedReading([step_ms], 10.0, (16,), 8)
+    kept = reading.as_json()["speed"]
+    assert f"{kept:.3f}" == f"{reading.speed:.3f}"
+    assert kept == float(f"{reading.speed:.3f}")

@@ -78,7 +78,9 @@ class SpeedReading:
             "steps_ms": [round(ms, 3) for ms in self.steps_ms],
             f"{self.statistic}_ms": round(self.now_ms, 3),
             "profile_ms": self.profile_ms,
-            "speed": round(self.speed, 4),
+            # the figure the command prints (``--set cost.speed=…``), rounded once: a
+            # value kept to 4 places and printed to 3 could round the other way
+            "speed": round(self.speed, 3),
             "request": {
                 "batch": self.batch,
                 "contexts": list(self.contexts),

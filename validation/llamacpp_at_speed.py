@@ -117,14 +117,16 @@ def one_run_ratio(res: dict[str, Any], load: str) -> float:
     return runs_mean_ratio(res, FIT_LOAD)
 
 
-def _before_over(res: dict[str, Any], load: str, field: str, ref: str, missing: str) -> float:
+def _before_over(res: dict[str, Any], load: str, field: str, ref: str | None,
+                 missing: str) -> float:  # fmt: skip
     """The mean over *load*'s real runs of their record's *field* (the median of each run's
-    where it holds several readings) over the point's ``gate[ref]``; *missing* says what the
+    where it holds several readings) over the point's ``gate[ref]`` (*ref* None: the field
+    is a ratio already, ``lyra-simpy speed``'s ``cost.speed``); *missing* says what the
     matrix lacked when either is not there."""
     before = [float(np.median(m[field])) for m in res["loads"][load]["machine"] if m.get(field)]
-    if not res["gate"].get(ref) or not before:
+    if (ref is not None and not res["gate"].get(ref)) or not before:
         raise SystemExit(f"{load} has {missing}")
-    return float(np.mean(before)) / float(res["gate"][ref])
+    return float(np.mean(before)) / (1.0 if ref is None else float(res["gate"][ref]))
 
 
 def gate_ratio(res: dict[str, Any], load: str) -> float:
@@ -165,15 +167,10 @@ def batch_mean_ratio(res: dict[str, Any], load: str) -> float:
                         "(run the matrix with --batch-before, item 40 on)")  # fmt: skip
 
 
-def _read_before(res: dict[str, Any], load: str, field: str, option: str) -> float:
-    """The mean over *load*'s real runs of the ``cost.speed`` their record's *field* kept
-    (``lyra-simpy speed``'s reading before each run: already over the profile); *option*
-    names the ratio for the line that stops the script where none was kept."""
-    got = [float(m[field]) for m in res["loads"][load]["machine"] if m.get(field)]
-    if not got:
-        raise SystemExit(f"{load} has no `lyra-simpy speed` reading before its runs for "
-                         f"--ratio {option} (run the matrix with --speed-before)")  # fmt: skip
-    return float(np.mean(got))
+_NO_SPEED = (
+    "no `lyra-simpy speed` reading before its runs for --ratio {} (run the matrix "
+    "with --speed-before)"
+)
 
 
 def speed_ratio(res: dict[str, Any], load: str) -> float:
@@ -182,13 +179,13 @@ def speed_ratio(res: dict[str, Any], load: str) -> float:
     before each (``speed_lone``, ``validate_cpu.py --matrix --speed-before``, item 42):
     Table 1 as a user runs it, ``profile`` → ``calibrate`` → ``speed`` → ``run --set
     cost.speed=…``."""
-    return _read_before(res, load, "speed_lone", "speed")
+    return _before_over(res, load, "speed_lone", None, _NO_SPEED.format("speed"))
 
 
 def speed_batch_ratio(res: dict[str, Any], load: str) -> float:
     """:func:`speed_ratio` with ``lyra-simpy speed --batch NP`` (``speed_batch``: the full
     batch's lock-step mean step over the profile's one-pass row)."""
-    return _read_before(res, load, "speed_batch", "speed-batch")
+    return _before_over(res, load, "speed_batch", None, _NO_SPEED.format("speed-batch"))
 
 
 def folder(here: Path, source: str) -> Path:
@@ -290,6 +287,18 @@ def report(points: dict[str, dict[str, Any]], source: str = "runs") -> list[str]
     return lines
 
 
+def against_mean(points: dict[str, dict[str, Any]], results: dict[str, Any]
+                 ) -> tuple[float, float]:  # fmt: skip
+    """How far the speed each load of *points* (:func:`point`'s, one ratio's) was priced
+    at lay from that load's mean real decode step over the charge (:func:`runs_mean_ratio`
+    of the stored *results*): the mean and the standard deviation over the loads of the
+    log of the one over the other. For a ratio read before the runs, its bias and how far
+    it strays as a forecast of the step a request's TPOT sums."""
+    logs = [np.log(v["ratio"] / runs_mean_ratio(results[p], load))
+            for p, loads in points.items() for load, v in loads.items()]  # fmt: skip
+    return float(np.mean(logs)), float(np.std(logs))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="llamacpp_at_speed.py", description=__doc__.split("\n")[0]
@@ -312,10 +321,19 @@ def main(argv: list[str] | None = None) -> int:
     missing = [k for k in args.only or [] if k not in have]
     if missing:
         raise SystemExit(f"--only: no stored runs of {missing[0]!r}; stored: {have}")
+    for k in args.only or have:  # every point can be read at that speed, before any runs
+        for load in LOADS:
+            try:
+                RATIOS[args.ratio].read(results[k], load)
+            except SystemExit as exc:
+                raise SystemExit(f"{k}: {exc}; --only takes the points that have it") from None
     log: list[str] = []
     points = {k: point(k, results[k], keep["facts"]["repeats"], log, args.ratio)
               for k in (args.only or have)}  # fmt: skip
     print("\n" + "\n".join(report(points, args.ratio)))
+    bias, spread = against_mean(points, results)
+    print(f"against the runs' mean decode step (log, over the loads): bias {100 * bias:+.1f} %, "
+          f"spread {100 * spread:.1f} %")  # fmt: skip
     if args.json is not None:
         out = {"ratio": args.ratio, "points": points, "commands": log}
         args.json.write_text(json.dumps(out, indent=1) + "\n")

@@ -4,6 +4,9 @@ decode step)."""
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pytest
 
 from builders import validation_module
@@ -109,3 +112,29 @@ def test_the_speeds_a_load_is_priced_at():
     assert AT_SPEED.speed_ratio(res, "closed_4") == pytest.approx(1.06)
     assert AT_SPEED.speed_batch_ratio(res, "closed_4") == pytest.approx(1.06)
     assert AT_SPEED.RATIOS["speed-batch"].read is AT_SPEED.speed_batch_ratio
+    # against the runs' mean step: the log of each load's ratio over it, mean and spread
+    res["loads"]["closed_4"]["steps_vs_charge"]["decode"]["mean"] = 1.0
+    res["loads"]["poisson_0.6"]["steps_vs_charge"]["decode"]["mean"] = 1.0
+    bias, spread = AT_SPEED.against_mean(
+        {"p": {"closed_4": {"ratio": 1.1}, "poisson_0.6": {"ratio": 1 / 1.1}}}, {"p": res}
+    )
+    assert bias == pytest.approx(0.0, abs=1e-12)
+    assert spread == pytest.approx(np.log(1.1))
+
+
+def test_a_point_without_the_speed_is_named_before_anything_runs(tmp_path, monkeypatch):
+    # item 42's pass left -np 2 -b 64 long without `lyra-simpy speed` readings: the script
+    # names the point (not only its load) before it simulates any, and --only is the way
+    machine = [{"speed_lone": 1.02}, {"speed_lone": 1.04}, {"speed_lone": 1.0}]
+    results = {
+        "default/short": {"loads": {key: {"machine": machine} for key in AT_SPEED.LOADS}},
+        "np2_b64/long": {"loads": {key: {"machine": [{}]} for key in AT_SPEED.LOADS}},
+    }
+    (tmp_path / "matrix.json").write_text(json.dumps({"facts": {"repeats": 3}, "results": results}))
+    for key in results:
+        (tmp_path / key.replace("/", "_") / "real").mkdir(parents=True)
+    monkeypatch.setattr(AT_SPEED, "OUT", tmp_path)
+    with pytest.raises(SystemExit, match=r"^np2_b64/long: poisson_0.3 has no `lyra-simpy speed` "
+                       r"reading .*; --only takes the points that have it$"):  # fmt: skip
+        AT_SPEED.main(["--ratio", "speed"])
+    assert not list((tmp_path / "default_short").glob("at_speed_*"))  # nothing simulated

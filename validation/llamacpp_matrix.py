@@ -102,10 +102,11 @@ user reads before a load (``validation/llamacpp_at_speed.py --ratio speed`` and
 ``--ratio speed-batch``, item 42)."""
 SPEED_PROBES = 3
 """``lyra-simpy speed --probes`` for :data:`SPEED_BEFORE`'s lone reading: fewer than the
-command's 6 so that fifteen readings a point add minutes, not half an hour."""
+command's 6 so that fifteen readings a point add minutes, not half an hour
+(``--speed-probes N`` sets it and :data:`SPEED_BATCH_ROUNDS`; item 43 took 6)."""
 SPEED_BATCH_ROUNDS = 2
 """``lyra-simpy speed --batch NP --probes`` for :data:`SPEED_BEFORE`: rounds over the
-grid's two decode contexts, four lock-step decodes a reading."""
+grid's two decode contexts, four lock-step decodes a reading (``--speed-probes``)."""
 SPEED_PAUSE_S = 2.0
 """``lyra-simpy speed --pause-s`` for :data:`SPEED_BEFORE` (the command's default is 5)."""
 GATE_AFTER = 0
@@ -342,6 +343,8 @@ def stored_points(keep: dict[str, Any], only: list[str] | None
 def main(argv: list[str] | None = None) -> int:
     """Run the matrix (``--only CFG/REGIME ...``: those points again, kept beside the
     others in ``matrix.json``; ``--doc-only``: rewrite the document from it)."""
+    global SPEED_REFERENCE, GATE_AFTER, BATCH_BEFORE, SPEED_BEFORE
+    global SPEED_PROBES, SPEED_BATCH_ROUNDS
     parser = argparse.ArgumentParser(prog="validate_cpu.py --matrix")
     parser.add_argument("--only", nargs="+", metavar="CFG/REGIME", default=None,
                         help=f"points to run again, e.g. default/short (of {list(CONFIGS)} "
@@ -394,6 +397,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="run `lyra-simpy speed` (lone, then --batch NP) right before "
                         "each real run (kept as speed_lone and speed_batch; "
                         "llamacpp_at_speed.py --ratio speed, speed-batch)")  # fmt: skip
+    parser.add_argument("--speed-probes", type=int, default=None, metavar="N",
+                        help="with --speed-before: both readings' --probes (default "
+                        f"{SPEED_PROBES} lone, {SPEED_BATCH_ROUNDS} rounds of the full "
+                        "batch; the command's own is 6)")  # fmt: skip
     parser.add_argument("--gate-after", type=int, default=0, metavar="N",
                         help="also hold the gate after each real run: one read outside it "
                         "is set aside (kept as out-of-band-RUN-K) and taken again, at most N "
@@ -407,11 +414,15 @@ def main(argv: list[str] | None = None) -> int:
     speed_gate.GATE = args.gate  # (read by speed_gate.within at each probe)
     if args.gate_after < 0:
         raise SystemExit(f"--gate-after: got {args.gate_after}, must be 0 or more")
-    global SPEED_REFERENCE, GATE_AFTER, BATCH_BEFORE, SPEED_BEFORE
     SPEED_REFERENCE = args.speed_reference
     BATCH_BEFORE = args.batch_before
     SPEED_BEFORE = args.speed_before
     GATE_AFTER = args.gate_after
+    if args.speed_probes is not None:
+        if not args.speed_before or args.speed_probes < 1:
+            raise SystemExit(f"--speed-probes: got {args.speed_probes}, must be 1 or more "
+                             "and given with --speed-before")  # fmt: skip
+        SPEED_PROBES = SPEED_BATCH_ROUNDS = args.speed_probes
     if args.summary is not None:
         results = json.loads(args.summary.read_text())["results"]
         print("\n".join(summary(results)))

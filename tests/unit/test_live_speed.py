@@ -13,6 +13,8 @@ from lyra_simpy.cli import main
 from lyra_simpy.live.profile import profile
 from lyra_simpy.live.profile_grid import ProfileGrid
 
+ROOT = Path(__file__).resolve().parents[2]
+
 GRID = ProfileGrid(
     prefill_tokens=[8],
     decode_batch=[1, 2],
@@ -212,6 +214,27 @@ def test_the_matrix_reads_lyra_simpy_speed_before_each_run_as_a_user_types_it(
     got = matrix.speed_before("http://127.0.0.1:9", here, run, 2, log)
     assert got == {"speed_lone": None, "speed_batch": None}
     assert not list(kept.glob("*.json"))
+
+
+def test_the_matrix_takes_longer_readings_with_speed_probes(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from builders import validation_module
+
+    matrix = validation_module("llamacpp_matrix")
+    for name in ("SPEED_PROBES", "SPEED_BATCH_ROUNDS", "SPEED_BEFORE", "SPEED_REFERENCE",
+                 "BATCH_BEFORE", "GATE_AFTER"):  # fmt: skip
+        monkeypatch.setattr(matrix, name, getattr(matrix, name))  # (restored after)
+    monkeypatch.setattr(matrix.speed_gate, "GATE", matrix.speed_gate.GATE)
+    for argv in (["--speed-probes", "6"], ["--speed-before", "--speed-probes", "0"]):
+        with pytest.raises(SystemExit, match=r"^--speed-probes: got (6|0), must be 1 or more "
+                           r"and given with --speed-before$"):  # fmt: skip
+            matrix.main(argv)
+    assert (matrix.SPEED_PROBES, matrix.SPEED_BATCH_ROUNDS) == (3, 2)  # (the defaults)
+    summary = ["--summary", str(ROOT / "docs" / "validation" / "llamacpp-matrix.json")]
+    assert matrix.main(["--speed-before", "--speed-probes", "6", *summary]) == 0
+    assert (matrix.SPEED_PROBES, matrix.SPEED_BATCH_ROUNDS) == (6, 6)  # both readings
+    capsys.readouterr()
 
 
 @pytest.mark.parametrize("step_ms", [14.945, 14.9455, 10.0005, 12.3456])

@@ -38,6 +38,13 @@ the other loads.
         [--ratio runs|mean|gate|gate-all|batch|batch-mean|speed|speed-batch|one-run]
         [--only CFG/REGIME ...] [--json OUT]
 
+After the table it prints how far the speed it priced each load at lay from the load's
+mean real decode step (:func:`against_mean`: bias and spread of the log over the loads);
+for a reading taken before each run, how much those readings stray within a load
+(:func:`readings_spread`) and how the same readings fare taken right *after* each run
+(:func:`read_after`); and how far each load's mean step lies from its point's own level
+(:func:`point_level`), what no one speed for a point can follow (item 43).
+
 It reads what ``validate_cpu.py --matrix`` left in ``results/validation-llamacpp`` (each
 point's ``fit_probes.yaml``, Table 1 scenarios, real runs and ``matrix.json``'s
 ``steps_vs_charge``); no server. It writes ``at_speed_RATIO/`` beside each point's files.
@@ -201,6 +208,8 @@ class Ratio(NamedTuple):
     read: Callable[[dict[str, Any], str], float]
     head: str
     at: str
+    field: str | None = None
+    """The run record's field it reads before each run (None: read from the runs)."""
 
 
 RATIOS = {
@@ -208,25 +217,41 @@ RATIOS = {
     "mean": Ratio(
         runs_mean_ratio, "real decode steps' mean ÷ Table 1's charge", "at the runs' mean step"
     ),
-    "gate": Ratio(gate_ratio, "gate probes before the runs ÷ the profile's", "at the gate's speed"),
+    "gate": Ratio(
+        gate_ratio,
+        "gate probes before the runs ÷ the profile's",
+        "at the gate's speed",
+        "step_before",
+    ),
     "gate-all": Ratio(
-        gate_all_ratio, "all gate probes before the runs ÷ the profile's", "at their speed"
+        gate_all_ratio,
+        "all gate probes before the runs ÷ the profile's",
+        "at their speed",
+        "gate_readings",
     ),
     "batch": Ratio(
-        batch_ratio, "full-batch steps before the runs ÷ the profile's row", "at that speed"
+        batch_ratio,
+        "full-batch steps before the runs ÷ the profile's row",
+        "at that speed",
+        "batch_before",
     ),
     "batch-mean": Ratio(
         batch_mean_ratio,
         "full-batch mean steps before the runs ÷ the profile's row",
         "at that speed",
+        "batch_before_mean",
     ),
     "speed": Ratio(
-        speed_ratio, "`lyra-simpy speed` before the runs (lone)", "at the speed it printed"
+        speed_ratio,
+        "`lyra-simpy speed` before the runs (lone)",
+        "at the speed it printed",
+        "speed_lone",
     ),
     "speed-batch": Ratio(
         speed_batch_ratio,
         "`lyra-simpy speed --batch NP` before the runs",
         "at the speed it printed",
+        "speed_batch",
     ),
     "one-run": Ratio(
         one_run_ratio,
@@ -299,6 +324,51 @@ def against_mean(points: dict[str, dict[str, Any]], results: dict[str, Any]
     return float(np.mean(logs)), float(np.std(logs))
 
 
+def readings_spread(results: dict[str, Any], points: list[str], field: str
+                    ) -> tuple[float, int]:  # fmt: skip
+    """How much the reading *field* taken before each run (each run's median where it
+    holds several) strays between the runs of one load of *points*: the pooled standard
+    deviation of its log within a load, and the readings it was taken over. On a host
+    whose speed holds through a load's minutes that is the reading's own noise, and a
+    load's mean of *n* readings carries about this over √n of it into the forecast
+    (item 43)."""
+    squares, dof, n = 0.0, 0, 0
+    for key in points:
+        for load in results[key]["loads"].values():
+            got = [np.log(float(np.median(m[field]))) for m in load["machine"] if m.get(field)]
+            if len(got) > 1:
+                squares += float(np.sum((np.array(got) - np.mean(got)) ** 2))
+                dof, n = dof + len(got) - 1, n + len(got)
+    return (float(np.sqrt(squares / dof)) if dof else float("nan")), n
+
+
+def read_after(res: dict[str, Any], field: str) -> dict[str, Any]:
+    """The stored point *res* with each run's reading *field* replaced by the next run's
+    in the matrix's order (the loads of :data:`~llamacpp_points.LOADS` in turn, each's runs
+    one after another): the reading taken right after each run. The point's last run gets
+    none. Read by a ratio, it asks whether the miss is the host moving during the run
+    (then the reading after is no worse than the one before, and the two together
+    better) or a gap that neither side of the run shows (item 43)."""
+    out = copy.deepcopy(res)
+    runs = [m for load in LOADS for m in out["loads"][load]["machine"]]
+    for m, after in zip(runs, [*(m.get(field) for m in runs[1:]), None], strict=True):
+        m[field] = after
+    return out
+
+
+def point_level(results: dict[str, Any], points: list[str]) -> float:
+    """How far each load's mean real decode step over the charge (:func:`runs_mean_ratio`)
+    lies from its point's own level, the geometric mean over the point's loads: the
+    standard deviation of the log over the loads of *points*. Known only after the runs,
+    it bounds what any one speed for a whole point can do, however it is read: what the
+    host's minutes move from one load to the next (item 43)."""
+    logs: list[float] = []
+    for key in points:
+        got = np.log([runs_mean_ratio(results[key], load) for load in LOADS])
+        logs += list(got - got.mean())
+    return float(np.std(logs))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="llamacpp_at_speed.py", description=__doc__.split("\n")[0]
@@ -334,6 +404,21 @@ def main(argv: list[str] | None = None) -> int:
     bias, spread = against_mean(points, results)
     print(f"against the runs' mean decode step (log, over the loads): bias {100 * bias:+.1f} %, "
           f"spread {100 * spread:.1f} %")  # fmt: skip
+    if field := RATIOS[args.ratio].field:
+        noise, n = readings_spread(results, list(points), field)
+        print(f"the {n} readings ({field}) within a load: spread {100 * noise:.1f} % (log, "
+              f"pooled)")  # fmt: skip
+        read = RATIOS[args.ratio].read
+        after = {}
+        for k in points:
+            moved = read_after(results[k], field)
+            after[k] = {load: {"ratio": read(moved, load)} for load in LOADS}
+        bias, spread = against_mean(after, results)
+        print(f"the same readings taken right after each run (the next run's): bias "
+              f"{100 * bias:+.1f} %, spread {100 * spread:.1f} %")  # fmt: skip
+    print(f"each load's mean step about its point's own level (the geometric mean over the "
+          f"point's loads, known after the runs): spread "
+          f"{100 * point_level(results, list(points)):.1f} %")  # fmt: skip
     if args.json is not None:
         out = {"ratio": args.ratio, "points": points, "commands": log}
         args.json.write_text(json.dumps(out, indent=1) + "\n")

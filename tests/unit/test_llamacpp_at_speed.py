@@ -122,6 +122,47 @@ def test_the_speeds_a_load_is_priced_at():
     assert spread == pytest.approx(np.log(1.1))
 
 
+def test_the_readings_own_spread_within_a_load():
+    # item 43: how far the reading before each run strays between one load's runs (the
+    # pooled log sd), a reading that failed left out, a load with one reading adding nothing
+    up = np.log(1.05)
+    loads = {
+        "closed_4": {"machine": [{"speed_batch": 1.0}, {"speed_batch": 1.05 ** 2},
+                                 {"speed_batch": None}]},
+        "closed_8": {"machine": [{"speed_batch": 2.0}, {"speed_batch": 2.0 * 1.05 ** 2}]},
+        "poisson_0.3": {"machine": [{"speed_batch": 3.0}, {}]},
+    }  # fmt: skip
+    noise, n = AT_SPEED.readings_spread({"p": {"loads": loads}}, ["p"], "speed_batch")
+    assert n == 4
+    assert noise == pytest.approx(np.sqrt(4 * up**2 / 2))  # each load ±ln 1.05 about its mean
+    # the gate's readings: each run's median first, as the ratio reads them
+    gate = {"closed_4": {"machine": [{"gate_readings": [1.0, 9.0, 1.0]},
+                                     {"gate_readings": [1.0]}]}}  # fmt: skip
+    assert AT_SPEED.readings_spread({"p": {"loads": gate}}, ["p"], "gate_readings") == (0.0, 2)
+    assert AT_SPEED.RATIOS["speed-batch"].field == "speed_batch"
+    assert AT_SPEED.RATIOS["mean"].field is None  # (read from the runs themselves)
+
+
+def test_the_reading_after_each_run_is_the_next_runs_in_the_matrixs_order():
+    # item 43: loads in the matrix's order, each's runs one after another; the point's
+    # last run has no reading after it
+    loads = {load: {"machine": [{"speed_batch": 10 * i + k} for k in (1, 2, 3)],
+                    "steps_vs_charge": {"decode": {"mean": 1.0 + i / 100}}}
+             for i, load in enumerate(AT_SPEED.LOADS)}  # fmt: skip
+    res = {"loads": loads}
+    after = AT_SPEED.read_after(res, "speed_batch")
+    got = [[m["speed_batch"] for m in after["loads"][load]["machine"]] for load in AT_SPEED.LOADS]
+    assert got == [[2, 3, 11], [12, 13, 21], [22, 23, 31], [32, 33, 41], [42, 43, None]]
+    assert loads["poisson_0.3"]["machine"][0]["speed_batch"] == 1  # (the input as it was)
+    assert AT_SPEED.speed_batch_ratio(after, "closed_8") == pytest.approx(42.5)  # (None out)
+    # each load's mean step about its point's own level: the log's sd over the loads
+    levels = np.log([1.0 + i / 100 for i in range(5)])
+    assert AT_SPEED.point_level({"p": res}, ["p"]) == pytest.approx(np.std(levels))
+    flat = {"loads": {load: {"steps_vs_charge": {"decode": {"mean": 1.07}}}
+                      for load in AT_SPEED.LOADS}}  # fmt: skip
+    assert AT_SPEED.point_level({"p": res, "q": flat}, ["q"]) == pytest.approx(0.0, abs=1e-12)
+
+
 def test_a_point_without_the_speed_is_named_before_anything_runs(tmp_path, monkeypatch):
     # item 42's pass left -np 2 -b 64 long without `lyra-simpy speed` readings: the script
     # names the point (not only its load) before it simulates any, and --only is the way

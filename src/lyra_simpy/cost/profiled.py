@@ -103,7 +103,7 @@ class ProfileCostConfig(Closed):
     decode steps over the profile's ``speed_reference``; :mod:`lyra_simpy.live.speed`) or
     from the full batch's step timed right before the load over the profile's row for it
     (``lyra-simpy speed --batch B``, the better of the two on the llama.cpp matrix,
-    docs/VALIDATION-llamacpp.md item 42).
+    docs/VALIDATION-llamacpp.md items 42–43).
     On the llama.cpp matrix's 2-core host the runs' decode steps
     ran 0.91–1.06 × their profile, and every load priced at its own runs' mean step
     holds 201 of 210 cells against 177 at 1 (docs/VALIDATION-llamacpp.md item 37,

@@ -75,16 +75,20 @@ from llamacpp_points import (
 from lyra_cli import run, sim_folder
 
 
-def at_speed_scenario(scenario: dict[str, Any], ratio: float) -> dict[str, Any]:
+def at_speed_scenario(scenario: dict[str, Any], ratio: float, fit: Path | None = None
+                      ) -> dict[str, Any]:  # fmt: skip
     """*scenario* (a Table 1 scenario's YAML) with every step cost its fit prices ×
     *ratio* (``cost.speed``: the terms, the decode residuals, the fitted wake) and its
     request path's milliseconds × *ratio* too (the host runs the HTTP threads as well).
     The noise, wander and spells are relative (σ of a log ratio, factors): left as
-    they are."""
+    they are. *fit*: priced by that fit file (the point's own, wherever its folder now
+    lies; the stored scenario names the one where it ran) instead of the one it names."""
     if not (np.isfinite(ratio) and ratio > 0):
         raise ValueError(f"ratio: got {ratio!r}, must be a positive number")
     out = copy.deepcopy(scenario)
     out["cost"]["speed"] = ratio
+    if fit is not None:
+        out["cost"]["path"] = str(fit)
     work = out["workload"]
     if work.get("request_path_ms"):
         work["request_path_ms"] = round(work["request_path_ms"] * ratio, 3)
@@ -278,7 +282,8 @@ def point(key: str, res: dict[str, Any], repeats: int, log: list[str],
         ratio = RATIOS[source].read(res, load)
         scenario = yaml.safe_load((here / f"{load}.yaml").read_text())
         path = work / f"{load}.yaml"
-        path.write_text(yaml.safe_dump(at_speed_scenario(scenario, ratio)))
+        moved = at_speed_scenario(scenario, ratio, here / "fit_probes.yaml")
+        path.write_text(yaml.safe_dump(moved))
         run("run", str(path), "--out", str(work / "sim"), "--no-figures", log=log)
         table_file = work / f"{load}_compare.json"
         run("compare", str(sim_folder(work / "sim" / load)), *real_runs(here, load, repeats),

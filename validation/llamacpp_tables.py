@@ -5,6 +5,7 @@ steps priced by each table's scenario (``compare --steps``; ``--steps-check``)."
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import sys
@@ -194,6 +195,25 @@ def with_probe_columns(here: Path, flags: list[str]) -> list[str]:
     return sorted(changed)
 
 
+def table1_again(raw: dict[str, Any], fit: Path, path_cpu_share: float, wake: bool
+                 ) -> dict[str, Any]:  # fmt: skip
+    """A stored Table 1 scenario (*raw*, its YAML) as :func:`resimulate` runs it again:
+    priced by *fit*, the fit it has just made — not the one the stored scenario names,
+    which is where the point ran (a point's folder copied to another checkout, or run
+    from a worktree, names the old place's fit, and its ablations would price the old
+    fit without a word; item 43 caught ``--decode-step mean`` doing so); the request path
+    charged to the engine at *path_cpu_share* (item 18) where it has one; the fit's wake
+    after idle where *wake* (item 33)."""
+    out = copy.deepcopy(raw)
+    out["cost"]["path"] = str(fit)
+    work = out["workload"]  # the scenario as scenario() now writes it (item 18)
+    work["request_path_cpu_share"] = path_cpu_share if work.get("request_path_ms") else 0.0
+    out["cost"].pop("wake", None)
+    if wake:
+        out["cost"]["wake"] = "fitted"
+    return out
+
+
 def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
                mean_step: bool = False, unscaled: bool = False,
                path_cpu_share: float = REQUEST_PATH_CPU_SHARE,
@@ -224,12 +244,8 @@ def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
     shutil.rmtree(here / "sim", ignore_errors=True)
     for load in LOADS:
         path = here / f"{load}.yaml"
-        raw = yaml.safe_load(path.read_text())
-        work = raw["workload"]  # the scenario as scenario() now writes it (item 18)
-        work["request_path_cpu_share"] = path_cpu_share if work.get("request_path_ms") else 0.0
-        raw["cost"].pop("wake", None)
-        if wake and has_wake(str(fit)):
-            raw["cost"]["wake"] = "fitted"
+        raw = table1_again(yaml.safe_load(path.read_text()), fit, path_cpu_share,
+                           wake and has_wake(str(fit)))  # fmt: skip
         path.write_text(yaml.safe_dump(raw))
         run("run", str(path), "--out", str(here / "sim"), "--no-figures", log=log)
         table = here / f"{load}_compare.json"

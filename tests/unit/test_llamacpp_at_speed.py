@@ -29,6 +29,31 @@ def test_a_load_at_another_speed_is_its_scenario_at_cost_speed():
     assert AT_SPEED.at_speed_scenario(without_path, 1.1)["workload"]["request_path_ms"] == 0.0
 
 
+def test_a_point_is_priced_by_its_own_fit_wherever_its_folder_lies(tmp_path):
+    # item 43: the stored scenarios name the fit where the point ran (a worktree); a point
+    # read from another checkout is priced by the fit in its own folder
+    raw = {"cost": {"name": "profile", "path": "/elsewhere/fit_probes.yaml"}, "workload": {}}
+    moved = AT_SPEED.at_speed_scenario(raw, 1.1, tmp_path / "fit_probes.yaml")
+    assert moved["cost"] == {"name": "profile", "path": str(tmp_path / "fit_probes.yaml"),
+                             "speed": 1.1}  # fmt: skip
+    assert AT_SPEED.at_speed_scenario(raw, 1.1)["cost"]["path"] == "/elsewhere/fit_probes.yaml"
+    # --resimulate: Table 1 again priced by the fit it has just made (before, an ablation
+    # such as --decode-step mean priced the fit the stored scenario named, without a word)
+    tables = validation_module("llamacpp_tables")
+    stored = {"cost": {"name": "profile", "path": "/elsewhere/fit_probes.yaml", "wake": "fitted"},
+              "workload": {"request_path_ms": 4.0, "request_path_cpu_share": 1.0}}  # fmt: skip
+    again = tables.table1_again(stored, tmp_path / "fit_probes.yaml", 0.0, wake=False)
+    assert again["cost"] == {"name": "profile", "path": str(tmp_path / "fit_probes.yaml")}
+    assert again["workload"] == {"request_path_ms": 4.0, "request_path_cpu_share": 0.0}
+    assert tables.table1_again(stored, tmp_path / "f.yaml", 1.0, wake=True)["cost"]["wake"] == (
+        "fitted"
+    )
+    assert stored["cost"]["path"] == "/elsewhere/fit_probes.yaml"  # (the input as it was)
+    no_path = {"cost": {"name": "profile"}, "workload": {"request_path_ms": 0.0}}
+    assert tables.table1_again(no_path, tmp_path / "f.yaml", 1.0, wake=False)["workload"] == {
+        "request_path_ms": 0.0, "request_path_cpu_share": 0.0}  # fmt: skip
+
+
 def test_a_ratio_that_is_not_a_speed_is_refused():
     raw = {"cost": {}, "workload": {}}
     for bad in (0.0, -1.0, float("nan"), float("inf")):

@@ -411,8 +411,9 @@ def _gate_readings(point: dict) -> list[tuple[float, int]]:
 
 
 def _at_speed_totals(kept: dict, *ratios: str) -> dict[str, str]:
-    """The last line ``llamacpp_at_speed.py --ratio R`` prints (Table 1's cells in target
-    and those at that speed, over every point) for each of *ratios* of a kept output."""
+    """The last line of the table ``llamacpp_at_speed.py --ratio R`` prints (Table 1's
+    cells in target and those at that speed, over every point) for each of *ratios* of a
+    kept output."""
     at_speed = validation_module("llamacpp_at_speed")
     return {r: at_speed.report(kept[r]["points"], r)[-1] for r in ratios}
 
@@ -428,7 +429,7 @@ def _table1_as_published(stored: dict, results: dict) -> None:
 
 
 def _at_speed_checked(file: Path, results: dict, table1: int, totals: dict[str, int]) -> dict:
-    """A kept at-speed output (*file*): for each ratio of *totals*, its last line (Table 1
+    """A kept at-speed output (*file*): for each ratio of *totals*, its table's last line (Table 1
     *table1* cells in target, that many at that speed, of the points the ratio took) and
     its Table 1 cells as the matrix in *results* counts them, load by load; the output,
     for what else a test reads."""
@@ -1266,7 +1267,7 @@ def test_item_42s_pass_with_lyra_simpy_speed_before_every_run() -> None:
     assert all(sorted(kept[r]["points"]) == sorted(passed) for r in ratios)
     # the readings against the runs' mean step: the lone one 2.6 % low on average, the full
     # batch's 0.8 % high, each straying about 3 % (log)
-    # (llamacpp_at_speed.py's last line, against_mean)
+    # (the first of llamacpp_at_speed.py's closing lines, against_mean)
     at_speed = validation_module("llamacpp_at_speed")
     errors = [at_speed.against_mean(kept[r]["points"], results) for r in ("speed", "speed-batch")]
     assert [round(e[0], 3) for e in errors] == [-0.026, 0.008]
@@ -1367,9 +1368,20 @@ def test_item_43s_longer_readings_and_every_point_read_before_its_runs() -> None
     assert min(_skew(kept)) > 1.0  # the mean step over the median
     assert max(_skew(kept)) < 1.045
     # the profile's decode rows priced by their mean step instead of their median
-    # (--resimulate --decode-step mean, item 6's ablation again): Table 1 153, not 155
-    printed = kept["decode_step_mean_printed"]["printed"]
-    assert sum(int(line.split("|")[3].split("/")[0]) for line in printed[2:8]) == 153
-    assert "| `-np 4 -c 4096 -t 2 -kvu` | long | 24 / 35 |" in printed[5]
+    # (--resimulate --decode-step mean, item 6's ablation again, each on a copy of the
+    # set): Table 1 155 -> 162 on this set, 146 -> 154 on item 41's, no point losing more
+    # than one cell; the default (median) gives each set as published
+
+    def table1(printed: list[str]) -> list[int]:
+        return [int(line.split("|")[3].split("/")[0]) for line in printed[2:8]]
+
+    ablation = kept["decode_step_mean_printed"]
+    got = {s: {m: table1(ablation[s][m]) for m in ("mean", "median")} for s in ("item43", "item41")}
+    assert {s: (sum(v["median"]), sum(v["mean"])) for s, v in got.items()} == {
+        "item43": (155, 162), "item41": (146, 154)}  # fmt: skip
+    assert got["item43"]["median"] == [29, 20, 20, 26, 29, 31]  # (the published matrix's)
+    assert all(a >= b - 1 for v in got.values()
+               for a, b in zip(v["mean"], v["median"], strict=True))  # fmt: skip
+    assert got["item43"]["mean"] == [31, 25, 21, 26, 29, 30]
     # -kvu short, its steps 1.03-1.09 x the charge: 20 -> 31 at the full batch's reading
     assert on("speed-batch", ["kvu/short"]) == 31

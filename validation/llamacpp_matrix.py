@@ -108,6 +108,11 @@ SPEED_BATCH_ROUNDS = 2
 """``lyra-simpy speed --batch NP --probes`` for :data:`SPEED_BEFORE`: rounds over the
 grid's two decode contexts, four lock-step decodes a reading (``--speed-probes``)."""
 SPEED_PAUSE_S = 2.0
+DECODE_STEP: str | None = None
+"""``--decode-step`` when points run: the profiles' ``grid.decode_step`` (None: the
+profiler's default, the median chunk gap). ``mean`` prices each decode row by its
+lock-step window's mean step, the median over its rounds (item 43: on two stored sets
+that gave Table 1 7–8 cells more; this runs it against new loads)."""
 """``lyra-simpy speed --pause-s`` for :data:`SPEED_BEFORE` (the command's default is 5)."""
 GATE_AFTER = 0
 """Times a real run is taken again when the speed probe right after it is outside the gate
@@ -159,6 +164,7 @@ def grid(flags: list[str], regime: dict[str, Any]) -> dict[str, Any]:
         "wander_s": WANDER_S,
         "wake_gaps_s": WAKE_GAPS_S,
         **({"speed_reference": SPEED_REFERENCE} if SPEED_REFERENCE else {}),
+        **({"decode_step": DECODE_STEP} if DECODE_STEP else {}),
     }
 
 
@@ -344,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the matrix (``--only CFG/REGIME ...``: those points again, kept beside the
     others in ``matrix.json``; ``--doc-only``: rewrite the document from it)."""
     global SPEED_REFERENCE, GATE_AFTER, BATCH_BEFORE, SPEED_BEFORE
-    global SPEED_PROBES, SPEED_BATCH_ROUNDS
+    global SPEED_PROBES, SPEED_BATCH_ROUNDS, DECODE_STEP
     parser = argparse.ArgumentParser(prog="validate_cpu.py --matrix")
     parser.add_argument("--only", nargs="+", metavar="CFG/REGIME", default=None,
                         help=f"points to run again, e.g. default/short (of {list(CONFIGS)} "
@@ -364,9 +370,11 @@ def main(argv: list[str] | None = None) -> int:
                         "no server, no simulation (--only: those points)")  # fmt: skip
     parser.add_argument("--doc-only", action="store_true",
                         help="rewrite the document from the stored numbers")  # fmt: skip
-    parser.add_argument("--decode-step", choices=["median", "mean"], default="median",
-                        help="with --resimulate: price the stored profiles' decode rows by "
-                        "the probes' median gap (default) or mean step (an ablation)")  # fmt: skip
+    parser.add_argument("--decode-step", choices=["median", "mean"], default=None,
+                        help="the profiles' decode rows: the probes' median chunk gap "
+                        "(the profiler's default) or their lock-step window's mean step "
+                        "(grid.decode_step); with --resimulate, price the stored profiles' "
+                        "rows by that column (default: as profiled)")  # fmt: skip
     parser.add_argument(
         "--gate",
         type=float,
@@ -418,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     BATCH_BEFORE = args.batch_before
     SPEED_BEFORE = args.speed_before
     GATE_AFTER = args.gate_after
+    DECODE_STEP = args.decode_step
     if args.speed_probes is not None:
         if not args.speed_before or args.speed_probes < 1:
             raise SystemExit(f"--speed-probes: got {args.speed_probes}, must be 1 or more "
@@ -440,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
         log = keep.get("commands", [])
         for key, res in stored_points(keep, args.only):
             cfg, reg = key.split("/")
-            resimulate(key, res, keep["facts"]["repeats"], log, args.decode_step == "mean",
+            resimulate(key, res, keep["facts"]["repeats"], log, args.decode_step,
                        args.unscaled, args.path_cpu_share, not args.no_wake)  # fmt: skip
             table2(cfg, reg, keep["facts"]["quick"], res, keep["facts"]["repeats"], log,
                    args.spells)  # fmt: skip

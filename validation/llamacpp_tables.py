@@ -215,13 +215,14 @@ def table1_again(raw: dict[str, Any], fit: Path, path_cpu_share: float, wake: bo
 
 
 def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
-               mean_step: bool = False, unscaled: bool = False,
+               decode_step: str | None = None, unscaled: bool = False,
                path_cpu_share: float = REQUEST_PATH_CPU_SHARE,
                wake: bool = True) -> None:  # fmt: skip
     """Table 1 and 2 of a stored point again, from its stored profile and real runs (no
     server): the profile gets the columns the profiler now writes if it lacks them
-    (:func:`with_probe_columns`), is fitted again (*mean_step*: its decode rows priced by
-    their ``mean_step_ms``, an ablation; *unscaled*: every row by its ``raw_latency_ms``,
+    (:func:`with_probe_columns`), is fitted again (*decode_step* ``mean``: its decode
+    rows priced by their ``mean_step_ms``, ``median`` by their ``median_gap_ms``, None as
+    profiled; an ablation either way; *unscaled*: every row by its ``raw_latency_ms``,
     the profile's speed references undone), and every load's stored scenario (the arrival
     rates its real runs were replayed at) is simulated and compared again, the request
     path charged to the engine at *path_cpu_share* (item 18), and the profile's wake
@@ -233,8 +234,12 @@ def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
         print(f"{key}: profile.csv given or recounted: {', '.join(added)}", flush=True)
     fit = here / "fit_probes.yaml"
     profile = here / "profile.csv"
-    if mean_step and write_by_mean_step(profile, here / "profile_mean_step.csv"):
+    if decode_step == "mean" and write_by_mean_step(profile, here / "profile_mean_step.csv"):
         profile = here / "profile_mean_step.csv"
+    elif decode_step == "median" and write_by_column(
+        profile, here / "profile_median_gap.csv", "median_gap_ms", "decode"
+    ):
+        profile = here / "profile_median_gap.csv"
     if unscaled:
         if not write_by_column(profile, here / "profile_unscaled.csv", "raw_latency_ms"):
             raise SystemExit(f"--unscaled: {key}'s profile has no raw_latency_ms column "

@@ -223,7 +223,7 @@ def test_the_matrix_takes_longer_readings_with_speed_probes(
 
     matrix = validation_module("llamacpp_matrix")
     for name in ("SPEED_PROBES", "SPEED_BATCH_ROUNDS", "SPEED_BEFORE", "SPEED_REFERENCE",
-                 "BATCH_BEFORE", "GATE_AFTER"):  # fmt: skip
+                 "BATCH_BEFORE", "GATE_AFTER", "DECODE_STEP"):  # fmt: skip
         monkeypatch.setattr(matrix, name, getattr(matrix, name))  # (restored after)
     monkeypatch.setattr(matrix.speed_gate, "GATE", matrix.speed_gate.GATE)
     for argv in (["--speed-probes", "6"], ["--speed-before", "--speed-probes", "0"]):

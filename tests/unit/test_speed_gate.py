@@ -119,6 +119,10 @@ def test_the_matrix_grid_asks_for_the_reference_only_when_told(
     # the wake probe: idle gaps spanning the 0.3 s the runs' lone prompts slowed from
     assert grid.wake_gaps_s == matrix.WAKE_GAPS_S
     assert min(grid.wake_gaps_s) < 0.3 <= max(grid.wake_gaps_s)
+    # --decode-step: the profiler's default (the median chunk gap) unless told (item 43)
+    assert grid.decode_step == "median"
+    monkeypatch.setattr(matrix, "DECODE_STEP", "mean")
+    assert ProfileGrid.model_validate(matrix.grid(flags, regime)).decode_step == "mean"
 
 
 def _gate_at_both_ends(

@@ -1385,3 +1385,33 @@ def test_item_43s_longer_readings_and_every_point_read_before_its_runs() -> None
     assert got["item43"]["mean"] == [31, 25, 21, 26, 29, 30]
     # -kvu short, its steps 1.03-1.09 x the charge: 20 -> 31 at the full batch's reading
     assert on("speed-batch", ["kvu/short"]) == 31
+
+
+def test_item_44s_profiles_priced_by_their_mean_step_against_new_runs() -> None:
+    # item 44: -np 4 short and -kvu short again, their profiles' decode rows the lock-step
+    # windows' mean step (--decode-step mean): 22 and 32 of 35 from probes, and the same
+    # runs priced by the profiles' median gaps give as many (the host ran 0.89-0.99 x the
+    # charge); an ablation set, kept apart, the published matrix item 43's
+    validation = ROOT / "docs" / "validation"
+    rows = _cells(validation / "llamacpp-matrix-epyc-item44-mean-step.json")
+    by = _by_point(rows)
+    assert (by[NP4, "short"][2], by[NP4 + " -kvu", "short"][2]) == ("22 / 35", "32 / 35")
+    assert by[NP4, "short"][8] == "0.89–0.98 |"
+    kept = json.loads((validation / "llamacpp-at-speed-item44.json").read_text())
+
+    def table1(printed: list[str], point: str) -> str:
+        return next(line for line in printed if line.startswith(f"| `{point}` | short |"))
+
+    for stat in ("median", "mean"):
+        printed = kept["resimulate_printed"][stat]
+        assert table1(printed, NP4).split(" | ")[2] == "22 / 35"
+        assert table1(printed, NP4 + " -kvu").split(" | ")[2] == "32 / 35"
+    assert _at_speed_totals(kept, "runs", "mean", "speed", "speed-batch", "gate-all") == {
+        r: f"| all | | 54 / 70 | | {n} / 70 | |"
+        for r, n in (("runs", 60), ("mean", 63), ("speed", 55), ("speed-batch", 52),
+                     ("gate-all", 58))
+    }  # fmt: skip
+    results = json.loads((validation / "llamacpp-matrix-epyc-item44-mean-step.json").read_text())
+    at_speed = validation_module("llamacpp_at_speed")
+    bias = at_speed.against_mean(kept["speed-batch"]["points"], results["results"])
+    assert [round(e, 3) for e in bias] == [0.045, 0.037]

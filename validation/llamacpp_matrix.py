@@ -108,13 +108,13 @@ SPEED_BATCH_ROUNDS = 2
 """``lyra-simpy speed --batch NP --probes`` for :data:`SPEED_BEFORE`: rounds over the
 grid's two decode contexts, four lock-step decodes a reading (``--speed-probes``)."""
 SPEED_PAUSE_S = 2.0
+"""``lyra-simpy speed --pause-s`` for :data:`SPEED_BEFORE` (the command's default is 5)."""
 DECODE_STEP: str | None = None
 """``--decode-step`` when points run: the profiles' ``grid.decode_step`` (None: the
 profiler's default, the median chunk gap). ``mean`` prices each decode row by its
 lock-step window's mean step, the median over its rounds (item 43: on two stored sets
 that gave Table 1 7–8 cells more; item 44, run so against new loads at two points: no
 cell either way)."""
-"""``lyra-simpy speed --pause-s`` for :data:`SPEED_BEFORE` (the command's default is 5)."""
 GATE_AFTER = 0
 """Times a real run is taken again when the speed probe right after it is outside the gate
 (``--gate-after N``; :func:`speed_gate.gated_run`); 0: the gate holds before a run only."""

@@ -69,7 +69,12 @@ def scenario(name: str, flags: list[str], regime: dict[str, Any], quick: bool, f
              load: str, capacity: float | None) -> dict[str, Any]:  # fmt: skip
     """The scenario of one point (the preset reads the launch flags), with the request
     path its profile (``profile.csv`` beside *fit*) measured (0 for the profiles taken
-    before it was; :func:`~lyra_simpy.calibration.profiles.request_path_ms`)."""
+    before it was; :func:`~lyra_simpy.calibration.profiles.request_path_ms`). It is
+    written beside *fit* and names it by its file name, which a scenario reads from its
+    own folder: a point's folder copied to another checkout (or run from a worktree)
+    is priced by its own fits, not by those of the place it ran (item 43: stored with
+    the absolute path, ``--resimulate`` and ``--steps-check`` there priced the old
+    place's fit without a word)."""
     value = LOADS[load]
     if load.startswith("closed"):
         arrival: dict[str, Any] = {"name": "closed_loop", "concurrency": int(value),
@@ -98,7 +103,7 @@ def scenario(name: str, flags: list[str], regime: dict[str, Any], quick: bool, f
         "scheduler": {"name": "llamacpp", "sliding_window": True, "cache_prompt": False},
         "cost": {
             "name": "profile",
-            "path": fit,
+            "path": Path(fit).name,
             "decode_table": True,
             **({"wake": "fitted"} if has_wake(fit) else {}),
         },

@@ -249,7 +249,9 @@ def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
     shutil.rmtree(here / "sim", ignore_errors=True)
     for load in LOADS:
         path = here / f"{load}.yaml"
-        raw = table1_again(yaml.safe_load(path.read_text()), fit, path_cpu_share,
+        # (the fit by its name, beside the scenario: the folder stays portable, as
+        # scenario() writes it)
+        raw = table1_again(yaml.safe_load(path.read_text()), Path(fit.name), path_cpu_share,
                            wake and has_wake(str(fit)))  # fmt: skip
         path.write_text(yaml.safe_dump(raw))
         run("run", str(path), "--out", str(here / "sim"), "--no-figures", log=log)

@@ -5,13 +5,19 @@ decode step)."""
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from builders import validation_module
+from lyra_simpy.cli import main as cli_main
+from lyra_simpy.scenario import load_scenario
 
 AT_SPEED = validation_module("llamacpp_at_speed")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_load_at_another_speed_is_its_scenario_at_cost_speed():
@@ -204,3 +210,27 @@ def test_a_point_without_the_speed_is_named_before_anything_runs(tmp_path, monke
                        r"reading .*; --only takes the points that have it$"):  # fmt: skip
         AT_SPEED.main(["--ratio", "speed"])
     assert not list((tmp_path / "default_short").glob("at_speed_*"))  # nothing simulated
+
+
+def test_a_points_scenarios_name_their_fit_beside_them(tmp_path):
+    # item 43's review: the matrix wrote the fit's absolute path into every scenario, so a
+    # point's folder copied elsewhere was priced by the old place's fit; the scenario now
+    # names it by its file name, read from the scenario's own folder
+    points = validation_module("llamacpp_points")
+    ran = tmp_path / "ran"
+    ran.mkdir()
+    shutil.copyfile(ROOT / "tests" / "data" / "synthetic_fit.yaml", ran / "fit_probes.yaml")
+    raw = points.scenario("closed_4", points.CONFIGS["default"], points.REGIMES["short"], True,
+                          str(ran / "fit_probes.yaml"), "closed_4", None)  # fmt: skip
+    assert raw["cost"]["path"] == "fit_probes.yaml"
+    raw["cost"]["decode_table"] = False  # (the synthetic fit has no decode residuals)
+    (ran / "closed_4.yaml").write_text(yaml.safe_dump(raw))
+    moved = tmp_path / "moved"
+    shutil.copytree(ran, moved)
+    shutil.rmtree(ran)  # (the place it ran is gone: the copy must not need it)
+    scenario = load_scenario(moved / "closed_4.yaml")
+    assert scenario.base_dir / scenario.cost.path == moved.resolve() / "fit_probes.yaml"
+    # and it runs there, priced by the fit beside it
+    out = tmp_path / "sim"
+    assert cli_main(["run", str(moved / "closed_4.yaml"), "--out", str(out), "--no-figures"]) == 0
+    assert list(out.rglob("summary.json"))

@@ -4,6 +4,8 @@ over noise draws (sessions)."""
 from __future__ import annotations
 
 import json
+import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ import pytest
 
 from lyra_simpy import ScenarioError, scenario_from_dict, simulate
 from lyra_simpy.calibration.fit import fit_profile
+from lyra_simpy.calibration.fitfile import calibrate, format_report
 from lyra_simpy.calibration.profiles import read_profile, write_profile
 from lyra_simpy.cli import main
 from lyra_simpy.cost.hostnoise import fitted_sigma
@@ -161,19 +164,22 @@ def test_band_widens_with_sigma_and_compare_says_inside(tmp_path, capsys):
     assert "n/a" in format_comparison(list(table.values()))
 
 
-def test_a_profiles_wander_probe_gives_the_fit_its_wander(tmp_path):
-    # PROFILE.wander.csv beside the profile: 10 minutes of 4-way decode steps under a
-    # drift of sigma 0.07 over 1.5 s; calibrate reads it against the fit's charge
-    import math
-    import shutil
-
-    from lyra_simpy.calibration.fit import predict_ms
-    from lyra_simpy.calibration.fitfile import calibrate, format_report
-
+def synthetic_profile(tmp_path: Path) -> tuple[Path, Any]:
+    """The shipped synthetic profile copied to *tmp_path* (so probe files can go beside
+    it) and its fit, which has noise but nothing read from probes beside the rows."""
     profile = tmp_path / "p.csv"
     shutil.copy(DATA / "synthetic_profile.csv", profile)
     plain = calibrate(profile)
     assert plain.noise is not None
+    return profile, plain
+
+
+def test_a_profiles_wander_probe_gives_the_fit_its_wander(tmp_path):
+    # PROFILE.wander.csv beside the profile: 10 minutes of 4-way decode steps under a
+    # drift of sigma 0.07 over 1.5 s; calibrate reads it against the fit's charge
+    from lyra_simpy.calibration.fit import predict_ms
+
+    profile, plain = synthetic_profile(tmp_path)
     assert plain.noise.wander is None
     rng = np.random.default_rng(4)
     n, step_s, tau = 20_000, 0.03, 1.5
@@ -204,3 +210,92 @@ def test_a_profiles_wander_probe_gives_the_fit_its_wander(tmp_path):
     steps_csv.write_text(head + "\ndecode,4,0,64,1.0,soon\n")
     with pytest.raises(TraceError, match=r"p.wander.csv: row 2: end_s: got 'soon'"):
         calibrate(profile)
+
+
+def speed_references(levels: list[float], per: int, scatter: float, seed: int = 5) -> np.ndarray:
+    """Lone-step references, *per* a stretch at each of *levels* (the host's factor there),
+    each with its own scatter: what a profile's ``PROFILE.speed.csv`` holds in order."""
+    rng = np.random.default_rng(seed)
+    level = np.repeat(np.asarray(levels), per)
+    return 12.0 * level * np.exp(scatter * rng.standard_normal(len(level)))
+
+
+def test_fitted_session_reads_the_hosts_level_between_stretches():
+    from lyra_simpy.cost.hostnoise import SESSION_STRETCHES, fitted_session
+
+    levels = [1.0, 1.05, 0.97, 1.02, 0.94, 1.03]
+    assert len(levels) == SESSION_STRETCHES
+    truth = float(np.std(np.log(levels), ddof=1))
+    cv, stretches = fitted_session(speed_references(levels, 200, 0.04))
+    assert stretches == 6
+    assert cv == pytest.approx(math.sqrt(math.expm1(truth**2)), rel=0.1)
+    # a host at one level: the references' own scatter is taken out of the medians'
+    steady = [fitted_session(speed_references([1.0] * 6, 16, 0.05, s))[0] for s in range(20)]
+    assert float(np.median(steady)) < 0.006
+    # with stretches of 16 noisy references, a 3 % level is still told apart from none
+    moving = [fitted_session(speed_references(levels, 16, 0.05, s))[0] for s in range(20)]
+    assert float(np.median(moving)) > 0.025
+    assert fitted_session(np.full(11, 12.0)) is None  # fewer than two a stretch
+
+
+def write_speed_csv(path: Path, refs: np.ndarray, rows_per_probe: int = 1) -> None:
+    """*refs* as ``PROFILE.speed.csv``: each probe's reference on its rows, 3 rounds."""
+    lines = ["round,row,phase,batch_size,input_tokens,context_len,reference_ms,latency_ms"]
+    per_round = len(refs) // 3
+    for k, ref in enumerate(refs):
+        for j in range(rows_per_probe):
+            row = (k % per_round) * rows_per_probe + j + 1
+            lines.append(f"{k // per_round + 1},{row},decode,1,0,64,{ref:.4f},10.0")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_a_profiles_speed_references_give_the_fit_its_session_spread(tmp_path):
+    from lyra_simpy.calibration.profiles import read_speed_references
+
+    profile, plain = synthetic_profile(tmp_path)
+    assert plain.noise.session is None
+    refs = speed_references([1.0, 1.05, 0.97, 1.02, 0.94, 1.03], 20, 0.03)
+    # a probe's several rows (a prompt's steps) share its reference: counted once
+    write_speed_csv(profile.with_suffix(".speed.csv"), refs, rows_per_probe=2)
+    np.testing.assert_allclose(read_speed_references(profile), refs, atol=1e-4)
+    fit = calibrate(profile)
+    assert fit.noise.session is not None
+    assert fit.noise.session.references == 120
+    assert fit.noise.session.cv == pytest.approx(0.039, abs=0.01)
+    assert fit.coefficients == plain.coefficients  # the references are not fitted
+    assert "cost.jitter.session_cv: fitted" in format_report(fit)
+    # a run's factor drawn by that CV: the same steps as giving it by hand
+    out = tmp_path / "fit.yaml"
+    assert main(["calibrate", str(profile), "--out", str(out)]) == 0
+
+    def steps_of(jitter: Any) -> np.ndarray:
+        return durations(simulate(scenario_from_dict(raw(jitter, out))))
+
+    by_hand = steps_of({"session_cv": fit.noise.session.cv, "session": 2})
+    np.testing.assert_array_equal(steps_of({"session_cv": "fitted", "session": 2}), by_hand)
+    # every step of one draw moves by one factor; draws differ by about the CV
+    plain_steps = steps_of(None)
+    factors = []
+    for k in range(12):
+        ratio = steps_of({"session_cv": "fitted", "session": k}) / plain_steps
+        np.testing.assert_allclose(ratio, ratio[0], rtol=1e-9)
+        factors.append(ratio[0])
+    assert 0.01 < float(np.std(np.log(factors))) < 0.08
+    # bad input: one line naming the file, the row and the column
+    profile.with_suffix(".speed.csv").write_text(
+        "round,row,phase,batch_size,input_tokens,context_len,reference_ms,latency_ms\n"
+        "1,1,decode,1,0,64,0,10.0\n"
+    )
+    bad = r"p.speed.csv: row 2: reference_ms: got '0', must be a positive number \(ms\)$"
+    with pytest.raises(TraceError, match=bad):
+        calibrate(profile)
+
+
+def test_session_cv_fitted_needs_a_fit_with_it():
+    lacking = r"jitter.session_cv: got 'fitted', but the fit .* has no session spread"
+    with pytest.raises(ScenarioError, match=lacking):
+        scenario_from_dict(raw({"session_cv": "fitted"}))  # the synthetic fit has none
+    linear = raw()
+    linear["cost"] = {"name": "linear", "base_ms": 5.0, "jitter": {"session_cv": "fitted"}}
+    with pytest.raises(ScenarioError, match=r"jitter.session_cv: got 'fitted', but the linear"):
+        scenario_from_dict(linear)

@@ -95,11 +95,11 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import ConfigDict, Field, NonNegativeFloat
 
-from lyra_simpy.calibration.noisefit import NoiseFit, WanderFit, noise_fit
-from lyra_simpy.calibration.profiles import PHASES, Profile, read_wander
+from lyra_simpy.calibration.noisefit import NoiseFit, SessionFit, WanderFit, noise_fit
+from lyra_simpy.calibration.profiles import PHASES, Profile, read_speed_references, read_wander
 from lyra_simpy.calibration.wakefit import WakeFit, with_profile_wake
 from lyra_simpy.config import Closed
-from lyra_simpy.cost.hostnoise import fitted_wander
+from lyra_simpy.cost.hostnoise import fitted_session, fitted_wander
 
 TERMS = (
     "fixed_ms",
@@ -426,7 +426,32 @@ def fit_profile(profile: Profile, loss: Loss = "nnls") -> ProfileFit:
         attention="n_kv" if profile.attention_cells is not None else "own",
         decode_batch_residual_ms=decode_residuals(profile, predicted),
     )
-    return with_profile_wake(with_profile_wander(fit, profile), profile)
+    return with_profile_probes(fit, profile)
+
+
+def with_profile_probes(fit: ProfileFit, profile: Profile | None) -> ProfileFit:
+    """*fit* with what *profile*'s own probes show beside its rows, where it has them: the
+    host's wander (:func:`with_profile_wander`), its speed between stretches
+    (:func:`with_profile_session`) and the engine's wake after idle
+    (:func:`~lyra_simpy.calibration.wakefit.with_profile_wake`)."""
+    fit = with_profile_session(with_profile_wander(fit, profile), profile)
+    return with_profile_wake(fit, profile)
+
+
+def with_profile_session(fit: ProfileFit, profile: Profile | None) -> ProfileFit:
+    """*fit* with the host's speed between stretches of *profile* as long as a load run,
+    from its speed references (``PROFILE.speed.csv``,
+    :func:`~lyra_simpy.calibration.profiles.read_speed_references`;
+    :func:`~lyra_simpy.cost.hostnoise.fitted_session`), where it has them and *fit* has
+    noise."""
+    if profile is None or fit.noise is None or fit.noise.session is not None:
+        return fit
+    refs = read_speed_references(profile.path)
+    got = fitted_session(refs) if refs is not None else None
+    if refs is None or got is None:
+        return fit
+    session = SessionFit(cv=got[0], references=len(refs), stretches=got[1])
+    return fit.model_copy(update={"noise": fit.noise.model_copy(update={"session": session})})
 
 
 def with_profile_wander(fit: ProfileFit, profile: Profile | None) -> ProfileFit:

@@ -193,6 +193,13 @@ def format_report(fit: ProfileFit, profile_label: str | None = None) -> str:
             f"{wander.seconds:.3g} s ({WANDER_FROM[wander.source]}' autocovariance, "
             f"{wander.pairs} pairs)"
         )
+    session = fit.noise.session if fit.noise is not None else None
+    if session is not None:
+        lines.append(
+            f"the host's speed between minutes (cost.jitter.session_cv: fitted): cv "
+            f"{session.cv:.3g} (the profile's {session.references} speed references in "
+            f"{session.stretches} stretches)"
+        )
     if fit.wake is not None:
         lines.append(
             f"the engine's wake after idle (cost.wake: fitted): {fit.wake.ms:.1f} ms on the "

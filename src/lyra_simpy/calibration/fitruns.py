@@ -35,7 +35,7 @@ from lyra_simpy.calibration.fit import (
     fit_coefficients,
     report,
     rowwise_dot,
-    with_profile_wander,
+    with_profile_probes,
 )
 from lyra_simpy.calibration.noisefit import (
     NoiseFit,
@@ -46,7 +46,6 @@ from lyra_simpy.calibration.noisefit import (
 from lyra_simpy.calibration.profiles import Profile, read_profile
 from lyra_simpy.calibration.runs import StepRebuild, steps_of_runs
 from lyra_simpy.calibration.steps import Steps
-from lyra_simpy.calibration.wakefit import with_profile_wake
 from lyra_simpy.errors import TraceError
 
 RUNS_LOSS: Loss = "soft_l1_log"
@@ -168,8 +167,7 @@ def fit_runs(
         decode_batch_residual_ms=decode_residuals(rows, predicted),
         attention="n_kv" if steps.llamacpp else "own",
     )
-    fit = with_profile_wander(fit, profile)  # where the runs show none
-    return with_profile_wake(fit, profile)
+    return with_profile_probes(fit, profile)  # the wander where the runs show none
 
 
 def _with_spells(noise: NoiseFit | None, steps: Steps, predicted: npt.NDArray[np.float64]

@@ -1,6 +1,7 @@
 """The step-time noise a fit stores (``noise`` in the fit file, for ``cost.jitter:
-fitted``): the residuals' robust σ, and the host's slow spells and wander where replayed
-runs or the profile's wander probe show them (:mod:`lyra_simpy.cost.hostnoise` reads
+fitted``): the residuals' robust σ, the host's slow spells and wander where replayed
+runs or the profile's wander probe show them, and its speed between a profile's minutes
+where the profile has speed references (:mod:`lyra_simpy.cost.hostnoise` reads
 each; :mod:`lyra_simpy.cost.jitter` draws them)."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import ConfigDict
+from pydantic import ConfigDict, NonNegativeFloat
 
 from lyra_simpy.config import Closed
 from lyra_simpy.cost.hostnoise import SpellsConfig, WanderConfig, fitted_sigma
@@ -38,6 +39,21 @@ class WanderFit(WanderConfig):
     probe (``PROFILE.wander.csv``; a fit on runs and a profile takes the runs')."""
 
 
+class SessionFit(Closed):
+    """The host's speed between stretches of a profile as long as a load run (``cv`` as
+    :func:`lyra_simpy.cost.hostnoise.fitted_session` finds it from the profile's speed
+    references, ``PROFILE.speed.csv``), for ``cost.jitter.session_cv: fitted``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cv: NonNegativeFloat
+    """Coefficient of variation of a whole run's factor."""
+    references: int
+    """Speed references it was read from (one a probe)."""
+    stretches: int
+    """Consecutive stretches they were cut into."""
+
+
 class NoiseFit(Closed):
     """The spread of the fit's residuals, for ``cost.jitter: fitted``
     (:mod:`lyra_simpy.cost.jitter`)."""
@@ -54,6 +70,9 @@ class NoiseFit(Closed):
     wander: WanderFit | None = None
     """The host's wander over seconds (from replayed runs, else the profile's wander
     probe; None without either or when their steps show none)."""
+    session: SessionFit | None = None
+    """The host's speed between minutes (from the profile's speed references; None
+    without them)."""
 
 
 def noise_fit(measured_ms: Floats, predicted_ms: Floats) -> NoiseFit | None:

@@ -244,6 +244,32 @@ def read_wander(path: Path) -> tuple[Profile, npt.NDArray[np.float64]] | None:
     return read_profile(steps_path), ends
 
 
+SPEED_SUFFIX = ".speed.csv"
+"""Every measurement of a profile beside the speed reference timed before it
+(``grid.speed_reference`` of ``lyra-simpy profile``), in the order taken:
+``PROFILE.speed.csv``."""
+
+
+def read_speed_references(path: Path) -> npt.NDArray[np.float64] | None:
+    """The speed references beside the profile CSV at *path* (:data:`SPEED_SUFFIX`) in the
+    order taken, one a probe (the rows one probe gives share its reference: a run of equal
+    references within a round counts once); None when the profile has none."""
+    refs_path = path.with_suffix(SPEED_SUFFIX)
+    if not refs_path.is_file():
+        return None
+    rounds, refs = number_columns(
+        refs_path,
+        {
+            "round": (1.0, "a round number (1 or more)"),
+            "reference_ms": (math.ulp(0.0), "a positive number (ms)"),
+        },
+        "the speed references'",
+    )
+    new = np.ones(len(refs), dtype=bool)
+    new[1:] = (rounds[1:] != rounds[:-1]) | (refs[1:] != refs[:-1])
+    return refs[new]
+
+
 def number_columns(
     path: Path, columns: dict[str, tuple[float | None, str]], whose: str
 ) -> list[npt.NDArray[np.float64]]:

@@ -1,7 +1,8 @@
 """What a host does to step times beyond a step's own noise, and how each is read from
 measured / fitted step times: the robust σ of the residuals (:func:`fitted_sigma`), slow
-spells (:class:`SpellsConfig`, :func:`fitted_spells`) and the wander over seconds
-(:class:`WanderConfig`, :func:`fitted_wander`). :mod:`lyra_simpy.cost.jitter` draws them
+spells (:class:`SpellsConfig`, :func:`fitted_spells`), the wander over seconds
+(:class:`WanderConfig`, :func:`fitted_wander`) and the speed between minutes
+(:func:`fitted_session`). :mod:`lyra_simpy.cost.jitter` draws them
 (its module docstring says how); ``lyra-simpy calibrate`` fits them."""
 
 from __future__ import annotations
@@ -160,3 +161,38 @@ def fitted_wander(
     if not (var > 0 and np.isfinite(var) and np.isfinite(tau)):
         return None
     return WanderConfig(sigma=math.sqrt(var), seconds=float(tau)), int(counts.sum())
+
+
+SESSION_STRETCHES = 6
+"""Consecutive stretches :func:`fitted_session` cuts a profile's speed references into.
+A profile of the llama.cpp matrix (``docs/VALIDATION-llamacpp.md``) takes 54-96
+references over its grid's few minutes, so a stretch holds 9-16 of them and lasts tens of
+seconds: about one of its load runs (10-110 s), whose steps share the host's level of
+those seconds. (The references are not timed; the stretches are cut by count.)"""
+
+
+def fitted_session(references_ms: npt.NDArray[np.float64]) -> tuple[float, int] | None:
+    """How far the host's speed moves between stretches of a profile as long as a load
+    run, as ``cost.jitter.session_cv`` (the coefficient of variation of one factor a whole
+    run shares), and the stretches it was read from. *references_ms*: the profile's speed
+    references in the order taken (a lone decode timed before every probe,
+    ``grid.speed_reference``). ln(reference) cut into :data:`SESSION_STRETCHES`
+    consecutive stretches; the variance of the stretches' medians, less what the
+    references' own scatter within a stretch adds to a median of *k* of them (π/2 × s²/k,
+    *s* their robust σ about their stretch's median), is σ² of ln(factor); the CV is
+    √(e^σ² − 1). 0 where the stretches differ no more than that scatter makes them; None
+    with fewer than two references a stretch. Three things it does not see, stated: a
+    drift slower than the profile (a load run 30 minutes later may find the host further
+    off); the steps of a full batch, which on the AMD host slowed and quickened a little
+    apart from the lone step (``docs/VALIDATION-llamacpp.md`` item 43); and where a
+    run's own mean step lies against the profile's median step (a run's slow steps)."""
+    x = np.log(np.asarray(references_ms, dtype=np.float64))
+    if len(x) < 2 * SESSION_STRETCHES:
+        return None
+    stretches = np.array_split(x, SESSION_STRETCHES)
+    medians = np.array([np.median(s) for s in stretches])
+    within = np.concatenate([s - m for s, m in zip(stretches, medians, strict=True)])
+    scatter = MAD_TO_SIGMA * float(np.median(np.abs(within)))
+    per_median = math.pi / 2 * scatter**2 * float(np.mean([1.0 / len(s) for s in stretches]))
+    var = max(0.0, float(np.var(medians, ddof=1)) - per_median)
+    return math.sqrt(math.expm1(var)), SESSION_STRETCHES

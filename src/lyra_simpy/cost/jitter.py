@@ -10,7 +10,14 @@ cost model is exact; ``cost.jitter`` (any cost model: it wraps the model, see
 ``cv`` (one draw per iteration), ``session ~ LogNormal`` with mean 1 and CV
 ``session_cv`` (what moves a whole session, e.g. clocks: the first draw of the stream,
 so every run of one scenario seed and ``session`` shares it, as the workloads one
-server launch serves do).
+server launch serves do). ``session_cv: fitted`` (``profile`` cost model) takes it from
+the fit file's ``noise.session``: how far the host's speed moved between stretches of
+the profile as long as a load run, read from its speed references
+(:func:`~lyra_simpy.cost.hostnoise.fitted_session`; a profile taken with
+``grid.speed_reference``). On a shared host whose speed moves a few per cent between
+minutes, it is what widens a band to where one load run's steps may fall against the
+profile's (the llama.cpp matrix: each load's mean step lay 3 % from its point's level,
+``docs/VALIDATION-llamacpp.md`` item 43).
 
 The per-iteration factor can instead be given as ``sigma``: ``step = exp(sigma × z)``,
 *z* standard normal, whose *median* is 1 — the spread of a calibrated model's residuals
@@ -106,9 +113,10 @@ class JitterConfig(Closed):
     sigma: PositiveFloat | Literal["fitted"] | None = None
     """Instead of ``cv``: σ of ln(factor), median factor 1; ``fitted``: the ``profile``
     fit file's ``noise.sigma``."""
-    session_cv: NonNegativeFloat = 0.0
+    session_cv: NonNegativeFloat | Literal["fitted"] = 0.0
     """Coefficient of variation of one factor shared by every iteration of the
-    session (every run with this seed and *session*)."""
+    session (every run with this seed and *session*); ``fitted``: the ``profile`` fit
+    file's ``noise.session`` (from the profile's speed references)."""
     session: NonNegativeInt = 0
     """Which replay session the run stands for: each draws other noise (stream
     ``jitter<replica>.<session>``). The what-if's A/B/A sets it per run."""
@@ -129,6 +137,7 @@ class JitterConfig(Closed):
     def active(self) -> bool:
         return (
             self.cv > 0
+            or self.session_cv == "fitted"
             or self.session_cv > 0
             or self.sigma is not None
             or self.spells is not None
@@ -162,6 +171,7 @@ class JitteredCost:
         spells: tuple[SpellsConfig, np.random.Generator] | None = None,
         wander: tuple[WanderConfig, np.random.Generator] | None = None,
         clock: Callable[[], float] | None = None,
+        session_cv: float | None = None,
     ) -> None:
         self.base = base
         self.config = config
@@ -176,10 +186,14 @@ class JitteredCost:
             self._left = _run_length(spells[0], self._slow, spells[1])
         # *sigma* (median-1 factors, the config's sigma resolved) or the cv's (mean 1)
         self._sigma, self._mu = (sigma, 0.0) if sigma is not None else _sigma_mu(config.cv)
+        # *session_cv*: the config's resolved (``fitted``: the fit's)
+        cv = config.session_cv if session_cv is None else session_cv
+        if isinstance(cv, str):
+            raise LyraError("cost.jitter.session_cv: got 'fitted' unresolved (with_jitter)")
         self.session_factor = 1.0
         """The run's shared factor (1 with ``session_cv: 0``)."""
-        if config.session_cv > 0:
-            s_sigma, s_mu = _sigma_mu(config.session_cv)
+        if cv > 0:
+            s_sigma, s_mu = _sigma_mu(cv)
             self.session_factor = float(rng.lognormal(s_mu, s_sigma))
         self._buffer: list[float] = []
         self._next = 0
@@ -298,12 +312,13 @@ def with_jitter(
     sigma = jitter.sigma
     if sigma == "fitted":
         sigma = fit_sigma(config)
+    session_cv = fit_session_cv(config) if jitter.session_cv == "fitted" else None
     rng = streams.get(f"jitter{replica}.{jitter.session}")
     # the spells' chain and the wander's drift: each resolved, with its own stream
     chain, drift = (
         _with_stream(config, jitter, field, streams, replica) for field in FITTED_FROM_RUNS
     )
-    return JitteredCost(base, jitter, rng, sigma, chain, drift, clock)
+    return JitteredCost(base, jitter, rng, sigma, chain, drift, clock, session_cv)
 
 
 FITTED_FROM_RUNS = {
@@ -347,13 +362,27 @@ def fit_sigma(config: Any) -> float:
     return float(noise.sigma)
 
 
+def fit_session_cv(config: Any) -> float:
+    """The fitted session CV of a ``profile`` cost *config* (``jitter.session_cv:
+    fitted``): the fit's ``noise.session``."""
+    noise = getattr(getattr(config, "fit", None), "noise", None)
+    session = getattr(noise, "session", None)
+    if session is None:  # the configs refuse this when they are validated
+        raise LyraError(
+            "cost.jitter.session_cv: got 'fitted', but the fit has no session spread "
+            "(profile with grid.speed_reference and run lyra-simpy calibrate again)"
+        )
+    return float(session.cv)
+
+
 def refuse_fitted_without_fit(jitter: JitterConfig | None, what: str) -> None:
     """For cost models with no fit file: ``sigma: fitted`` has nothing to read."""
-    if jitter is not None and jitter.sigma == "fitted":
-        raise ValueError(
-            f"jitter.sigma: got 'fitted', but {what} has no fit file to take it from; "
-            "give a number, or use a profile cost model"
-        )
+    for field in ("sigma", "session_cv"):
+        if jitter is not None and getattr(jitter, field) == "fitted":
+            raise ValueError(
+                f"jitter.{field}: got 'fitted', but {what} has no fit file to take it from; "
+                "give a number, or use a profile cost model"
+            )
     for field, (_, _, instead) in FITTED_FROM_RUNS.items():
         if jitter is not None and getattr(jitter, field) == "fitted":
             raise ValueError(

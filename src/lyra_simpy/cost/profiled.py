@@ -137,6 +137,13 @@ class ProfileCostConfig(Closed):
                 f"jitter.sigma: got 'fitted', but the fit {self.path!r} has no noise (fit "
                 "it again with lyra-simpy calibrate, or give sigma: x)"
             )
+        session = self.jitter is not None and self.jitter.session_cv == "fitted"
+        if session and getattr(self._fit.noise, "session", None) is None:
+            raise ValueError(
+                f"jitter.session_cv: got 'fitted', but the fit {self.path!r} has no session "
+                "spread (profile with grid.speed_reference and run lyra-simpy calibrate "
+                "again, or give session_cv: x)"
+            )
         for field, (words, _, instead) in FITTED_FROM_RUNS.items():
             fitted = self.jitter is not None and getattr(self.jitter, field) == "fitted"
             if fitted and getattr(self._fit.noise, field, None) is None:

@@ -15,7 +15,11 @@ over the cells of their width over the real value), and how much the draws diffe
 one another against how much the real repeats do. ``--wander`` gives each table the
 host's wander its fit found instead (``cost.jitter: {wander: fitted}``): Tables 2 and 3
 from their runs, Table 1 from the profile's wander probe where it has one (the matrix's
-profiles since item 32). ``--at-speed`` takes Table 1 at the runs' own speed instead
+profiles since item 32). ``--session`` adds to each draw a whole run's factor
+(``cost.jitter.session_cv: fitted``: how far the host's speed moved between stretches of
+the profile as long as a load run, read from its speed references; Tables 1 and 3, whose
+fits hold a profile — refit them first with ``validate_cpu.py --matrix --resimulate``
+and ``--table2``). ``--at-speed`` takes Table 1 at the runs' own speed instead
 (the scenarios ``validation/llamacpp_at_speed.py`` left in each point's
 ``at_speed_runs/``; Tables 2 and 3 are left out): what the noise adds to the engine
 model priced at the speed the host ran (item 34). ``--at-speed RATIO`` takes the
@@ -25,7 +29,7 @@ probe read, Table 1 is a user's whole path from probes (``lyra-simpy speed``, th
 scenario with ``cost.jitter: {wander: fitted}``; item 42).
 
     PYTHONPATH=src python validation/llamacpp_noise.py [--draws 9] [--sigma X | --wander]
-        [--at-speed [RATIO]] [CFG/REGIME ...]
+        [--session] [--at-speed [RATIO]] [CFG/REGIME ...]
 """
 
 from __future__ import annotations
@@ -72,10 +76,11 @@ def score(table: list[dict[str, Any]], got: dict[str, dict[str, Any]]) -> tuple[
     return stored, moved, within
 
 
-def has_wander(scenario: Any) -> bool:
-    """Whether *scenario*'s cost model has a fit with the host's wander in it."""
+def has_fitted(scenario: Any, field: str) -> bool:
+    """Whether *scenario*'s cost model has a fit with ``noise.<field>`` in it (``wander``:
+    the host's wander; ``session``: its speed between minutes)."""
     noise = getattr(getattr(scenario.cost, "fit", None), "noise", None)
-    return getattr(noise, "wander", None) is not None
+    return getattr(noise, field, None) is not None
 
 
 def widths(table: list[dict[str, Any]], got: dict[str, dict[str, Any]]) -> list[float]:
@@ -110,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="the host's wander the runs' fit found (wander: fitted) instead of "
                     "sigma; a table whose fit has none (a profile without the wander "
                     "probe) is left out")  # fmt: skip
+    ap.add_argument("--session", action="store_true",
+                    help="besides, each draw a whole run's factor by the CV the profile's "
+                    "speed references show (session_cv: fitted); a table whose fit has none "
+                    "(runs alone, or a profile without speed references) is left out")  # fmt: skip
     ap.add_argument(
         "--at-speed",
         nargs="?",
@@ -129,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     jitter: dict[str, Any] = {"sigma": "fitted" if args.sigma is None else args.sigma}
     if args.wander:
         jitter = {"wander": "fitted"}
+    if args.session:
+        jitter = {**jitter, "session_cv": "fitted"}
+    needs = [f for f, on in (("wander", args.wander), ("session", args.session)) if on]
     total = [[0, 0, 0, 0] for _ in TABLES]
     wide: list[list[float]] = [[] for _ in TABLES]
     spread: list[list[tuple[float, float]]] = [[] for _ in TABLES]
@@ -145,8 +157,9 @@ def main(argv: list[str] | None = None) -> int:
             cells = [0, 0, 0, 0]
             folder = at_speed.folder(here, args.at_speed) if args.at_speed else here
             scenarios = {load: load_scenario(folder / f"{load}{suffix}.yaml") for load in tables}
-            if args.wander and not all(map(has_wander, scenarios.values())):
-                line.append(f"T{t + 1} - (no wander in its fit)")
+            lacking = [f for f in needs if not all(has_fitted(sc, f) for sc in scenarios.values())]
+            if lacking:
+                line.append(f"T{t + 1} - (no {' or '.join(lacking)} in its fit)")
                 continue
             for load, table in tables.items():
                 scenario = scenarios[load]

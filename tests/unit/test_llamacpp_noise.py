@@ -39,3 +39,15 @@ def test_the_draws_spread_is_read_beside_the_real_repeats():
     got = {m: {"low": 99.0, "high": 101.0, "median": 100.0, "values": [99.0, 100.0, 101.0]}
            for m in noise.METRICS}  # fmt: skip
     assert noise.spreads(table, got) == [(0.1, 0.01)] * len(noise.METRICS)
+
+
+def test_a_table_is_left_out_where_its_fit_lacks_what_the_draws_need():
+    from types import SimpleNamespace as Ns
+
+    profile_fit = Ns(cost=Ns(fit=Ns(noise=Ns(wander=object(), session=Ns(cv=0.03)))))
+    runs_fit = Ns(cost=Ns(fit=Ns(noise=Ns(wander=object(), session=None))))
+    linear = Ns(cost=Ns())
+    assert noise.has_fitted(profile_fit, "session")
+    assert noise.has_fitted(profile_fit, "wander")
+    assert not noise.has_fitted(runs_fit, "session")  # runs alone: no speed references
+    assert not noise.has_fitted(linear, "wander")

@@ -24,6 +24,7 @@ from lyra_simpy.calibration.fit import (
     ProfileFit,
     fit_profile,
 )
+from lyra_simpy.calibration.noisefit import NoiseFit
 from lyra_simpy.calibration.profiles import read_profile
 from lyra_simpy.errors import TraceError, from_validation_error
 from lyra_simpy.metrics.io import atomic_write
@@ -173,33 +174,7 @@ def format_report(fit: ProfileFit, profile_label: str | None = None) -> str:
             f"context={w.context_len}: measured {w.measured_ms:.3f} ms, "
             f"predicted {w.predicted_ms:.3f} ms ({w.rel_error:+.1%})"
         )
-    if fit.noise is not None:
-        lines.append(
-            f"step-time noise (cost.jitter: fitted): sigma {fit.noise.sigma:.4g} "
-            f"(robust spread of ln(measured / fitted) over {fit.noise.rows} rows)"
-        )
-    spells = fit.noise.spells if fit.noise is not None else None
-    if spells is not None:
-        lines.append(
-            f"slow spells (cost.jitter.spells: fitted): {spells.share:.1%} of "
-            f"{spells.decode_steps} decode steps at {spells.factor:.2f}x, "
-            f"{spells.steps:.1f} steps a spell "
-            f"(mean step x{spells.mean_factor:.3f})"
-        )
-    wander = fit.noise.wander if fit.noise is not None else None
-    if wander is not None:
-        lines.append(
-            f"the host's wander (cost.jitter.wander: fitted): sigma {wander.sigma:.3g} over "
-            f"{wander.seconds:.3g} s ({WANDER_FROM[wander.source]}' autocovariance, "
-            f"{wander.pairs} pairs)"
-        )
-    session = fit.noise.session if fit.noise is not None else None
-    if session is not None:
-        lines.append(
-            f"the host's speed between minutes (cost.jitter.session_cv: fitted): cv "
-            f"{session.cv:.3g} (the profile's {session.references} speed references in "
-            f"{session.stretches} stretches)"
-        )
+    lines += _noise_lines(fit.noise)
     if fit.wake is not None:
         lines.append(
             f"the engine's wake after idle (cost.wake: fitted): {fit.wake.ms:.1f} ms on the "
@@ -240,3 +215,33 @@ def save_residuals(fit: ProfileFit, profile_path: Path, out: Path) -> None:
 
     fig = residuals_figure(fit, profile_path)
     atomic_write(out, lambda tmp: plots.save(fig, tmp))
+
+
+def _noise_lines(noise: NoiseFit | None) -> list[str]:
+    """What the fit's ``noise`` holds, a line each (for ``cost.jitter``'s ``fitted``)."""
+    if noise is None:
+        return []
+    out = [
+        f"step-time noise (cost.jitter: fitted): sigma {noise.sigma:.4g} "
+        f"(robust spread of ln(measured / fitted) over {noise.rows} rows)"
+    ]
+    if (spells := noise.spells) is not None:
+        out.append(
+            f"slow spells (cost.jitter.spells: fitted): {spells.share:.1%} of "
+            f"{spells.decode_steps} decode steps at {spells.factor:.2f}x, "
+            f"{spells.steps:.1f} steps a spell "
+            f"(mean step x{spells.mean_factor:.3f})"
+        )
+    if (wander := noise.wander) is not None:
+        out.append(
+            f"the host's wander (cost.jitter.wander: fitted): sigma {wander.sigma:.3g} over "
+            f"{wander.seconds:.3g} s ({WANDER_FROM[wander.source]}' autocovariance, "
+            f"{wander.pairs} pairs)"
+        )
+    if (session := noise.session) is not None:
+        out.append(
+            f"the host's speed between minutes (cost.jitter.session_cv: fitted): cv "
+            f"{session.cv:.3g} (the profile's {session.references} speed references in "
+            f"{session.stretches} stretches)"
+        )
+    return out

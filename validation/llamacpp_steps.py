@@ -42,8 +42,9 @@ from pathlib import Path
 
 import numpy as np
 
-from lyra_simpy.calibration.fit import ALL_TERMS, ProfileFit, predict_ms, rowwise_dot
+from lyra_simpy.calibration.fit import predict_ms, rowwise_dot
 from lyra_simpy.calibration.fitfile import load_fit
+from lyra_simpy.calibration.fitmodel import ALL_TERMS, ProfileFit
 from lyra_simpy.calibration.profiles import read_profile
 from lyra_simpy.calibration.runs import StepRebuild, rebuild_for, steps_of_runs
 from lyra_simpy.calibration.steps import Steps

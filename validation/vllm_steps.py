@@ -19,8 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from lyra_simpy.calibration.fit import TERMS, rowwise_dot
+from lyra_simpy.calibration.fit import rowwise_dot
 from lyra_simpy.calibration.fitfile import load_fit
+from lyra_simpy.calibration.fitmodel import TERMS
 from lyra_simpy.calibration.runs import StepRebuild, steps_of_runs
 from lyra_simpy.scenario import load_scenario
 

@@ -17,8 +17,8 @@ import yaml
 
 from builders import runs_raw, write_run
 from lyra_simpy import Results, scenario_from_dict, simulate
-from lyra_simpy.calibration.fit import TERMS
 from lyra_simpy.calibration.fitfile import load_fit, write_fit
+from lyra_simpy.calibration.fitmodel import TERMS
 from lyra_simpy.calibration.fitruns import fit_runs
 from lyra_simpy.calibration.llamacpp_runs import LlamaCppLayout, replay_slots
 from lyra_simpy.calibration.runs import StepRebuild, rebuild_for, rebuild_steps, steps_of_runs

@@ -12,8 +12,9 @@ import pytest
 import yaml
 
 from lyra_simpy import ScenarioError, scenario_from_dict
-from lyra_simpy.calibration.fit import TERMS, fit_profile, r_squared, report
+from lyra_simpy.calibration.fit import fit_profile, r_squared, report
 from lyra_simpy.calibration.fitfile import calibrate, format_report, load_fit
+from lyra_simpy.calibration.fitmodel import TERMS
 from lyra_simpy.calibration.profiles import read_profile, write_profile
 from lyra_simpy.calibration.roofline_check import PACKAGE_PROFILES
 from lyra_simpy.cli import main

@@ -15,15 +15,8 @@ from typing import TYPE_CHECKING
 import yaml
 from pydantic import ValidationError
 
-from lyra_simpy.calibration.fit import (
-    FORMAT,
-    STEP_TERMS,
-    TERMS,
-    UNITS,
-    Loss,
-    ProfileFit,
-    fit_profile,
-)
+from lyra_simpy.calibration.fit import Loss, fit_profile
+from lyra_simpy.calibration.fitmodel import FORMAT, STEP_TERMS, TERMS, UNITS, ProfileFit
 from lyra_simpy.calibration.noisefit import NoiseFit
 from lyra_simpy.calibration.profiles import read_profile
 from lyra_simpy.errors import TraceError, from_validation_error

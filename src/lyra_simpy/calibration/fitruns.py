@@ -22,12 +22,8 @@ import numpy as np
 import numpy.typing as npt
 
 from lyra_simpy.calibration.fit import (
-    ALL_TERMS,
     METHODS,
     Loss,
-    ProfileFit,
-    ProfileSource,
-    RunsSource,
     _grid,
     coefficients_of,
     decode_residuals,
@@ -37,6 +33,7 @@ from lyra_simpy.calibration.fit import (
     rowwise_dot,
     with_profile_probes,
 )
+from lyra_simpy.calibration.fitmodel import ALL_TERMS, ProfileFit, ProfileSource, RunsSource
 from lyra_simpy.calibration.noisefit import (
     NoiseFit,
     SpellsFit,
@@ -102,7 +99,7 @@ def _join(profile: Profile | None, steps: Steps) -> tuple[_Rows, np.ndarray, np.
 
 
 def _widen(x: npt.NDArray[np.float64], width: int) -> npt.NDArray[np.float64]:
-    """*x* with the step terms it lacks (:data:`~lyra_simpy.calibration.fit.STEP_TERMS`):
+    """*x* with the step terms it lacks (:data:`~lyra_simpy.calibration.fitmodel.STEP_TERMS`):
     no extra pass, no checkpoint, one pass computing logits a step (its first column)."""
     if x.shape[1] >= width:
         return x

@@ -91,7 +91,7 @@ class Steps:
         return np.asarray(np.rint(self.decode_context_tokens / seqs), dtype=np.int64)
 
     def design_matrix(self) -> Floats:
-        """One column per term of :data:`~lyra_simpy.calibration.fit.TERMS` (and, rebuilt
+        """One column per term of :data:`~lyra_simpy.calibration.fitmodel.TERMS` (and, rebuilt
         as llama-server runs, of ``ALL_TERMS``: extra passes, checkpoints, passes computing
         logits, attention computed)."""
         columns = [

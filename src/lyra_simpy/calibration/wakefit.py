@@ -15,7 +15,7 @@ from lyra_simpy.calibration.profiles import Profile, number_columns
 from lyra_simpy.cost.wake import WakeConfig, fitted_wake
 
 Fit = TypeVar("Fit", bound=BaseModel)
-"""A fit model with a ``wake`` field (:class:`~lyra_simpy.calibration.fit.ProfileFit`)."""
+"""A fit model with a ``wake`` field (:class:`~lyra_simpy.calibration.fitmodel.ProfileFit`)."""
 
 WAKE_SUFFIX = ".wake.csv"
 """The wake probe's file beside a profile CSV: one lone prompt a row."""

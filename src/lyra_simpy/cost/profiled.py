@@ -55,7 +55,7 @@ from lyra_simpy.errors import LyraError
 from lyra_simpy.files import per_file_version
 
 if TYPE_CHECKING:  # the fit's pydantic models load with the first profile scenario
-    from lyra_simpy.calibration.fit import ProfileFit
+    from lyra_simpy.calibration.fitmodel import ProfileFit
 
 
 def _resolve(path: str, info: ValidationInfo) -> Path:

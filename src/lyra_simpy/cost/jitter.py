@@ -78,7 +78,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import numpy as np
 from pydantic import (
@@ -316,79 +316,115 @@ def with_jitter(
     rng = streams.get(f"jitter{replica}.{jitter.session}")
     # the spells' chain and the wander's drift: each resolved, with its own stream
     chain, drift = (
-        _with_stream(config, jitter, field, streams, replica) for field in FITTED_FROM_RUNS
+        _with_stream(config, jitter, field, streams, replica) for field in ("spells", "wander")
     )
     return JitteredCost(base, jitter, rng, sigma, chain, drift, clock, session_cv)
 
 
-FITTED_FROM_RUNS = {
-    "spells": ("slow spells", SpellsConfig, "share, factor and steps"),
-    "wander": ("wander", WanderConfig, "sigma and seconds"),
+class FittedNoise(NamedTuple):
+    """What ``fitted`` reads for one ``jitter`` field, and the words of its refusals."""
+
+    attribute: str
+    """The fit file's ``noise.<attribute>`` it takes
+    (:class:`~lyra_simpy.calibration.noisefit.NoiseFit`; None there: the fit has none)."""
+    words: str
+    """What a fit without it lacks (``the fit ... has no <words>``)."""
+    remedy: str
+    """What to run to get it, when a ``profile`` cost config is validated."""
+    at_run: str
+    """Why the run refuses it, should a config reach the run unvalidated."""
+    instead: str | None = None
+    """What to give in its place: the keys of its mapping, or None for a number
+    (``<field>: x`` for a ``profile`` cost model, ``a number`` for one with no fit file)."""
+
+
+# fmt: off
+FITTED = {
+    "sigma": FittedNoise(attribute="sigma", words="noise",
+        remedy="fit it again with lyra-simpy calibrate",
+        at_run="the cost model has no fitted noise"),
+    "session_cv": FittedNoise(attribute="session", words="session spread",
+        remedy="profile with grid.speed_reference and run lyra-simpy calibrate again",
+        at_run="the fit has no session spread (profile with grid.speed_reference and run "
+        "lyra-simpy calibrate again)"),
+    "spells": FittedNoise(attribute="spells", words="slow spells",
+        remedy="fit on replayed runs with lyra-simpy calibrate --from-runs",
+        at_run="the fit has no slow spells (fit on replayed runs: calibrate --from-runs)",
+        instead="share, factor and steps"),
+    "wander": FittedNoise(attribute="wander", words="wander",
+        remedy="fit on replayed runs with lyra-simpy calibrate --from-runs",
+        at_run="the fit has no wander (fit on replayed runs: calibrate --from-runs)",
+        instead="sigma and seconds"),
 }
-"""The ``jitter`` fields only a fit on replayed runs gives: the words for them, the config
-the fit file's ``noise.<field>`` is, and what to give instead."""
+# fmt: on
+"""The ``jitter`` fields that ``fitted`` takes from a ``profile`` fit file, in the order
+they are checked: one table for the validation's refusals (:func:`refuse_fitted_lacking`,
+:func:`refuse_fitted_without_fit`) and the run's (:func:`fitted_noise`), so that every
+field is refused alike."""
 
 
-def fit_from_runs(config: Any, field: str) -> Any:
-    """The fitted ``noise.<field>`` (:data:`FITTED_FROM_RUNS`) of a ``profile`` cost
-    *config* (``jitter.<field>: fitted``); a one-line error without it."""
-    words, kind, _ = FITTED_FROM_RUNS[field]
-    found = getattr(getattr(getattr(config, "fit", None), "noise", None), field, None)
-    if not isinstance(found, kind):  # the configs refuse this when validated
-        raise LyraError(
-            f"cost.jitter.{field}: got 'fitted', but the fit has no {words} (fit on "
-            "replayed runs: calibrate --from-runs)"
-        )
-    return found  # a SpellsFit or WanderFit: the config and what it was taken from
+def _asked(jitter: JitterConfig | None) -> list[tuple[str, FittedNoise]]:
+    """The fields of :data:`FITTED` that *jitter* sets to ``fitted``, in its order."""
+    if jitter is None:
+        return []
+    return [
+        (field, fitted) for field, fitted in FITTED.items() if getattr(jitter, field) == "fitted"
+    ]
+
+
+def fitted_noise(config: Any, field: str) -> Any:
+    """What ``jitter.<field>: fitted`` (:data:`FITTED`) of a ``profile`` cost *config*
+    takes: its fit's ``noise.<attribute>``; a one-line error without it."""
+    fitted = FITTED[field]
+    noise = getattr(getattr(config, "fit", None), "noise", None)
+    found = getattr(noise, fitted.attribute, None)
+    if found is None:  # the configs refuse this when they are validated
+        raise LyraError(f"cost.jitter.{field}: got 'fitted', but {fitted.at_run}")
+    return found
 
 
 def _with_stream(config: Any, jitter: JitterConfig, field: str, streams: Streams, replica: int
                  ) -> tuple[Any, np.random.Generator] | None:  # fmt: skip
-    """``jitter.<field>`` (:data:`FITTED_FROM_RUNS`) resolved, with the stream it draws from
+    """``jitter.<field>`` (``spells`` or ``wander``) resolved, with the stream it draws from
     (``<field><replica>.<session>``); None when it is off."""
     given = getattr(jitter, field)
     if given is None:
         return None
-    found = fit_from_runs(config, field) if given == "fitted" else given
+    found = fitted_noise(config, field) if given == "fitted" else given
     return found, streams.get(f"{field}{replica}.{jitter.session}")
 
 
 def fit_sigma(config: Any) -> float:
     """The fitted noise σ of a ``profile`` cost *config* (``jitter.sigma: fitted``)."""
-    fit = getattr(config, "fit", None)
-    noise = getattr(fit, "noise", None)
-    if noise is None:  # the configs refuse this when they are validated
-        raise LyraError("cost.jitter.sigma: got 'fitted', but the cost model has no fitted noise")
-    return float(noise.sigma)
+    return float(fitted_noise(config, "sigma"))
 
 
 def fit_session_cv(config: Any) -> float:
     """The fitted session CV of a ``profile`` cost *config* (``jitter.session_cv:
     fitted``): the fit's ``noise.session``."""
-    noise = getattr(getattr(config, "fit", None), "noise", None)
-    session = getattr(noise, "session", None)
-    if session is None:  # the configs refuse this when they are validated
-        raise LyraError(
-            "cost.jitter.session_cv: got 'fitted', but the fit has no session spread "
-            "(profile with grid.speed_reference and run lyra-simpy calibrate again)"
-        )
-    return float(session.cv)
+    return float(fitted_noise(config, "session_cv").cv)
+
+
+def refuse_fitted_lacking(jitter: JitterConfig | None, noise: Any, path: str) -> None:
+    """For a ``profile`` cost config whose fit file *path* holds *noise* (its ``noise``,
+    maybe None): a field set to ``fitted`` that the fit lacks is refused, saying what to
+    run to get it or what to give instead."""
+    for field, fitted in _asked(jitter):
+        if getattr(noise, fitted.attribute, None) is None:
+            instead = fitted.instead or f"{field}: x"
+            raise ValueError(
+                f"jitter.{field}: got 'fitted', but the fit {path!r} has no {fitted.words} "
+                f"({fitted.remedy}, or give {instead})"
+            )
 
 
 def refuse_fitted_without_fit(jitter: JitterConfig | None, what: str) -> None:
-    """For cost models with no fit file: ``sigma: fitted`` has nothing to read."""
-    for field in ("sigma", "session_cv"):
-        if jitter is not None and getattr(jitter, field) == "fitted":
-            raise ValueError(
-                f"jitter.{field}: got 'fitted', but {what} has no fit file to take it from; "
-                "give a number, or use a profile cost model"
-            )
-    for field, (_, _, instead) in FITTED_FROM_RUNS.items():
-        if jitter is not None and getattr(jitter, field) == "fitted":
-            raise ValueError(
-                f"jitter.{field}: got 'fitted', but {what} has no fit file to take it from; "
-                f"give {instead}, or use a profile cost model"
-            )
+    """For cost models with no fit file: ``fitted`` has nothing to read."""
+    for field, fitted in _asked(jitter):
+        raise ValueError(
+            f"jitter.{field}: got 'fitted', but {what} has no fit file to take it from; "
+            f"give {fitted.instead or 'a number'}, or use a profile cost model"
+        )
 
 
 def expected(cost: CostModel) -> CostModel:

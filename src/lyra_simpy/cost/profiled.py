@@ -48,7 +48,7 @@ from pydantic import (
 
 from lyra_simpy.config import Closed
 from lyra_simpy.cost.base import BatchShape, affine_span_s, verify_rows_tokens
-from lyra_simpy.cost.jitter import FITTED_FROM_RUNS, Jitter
+from lyra_simpy.cost.jitter import Jitter, refuse_fitted_lacking
 from lyra_simpy.cost.padding import Padder, Padding, check_padding
 from lyra_simpy.cost.wake import Wake
 from lyra_simpy.errors import LyraError
@@ -131,27 +131,7 @@ class ProfileCostConfig(Closed):
                 f"decode_table: got true, but the fit {self.path!r} has no decode rows' "
                 "residuals (profile decode steps and run lyra-simpy calibrate again)"
             )
-        fitted = self.jitter is not None and self.jitter.sigma == "fitted"
-        if fitted and self._fit.noise is None:
-            raise ValueError(
-                f"jitter.sigma: got 'fitted', but the fit {self.path!r} has no noise (fit "
-                "it again with lyra-simpy calibrate, or give sigma: x)"
-            )
-        session = self.jitter is not None and self.jitter.session_cv == "fitted"
-        if session and getattr(self._fit.noise, "session", None) is None:
-            raise ValueError(
-                f"jitter.session_cv: got 'fitted', but the fit {self.path!r} has no session "
-                "spread (profile with grid.speed_reference and run lyra-simpy calibrate "
-                "again, or give session_cv: x)"
-            )
-        for field, (words, _, instead) in FITTED_FROM_RUNS.items():
-            fitted = self.jitter is not None and getattr(self.jitter, field) == "fitted"
-            if fitted and getattr(self._fit.noise, field, None) is None:
-                raise ValueError(
-                    f"jitter.{field}: got 'fitted', but the fit {self.path!r} has no {words} "
-                    "(fit on replayed runs with lyra-simpy calibrate --from-runs, or give "
-                    f"{instead})"
-                )
+        refuse_fitted_lacking(self.jitter, self._fit.noise, self.path)
         if self.wake == "fitted" and self._fit.wake is None:
             raise ValueError(
                 f"wake: got 'fitted', but the fit {self.path!r} has no wake (profile with "

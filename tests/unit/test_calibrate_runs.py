@@ -435,9 +435,10 @@ def test_rebuilt_prompts_count_the_cells_the_engine_model_counts(layout, cells):
     assert steps.design_matrix()[:, 4].tolist() == cells
 
 
-def kvu_runs(folder: Path) -> list[Path]:
+def kvu_runs(folder: Path, layout: str = "placed") -> list[Path]:
     """llama.cpp -kvu runs of prompts of 200-700 tokens, priced per cell attended (a fit
-    in n_kv units): a prompt beside running requests attends over all their cells."""
+    in n_kv units): a prompt beside running requests attends over all their cells
+    (*layout*: ``scheduler.kv_layout``)."""
     fit = load_fit(DATA / "synthetic_fit.yaml").model_copy(update={"attention": "n_kv"})
     cells_fit = folder / "fit_cells.yaml"
     write_fit(fit, cells_fit)
@@ -446,7 +447,8 @@ def kvu_runs(folder: Path) -> list[Path]:
         raw = runs_raw(seed, rate)
         raw["workload"]["input_tokens"] = {"name": "uniform", "low": 200, "high": 700}
         raw["scheduler"] = {"name": "llamacpp", "n_parallel": 4, "kv_unified": True,
-                            "sliding_window": True, "cache_prompt": False}  # fmt: skip
+                            "sliding_window": True, "cache_prompt": False,
+                            "kv_layout": layout}  # fmt: skip
         raw["cost"]["path"] = str(cells_fit)
         res = simulate(scenario_from_dict(raw))
         assert (res.records["status"] == "ok").all()
@@ -455,12 +457,22 @@ def kvu_runs(folder: Path) -> list[Path]:
     return out
 
 
-def test_a_fit_on_kvu_runs_in_cells_gives_back_the_cells_coefficients(tmp_path):
-    runs = kvu_runs(tmp_path)
+@pytest.mark.parametrize(
+    ("layout", "within", "fixed_within"), [("packed", 0.05, 0.2), ("placed", 0.1, 0.3)]
+)
+def test_a_fit_on_kvu_runs_in_cells_gives_back_the_cells_coefficients(
+    tmp_path, layout, within, fixed_within
+):
+    # placed: the rebuild replays the cells over its own steps, and where it put a
+    # prompt's first chunk in an engine step of its own while the engine ran it beside
+    # another prompt's chunk, the cells differ from the engine's there (the prompt terms
+    # come back within 10 %, the decode terms as exactly)
+    runs = kvu_runs(tmp_path, layout)
     scenario_file = tmp_path / "kvu.yaml"
     raw = runs_raw(1, 2.0)
     raw["scheduler"] = {"name": "llamacpp", "n_parallel": 4, "kv_unified": True,
-                        "sliding_window": True, "cache_prompt": False}  # fmt: skip
+                        "sliding_window": True, "cache_prompt": False,
+                        "kv_layout": layout}  # fmt: skip
     scenario_file.write_text(yaml.safe_dump(raw))
     out = tmp_path / "fit.yaml"
     argv = ["calibrate", "--from-runs", *map(str, runs), "--scenario", str(scenario_file)]
@@ -472,16 +484,18 @@ def test_a_fit_on_kvu_runs_in_cells_gives_back_the_cells_coefficients(tmp_path):
     # (no -c: the training context, 32768 cells)
     assert fit.runs.rebuild["llamacpp"] == {
         "n_parallel": 4, "batch_tokens": 2048, "kv_unified": True, "ubatch_tokens": 512,
-        "stream_cells": 32768,
+        "stream_cells": 32768, "kv_layout": layout, "swa_window": 512,
+        "swa_layer_share": 5 / 6, "clears_idle_slots": True,
     }  # fmt: skip
     got = fit.coefficients.model_dump()
-    for term in ("per_decode_seq_ms", "per_prefill_token_ms", "per_prefill_attention_ms"):
-        assert got[term] == pytest.approx(TRUE[term], rel=0.05), term
+    assert got["per_decode_seq_ms"] == pytest.approx(TRUE["per_decode_seq_ms"], rel=0.05)
+    for term in ("per_prefill_token_ms", "per_prefill_attention_ms"):
+        assert got[term] == pytest.approx(TRUE[term], rel=within), term
     # a step's logits (0 here) against its fixed cost: only the few steps with a prompt's
     # first chunk hidden in them (no logits) tell them apart, so the split is loose, and
     # what every step with logits costs is exact
     assert got["fixed_ms"] + got["per_output_pass_ms"] == pytest.approx(TRUE["fixed_ms"], rel=0.01)
-    assert got["fixed_ms"] == pytest.approx(TRUE["fixed_ms"], rel=0.2)
+    assert got["fixed_ms"] == pytest.approx(TRUE["fixed_ms"], rel=fixed_within)
 
 
 def test_cells_from_runs_need_a_profile_that_measured_them(tmp_path, capsys):
@@ -506,8 +520,9 @@ def test_rebuild_for_reads_the_scenarios_engine():
     assert got["prompt_budget"] == 64
     assert got["prompt_stops"] == (64, 4)  # min(n_batch, 4 + n_ubatch), min(n_batch, 4)
     assert got["llamacpp"] == LlamaCppLayout(
-        n_parallel=2, batch_tokens=64, kv_unified=False, ubatch_tokens=64, stream_cells=2048
-    )
+        n_parallel=2, batch_tokens=64, kv_unified=False, ubatch_tokens=64, stream_cells=2048,
+        kv_layout="placed", swa_window=512, swa_layer_share=5 / 6, clears_idle_slots=False,
+    )  # fmt: skip
     chunked = {"name": "chunked_prefill", "max_num_seqs": 8, "max_num_batched_tokens": 256}
     vllm = scenario_from_dict({**runs_raw(1, 1.0), "scheduler": chunked}).scheduler
     assert rebuild_for(vllm) == {"prompt_budget": 256}

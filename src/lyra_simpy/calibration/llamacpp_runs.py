@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from typing import Literal
 
 import numpy as np
 from pydantic import ConfigDict, PositiveInt
 
 from lyra_simpy.calibration.streams import StreamedRequest
 from lyra_simpy.config import Closed
+from lyra_simpy.policies.kvcells import PlacedLayout, Segment
 from lyra_simpy.policies.llamacpp import step_attention
 from lyra_simpy.policies.ubatch import pass_counts
 
@@ -37,6 +39,66 @@ class LlamaCppLayout(Closed):
     """Tokens per forward pass (effective ``n_ubatch``)."""
     stream_cells: PositiveInt
     """Cells of one KV stream: the whole buffer with ``-kvu``, else a slot's."""
+    kv_layout: Literal["placed", "packed"] = "packed"
+    """With ``-kvu``: where the cells lie (``LlamaCppConfig.kv_layout``): ``placed``
+    replays llama.cpp's placement over the rebuilt steps (:class:`CellReplay`)."""
+    swa_window: int = 0
+    """The sliding-window cache's window (0: none; ``LlamaCppConfig.swa_window`` on a
+    sliding-window model)."""
+    swa_layer_share: float = 0.0
+    """``LlamaCppConfig.swa_layer_share``."""
+    clears_idle_slots: bool = False
+    """``LlamaCppConfig.clears_idle_slots``: a request given a slot frees every idle
+    slot's cells."""
+
+    @property
+    def placed(self) -> bool:
+        """Cells are replayed as llama.cpp places them (``-kvu``, ``kv_layout: placed``)."""
+        return self.kv_unified and self.kv_layout == "placed"
+
+
+class CellReplay:
+    """``-kvu``'s cells over a run's rebuilt steps, placed as llama.cpp places them
+    (:class:`~lyra_simpy.policies.kvcells.PlacedLayout`; the engine model's
+    ``kv_layout: placed``): each engine step's decode tokens (a decoding request's
+    context less one is its token's position) and prompt chunks, in the order of the
+    steps. A request's first chunk frees its slot's cells and, with
+    ``clears_idle_slots``, those of every slot whose request has sent its last token
+    (*last_step*: the rebuilt step of each request's last token)."""
+
+    def __init__(self, layout: LlamaCppLayout, slots: list[int], last_step: list[int]) -> None:
+        self.cells = PlacedLayout(
+            layout.stream_cells, layout.n_parallel, layout.ubatch_tokens,
+            layout.swa_window, layout.swa_layer_share,
+        )  # fmt: skip
+        self.layout = layout
+        self.slots = slots
+        self.last_step = last_step
+        self.current: list[int | None] = [None] * layout.n_parallel
+        """The request each slot last started."""
+
+    def step(self, k: int, decoding: list[tuple[int, int]], chunks: list[Chunk]) -> tuple[int, int]:
+        """Place one engine step of rebuilt step *k*: *decoding* (slot, position) in slot
+        order, then *chunks* in slot order. Returns the prompt tokens' (cells spanned,
+        pairs computed)."""
+        for r, b, _ in chunks:
+            if b:
+                continue
+            slot = self.slots[r]
+            if self.layout.clears_idle_slots:
+                for i, other in enumerate(self.current):
+                    if i != slot and (other is None or self.last_step[other] < k):
+                        self.cells.remove(i)
+            self.cells.remove(slot)
+            self.current[slot] = r
+        segments = [Segment(s, pos, 1, False) for s, pos in decoding] + [
+            Segment(self.slots[r], b, size, True) for r, b, size in chunks
+        ]
+        idle = [
+            i for i, other in enumerate(self.current)
+            if other is None or self.last_step[other] < k
+        ]  # fmt: skip
+        return self.cells.step(segments, idle) if segments else (0, 0)
 
 
 def replay_slots(requests: list[StreamedRequest], n_parallel: int) -> list[int]:
@@ -86,6 +148,8 @@ def step_terms(
     decoders: list[int],
     held: int,
     chunks_at: dict[int, list[Chunk]],
+    replay: CellReplay | None = None,
+    positions: dict[int, int] | None = None,
 ) -> tuple[int, int, int, int, int]:
     """(cells spanned, cells computed, passes, checkpoints, passes computing logits) of
     rebuilt step *k*
@@ -93,7 +157,9 @@ def step_terms(
     its prompt chunks (request, tokens before, tokens) in slot order, the buffer holding
     *held* decoder cells and each prompt's earlier tokens — and those of the engine steps
     hidden in it (their prompts alone). A decode's token and a chunk that ends its prompt
-    get logits (:func:`~lyra_simpy.policies.ubatch.pass_counts`)."""
+    get logits (:func:`~lyra_simpy.policies.ubatch.pass_counts`). With *replay*, the
+    cells come from the placed layout instead (every step must then be counted, in
+    order), *positions* giving each decoder's token position."""
     cells = computed = n_passes = checkpoints = outputs = 0
     for sub in sorted({*chunks_at, k}):
         own = sub == k
@@ -109,7 +175,13 @@ def step_terms(
             )
             n_passes += n
             outputs += out
-        if chunks:
+        if replay is not None:
+            where = positions or {}
+            placed = [(slots[r], where[r]) for r in sorted(decoders, key=slots.__getitem__)]
+            got = replay.step(k, placed if own else [], chunks)
+            cells += got[0]
+            computed += got[1]
+        elif chunks:
             buffer = (held if own else 0) + sum(b for _, b, _ in chunks)
             pieces = [(b, size) for _, b, size in chunks]
             counts = step_attention(layout, len(decoding), pieces, buffer)

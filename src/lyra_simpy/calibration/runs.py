@@ -53,7 +53,13 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import ConfigDict, PositiveFloat, PositiveInt
 
-from lyra_simpy.calibration.llamacpp_runs import Chunk, LlamaCppLayout, replay_slots, step_terms
+from lyra_simpy.calibration.llamacpp_runs import (
+    CellReplay,
+    Chunk,
+    LlamaCppLayout,
+    replay_slots,
+    step_terms,
+)
 from lyra_simpy.calibration.steps import COLUMNS, Steps, join_steps
 from lyra_simpy.calibration.streams import StreamedRequest, read_run
 from lyra_simpy.config import Closed
@@ -172,6 +178,10 @@ def rebuild_for(scheduler: Any, block_size: int = 1) -> dict[str, Any]:
             kv_unified=scheduler.kv_unified,
             ubatch_tokens=scheduler.ubatch_tokens,
             stream_cells=scheduler.stream_cells,
+            kv_layout=scheduler.kv_layout,
+            swa_window=scheduler.swa_window if scheduler.sliding_window else 0,
+            swa_layer_share=scheduler.swa_layer_share,
+            clears_idle_slots=scheduler.clears_idle_slots,
         )
         return {
             "prompt_stops": scheduler.checkpoint_stops,
@@ -322,6 +332,11 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
     hidden, pre, new, att, ctx = [0] * n, [0] * n, [0] * n, [0] * n, [0] * n
     dec = [sum(1 for _, _, j in c if j) for c in clusters]  # a chunk after the first
     decoders: list[list[int]] = [[] for _ in range(n)]
+    positions: list[dict[int, int]] = [{} for _ in range(n)]  # a decoder's token position
+    last_step = [0] * len(requests)  # the step of each request's last token
+    for k, cluster in enumerate(clusters):
+        for _, r, _ in cluster:
+            last_step[r] = k
     # the prompt chunks (request, tokens before, tokens) of each engine step, by rebuilt
     # step and engine step: a chunk hidden inside step k ran in an engine step before k's
     chunks_at: list[dict[int, list[Chunk]]] = [{} for _ in range(n)]
@@ -347,6 +362,7 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
             if j:
                 ctx[k] += req.input_tokens + before[r][j]
                 decoders[k].append(r)
+                positions[k][r] = req.input_tokens + before[r][j] - 1
                 continue
             done = req.cached_tokens
             tokens = req.input_tokens - req.cached_tokens
@@ -367,6 +383,17 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
             began(k, inside + 1, req.arrival_s)
     layout = cfg.llamacpp
     slots = replay_slots(requests, layout.n_parallel) if layout is not None else []
+    terms: list[tuple[int, int, int, int, int]] = []
+    if layout is not None:
+        # every step, dropped ones too: with the placed layout each one moves the cells
+        replay = CellReplay(layout, slots, last_step) if layout.placed else None
+        for k in range(n):
+            # the decoders' KV cells before the step: their contexts less the token it adds
+            held = ctx[k] - dec[k]
+            stops = bool(cfg.prompt_stops)
+            got = step_terms(layout, stops, requests, slots, k, decoders[k], held, chunks_at[k],
+                             replay, positions[k])  # fmt: skip
+            terms.append(got)
     cols: dict[str, list[Any]] = {k: [] for k in COLUMNS}
     prev_end: float | None = None
     dropped = 0
@@ -387,12 +414,7 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
         cols["prefill_attention_tokens"].append(att[k])
         cells, computed, passes_k, checkpoints, outputs = 0, 0, 1 + hidden[k], 0, 1
         if layout is not None:
-            # the decoders' KV cells before the step: their contexts less the token it adds
-            held = ctx[k] - dec[k]
-            cells, computed, passes_k, checkpoints, outputs = step_terms(
-                layout, bool(cfg.prompt_stops), requests, slots, k, decoders[k], held,
-                chunks_at[k],
-            )  # fmt: skip
+            cells, computed, passes_k, checkpoints, outputs = terms[k]
         cols["prefill_attention_cells"].append(cells)
         cols["prefill_computed_cells"].append(computed)
         cols["passes"].append(passes_k)

@@ -51,12 +51,19 @@ Read in llama.cpp commit 0c1e570 (vendored by ``llama-cpp-python==0.3.36``, the 
   ``get_n_kv``, computed in ``llama_kv_cache_context::apply`` after the ubatch's tokens
   are placed). With per-slot KV a prompt's stream holds only its own tokens; with
   ``-kvu`` the one stream holds every slot's, so a prompt beside long-running requests
-  attends over all their cells. Modelling choices: the used cells are counted as if
-  packed from cell 0 (``find_slot`` fills the lowest free cells first and ``seq_rm``
-  moves the search back to the lowest freed one, so the buffer stays near-packed; the
-  256-cell padding absorbs the rest); a sliding-window model's SWA cache is taken to
-  span the same cells (true while contexts stay within the window plus ``n_ubatch``;
-  beyond it llama.cpp reuses masked cells and the SWA layers' span stops growing); decode
+  attends over all their cells. Where the cells lie (``LlamaCppConfig.kv_layout``):
+  ``placed`` (default) keeps ``-kvu``'s cells as ``find_slot``, ``apply_ubatch`` and
+  ``seq_rm`` place them (:class:`~lyra_simpy.policies.kvcells.PlacedLayout`: a decode
+  step's tokens interleave, a new prompt fills its slot's old holes first, a
+  sliding-window model's SWA cache is a second, smaller buffer that reuses cells out of
+  the window), and counts each pass's ``n_kv`` and open tiles on those cells, the
+  layers' mean over the two caches; ``packed`` (and per-slot KV, whose stream holds one
+  request and is emptied when the next one starts) counts the used cells as if packed
+  from cell 0, each sequence's cells one block, the SWA cache spanning the same cells
+  (:func:`step_attention`). Measured on the server's own cell maps
+  (``validation/llamacpp_cells.py``, ``LLAMA_KV_CACHE_DEBUG=2``): under a closed loop
+  of four long requests a sequence's cells touch twice the tiles they need (median; the
+  engine model with ``placed``: the same), which ``packed`` leaves out. Decode
   tokens are charged by their own context as for every engine (on this server a decode
   step of 4 at 4 × 408 cells costs within 3 % of one at 4 × 208: ``docs/VALIDATION-llamacpp.md``),
   so decode-only steps stay fusable. The plan gives the sum over the step's prompt tokens
@@ -89,7 +96,10 @@ similarity) is not modelled: a scenario with shared prefixes and ``cache_prompt:
 refused when loaded. Fused decode runs: with per-slot KV the passes of a decode step
 depend on which slots are still generating, which changes inside a run as requests
 finish, so this scheduler is not fused (``fusable``); with ``-kvu`` and ``n_ubatch >=
-n_parallel`` a decode step is always one pass, and it is.
+n_parallel`` a decode step is always one pass, and it is (the tokens of fused decode
+steps are placed in the cells at the next plan, a step at a time,
+:meth:`~lyra_simpy.policies.kvcells.PlacedLayout.catch_up`: the same cells as planned
+steps give, which a test checks).
 """
 
 from __future__ import annotations
@@ -103,6 +113,7 @@ from lyra_simpy.config import Closed
 from lyra_simpy.engine.kv import blocks_for
 from lyra_simpy.engine.request import RejectReason, Request
 from lyra_simpy.policies.base import BatchPlan, EngineView
+from lyra_simpy.policies.kvcells import PlacedLayout, Segment
 from lyra_simpy.policies.ubatch import pass_counts
 
 PAD = 256
@@ -142,6 +153,25 @@ class LlamaCppConfig(Closed):
     """The model has sliding-window attention layers (Gemma 2/3, ...; not a flag: a
     property of the model) and the server runs without ``--swa-full``: only then are
     checkpoints made."""
+    swa_window: PositiveInt = 512
+    """The model's sliding window (GGUF ``sliding_window``, the server's ``n_swa``; 512 on
+    Gemma 3 270M): its sliding-window cache holds ``min(cells, window × slots +
+    n_ubatch)`` cells with ``-kvu`` (``llama_kv_cache_iswa``) and reuses a cell once its
+    position leaves the window. Read only with ``sliding_window`` and ``kv_layout:
+    placed``."""
+    swa_layer_share: float = Field(5 / 6, ge=0.0, le=1.0)
+    """Share of the layers with sliding-window attention (not a flag: a property of the
+    model; Gemma 3: five of every six, 15 of 18 on 270M, the server's ``is_swa`` per
+    layer). A prompt's attention counts are the layers' mean over the two caches. Read only
+    with ``sliding_window`` and ``kv_layout: placed``."""
+    kv_layout: Literal["placed", "packed"] = "placed"
+    """Where ``-kvu``'s cells lie when a step's prompt attention is counted: ``placed``,
+    as llama.cpp places them (:class:`~lyra_simpy.policies.kvcells.KvCells`: a decode
+    step's tokens interleave, a new prompt fills the holes its slot's last request left,
+    so its cells spread over more 64-cell tiles than it needs); ``packed``, each
+    sequence's cells one block, the buffer filled from cell 0 (the model before
+    ``placed``; :func:`step_attention`). Per-slot KV is packed either way (a slot's
+    stream holds one request, cleared when the next one starts)."""
     cont_batching: bool = True
     """New prompts join steps that decode (``-cb``, default; ``-nocb``: only steps
     without a generating slot take prompt tokens)."""
@@ -359,6 +389,13 @@ class LlamaCppServer:
         self.fusable = config.kv_unified and config.ubatch_tokens >= n
         """Decode steps may be fused (module docstring)."""
         self._stops = config.checkpoint_stops
+        self.layout: PlacedLayout | None = None
+        """``-kvu``'s cells as llama.cpp places them (``kv_layout: placed``)."""
+        if config.kv_unified and config.kv_layout == "placed":
+            swa = config.swa_window if config.sliding_window else 0
+            self.layout = PlacedLayout(
+                config.ctx_total, n, config.ubatch_tokens, swa, config.swa_layer_share
+            )
 
     @property
     def max_batch(self) -> int:
@@ -389,6 +426,10 @@ class LlamaCppServer:
         bs = view.block_size
         reserved = 0
         here = {id(r) for r in view.running}
+        layout = self.layout
+        if layout is not None:  # the decode steps fused since the last plan
+            idle = [i for i, r in enumerate(slots) if r is None]
+            layout.catch_up([r.computed_tokens if r is not None else 0 for r in slots], idle)
         for i, req in enumerate(slots):
             if req is None:
                 continue
@@ -421,6 +462,8 @@ class LlamaCppServer:
                 left = req.input_tokens + req.generated_tokens - req.computed_tokens
                 take = prompt_chunk(left, room, self._stops)
                 plan.prefill.append((req, take))
+                if layout is not None and not started[i]:
+                    layout.remove(i)  # the prompt's seq_rm (from its reused prefix: none)
                 segments.append((i, take))
                 outputs.append(take == left)
                 room -= take
@@ -431,7 +474,18 @@ class LlamaCppServer:
             plan.passes, plan.output_passes = pass_counts(
                 segments, outputs, c.batch_tokens, c.ubatch_tokens, c.kv_unified
             )
-        if plan.prefill:
+        if layout is not None and segments:
+            counts = layout.step(
+                [
+                    Segment(i, r.computed_tokens, take, k >= n_decode)
+                    for k, (i, take) in enumerate(segments)
+                    if (r := slots[i]) is not None
+                ],
+                [i for i, r in enumerate(slots) if r is None],
+            )
+            if plan.prefill:
+                plan.prefill_attention_cells, plan.prefill_computed_cells = counts
+        elif plan.prefill:
             held = 0
             if c.kv_unified:
                 held = sum(self.idle_cells) + sum(
@@ -463,3 +517,5 @@ class LlamaCppServer:
                 for i, other in enumerate(self.slots):
                     if other is None:
                         self.idle_cells[i] = 0
+                        if self.layout is not None:
+                            self.layout.remove(i)

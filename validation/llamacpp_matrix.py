@@ -395,6 +395,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-wake", action="store_true",
                         help="with --resimulate: Table 1 without the profile's wake after "
                         "idle (item 33; an ablation)")  # fmt: skip
+    parser.add_argument("--kv-layout", choices=["placed", "packed"], default=None,
+                        help="with --resimulate: Table 1's scheduler.kv_layout (default "
+                        "the scheduler's, placed; packed: item 47's Table 1, -kvu's cells "
+                        "counted as one block a sequence; an ablation)")  # fmt: skip
     parser.add_argument("--speed-reference", choices=["record", "scale"], default=None,
                         help="profile with a speed reference beside each measurement "
                         "(scale: each priced against it) and gate the runs on its typical "
@@ -451,7 +455,8 @@ def main(argv: list[str] | None = None) -> int:
         for key, res in stored_points(keep, args.only):
             cfg, reg = key.split("/")
             resimulate(key, res, keep["facts"]["repeats"], log, args.decode_step,
-                       args.unscaled, args.path_cpu_share, not args.no_wake)  # fmt: skip
+                       args.unscaled, args.path_cpu_share, not args.no_wake,
+                       args.kv_layout)  # fmt: skip
             table2(cfg, reg, keep["facts"]["quick"], res, keep["facts"]["repeats"], log,
                    args.spells)  # fmt: skip
             with_idle(OUT / f"{cfg}_{reg}", res)

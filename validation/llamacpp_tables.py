@@ -195,16 +195,21 @@ def with_probe_columns(here: Path, flags: list[str]) -> list[str]:
     return sorted(changed)
 
 
-def table1_again(raw: dict[str, Any], fit: Path, path_cpu_share: float, wake: bool
-                 ) -> dict[str, Any]:  # fmt: skip
+def table1_again(raw: dict[str, Any], fit: Path, path_cpu_share: float, wake: bool,
+                 kv_layout: str | None = None) -> dict[str, Any]:  # fmt: skip
     """A stored Table 1 scenario (*raw*, its YAML) as :func:`resimulate` runs it again:
     priced by *fit*, the fit it has just made — not the one the stored scenario names,
     which is where the point ran (a point's folder copied to another checkout, or run
     from a worktree, names the old place's fit, and its ablations would price the old
     fit without a word; item 43 caught ``--decode-step mean`` doing so); the request path
     charged to the engine at *path_cpu_share* (item 18) where it has one; the fit's wake
-    after idle where *wake* (item 33)."""
+    after idle where *wake* (item 33); ``scheduler.kv_layout`` *kv_layout* where given
+    (None: the scheduler's default, ``placed``; item 48)."""
     out = copy.deepcopy(raw)
+    sched = out.get("scheduler", {})
+    sched.pop("kv_layout", None)
+    if kv_layout is not None:
+        sched["kv_layout"] = kv_layout
     out["cost"]["path"] = str(fit)
     work = out["workload"]  # the scenario as scenario() now writes it (item 18)
     work["request_path_cpu_share"] = path_cpu_share if work.get("request_path_ms") else 0.0
@@ -217,7 +222,7 @@ def table1_again(raw: dict[str, Any], fit: Path, path_cpu_share: float, wake: bo
 def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
                decode_step: str | None = None, unscaled: bool = False,
                path_cpu_share: float = REQUEST_PATH_CPU_SHARE,
-               wake: bool = True) -> None:  # fmt: skip
+               wake: bool = True, kv_layout: str | None = None) -> None:  # fmt: skip
     """Table 1 and 2 of a stored point again, from its stored profile and real runs (no
     server): the profile gets the columns the profiler now writes if it lacks them
     (:func:`with_probe_columns`), is fitted again (*decode_step* ``mean``: its decode
@@ -226,7 +231,8 @@ def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
     the profile's speed references undone), and every load's stored scenario (the arrival
     rates its real runs were replayed at) is simulated and compared again, the request
     path charged to the engine at *path_cpu_share* (item 18), and the profile's wake
-    after idle where it has one unless *wake* is false (item 33; an ablation)."""
+    after idle where it has one unless *wake* is false (item 33; an ablation), with
+    ``scheduler.kv_layout`` *kv_layout* where given (item 48; ``packed``, an ablation)."""
     cfg, reg = key.split("/")
     here = OUT / f"{cfg}_{reg}"
     added = with_probe_columns(here, CONFIGS[cfg])
@@ -252,7 +258,7 @@ def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
         # (the fit by its name, beside the scenario: the folder stays portable, as
         # scenario() writes it)
         raw = table1_again(yaml.safe_load(path.read_text()), Path(fit.name), path_cpu_share,
-                           wake and has_wake(str(fit)))  # fmt: skip
+                           wake and has_wake(str(fit)), kv_layout)  # fmt: skip
         path.write_text(yaml.safe_dump(raw))
         run("run", str(path), "--out", str(here / "sim"), "--no-figures", log=log)
         table = here / f"{load}_compare.json"

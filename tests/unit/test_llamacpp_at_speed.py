@@ -55,6 +55,15 @@ def test_a_point_is_priced_by_its_own_fit_wherever_its_folder_lies(tmp_path):
         "fitted"
     )
     assert stored["cost"]["path"] == "/elsewhere/fit_probes.yaml"  # (the input as it was)
+    # item 48: --kv-layout packed, the ablation; without it the scheduler's default
+    llama = {**stored, "scheduler": {"name": "llamacpp", "kv_layout": "packed"}}
+    assert (
+        "kv_layout" not in tables.table1_again(llama, tmp_path / "f.yaml", 1.0, False)["scheduler"]
+    )
+    packed = tables.table1_again(stored, tmp_path / "f.yaml", 1.0, False, "packed")
+    assert "scheduler" not in packed  # (a stored scenario always has one; this has none)
+    packed = tables.table1_again(llama, tmp_path / "f.yaml", 1.0, False, "packed")
+    assert packed["scheduler"] == {"name": "llamacpp", "kv_layout": "packed"}
     no_path = {"cost": {"name": "profile"}, "workload": {"request_path_ms": 0.0}}
     assert tables.table1_again(no_path, tmp_path / "f.yaml", 1.0, wake=False)["workload"] == {
         "request_path_ms": 0.0, "request_path_cpu_share": 0.0}  # fmt: skip

@@ -41,7 +41,10 @@ class LlamaCppLayout(Closed):
     """Cells of one KV stream: the whole buffer with ``-kvu``, else a slot's."""
     kv_layout: Literal["placed", "packed"] = "packed"
     """With ``-kvu``: where the cells lie (``LlamaCppConfig.kv_layout``): ``placed``
-    replays llama.cpp's placement over the rebuilt steps (:class:`CellReplay`)."""
+    replays llama.cpp's placement over the rebuilt steps (:class:`CellReplay`). The
+    scenario's scheduler gives it (:func:`~lyra_simpy.calibration.runs.rebuild_for`,
+    ``placed`` by default); ``packed`` here reads fit files written before it existed
+    as they were made."""
     swa_window: int = 0
     """The sliding-window cache's window (0: none; ``LlamaCppConfig.swa_window`` on a
     sliding-window model)."""

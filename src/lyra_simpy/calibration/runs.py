@@ -387,10 +387,10 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
     if layout is not None:
         # every step, dropped ones too: with the placed layout each one moves the cells
         replay = CellReplay(layout, slots, last_step) if layout.placed else None
+        stops = bool(cfg.prompt_stops)
         for k in range(n):
             # the decoders' KV cells before the step: their contexts less the token it adds
             held = ctx[k] - dec[k]
-            stops = bool(cfg.prompt_stops)
             got = step_terms(layout, stops, requests, slots, k, decoders[k], held, chunks_at[k],
                              replay, positions[k])  # fmt: skip
             terms.append(got)

@@ -251,7 +251,8 @@ class PlacedLayout:
     def catch_up(self, computed: list[int], idle: Iterable[int] = ()) -> None:
         """Place the decode tokens of steps run without a plan (fused decode steps): one
         token a step for every slot still behind *computed* (its tokens computed), in
-        slot order, a ubatch a step (*idle*: as :meth:`step`)."""
+        slot order, a ubatch a step (*idle*: as :meth:`step`) — all steps at once where
+        that gives the same cells (:meth:`KvCells.place_rounds`), else a step at a time."""
         idle = list(idle)
         placed = self.placed
         rounds: list[list[int]] = []

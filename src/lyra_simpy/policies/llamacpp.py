@@ -62,8 +62,8 @@ Read in llama.cpp commit 0c1e570 (vendored by ``llama-cpp-python==0.3.36``, the 
   from cell 0, each sequence's cells one block, the SWA cache spanning the same cells
   (:func:`step_attention`). Measured on the server's own cell maps
   (``validation/llamacpp_cells.py``, ``LLAMA_KV_CACHE_DEBUG=2``): under a closed loop
-  of four long requests a sequence's cells touch twice the tiles they need (median; the
-  engine model with ``placed``: the same), which ``packed`` leaves out. Decode
+  of four long requests a sequence's cells touch 2.1 × the tiles they need (median; the
+  engine model with ``placed``: 1.9 ×), which ``packed`` leaves out. Decode
   tokens are charged by their own context as for every engine (on this server a decode
   step of 4 at 4 × 408 cells costs within 3 % of one at 4 × 208: ``docs/VALIDATION-llamacpp.md``),
   so decode-only steps stay fusable. The plan gives the sum over the step's prompt tokens
@@ -97,7 +97,7 @@ refused when loaded. Fused decode runs: with per-slot KV the passes of a decode 
 depend on which slots are still generating, which changes inside a run as requests
 finish, so this scheduler is not fused (``fusable``); with ``-kvu`` and ``n_ubatch >=
 n_parallel`` a decode step is always one pass, and it is (the tokens of fused decode
-steps are placed in the cells at the next plan, a step at a time,
+steps are placed in the cells at the next plan,
 :meth:`~lyra_simpy.policies.kvcells.PlacedLayout.catch_up`: the same cells as planned
 steps give, which a test checks).
 """

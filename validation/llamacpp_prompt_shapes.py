@@ -1,0 +1,74 @@
+"""A point's steps shape by shape against Table 1's charge (``compare --steps``, finer).
+
+``compare --steps`` gives the runs' prompt steps over the charge by prompt tokens alone.
+This splits them by what else shaped them: the decoders beside them, the prompts in the
+step, the prompt tokens, the forward passes the rebuild counted (with per-slot KV one per
+run of consecutive slot ids, from the replayed slots) and whether a request arrived during
+the step. Per load of a stored point (``results/validation-llamacpp/CFG_REGIME``): the
+decode-only and prompt steps' median ratios, then each shape seen at least three times:
+its count, median ratio, median measured and charged ms. Steps that hid engine steps are
+left out, as ``compare --steps`` leaves them out.
+
+    PYTHONPATH=src python validation/llamacpp_prompt_shapes.py \
+        results/validation-llamacpp/default_short
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from lyra_simpy.calibration.runs import StepRebuild, rebuild_for, steps_of_runs
+from lyra_simpy.live.stepcheck import charged_ms
+from lyra_simpy.scenario import load_scenario
+
+LOADS = ["poisson_0.3", "poisson_0.6", "poisson_0.9", "closed_4", "closed_8"]
+BINS = ((8, "1-8"), (16, "9-16"), (32, "17-32"), (64, "33-64"))
+
+
+def tokens_bin(tokens: int) -> str:
+    """The prompt-token range of a step."""
+    return next((label for top, label in BINS if tokens <= top), "65+")
+
+
+def shapes(here: Path, load: str) -> list[str]:
+    """The lines for one load of the point in *here*."""
+    scenario = load_scenario(here / f"{load}.yaml")
+    spec = scenario.replica_specs()[0]
+    rebuild = StepRebuild(**rebuild_for(spec.scheduler, spec.kv_cache.block_size))
+    steps = steps_of_runs(sorted((here / "real" / load).glob("run*")), rebuild)
+    charged = charged_ms(scenario, steps)
+    priced = ~np.isnan(charged)
+    ratio = steps.latency_ms / np.where(priced, charged, 1.0)
+    prompt = priced & (steps.prefill_seqs > 0) & (steps.steps == 1)
+    decode = priced & (steps.prefill_seqs == 0)
+    out = [f"{load}: decode {np.median(ratio[decode]):.3f} ({decode.sum()} steps), "
+           f"prompt {np.median(ratio[prompt]):.3f} ({prompt.sum()} steps)"]  # fmt: skip
+    groups: dict[tuple[int, int, str, int, int], list[int]] = {}
+    for i in np.flatnonzero(prompt):
+        key = (int(steps.decode_seqs[i]), int(steps.prefill_seqs[i]),
+               tokens_bin(int(steps.prefill_tokens[i])), int(steps.passes[i]),
+               int(steps.arrivals[i] > 0))  # fmt: skip
+        groups.setdefault(key, []).append(int(i))
+    for (dec, pre, tok, passes, arrived), idx in sorted(groups.items()):
+        if len(idx) >= 3:
+            out.append(f"  decoders {dec} prompts {pre} tokens {tok:>5} passes {passes} "
+                       f"arrival {arrived}: {len(idx):3d} steps, {np.median(ratio[idx]):.3f} "
+                       f"x ({np.median(steps.latency_ms[idx]):.1f} ms against "
+                       f"{np.median(charged[idx]):.1f})")  # fmt: skip
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        raise SystemExit("usage: llamacpp_prompt_shapes.py results/validation-llamacpp/CFG_REG")
+    for load in LOADS:
+        print("\n".join(shapes(Path(args[0]), load)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -7,10 +7,12 @@ run of consecutive slot ids, from the replayed slots) and whether a request arri
 the step. Per load of a stored point (``results/validation-llamacpp/CFG_REGIME``): the
 decode-only and prompt steps' median ratios, then each shape seen at least three times:
 its count, median ratio, median measured and charged ms. Steps that hid engine steps are
-left out, as ``compare --steps`` leaves them out.
+left out, as ``compare --steps`` leaves them out. ``--slots``: the point's last run's
+slots from the server's log against the rebuild's replayed ones
+(:func:`slots_against_log`).
 
     PYTHONPATH=src python validation/llamacpp_prompt_shapes.py \
-        results/validation-llamacpp/default_short
+        results/validation-llamacpp/default_short [--slots]
 """
 
 from __future__ import annotations
@@ -61,10 +63,38 @@ def shapes(here: Path, load: str) -> list[str]:
     return out
 
 
+def slots_against_log(here: Path) -> list[str]:
+    """The point's last run (closed 8, run 3: the last requests its server launched) —
+    the slot each request got, from the server's log (``launch_slot_``, by task id: the
+    order the requests arrived in) against :func:`~lyra_simpy.calibration.llamacpp_runs.
+    replay_slots` (which starts from a server that never ran a request)."""
+    import re
+
+    from lyra_simpy.calibration.llamacpp_runs import replay_slots
+    from lyra_simpy.calibration.streams import read_run
+
+    pattern = re.compile(r"launch_slot_: id +(\d+) \| task (\d+)")
+    launched = [(int(m[2]), int(m[1])) for line in (here / "llama-server.log").open()
+                if (m := pattern.search(line))]  # fmt: skip
+    requests = read_run(here / "real" / "closed_8" / "run3")
+    real = [slot for _, slot in sorted(launched[-len(requests) :])]
+    replayed = replay_slots(requests, max(real) + 1)
+    order = sorted(range(len(requests)), key=lambda r: requests[r].arrival_s)
+    again = [replayed[r] for r in order]
+    agree = sum(a == b for a, b in zip(real, again, strict=True))
+    return [f"closed_8 run3's slots, the server's: {real}", f"replayed: {again}",
+            f"agree for {agree} of {len(real)} requests"]  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        raise SystemExit("usage: llamacpp_prompt_shapes.py results/validation-llamacpp/CFG_REG")
+    if len(args) not in (1, 2) or (len(args) == 2 and args[1] != "--slots"):
+        raise SystemExit(
+            "usage: llamacpp_prompt_shapes.py results/validation-llamacpp/CFG_REG [--slots]"
+        )
+    if len(args) == 2:
+        print("\n".join(slots_against_log(Path(args[0]))))
+        return 0
     for load in LOADS:
         print("\n".join(shapes(Path(args[0]), load)))
     return 0

@@ -1671,3 +1671,8 @@ def test_item_50s_np4_short_on_the_quiet_host() -> None:
     shapes = (validation / "llamacpp-prompt-shapes-item50.txt").read_text().split("closed_8:")[1]
     assert "decoders 3 prompts 1 tokens   1-8 passes 2 arrival 0:  41 steps, 1.340 x" in shapes
     assert "decoders 3 prompts 1 tokens   1-8 passes 3 arrival 0:  31 steps, 0.818 x" in shapes
+    # ... and that run's slots from the server's log against the replayed ones (--slots)
+    slots = (validation / "llamacpp-slots-item50.txt").read_text().splitlines()
+    assert slots[0].endswith("[1, 2, 3, 3, 1, 2, 0, 1, 2, 3, 1, 3, 0, 2, 1, 2, 0, 1, 3, 2, 1, 0, "
+                             "3, 3, 2, 0, 1, 3, 2, 1, 0, 2, 1, 3, 0, 1, 0, 3, 1, 2]")  # fmt: skip
+    assert slots[2] == "agree for 6 of 40 requests"

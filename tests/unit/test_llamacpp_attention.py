@@ -20,7 +20,7 @@ from lyra_simpy.cost.base import BatchShape
 from lyra_simpy.cost.profiled import ProfileCost, ProfileCostConfig
 from lyra_simpy.live.llamacpp_probes import prompt_counts
 from lyra_simpy.policies import EngineView, LlamaCppConfig, LlamaCppServer
-from lyra_simpy.policies.llamacpp import n_kv, step_attention
+from lyra_simpy.policies.llamacpp_attention import n_kv, step_attention
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 PER_SLOT = LlamaCppConfig(n_parallel=4, n_ctx=4096)  # 1024 cells a slot

@@ -20,7 +20,7 @@ from lyra_simpy.cost.base import BatchShape
 from lyra_simpy.cost.profiled import ProfileCost, ProfileCostConfig
 from lyra_simpy.live.llamacpp_probes import COUNT_COLUMNS, prompt_counts
 from lyra_simpy.policies import LlamaCppConfig
-from lyra_simpy.policies.llamacpp import FA_TILE, step_attention
+from lyra_simpy.policies.llamacpp_attention import FA_TILE, step_attention
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

@@ -32,7 +32,7 @@ tokens × the KV cells each attends over (``ProfileFit.attention: n_kv``; the en
 padded ``n_kv``, :mod:`~lyra_simpy.policies.llamacpp`). Its CPU flash attention reads
 the mask of every such cell but computes only the 64 × 64 (query row, cell) tiles the
 mask leaves open — a prompt's own cells, causal — so with the ``attention_computed``
-column (:func:`~lyra_simpy.policies.llamacpp.step_attention`) the attention is two
+column (:func:`~lyra_simpy.policies.llamacpp_attention.step_attention`) the attention is two
 terms: ``per_prefill_attention_ms`` per cell spanned (the mask scan) and
 ``per_computed_attention_ms`` per pair computed. Four prompts of 290 tokens sent
 together cost 13 % less than one of 1 160 on the same passes and cells

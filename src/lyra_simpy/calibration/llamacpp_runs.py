@@ -15,7 +15,7 @@ from pydantic import ConfigDict, PositiveInt
 from lyra_simpy.calibration.streams import StreamedRequest
 from lyra_simpy.config import Closed
 from lyra_simpy.policies.kvcells import PlacedLayout, Segment
-from lyra_simpy.policies.llamacpp import step_attention
+from lyra_simpy.policies.llamacpp_attention import step_attention
 from lyra_simpy.policies.ubatch import pass_counts
 
 Chunk = tuple[int, int, int]

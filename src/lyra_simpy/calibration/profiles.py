@@ -40,13 +40,13 @@ llama.cpp; see :class:`Profile`): integers >= 1, >= 1, >= 0 and >= 0."""
 ATTENTION_COLUMN = "attention_cells"
 """Optional column: Σ over the row's prompt tokens of the KV cells each attends over, as
 the engine runs the probe (llama.cpp's padded ``n_kv``,
-:func:`~lyra_simpy.policies.llamacpp.step_attention`; ``lyra-simpy profile``
+:func:`~lyra_simpy.policies.llamacpp_attention.step_attention`; ``lyra-simpy profile``
 writes it for llama.cpp). A fit then prices prompt attention per token × cell."""
 COMPUTED_COLUMN = "attention_computed"
 """Optional column: the (query row, KV cell) pairs of attention the engine computes for
 the row's prompt tokens — llama.cpp's CPU flash attention computes only the 64 × 64 tiles
 its mask leaves open (the prompt's own cells, causal), where ``attention_cells`` counts
-every cell its passes span (:func:`~lyra_simpy.policies.llamacpp.step_attention`;
+every cell its passes span (:func:`~lyra_simpy.policies.llamacpp_attention.step_attention`;
 ``lyra-simpy profile`` writes it for llama.cpp). A fit of a profile with step columns
 then prices both (``per_computed_attention_ms``)."""
 PHASES = ("prefill", "decode", "mixed")

@@ -131,7 +131,7 @@ class StepRebuild(Closed):
     engine model charges (None, the default: none of this):
 
     - *cells*: each step's prompt attention in the KV cells its passes attend over
-      (:func:`~lyra_simpy.policies.llamacpp.step_attention`: with ``-kvu`` a prompt
+      (:func:`~lyra_simpy.policies.llamacpp_attention.step_attention`: with ``-kvu`` a prompt
       beside running requests attends over all their cells; ``ProfileFit.attention:
       n_kv``), instead of a prompt token × its own tokens (``own``). What the buffer holds
       before a step is counted from the streams: each decoding request's context less the

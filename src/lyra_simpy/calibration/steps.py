@@ -31,7 +31,7 @@ class Steps:
     (``StepRebuild.llamacpp``; 0 without it)."""
     prefill_computed_cells: Ints
     """The (query row, KV cell) pairs of attention computed for its prompt tokens
-    (:func:`~lyra_simpy.policies.llamacpp.step_attention`; ``StepRebuild.llamacpp``;
+    (:func:`~lyra_simpy.policies.llamacpp_attention.step_attention`; ``StepRebuild.llamacpp``;
     0 without it)."""
     passes: Ints
     """Forward passes of the engine steps in the rebuilt one (``StepRebuild.llamacpp``;

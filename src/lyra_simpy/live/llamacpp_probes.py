@@ -10,11 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lyra_simpy.errors import LyraError
-from lyra_simpy.policies.llamacpp import (
-    LlamaCppConfig,
-    prompt_chunk,
-    step_attention,
-)
+from lyra_simpy.policies.llamacpp import LlamaCppConfig, prompt_chunk
+from lyra_simpy.policies.llamacpp_attention import step_attention
 from lyra_simpy.policies.ubatch import pass_counts
 
 if TYPE_CHECKING:
@@ -86,7 +83,7 @@ def prompt_steps(
     of *context* tokens in slots 0..decoders−1 that each decode a token a step
     (:mod:`~lyra_simpy.policies.llamacpp`: ``update_slots`` fills a step's ``n_batch``
     in slot order, each prompt's chunk stopping at its checkpoint stops;
-    :func:`~lyra_simpy.policies.llamacpp.step_attention`), in order. Idle slots are
+    :func:`~lyra_simpy.policies.llamacpp_attention.step_attention`), in order. Idle slots are
     taken to hold no cells: with ``-kvu`` the server's default prompt cache clears them
     when a probe starts (with ``--cache-ram 0`` they keep an earlier probe's, which this
     does not count)."""

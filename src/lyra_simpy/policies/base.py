@@ -86,7 +86,7 @@ class BatchPlan:
     prefill_attention_cells: int = -1
     """Σ over the iteration's prompt tokens of the KV cells each attends over, where the
     scheduler knows them (llama.cpp's padded ``n_kv``,
-    :func:`~lyra_simpy.policies.llamacpp.step_attention`); -1: each prompt token
+    :func:`~lyra_simpy.policies.llamacpp_attention.step_attention`); -1: each prompt token
     attends its own sequence's cached and new tokens. The cost model reads it as
     ``BatchShape.prefill_attention_cells``."""
     output_passes: int = 1
@@ -98,7 +98,7 @@ class BatchPlan:
     """The (query row, KV cell) pairs of attention the iteration computes for its prompt
     tokens, where the scheduler knows them (llama.cpp's CPU flash attention computes only
     the 64 × 64 tiles the mask leaves open,
-    :func:`~lyra_simpy.policies.llamacpp.step_attention`); 0 elsewhere. The cost
+    :func:`~lyra_simpy.policies.llamacpp_attention.step_attention`); 0 elsewhere. The cost
     model reads it as ``BatchShape.prefill_computed_cells``."""
     beside: bool = False
     """The prompts run beside the decodes, not in their iteration

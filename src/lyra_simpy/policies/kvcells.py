@@ -289,7 +289,7 @@ class PlacedLayout:
     def step(self, segments: list[Segment], idle: Iterable[int] = ()) -> tuple[int, int]:
         """Place a step's tokens (*segments* in batch order), a ubatch of ``n_ubatch``
         tokens at a time (``split_simple``), and count the prompt tokens' attention as
-        :func:`~lyra_simpy.policies.llamacpp.step_attention` does, on these cells: the
+        :func:`~lyra_simpy.policies.llamacpp_attention.step_attention` does, on these cells: the
         cells their passes span (``n_kv``) and the (query row, cell) pairs computed (a
         pass of 64 rows or more: every tile some row of a 64-row query tile sees; fewer:
         each prompt row's own cells). Returns (spanned, computed), the layers' mean.

@@ -84,23 +84,20 @@ class CellReplay:
         """Place one engine step of rebuilt step *k*: *decoding* (slot, position) in slot
         order, then *chunks* in slot order. Returns the prompt tokens' (cells spanned,
         pairs computed)."""
-        for r, b, _ in chunks:
-            if b:
-                continue
-            slot = self.slots[r]
-            if self.layout.clears_idle_slots:
-                for i, other in enumerate(self.current):
-                    if i != slot and (other is None or self.last_step[other] < k):
-                        self.cells.remove(i)
+        starting = {self.slots[r]: r for r, b, _ in chunks if not b}
+        idle = [
+            i for i, other in enumerate(self.current)
+            if i not in starting and (other is None or self.last_step[other] < k)
+        ]  # fmt: skip
+        if starting and self.layout.clears_idle_slots:
+            for i in idle:
+                self.cells.remove(i)
+        for slot, r in starting.items():
             self.cells.remove(slot)
             self.current[slot] = r
         segments = [Segment(s, pos, 1, False) for s, pos in decoding] + [
             Segment(self.slots[r], b, size, True) for r, b, size in chunks
         ]
-        idle = [
-            i for i, other in enumerate(self.current)
-            if other is None or self.last_step[other] < k
-        ]  # fmt: skip
         return self.cells.step(segments, idle) if segments else (0, 0)
 
 

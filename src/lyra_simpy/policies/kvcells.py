@@ -123,24 +123,30 @@ class KvCells:
         if n == 0:
             return np.zeros(0, dtype=np.intp)
         cells = self._find(0 if self.head > self.used + 2 * n else self.head, n)
+        self._apply(cells, seq_arr, pos_arr, distinct)
+        return cells
+
+    def _apply(self, cells: npt.NDArray[np.intp], seqs: npt.NDArray[np.int32],
+               positions: npt.NDArray[np.int32], distinct: bool) -> None:  # fmt: skip
+        """``apply_ubatch``: write the tokens to *cells*; a sequence whose masked cell was
+        taken loses its cells at or below that position; ``head`` goes past the last."""
         taken = self.seq[cells]
         reused = taken >= 0  # sliding-window reuse of a masked cell
         purge: dict[int, int] = {}
         for c in np.flatnonzero(reused):
             s, p = int(taken[c]), int(self.pos[cells[c]])
             purge[s] = max(purge.get(s, -1), p)
-        self.used += n - int(np.count_nonzero(reused))
-        self.seq[cells] = seq_arr
-        self.pos[cells] = pos_arr
-        at = seq_arr + 1
+        self.used += len(cells) - int(np.count_nonzero(reused))
+        self.seq[cells] = seqs
+        self.pos[cells] = positions
+        at = seqs + 1
         if distinct:
-            self._pos_max[at] = np.maximum(self._pos_max[at], pos_arr)
+            self._pos_max[at] = np.maximum(self._pos_max[at], positions)
         else:
-            np.maximum.at(self._pos_max, at, pos_arr)
+            np.maximum.at(self._pos_max, at, positions)
         for s, p in purge.items():
             self._remove(s, p)
         self.head = int(cells[-1]) + 1
-        return cells
 
     def place_rounds(
         self, seqs: npt.NDArray[np.int32], positions: npt.NDArray[np.int32], sizes: list[int]
@@ -162,11 +168,7 @@ class KvCells:
         heads = cells[ends - 1] + 1
         if (heads > used + ends + 2 * np.asarray(sizes[1:])).any():
             return False
-        self.seq[cells] = seqs
-        self.pos[cells] = positions
-        self.used += n
-        np.maximum.at(self._pos_max, seqs + 1, positions)
-        self.head = int(cells[-1]) + 1
+        self._apply(cells, seqs, positions, distinct=False)
         return True
 
     def _remove(self, seq: int, up_to: int | None = None) -> None:
@@ -300,17 +302,6 @@ class PlacedLayout:
         of the *idle* slots instead and places it, as it admits requests only where the
         running ones fit (:mod:`~lyra_simpy.policies.llamacpp`, modelling choices)."""
         idle = list(idle)
-        if not any(s.prompt for s in segments):  # a decode step: place it, count nothing
-            for s in segments:
-                self.placed[s.seq] = max(self.placed[s.seq], s.first + s.n)
-            seqs = np.array([s.seq for s in segments for _ in range(s.n)], dtype=np.int32)
-            firsts = [np.arange(s.first, s.first + s.n, dtype=np.int32) for s in segments]
-            positions = np.concatenate(firsts)
-            for u0 in range(0, len(seqs), self.ubatch):
-                for cache, _ in self.caches:
-                    u = slice(u0, u0 + self.ubatch)
-                    self._place(cache, seqs[u], positions[u], idle)
-            return 0, 0
         seq = np.concatenate([np.full(s.n, s.seq, dtype=np.int32) for s in segments])
         pos = np.concatenate([np.arange(s.first, s.first + s.n, dtype=np.int32) for s in segments])
         prompt = np.concatenate([np.full(s.n, s.prompt) for s in segments])

@@ -76,10 +76,6 @@ class KvCells:
         """``get_n_kv``: the cells a pass spans."""
         return min(self.size, max(PAD, -(-self.used_max_p1() // PAD) * PAD))
 
-    def holds(self, seq: int) -> int:
-        """Cells *seq* holds."""
-        return int(np.count_nonzero(self.seq == seq))
-
     # -- find_slot / apply_ubatch / seq_rm -----------------------------------------------
     def _usable(self, a: int, b: int) -> npt.NDArray[np.intp]:
         """The cells among *a* .. *b* − 1 ``find_slot`` may take: empty, or (a

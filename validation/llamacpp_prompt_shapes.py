@@ -7,9 +7,10 @@ run of consecutive slot ids, from the replayed slots) and whether a request arri
 the step. Per load of a stored point (``results/validation-llamacpp/CFG_REGIME``): the
 decode-only and prompt steps' median ratios, then each shape seen at least three times:
 its count, median ratio, median measured and charged ms. Steps that hid engine steps are
-left out, as ``compare --steps`` leaves them out. ``--slots``: the point's last run's
-slots from the server's log against the rebuild's replayed ones
-(:func:`slots_against_log`).
+left out, as ``compare --steps`` leaves them out. ``--slots``: every run's slots from
+the server's log against the rebuild's replayed ones (:func:`slots_against_log`; the
+point must have been run with ``--speed-before``, whose pinned readings mark where each
+run starts in the log).
 
     PYTHONPATH=src python validation/llamacpp_prompt_shapes.py \
         results/validation-llamacpp/default_short [--slots]
@@ -63,27 +64,64 @@ def shapes(here: Path, load: str) -> list[str]:
     return out
 
 
-def slots_against_log(here: Path) -> list[str]:
-    """The point's last run (closed 8, run 3: the last requests its server launched) —
-    the slot each request got, from the server's log (``launch_slot_``, by task id: the
-    order the requests arrived in) against :func:`~lyra_simpy.calibration.llamacpp_runs.
-    replay_slots` (which starts from a server that never ran a request)."""
+def server_slots(log: Path) -> list[list[int]]:
+    """The slots llama-server gave each run's requests, from its log (``-lv`` default):
+    per run, the slots of its launches (``launch_slot_``) in the order the server
+    launched them. A run is the launches chosen least recently used
+    (``get_available_slot``: "selected slot by LRU") that follow a launch pinned by id —
+    the ``lyra-simpy speed`` readings that :data:`~llamacpp_matrix.SPEED_BEFORE` takes
+    right before every run; the probe after the run and the gate's probes before the
+    next one are LRU launches too, so a run is cut to its request count by the caller."""
     import re
 
+    choice = re.compile(r"get_availabl: id +\d+ \| task -1 \| selected slot by (id|LRU)")
+    launch = re.compile(r"launch_slot_: id +(\d+) \| task \d+")
+    runs: list[list[int]] = []
+    how, pinned = "", False
+    for line in log.read_text().splitlines():
+        if m := choice.search(line):
+            how = m[1]
+        elif m := launch.search(line):
+            if how == "id":
+                pinned = True
+            elif pinned:  # the first LRU launch after a pinned one starts a run
+                runs.append([])
+                pinned = False
+            if how == "LRU" and runs:
+                runs[-1].append(int(m[1]))
+    return runs
+
+
+def slots_against_log(here: Path) -> list[str]:
+    """Every run of the point: the slots its requests got, read from the server's log
+    (:func:`server_slots`, the runs in the matrix's order), against the rebuild's replay
+    (:func:`~lyra_simpy.calibration.llamacpp_runs.replay_slots`, as the engine model
+    chooses: a server that never ran a request fills its highest slot first, and of slots
+    released in one step the highest id goes first), in the order the requests were sent:
+    how many got the same slot, and how many the mirrored one (``n_parallel - 1 - slot``).
+    A server whose slots were last released in id order — the speed readings' pinned
+    batch, released in one step — fills them lowest first, and llama.cpp releases a
+    step's finished slots in id order (``update_slots``), lowest first again: the mirror
+    image of the replay, with the same runs of consecutive slot ids and so the same
+    passes. Then closed 8's last run in full."""
     from lyra_simpy.calibration.llamacpp_runs import replay_slots
     from lyra_simpy.calibration.streams import read_run
 
-    pattern = re.compile(r"launch_slot_: id +(\d+) \| task (\d+)")
-    launched = [(int(m[2]), int(m[1])) for line in (here / "llama-server.log").open()
-                if (m := pattern.search(line))]  # fmt: skip
-    requests = read_run(here / "real" / "closed_8" / "run3")
-    real = [slot for _, slot in sorted(launched[-len(requests) :])]
-    replayed = replay_slots(requests, max(real) + 1)
-    order = sorted(range(len(requests)), key=lambda r: requests[r].arrival_s)
-    again = [replayed[r] for r in order]
-    agree = sum(a == b for a, b in zip(real, again, strict=True))
-    return [f"closed_8 run3's slots, the server's: {real}", f"replayed: {again}",
-            f"agree for {agree} of {len(real)} requests"]  # fmt: skip
+    runs = [(load, k) for load in LOADS for k in range(1, 4)]
+    logged = server_slots(here / "llama-server.log")[-len(runs) :]
+    n = max(max(r) for r in logged) + 1
+    out: list[str] = []
+    for (load, k), real in zip(runs, logged, strict=True):
+        requests = read_run(here / "real" / load / f"run{k}")
+        real = real[: len(requests)]
+        replayed = replay_slots(requests, n)
+        order = sorted(range(len(requests)), key=lambda r: requests[r].arrival_s)
+        again = [replayed[r] for r in order]
+        same = sum(a == b for a, b in zip(real, again, strict=True))
+        mirrored = sum(a == n - 1 - b for a, b in zip(real, again, strict=True))
+        out.append(f"{load} run{k}: {len(real)} requests, same slot {same}, mirrored {mirrored}")
+    out += [f"closed_8 run3's slots, the server's: {real}", f"replayed: {again}"]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

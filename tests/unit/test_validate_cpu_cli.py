@@ -1671,8 +1671,31 @@ def test_item_50s_np4_short_on_the_quiet_host() -> None:
     shapes = (validation / "llamacpp-prompt-shapes-item50.txt").read_text().split("closed_8:")[1]
     assert "decoders 3 prompts 1 tokens   1-8 passes 2 arrival 0:  41 steps, 1.340 x" in shapes
     assert "decoders 3 prompts 1 tokens   1-8 passes 3 arrival 0:  31 steps, 0.818 x" in shapes
-    # ... and that run's slots from the server's log against the replayed ones (--slots)
+    # ... and every run's slots from the server's log against the replayed ones (--slots,
+    # item 51): the Poisson runs' are the replay's mirror image (same passes), the closed
+    # loops' a relabelling set by the order the server took the requests sent together
     slots = (validation / "llamacpp-slots-item50.txt").read_text().splitlines()
-    assert slots[0].endswith("[1, 2, 3, 3, 1, 2, 0, 1, 2, 3, 1, 3, 0, 2, 1, 2, 0, 1, 3, 2, 1, 0, "
-                             "3, 3, 2, 0, 1, 3, 2, 1, 0, 2, 1, 3, 0, 1, 0, 3, 1, 2]")  # fmt: skip
-    assert slots[2] == "agree for 6 of 40 requests"
+    mirrored = [int(line.rsplit(" ", 1)[1]) for line in slots[:15]]
+    assert mirrored[:6] == [40] * 6
+    assert mirrored[6:9] == [35, 39, 28]
+    assert mirrored[9:] == [0, 40, 23, 10, 7, 12]
+    assert slots[15].endswith("[0, 1, 2, 3, 3, 1, 2, 0, 1, 2, 3, 1, 0, 3, 1, 2, 0, 2, 1, 3, 2, 0, "
+                              "1, 3, 3, 2, 0, 1, 3, 0, 1, 2, 2, 1, 3, 0, 1, 0, 3, 1]")  # fmt: skip
+
+
+def test_server_slots_cuts_the_runs_at_the_pinned_readings(tmp_path: Path) -> None:
+    # llamacpp_prompt_shapes.server_slots: a run is the LRU launches after a pinned one
+    shapes = validation_module("llamacpp_prompt_shapes")
+
+    def launch(slot: int, how: str) -> str:
+        chosen = f"by id ({slot})" if how == "id" else "by LRU, t_last = 7"
+        return (f"I slot get_availabl: id  {slot} | task -1 | selected slot {chosen}\n"
+                f"I slot launch_slot_: id  {slot} | task 9 | processing task\n")  # fmt: skip
+
+    log = tmp_path / "llama-server.log"
+    log.write_text("".join([launch(3, "LRU"),  # a gate probe before any reading: no run
+                            launch(0, "id"), launch(1, "id"),  # the readings before run 1
+                            launch(1, "LRU"), launch(0, "LRU"), launch(1, "LRU"),
+                            launch(0, "id"),  # before run 2
+                            launch(0, "LRU"), launch(1, "LRU")]))  # fmt: skip
+    assert shapes.server_slots(log) == [[1, 0, 1], [0, 1]]

@@ -106,8 +106,8 @@ def replay_slots(requests: list[StreamedRequest], n_parallel: int) -> list[int]:
     streams (``StepRebuild.llamacpp``): a request sent takes the idle slot released
     longest ago (``get_available_slot``'s LRU, as
     :meth:`~lyra_simpy.policies.llamacpp.LlamaCppServer.free_slot` has it: on a tie the
-    highest id), or waits in order of sending for the next slot released; a slot is
-    released at its request's last token."""
+    highest id, the server's choice up to a mirror), or waits in order of sending for the
+    next slot released; a slot is released at its request's last token."""
     finish = [req.chunk_s[-1] for req in requests]
     slot_of = [-1] * len(requests)
     busy: list[int | None] = [None] * n_parallel

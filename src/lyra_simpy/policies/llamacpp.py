@@ -6,9 +6,14 @@ Read in llama.cpp commit 0c1e570 (vendored by ``llama-cpp-python==0.3.36``, the 
 * **Slots** (``-np``): at most ``n_parallel`` requests run; a request waits for a slot.
   ``tools/server/server-context.cpp``, ``get_available_slot``: without prompt
   similarity to go by, a new request takes the idle slot *least recently released*
-  (``t_last_used``, set in ``server_slot::release``); ties (slots never used, or released
-  in the same step) go to the highest slot id (the scan keeps the last slot with
-  ``t_last_used <= best``). So an idle server fills slots 3, 2, 1, 0 (``-np 4``). Slots are
+  (``t_last_used``, set in ``server_slot::release``); slots never used go to the highest
+  id first (the scan keeps the last slot with ``t_last_used <= best``), so an idle
+  server fills slots 3, 2, 1, 0 (``-np 4``). Slots released in one step get the step's
+  time here and go to the highest id first too; llama.cpp releases them in id order
+  (``update_slots``' ``iterate(slots, …)``), lowest first. That is the mirror image
+  (slot ``n − 1 − i``) of the server started with slots released 0 first, which keeps
+  every run of consecutive slot ids and so the passes (``docs/VALIDATION-llamacpp.md``
+  item 51: the slots of the matrix's Poisson runs, read from the server's log). Slots are
   given at the start of the step after the request arrives (``process_single_task`` runs
   between ``update_slots`` calls), in queue order.
 * **Context per slot**: with a KV stream per sequence (the default once ``-np`` is given:

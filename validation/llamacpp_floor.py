@@ -5,7 +5,9 @@ a p90 must lie within the runs' own spread (the farthest run from their median),
 within that or 10 %, the throughput within 5 % (:func:`llamacpp_points.cell`). The
 simulator replays the runs' requests without noise, but the host adds its own: how often
 would a prediction with no model error at all pass? Run a point with more repeats
-(``LYRA_VALIDATE_REPEATS=6 python validation/validate_cpu.py --matrix --only CFG/REG``)
+(``LYRA_VALIDATE_REPEATS=6 python validation/validate_cpu.py --matrix --only CFG/REG``,
+then in the point's folder ``for l in real/*; do mkdir -p floor/${l#real/}; mv $l/run[4-9]
+floor/${l#real/}/; done`` and ``--resimulate --only CFG/REG``, which compares with three)
 and this script reads them back: for every three of a load's runs as "the real runs"
 (median and spread, as the matrix takes them) it scores
 
@@ -24,7 +26,9 @@ lands within the farthest of them from their median 63 % of the time, their exac
     PYTHONPATH=src python validation/llamacpp_floor.py results/validation-llamacpp/CFG_REG
         [--json OUT]
 
-It reads the point's ``real/LOAD/runK/summary.json`` and ``sim/LOAD/*/summary.json``;
+It reads the point's ``real/LOAD/runK/summary.json``, the runs beyond the matrix's three
+moved to ``floor/LOAD/runK`` (so that the tables and ``compare --steps``, which read
+``real/``, take the first three as at every point), and ``sim/LOAD/*/summary.json``;
 no server, no simulation.
 """
 
@@ -78,7 +82,10 @@ def point_floor(here: Path) -> dict[str, Any]:
     tally: dict[str, dict[str, list[bool]]] = {}
     repeats = {}
     for load in LOADS:
-        folders = sorted((here / "real" / load).glob("run*"), key=lambda p: int(p.name[3:]))
+        folders = sorted(
+            [*(here / "real" / load).glob("run*"), *(here / "floor" / load).glob("run*")],
+            key=lambda p: int(p.name[3:]),
+        )
         if len(folders) < 4:
             raise SystemExit(f"{here / 'real' / load}: {len(folders)} runs; the floor needs 4 "
                              "or more (LYRA_VALIDATE_REPEATS=6)")  # fmt: skip

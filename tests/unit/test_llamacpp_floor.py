@@ -70,12 +70,12 @@ def test_the_gaussian_floors() -> None:
     assert floor.normal_floor() == {"one run": 0.635, "exact mean": 0.847}
 
 
-def test_item_51s_floor_at_np4_short() -> None:
-    # item 51: -np 4 short with six real runs a load. Against every three of them, a fourth
+def test_item_52s_floor_at_np4_short() -> None:
+    # item 52: -np 4 short with six real runs a load. Against every three of them, a fourth
     # real run holds the p90 rule 63 % of the time, the median of the other three 72 %, and
     # Table 1 (from probes, its steps 0.98-1.00 x the charge there) 69 %
     kept = Path(__file__).resolve().parents[2] / "docs" / "validation"
-    got = json.loads((kept / "llamacpp-floor-item51.json").read_text())
+    got = json.loads((kept / "llamacpp-floor-item52.json").read_text())
     assert set(got["repeats"].values()) == {6}
     assert got["inside"] == {
         "one run": {"throughput": 1.0, "p50": 0.978, "p90": 0.629},

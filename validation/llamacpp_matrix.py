@@ -75,7 +75,14 @@ from llamacpp_points import (
 )
 from llamacpp_report import cells_by_steps, summary, write_section
 from llamacpp_steps import load_ratios
-from llamacpp_tables import charge_ratios, resimulate, steps_check, table2, with_idle
+from llamacpp_tables import (
+    charge_ratios,
+    profile_hardware,
+    resimulate,
+    steps_check,
+    table2,
+    with_idle,
+)
 from lyra_cli import run, sim_folder
 
 from lyra_simpy.calibration.profiles import request_path_ms
@@ -300,6 +307,7 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
         ref_ms = out["gate"]["run_ref_ms"]
         out["gate"]["tolerance"] = speed_gate.GATE
         out["gate"]["batch_row_ms"] = speed_gate.batch_row(prof, slots)
+        out["hardware"] = profile_hardware(here)
         run("calibrate", str(prof), "--out", str(fit), "--loss", "soft_l1", log=log)
         # capacity: every slot always busy (a closed loop of -np clients)
         cap_raw = scenario("capacity", flags, regime, quick, str(fit), "closed_4", None)

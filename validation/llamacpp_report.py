@@ -149,7 +149,12 @@ def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any],
     lines = [START, "", "## The tables", ""]
     lines += [*summary(results), ""]
     lines.append(
-        f"Machine: {facts.get('cpu')} ({facts.get('cores')} cores), shared; "
+        f"Machine: {facts.get('cpu')} ({facts.get('cores')} cores), shared"
+        + (
+            " (at the whole run; a point run again names its own where known, below); "
+            if any(r.get("hardware") for r in results.values())
+            else "; "
+        )
         + (
             f"load average (1/5/15 min) {facts['load_start']} at the start, "
             f"{facts.get('load_end')} at the end; "
@@ -174,7 +179,11 @@ def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any],
             (" Run again afterwards" if facts.get("resimulated") else " Each point's run")
             + ", profile and real runs included (`--only`), finished: "
             + ", ".join(
-                f"{k} ({results[k].get('finished', '?')})" for k in facts["rerun"] if k in results
+                f"{k} ({results[k].get('finished', '?')}"
+                + (f", on {results[k]['hardware']}" if results[k].get("hardware") else "")
+                + ")"
+                for k in facts["rerun"]
+                if k in results
             )
             + "."
             if facts.get("rerun")

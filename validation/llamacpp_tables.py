@@ -38,6 +38,15 @@ from lyra_simpy.calibration.fitruns import RUNS_LOSS
 from lyra_simpy.calibration.profiles import request_path_ms
 
 
+def profile_hardware(here: Path) -> str | None:
+    """The machine the point in *here* was profiled (and so run) on: its profile's
+    ``hardware`` (``lyra-simpy profile`` reads it from ``/proc/cpuinfo``); None without
+    one. Points are run again one at a time, on whichever VM the session has: the
+    matrix's one ``facts.cpu`` names only the machine of its first full run."""
+    meta = here / "profile.yaml"
+    return yaml.safe_load(meta.read_text()).get("hardware") if meta.is_file() else None
+
+
 def with_idle(here: Path, res: dict[str, Any]) -> None:
     """*res* with the server log's lone prompts by the idle time before them, less the
     probes' (:mod:`llamacpp_idle`), when the point's log is here; and the wake after idle
@@ -235,6 +244,7 @@ def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
     ``scheduler.kv_layout`` *kv_layout* where given (item 48; ``packed``, an ablation)."""
     cfg, reg = key.split("/")
     here = OUT / f"{cfg}_{reg}"
+    res["hardware"] = profile_hardware(here)
     added = with_probe_columns(here, CONFIGS[cfg])
     if added:
         print(f"{key}: profile.csv given or recounted: {', '.join(added)}", flush=True)

@@ -65,7 +65,7 @@ def shapes(here: Path, load: str) -> list[str]:
 
 
 def server_slots(log: Path) -> list[list[int]]:
-    """The slots llama-server gave each run's requests, from its log (``-lv`` default):
+    """The slots llama-server gave each run's requests, from its log (default verbosity):
     per run, the slots of its launches (``launch_slot_``) in the order the server
     launched them. A run is the launches chosen least recently used
     (``get_available_slot``: "selected slot by LRU") that follow a launch pinned by id —
@@ -107,12 +107,19 @@ def slots_against_log(here: Path) -> list[str]:
     from lyra_simpy.calibration.llamacpp_runs import replay_slots
     from lyra_simpy.calibration.streams import read_run
 
-    runs = [(load, k) for load in LOADS for k in range(1, 4)]
+    runs = [  # the matrix's runs, and a floor's beyond them (llamacpp_floor), in run order
+        (load, folder)
+        for load in LOADS
+        for folder in sorted([*(here / "real" / load).glob("run*"),
+                              *(here / "floor" / load).glob("run*")],
+                             key=lambda p: int(p.name[3:]))
+    ]  # fmt: skip
     logged = server_slots(here / "llama-server.log")[-len(runs) :]
     n = max(max(r) for r in logged) + 1
     out: list[str] = []
-    for (load, k), real in zip(runs, logged, strict=True):
-        requests = read_run(here / "real" / load / f"run{k}")
+    for (load, folder), real in zip(runs, logged, strict=True):
+        k = folder.name[3:]
+        requests = read_run(folder)
         real = real[: len(requests)]
         replayed = replay_slots(requests, n)
         order = sorted(range(len(requests)), key=lambda r: requests[r].arrival_s)
@@ -120,7 +127,7 @@ def slots_against_log(here: Path) -> list[str]:
         same = sum(a == b for a, b in zip(real, again, strict=True))
         mirrored = sum(a == n - 1 - b for a, b in zip(real, again, strict=True))
         out.append(f"{load} run{k}: {len(real)} requests, same slot {same}, mirrored {mirrored}")
-    out += [f"closed_8 run3's slots, the server's: {real}", f"replayed: {again}"]
+    out += [f"{load} run{k}'s slots, the server's: {real}", f"replayed: {again}"]
     return out
 
 

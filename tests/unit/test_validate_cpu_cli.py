@@ -208,7 +208,8 @@ def test_the_published_matrix_is_item_23s_round_with_later_points_again() -> Non
     # long (item 46) and -kvu long (item 47) again, -kvu long and short once more with
     # their KV cells placed as llama.cpp places them (items 48 and 49), -np 4 short on the
     # same quiet host (item 50), -np 2 -b 64 short, -np 4 short (six runs a load, the
-    # tables on runs 1-3) and -np 4 long on the Xeon VM (item 52),
+    # tables on runs 1-3) and -np 4 long on the Xeon VM (item 52), -np 2 -b 64 long there
+    # too (item 53),
     # each with a prompt's
     # steps as probe rows (item 13), the full-batch check (item 20) and Table 1 charging
     # each request's path (item 18); Tables 2 and 3 fitted on log errors (item 26); the
@@ -219,7 +220,7 @@ def test_the_published_matrix_is_item_23s_round_with_later_points_again() -> Non
         for flags in ("-np 4 -c 4096 -t 2", "-np 4 -c 4096 -t 2 -kvu", "-np 2 -c 4096 -t 2 -b 64")
         for reg in ("short", "long")
     ]
-    assert _totals(rows) == [163, 168, 168]
+    assert _totals(rows) == [158, 162, 162]
     by = _by_point(rows)
     cells = {k: (v[2], v[4], v[6], v[8]) for k, v in by.items()}
     assert cells == {
@@ -228,13 +229,13 @@ def test_the_published_matrix_is_item_23s_round_with_later_points_again() -> Non
         ("-np 4 -c 4096 -t 2 -kvu", "short"): ("31 / 35", "23 / 35", "20 / 35", "0.98–1.01 |"),
         ("-np 4 -c 4096 -t 2 -kvu", "long"): ("29 / 35", "24 / 35", "27 / 35", "1.01–1.03 |"),
         ("-np 2 -c 4096 -t 2 -b 64", "short"): ("22 / 35", "30 / 35", "30 / 35", "1.02–1.04 |"),
-        ("-np 2 -c 4096 -t 2 -b 64", "long"): ("31 / 35", "29 / 35", "29 / 35", "0.95–1.07 |"),
+        ("-np 2 -c 4096 -t 2 -b 64", "long"): ("26 / 35", "23 / 35", "23 / 35", "0.96–1.03 |"),
     }
-    assert by["-np 2 -c 4096 -t 2 -b 64", "long"][3] == "2 %"
+    assert by["-np 2 -c 4096 -t 2 -b 64", "long"][3] == "3 %"
     bands = validation_module("llamacpp_report").cells_by_steps(
         json.loads((ROOT / "docs" / "validation" / "llamacpp-matrix.json").read_text())["results"]
     )
-    assert bands == {"within 3 %": [122, 154, 22], "3–6 %": [37, 49, 7], "beyond 6 %": [4, 7, 1]}
+    assert bands == {"within 3 %": [122, 154, 22], "3–6 %": [36, 56, 8]}
 
 
 def test_item_29s_short_points_again() -> None:
@@ -307,6 +308,15 @@ def test_item_26s_log_loss_charges_every_prompt_range_of_the_fitted_load() -> No
 NP4, NP2 = "-np 4 -c 4096 -t 2", "-np 2 -c 4096 -t 2 -b 64"
 
 KEPT_SETS = [
+    # item 52's set (published until item 53; item 52's test reads it): three points again
+    # on the Xeon VM, -np 2 -b 64 long still item 43's
+    (
+        "item52",
+        [163, 168, 168],
+        (NP2, "long"),
+        (2, 4, 6),
+        ("31 / 35", "29 / 35", "29 / 35"),
+    ),
     # item 50's set (published until item 52; item 50's test reads it): -np 4 short on the
     # quiet host
     (
@@ -1716,7 +1726,7 @@ def test_item_52s_three_points_again_on_the_xeon_vm() -> None:
     # and -np 4 long again; the other three points are item 50's set's. Each point whose
     # profile was at hand names its machine (the profile's hardware)
     validation = ROOT / "docs" / "validation"
-    sets = ("llamacpp-matrix.json", "llamacpp-matrix-epyc-item50.json")
+    sets = ("llamacpp-matrix-epyc-item52.json", "llamacpp-matrix-epyc-item50.json")
     now, before = (json.loads((validation / f).read_text())["results"] for f in sets)
     again = {"np2_b64/short", "default/short", "default/long"}
     for point in now:
@@ -1736,3 +1746,19 @@ def test_item_52s_three_points_again_on_the_xeon_vm() -> None:
     prompt = [v["steps_vs_charge"]["prompt"]["median"] for v in long_loads]
     assert min(prompt) > 1.02
     assert max(prompt) < 1.06
+
+
+def test_item_53s_every_point_on_one_vm() -> None:
+    # item 53: -np 2 -b 64 long again, so every published point ran on the Xeon VM (each
+    # names its machine); the other five are item 52's set's
+    validation = ROOT / "docs" / "validation"
+    sets = ("llamacpp-matrix.json", "llamacpp-matrix-epyc-item52.json")
+    now, before = (json.loads((validation / f).read_text())["results"] for f in sets)
+    assert {r["hardware"] for r in now.values()} == {"Intel(R) Xeon(R) Processor (2 cores)"}
+    assert all(now[p] == before[p] for p in now if p != "np2_b64/long")
+    assert sum(_inside(now["np2_b64/long"]).values()) == 26
+    # its decode steps: quicker than the charge at the Poisson loads, slower in the closed
+    # loops (Tables 2 and 3, fitted on Poisson 0.6, fell to 23)
+    steps = [round(v["steps_vs_charge"]["decode"]["median"], 2)
+             for v in now["np2_b64/long"]["loads"].values()]  # fmt: skip
+    assert steps == [0.97, 0.97, 0.96, 1.01, 1.03]

@@ -45,7 +45,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from llamacpp_points import LOADS, METRICS, cell
+from llamacpp_points import LOADS, METRICS, cell, every_run
+
+from lyra_simpy.live.compare import compare_row
 
 
 def kind(metric: str) -> str:
@@ -56,10 +58,8 @@ def kind(metric: str) -> str:
 
 
 def scored(value: float, runs: list[float], metric: str) -> bool:
-    """*value* inside the target against *runs* (the row ``compare`` would write)."""
-    ref = float(np.median(runs))
-    spread = max(abs(r / ref - 1.0) for r in runs)
-    return cell({"metric": metric, "error": value / ref - 1.0, "spread": spread})[1]
+    """*value* inside the target against *runs* (``compare``'s row for them)."""
+    return cell(compare_row(metric, value, runs))[1]
 
 
 def floor(values: list[float], sim: float, metric: str) -> dict[str, list[bool]]:
@@ -82,10 +82,7 @@ def point_floor(here: Path) -> dict[str, Any]:
     tally: dict[str, dict[str, list[bool]]] = {}
     repeats = {}
     for load in LOADS:
-        folders = sorted(
-            [*(here / "real" / load).glob("run*"), *(here / "floor" / load).glob("run*")],
-            key=lambda p: int(p.name[3:]),
-        )
+        folders = every_run(here, load)
         if len(folders) < 4:
             raise SystemExit(f"{here / 'real' / load}: {len(folders)} runs; the floor needs 4 "
                              "or more (LYRA_VALIDATE_REPEATS=6)")  # fmt: skip

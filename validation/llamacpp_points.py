@@ -127,6 +127,14 @@ def real_runs(here: Path, load: str, repeats: int) -> list[str]:
     return [str(here / "real" / load / f"run{k}") for k in range(1, repeats + 1)]
 
 
+def every_run(here: Path, load: str) -> list[Path]:
+    """Every real run of *load* the point in *here* holds, in the order they ran: the
+    matrix's (``real/LOAD/runK``) and a floor's beyond them (``floor/LOAD/runK``,
+    ``llamacpp_floor.py``)."""
+    found = [*(here / "real" / load).glob("run*"), *(here / "floor" / load).glob("run*")]
+    return sorted(found, key=lambda p: int(p.name[3:]))
+
+
 START, END = "<!-- llamacpp-matrix:start -->", "<!-- llamacpp-matrix:end -->"
 """The markers in :data:`DOC` between which :mod:`llamacpp_report` writes the tables."""
 

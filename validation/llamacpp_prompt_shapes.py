@@ -23,11 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from llamacpp_points import LOADS, every_run
+
 from lyra_simpy.calibration.runs import StepRebuild, rebuild_for, steps_of_runs
 from lyra_simpy.live.stepcheck import charged_ms
 from lyra_simpy.scenario import load_scenario
 
-LOADS = ["poisson_0.3", "poisson_0.6", "poisson_0.9", "closed_4", "closed_8"]
 BINS = ((8, "1-8"), (16, "9-16"), (32, "17-32"), (64, "33-64"))
 
 
@@ -107,13 +110,7 @@ def slots_against_log(here: Path) -> list[str]:
     from lyra_simpy.calibration.llamacpp_runs import replay_slots
     from lyra_simpy.calibration.streams import read_run
 
-    runs = [  # the matrix's runs, and a floor's beyond them (llamacpp_floor), in run order
-        (load, folder)
-        for load in LOADS
-        for folder in sorted([*(here / "real" / load).glob("run*"),
-                              *(here / "floor" / load).glob("run*")],
-                             key=lambda p: int(p.name[3:]))
-    ]  # fmt: skip
+    runs = [(load, folder) for load in LOADS for folder in every_run(here, load)]
     logged = server_slots(here / "llama-server.log")[-len(runs) :]
     n = max(max(r) for r in logged) + 1
     out: list[str] = []

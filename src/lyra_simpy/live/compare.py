@@ -57,6 +57,20 @@ def _rel(a: float, b: float) -> float:
     return (a - b) / b if b else (0.0 if a == b else math.inf)
 
 
+def compare_row(name: str, sim: float, runs: list[float]) -> dict[str, Any]:
+    """One metric's row: *sim* against the median of the real *runs* (``error``) and the
+    runs' own ``spread``, the farthest of them from that median (fractions)."""
+    ref = float(np.median(runs))
+    return {
+        "metric": name,
+        "sim": sim,
+        "real": ref,
+        "error": _rel(sim, ref),
+        "spread": max(abs(_rel(r, ref)) for r in runs),
+        "runs": runs,
+    }
+
+
 def compare(
     sim_dir: Path,
     real_dirs: list[Path],
@@ -80,23 +94,15 @@ def compare(
         ]
         if missing:
             raise TraceError(f"{missing[0]}/summary.json: no {name!r} (not a lyra-simpy summary?)")
-        runs = [float(s[name]) for s in reals]
-        ref = float(np.median(runs))
-        table.append(
-            {
-                "metric": name,
-                "sim": float(sim[name]),
-                "real": ref,
-                "error": _rel(float(sim[name]), ref),
-                "spread": max(abs(_rel(r, ref)) for r in runs),
-                "runs": runs,
-            }
-        )
+        row = compare_row(name, float(sim[name]), [float(s[name]) for s in reals])
         if bands is not None:
             interval = bands[name]
-            table[-1].update(
-                band_low=interval["low"], band_high=interval["high"], inside=inside(ref, interval)
+            row.update(
+                band_low=interval["low"],
+                band_high=interval["high"],
+                inside=inside(row["real"], interval),
             )
+        table.append(row)
     if out_json is not None:
         out_json.parent.mkdir(parents=True, exist_ok=True)
         out_json.write_text(json.dumps(table, indent=2) + "\n")

@@ -41,6 +41,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from lyra_simpy.calibration.fit import predict_ms, rowwise_dot
 from lyra_simpy.calibration.fitfile import load_fit
@@ -257,6 +258,43 @@ def chunk_rows(point: Path) -> list[str]:
     return lines
 
 
+def pass_rows_of(point: Path) -> list[str]:
+    """One line per load of *point*: its real runs' decode-only steps by sequences and
+    passes (``b3/p2``: three sequences in two passes), each with its median ms, its steps
+    and measured / charged by Table 1's scenario (``compare --steps``' charge, request
+    path included) with ``cost.decode_passes: each`` (default) and ``together``."""
+    from lyra_simpy.live.stepcheck import charged_ms
+    from lyra_simpy.scenario import scenario_from_dict
+
+    fit = load_fit(point / "fit_probes.yaml")
+    gap = fit.decode_pass_gap_ms
+    lines = [
+        f"{point.name}: decode-only steps by sequences/passes: median ms (steps) measured / "
+        "charged by Table 1, decode_passes each | together (the fit's gap between passes: "
+        + ("none" if gap is None else f"{gap:.2f} ms")
+        + ")"
+    ]
+    for load in LOADS:
+        steps = run_steps(point, load, fit)
+        if steps is None:
+            continue
+        raw = yaml.safe_load((point / f"{load}.yaml").read_text())
+        charged = {}
+        for how in ("each", "together"):
+            raw["cost"]["decode_passes"] = how
+            charged[how] = charged_ms(scenario_from_dict(raw, base_dir=point), steps)
+        decode = (steps.prefill_seqs == 0) & (steps.steps == 1)
+        cells = []
+        for (b, p), _ in _by_batch(steps.latency_ms[decode], steps.decode_seqs[decode],
+                                   steps.passes[decode], MIN_STEPS).items():  # fmt: skip
+            m = decode & (steps.decode_seqs == b) & (steps.passes == p)
+            each, both = (np.median(steps.latency_ms[m] / charged[h][m]) for h in charged)
+            cells.append(f"b{b}/p{p} {np.median(steps.latency_ms[m]):.1f} ({int(m.sum())}) "
+                         f"{each:.2f} | {both:.2f}")  # fmt: skip
+        lines.append(f"  {load:<12} " + "; ".join(cells))
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("points", nargs="*", help="e.g. kvu_long (default: every stored point)")
@@ -272,6 +310,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", action="store_true",
                         help="steps of one full prompt chunk beside one decoding sequence, "
                         "by the chunk's place, at each load and in the profile")  # fmt: skip
+    parser.add_argument("--passes", action="store_true",
+                        help="the decode-only steps by sequences and passes, measured / "
+                        "charged by Table 1 with each pass priced at its own rows and "
+                        "together (cost.decode_passes)")  # fmt: skip
     args = parser.parse_args(argv)
     stored = sorted(p.name for p in OUT.glob("*") if (p / "fit_probes.yaml").is_file())
     names = args.points or stored
@@ -281,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         if args.chunks:
             rows = chunk_rows(OUT / name)
+        elif args.passes:
+            rows = pass_rows_of(OUT / name)
         elif args.by_batch:
             rows = batch_rows(OUT / name)
         elif args.arrivals:

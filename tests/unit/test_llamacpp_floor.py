@@ -84,3 +84,13 @@ def test_item_52s_floor_at_np4_short() -> None:
     }
     assert got["cells"]["table 1"]["p90"] == 300  # 20 triples x 5 loads x 3 p90s
     assert got["normal"] == floor.normal_floor()
+
+
+def test_item_54s_table_1_against_the_same_six_runs() -> None:
+    # item 54: each decode pass priced at its own rows; the same runs, Table 1 again
+    kept = Path(__file__).resolve().parents[2] / "docs" / "validation"
+    got = json.loads((kept / "llamacpp-floor-item54.json").read_text())
+    before = json.loads((kept / "llamacpp-floor-item52.json").read_text())
+    assert got["inside"]["table 1"] == {"throughput": 1.0, "p50": 0.977, "p90": 0.723}
+    for real in ("one run", "median of the rest"):  # the real runs' own: unchanged
+        assert got["inside"][real] == before["inside"][real]

@@ -29,6 +29,7 @@ def _steps(decode_seqs, prefill_seqs, passes, latency_ms, arrivals=None, checkpo
         passes=ints(passes),
         checkpoints=zeros if checkpoints is None else ints(checkpoints),
         output_passes=ints(passes),
+        pass_rows=np.zeros((n, 0), dtype=np.int64),
         arrivals=zeros if arrivals is None else ints(arrivals),
         run=np.asarray(["r"] * n),
         end_s=np.cumsum(np.asarray(latency_ms, dtype=np.float64)) / 1000.0,

@@ -78,7 +78,11 @@ of its decode rows (``decode_batch_residual_ms``; a median, so one slow episode 
 profiling does not move it as it moves a mean); a ``profile`` cost model with
 ``decode_table: true`` adds it to decode-only steps, interpolated linearly between the
 measured sizes and held at the nearest measured size outside them (so a batch never
-costs less than the linear terms say beyond the grid, nor jumps there).
+costs less than the linear terms say beyond the grid, nor jumps there). Where the rows
+say how many forward passes they took, the table takes the one-pass rows, and the rows with
+as many passes as sequences give ``decode_pass_gap_ms`` (:func:`decode_pass_gap`): what a
+pass costs beyond a lone decode step of its rows, for a cost that prices a llama.cpp decode
+step pass by pass (``cost.decode_passes: each``).
 
 Outside the measured grid the model extends each term linearly (it is linear in the
 terms), so a larger batch or context never crashes and never costs less: the
@@ -296,7 +300,8 @@ def fit_profile(profile: Profile, loss: Loss = "nnls") -> ProfileFit:
         fit=report(profile, predicted, unmeasured),
         noise=noise_fit(profile.latency_ms, predicted),
         attention="n_kv" if profile.attention_cells is not None else "own",
-        decode_batch_residual_ms=decode_residuals(profile, predicted),
+        decode_batch_residual_ms=(residuals := decode_residuals(profile, predicted, x)),
+        decode_pass_gap_ms=decode_pass_gap(profile, x, coef, residuals),
     )
     return with_profile_probes(fit, profile)
 
@@ -353,15 +358,52 @@ def coefficients_of(coef: Floats) -> Coefficients:
     return Coefficients(**dict(zip(ALL_TERMS, coef.tolist(), strict=False)))
 
 
-def decode_residuals(profile: Any, predicted: Floats) -> dict[int, float]:
+_EXTRA = ALL_TERMS.index("per_extra_pass_ms")
+_CHECKPOINT = ALL_TERMS.index("per_checkpoint_ms")
+_OUTPUT = ALL_TERMS.index("per_output_pass_ms")
+
+
+def _decode_rows(profile: Any) -> npt.NDArray[np.bool_]:
+    return np.asarray((profile.phase == "decode") | (profile.phase == "runs:decode"))
+
+
+def decode_residuals(profile: Any, predicted: Floats, x: Floats | None = None
+                     ) -> dict[int, float]:  # fmt: skip
     """Median measured − predicted latency of the decode rows (and decode steps rebuilt
-    from runs) of each batch size."""
-    decode = (profile.phase == "decode") | (profile.phase == "runs:decode")
+    from runs) of each batch size; with *x* (their design matrix) of those in one
+    forward pass where the size has any (several passes are priced pass by pass,
+    :func:`decode_pass_gap`)."""
+    decode = _decode_rows(profile)
+    one_pass = x[:, _EXTRA] == 0 if x is not None and x.shape[1] > _EXTRA else decode
     out = {}
     for size in sorted(set(profile.batch_size[decode].tolist())):
         rows = decode & (profile.batch_size == size)
+        if (rows & one_pass).any():
+            rows &= one_pass
         out[int(size)] = float(np.median(profile.latency_ms[rows] - predicted[rows]))
     return out
+
+
+def decode_pass_gap(profile: Any, x: Floats, coef: Floats, residuals: dict[int, float]
+                    ) -> float | None:  # fmt: skip
+    """``ProfileFit.decode_pass_gap_ms``: over the decode rows (and rebuilt decode steps)
+    with as many forward passes as sequences (each pass one sequence: llama.cpp's slots
+    all apart), the median of what a row took beyond its passes priced as lone
+    one-sequence decode steps (the fit's fixed, output-pass and sequence terms, the
+    decode table at 1 as the cost model interpolates it, and the rows' context term),
+    per pass beyond one. None where there is no such row."""
+    if x.shape[1] <= _OUTPUT:
+        return None
+    b = profile.batch_size.astype(np.float64)
+    hit = _decode_rows(profile) & (b >= 2) & (x[:, _EXTRA] == b - x[:, 0])
+    hit &= (x[:, 0] == 1) & (x[:, _CHECKPOINT] == 0)
+    if not hit.any():
+        return None
+    sizes = sorted(residuals)
+    one = float(np.interp(1, sizes, [residuals[k] for k in sizes])) if sizes else 0.0
+    lone = coef[0] + coef[1] + coef[_OUTPUT] + one
+    gap = (profile.latency_ms[hit] - b[hit] * lone - coef[2] * x[hit, 2]) / (b[hit] - 1)
+    return float(np.median(gap))
 
 
 def predict_ms(fit: ProfileFit, profile: Profile) -> npt.NDArray[np.float64]:

@@ -26,6 +26,7 @@ from lyra_simpy.calibration.fit import (
     Loss,
     _grid,
     coefficients_of,
+    decode_pass_gap,
     decode_residuals,
     design_matrix,
     fit_coefficients,
@@ -161,7 +162,8 @@ def fit_runs(
         grid=_grid(rows),
         fit=report(rows, predicted, unmeasured, lines),
         noise=_with_spells(noise_fit(rows.latency_ms, predicted), steps, predicted),
-        decode_batch_residual_ms=decode_residuals(rows, predicted),
+        decode_batch_residual_ms=(residuals := decode_residuals(rows, predicted, x)),
+        decode_pass_gap_ms=decode_pass_gap(rows, x, coef, residuals),
         attention="n_kv" if steps.llamacpp else "own",
     )
     return with_profile_probes(fit, profile)  # the wander where the runs show none

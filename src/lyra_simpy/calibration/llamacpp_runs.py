@@ -16,7 +16,7 @@ from lyra_simpy.calibration.streams import StreamedRequest
 from lyra_simpy.config import Closed
 from lyra_simpy.policies.kvcells import PlacedLayout, Segment
 from lyra_simpy.policies.llamacpp_attention import step_attention
-from lyra_simpy.policies.ubatch import pass_counts
+from lyra_simpy.policies.ubatch import pass_counts, pass_rows
 
 Chunk = tuple[int, int, int]
 """A prompt chunk of a step: (request index, its tokens computed before, tokens)."""
@@ -194,3 +194,13 @@ def step_terms(
                 if b and requests[r].input_tokens - b - size < layout.ubatch_tokens
             )
     return cells, computed, max(n_passes, 1), checkpoints, outputs
+
+
+def decode_pass_rows(layout: LlamaCppLayout, slots: list[int], decoders: list[int]
+                     ) -> tuple[int, ...]:  # fmt: skip
+    """The decoding sequences of each forward pass of a decode-only rebuilt step whose
+    *decoders* (requests) sit in *slots*, as the engine model cuts them
+    (:func:`~lyra_simpy.policies.ubatch.pass_rows`); () for a step of one pass."""
+    segments = [(s, 1) for s in sorted(slots[r] for r in decoders)]
+    rows = pass_rows(segments, layout.batch_tokens, layout.ubatch_tokens, layout.kv_unified)
+    return rows if len(rows) > 1 else ()

@@ -57,6 +57,7 @@ from lyra_simpy.calibration.llamacpp_runs import (
     CellReplay,
     Chunk,
     LlamaCppLayout,
+    decode_pass_rows,
     replay_slots,
     step_terms,
 )
@@ -395,6 +396,7 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
                              replay, positions[k])  # fmt: skip
             terms.append(got)
     cols: dict[str, list[Any]] = {k: [] for k in COLUMNS}
+    width = layout.n_parallel if layout is not None else 0  # (Steps.pass_rows)
     prev_end: float | None = None
     dropped = 0
     arrivals = np.sort([req.arrival_s for req in requests])
@@ -420,6 +422,10 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
         cols["passes"].append(passes_k)
         cols["checkpoints"].append(checkpoints)
         cols["output_passes"].append(outputs)
+        rows: tuple[int, ...] = ()
+        if layout is not None and passes_k > 1 and not pre[k] and not hidden[k]:
+            rows = decode_pass_rows(layout, slots, decoders[k])
+        cols["pass_rows"].append(rows + (0,) * (width - len(rows)))
         cols["arrivals"].append(
             int(np.searchsorted(arrivals, end) - np.searchsorted(arrivals, start))
         )
@@ -430,6 +436,7 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
         for k in COLUMNS
         if k not in ("latency_ms", "run", "end_s")
     }
+    ints["pass_rows"] = ints["pass_rows"].reshape(len(cols["latency_ms"]), width)
     return Steps(
         latency_ms=np.asarray(cols["latency_ms"], dtype=np.float64),
         run=np.asarray(cols["run"], dtype=np.str_),

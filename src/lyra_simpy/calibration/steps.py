@@ -42,6 +42,11 @@ class Steps:
     """Forward passes in it that computed logits: its decodes' and the passes holding a
     prompt's last token (``StepRebuild.llamacpp``; 1 without it: the step that emitted
     its tokens)."""
+    pass_rows: Ints
+    """Two-dimensional (steps × slots): the decoding sequences of each forward pass of a
+    decode-only step of several passes, zero-padded (``StepRebuild.llamacpp``: each run of
+    consecutive slot ids; all zeros for any other step, and no columns without it). The
+    ``BatchShape.pass_rows`` that ``compare --steps`` prices the step with."""
     arrivals: Ints
     """Requests sent while it ran (their ``arrival_s`` in [its start, its end)): not a
     cost term, the evidence of what a request's arrival costs the steps it lands in

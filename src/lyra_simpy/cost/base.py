@@ -60,6 +60,11 @@ class BatchShape(NamedTuple):
     attention: the 64 × 64 tiles its mask leaves open, where ``prefill_attention_cells``
     counts every cell its passes span; :mod:`~lyra_simpy.policies.llamacpp`). Charged by
     ``profile`` only (``per_computed_attention_ms``)."""
+    pass_rows: tuple[int, ...] = ()
+    """The decode rows of each forward pass of a decode-only iteration of several passes
+    (llama.cpp with per-slot KV: one pass per run of consecutive slot ids); empty when
+    not known or the iteration is one pass. A ``profile`` cost whose fit has
+    ``decode_pass_gap_ms`` prices each pass at its own rows (``decode_passes: each``)."""
 
 
 def verify_rows_tokens(shape: BatchShape, rows: int) -> int:

@@ -15,7 +15,10 @@ where *rows* is the decode row count, padded (:mod:`~lyra_simpy.cost.padding`) i
 decode-only iterations as for ``linear``. The last three terms are llama.cpp's: forward
 passes beyond the first, context checkpoints, and passes that compute logits (a
 decode-only step has as many as passes; ``BatchShape.passes``/``checkpoints``/
-``output_passes``); they are 0 in fits of profiles that do not measure them. A fit of a
+``output_passes``); they are 0 in fits of profiles that do not measure them. A
+decode-only step of several passes whose rows per pass are known
+(``BatchShape.pass_rows``) is priced pass by pass instead where the fit allows
+(``decode_passes``). A fit of a
 profile with the ``attention_cells`` column (llama.cpp: ``ProfileFit.attention`` is
 ``n_kv``) prices prompt attention per prompt token × KV cell attended, on
 ``BatchShape.prefill_attention_cells``, instead of Σ new × (cached + new); one with the
@@ -87,6 +90,20 @@ class ProfileCostConfig(Closed):
     decode grid, interpolated in batch size between measured sizes and held at the
     nearest one outside them, over the linear terms (for an engine whose decode step
     is not linear in the batch, e.g. llama.cpp on a CPU: 1 → 2 sequences jumps)."""
+    decode_passes: Literal["each", "together"] = "each"
+    """How a decode-only step of several forward passes is priced (llama.cpp with
+    per-slot KV runs one pass per run of consecutive slot ids, ``BatchShape.pass_rows``).
+    ``each`` (default): every pass as a lone decode step of its own rows — the fixed
+    terms, its rows and, with ``decode_table``, the table at its rows — plus the fit's
+    ``decode_pass_gap_ms`` for each pass beyond one. llama.cpp computes each ubatch's
+    graph on its own (``llama_context::decode``, ``src/llama-context.cpp``), and a CPU's
+    decode step is not linear in its rows, so a pass of 2 beside a pass of 1 costs a lone
+    2 plus a lone 1, not 3 rows plus a pass (docs/VALIDATION-llamacpp.md item 54).
+    ``together``: the step's rows as one decode step plus ``per_extra_pass_ms`` and
+    ``per_output_pass_ms`` for each pass beyond one (the model before item 54). Without
+    ``decode_table``, without the step's ``pass_rows`` or with a fit lacking
+    ``decode_pass_gap_ms`` (a profile with no decode row of one sequence a pass), a step
+    is priced ``together``."""
     jitter: Jitter | None = None
     """Seeded step-time noise on every iteration (default none: exact times); see
     :mod:`~lyra_simpy.cost.jitter`."""
@@ -197,12 +214,29 @@ class ProfileCost:
         self._residuals = np.array([table[k] * speed for k in sorted(table)], dtype=np.float64)
         self._fixed: dict[int, float] = {}
         """Row count → fixed part of a decode-only iteration (ms), computed once."""
+        gap = config.fit.decode_pass_gap_ms
+        self._pass_gap = (
+            gap * speed
+            if gap is not None and config.decode_passes == "each" and config.decode_table
+            else None
+        )
+        """Each pass beyond one of a decode-only step priced pass by pass (``decode_passes:
+        each``; None: ``together``)."""
 
     def iteration_s(self, shape: BatchShape) -> float:
         passes, checkpoints, outputs = shape.passes, shape.checkpoints, shape.output_passes
         extra = passes != 1 or checkpoints != 0 or outputs != 1
         if not shape.prefill_seqs and not shape.verify_tokens:
             if extra:  # (never fused: see BatchShape.passes)
+                if (
+                    self._pass_gap is not None
+                    and len(shape.pass_rows) == passes
+                    and not checkpoints
+                    and outputs == passes
+                ):  # each pass a lone decode step of its rows (decode_passes: each)
+                    ms = sum(self._decode_fixed_ms(n) for n in shape.pass_rows)
+                    ms += self._per_ctx * shape.decode_context_tokens
+                    return (ms + self._pass_gap * (passes - 1)) / 1000.0
                 fixed = self.decode_span_s(shape.decode_rows, 0, 0, 1)[0] * 1000.0
                 ms = fixed + self._per_ctx * shape.decode_context_tokens
                 return (ms + self._extra_ms(passes, checkpoints, outputs)) / 1000.0
@@ -247,7 +281,8 @@ class ProfileCost:
             return 0.0
         return float(np.interp(rows, self._sizes, self._residuals))
 
-    def decode_span_s(self, rows: int, context_tokens: int, growth: int, k: int) -> list[float]:
+    def _decode_fixed_ms(self, rows: int) -> float:
+        """A decode-only step of *rows* rows in one pass, less its context term (ms)."""
         fixed = self._fixed.get(rows)
         if fixed is None:
             padded = self._pad(rows)
@@ -256,4 +291,7 @@ class ProfileCost:
                 + self._residual_ms(padded)
             )  # fmt: skip
             self._fixed[rows] = fixed
-        return affine_span_s(fixed, self._per_ctx, context_tokens, growth, k)
+        return fixed
+
+    def decode_span_s(self, rows: int, context_tokens: int, growth: int, k: int) -> list[float]:
+        return affine_span_s(self._decode_fixed_ms(rows), self._per_ctx, context_tokens, growth, k)

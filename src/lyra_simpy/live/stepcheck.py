@@ -103,6 +103,7 @@ def charged_ms(scenario: Scenario, steps: Steps) -> np.ndarray:
             prefill_attention_cells=-1 if cells is None else int(cells[i]),
             output_passes=int(steps.output_passes[i]),
             prefill_computed_cells=int(steps.prefill_computed_cells[i]),
+            pass_rows=tuple(int(r) for r in steps.pass_rows[i] if r),
         )
         out[i] = 1000.0 * cost.iteration_s(shape) + path_ms * int(steps.arrivals[i])
     return out

@@ -94,6 +94,11 @@ class BatchPlan:
     prompt's last token, :func:`~lyra_simpy.policies.ubatch.pass_counts`; 0 for a step of
     prompt chunks that end no prompt); 1 for every other engine, which computes logits in
     every iteration. The cost model reads it as ``BatchShape.output_passes``."""
+    pass_rows: tuple[int, ...] = ()
+    """The decode rows of each forward pass of a decode-only iteration of several passes
+    (llama.cpp with per-slot KV: one pass per run of consecutive slot ids,
+    :func:`~lyra_simpy.policies.ubatch.ubatches`); empty otherwise. The cost model reads it
+    as ``BatchShape.pass_rows``."""
     prefill_computed_cells: int = 0
     """The (query row, KV cell) pairs of attention the iteration computes for its prompt
     tokens, where the scheduler knows them (llama.cpp's CPU flash attention computes only

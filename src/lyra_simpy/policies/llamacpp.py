@@ -49,7 +49,11 @@ Read in llama.cpp commit 0c1e570 (vendored by ``llama-cpp-python==0.3.36``, the 
   no prompt has none; ``update_slots``: ``batch.set_output`` for the last prompt token):
   the output projection over the whole vocabulary (262k rows on Gemma 3, more weight than
   the layers). The plan tells the cost model (``BatchPlan.passes``,
-  ``BatchPlan.output_passes``, ``BatchPlan.checkpoints``).
+  ``BatchPlan.output_passes``, ``BatchPlan.checkpoints``), and for a decode-only step of
+  several passes the rows of each (``BatchPlan.pass_rows``): ``llama_context::decode``
+  (``src/llama-context.cpp``) computes each ubatch's graph on its own
+  (``process_ubatch`` in its ``do … while (mctx->next())`` loop), so a pass of two
+  sequences beside a pass of one costs about a lone step of two plus a lone step of one.
 * **What a prompt token attends over** (:func:`step_attention`): a pass's attention
   spans ``n_kv`` cells of each KV stream in it, masked — the highest used cell of the
   stream plus one, padded to 256, at most the stream's size (``src/llama-kv-cache.cpp``,
@@ -119,7 +123,7 @@ from lyra_simpy.engine.request import RejectReason, Request
 from lyra_simpy.policies.base import BatchPlan, EngineView
 from lyra_simpy.policies.kvcells import PlacedLayout, Segment
 from lyra_simpy.policies.llamacpp_attention import PAD, step_attention
-from lyra_simpy.policies.ubatch import pass_counts
+from lyra_simpy.policies.ubatch import pass_counts, pass_rows
 
 END_STOP = 4
 """Tokens before a prompt's end where the prompt loop stops for a checkpoint (with a
@@ -366,6 +370,8 @@ class LlamaCppServer:
             plan.passes, plan.output_passes = pass_counts(
                 segments, outputs, c.batch_tokens, c.ubatch_tokens, c.kv_unified
             )
+            if plan.passes > 1 and not plan.prefill:  # each pass priced at its own rows
+                plan.pass_rows = pass_rows(segments, c.batch_tokens, c.ubatch_tokens, c.kv_unified)
         if layout is not None and segments:
             counts = layout.step(
                 [

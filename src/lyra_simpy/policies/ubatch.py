@@ -111,6 +111,13 @@ def passes(segments: Segments, n_batch: int, n_ubatch: int, unified: bool) -> in
     return len(ubatches(segments, n_batch, n_ubatch, unified))
 
 
+def pass_rows(segments: Segments, n_batch: int, n_ubatch: int, unified: bool) -> tuple[int, ...]:
+    """The tokens of each forward pass of one step's batch, in order (a decode-only step:
+    the decoding sequences of each pass; with per-slot KV, one pass per run of
+    consecutive slot ids)."""
+    return tuple(sum(t for _, t in u) for u in ubatches(segments, n_batch, n_ubatch, unified))
+
+
 def pass_counts(
     segments: Segments, outputs: Sequence[bool], n_batch: int, n_ubatch: int, unified: bool
 ) -> tuple[int, int]:

@@ -165,6 +165,7 @@ def grid(flags: list[str], regime: dict[str, Any]) -> dict[str, Any]:
         "mixed_prompt_tokens": [lo, hi],
         "mixed_context": [lo, hi],
         "fragmented_decode_batch": [2] if slots >= 3 else [],
+        "split_decode_batch": [3] if slots >= 4 else [],
         "prefill_together": sorted({2, slots}) if slots >= 2 else [],
         "sliding_window": True,
         "repeats": 3,

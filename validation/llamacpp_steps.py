@@ -258,11 +258,54 @@ def chunk_rows(point: Path) -> list[str]:
     return lines
 
 
+def _probe_cells(point: Path) -> list[str]:
+    """The profile's decode rows by sequences and passes, each with its median ms and
+    measured / charged by Table 1's cost with ``decode_passes: each`` and ``together``
+    (the probe's slots: :func:`~lyra_simpy.live.llamacpp_probes.decode_slots`)."""
+    from lyra_simpy.cost import COST_MODELS
+    from lyra_simpy.cost.base import BatchShape
+    from lyra_simpy.live.llamacpp_probes import decode_slots
+    from lyra_simpy.policies.ubatch import pass_rows
+    from lyra_simpy.scenario import scenario_from_dict
+
+    raw = yaml.safe_load((point / "poisson_0.3.yaml").read_text())
+    costs = []
+    for how in ("each", "together"):
+        raw["cost"]["decode_passes"] = how
+        spec = scenario_from_dict(raw, base_dir=point).replica_specs()[0]
+        costs.append(COST_MODELS[spec.cost.name](spec.cost, spec.scheduler.max_batch))
+    config = load_scenario(point / "poisson_0.3.yaml").scheduler
+    assert isinstance(config, LlamaCppConfig)
+    prof = read_profile(point / "profile.csv")
+    passes = np.ones_like(prof.batch_size) if prof.passes is None else prof.passes
+    cells = []
+    for b, p in sorted({(int(b), int(n)) for b, n, phase in
+                        zip(prof.batch_size, passes, prof.phase, strict=True)
+                        if phase == "decode"}):  # fmt: skip
+        rows = (prof.phase == "decode") & (prof.batch_size == b) & (passes == p)
+        segments = [(k, 1) for k in decode_slots(b, p)]
+        split = pass_rows(segments, config.batch_tokens, config.ubatch_tokens, config.kv_unified)
+        got = []
+        for cost in costs:
+            charge = [
+                1000.0 * cost.iteration_s(
+                    BatchShape(0, 0, 0, b, b, b * int(c), 0, p, 0, -1, p, 0,
+                               split if p > 1 else ())
+                )
+                for c in prof.context_len[rows]
+            ]  # fmt: skip
+            got.append(float(np.median(prof.latency_ms[rows] / np.array(charge))))
+        cells.append(f"b{b}/p{p} {np.median(prof.latency_ms[rows]):.1f} ({int(rows.sum())}) "
+                     f"{got[0]:.2f} | {got[1]:.2f}")  # fmt: skip
+    return cells
+
+
 def pass_rows_of(point: Path) -> list[str]:
     """One line per load of *point*: its real runs' decode-only steps by sequences and
     passes (``b3/p2``: three sequences in two passes), each with its median ms, its steps
     and measured / charged by Table 1's scenario (``compare --steps``' charge, request
-    path included) with ``cost.decode_passes: each`` (default) and ``together``."""
+    path included) with ``cost.decode_passes: each`` (default) and ``together``; after a
+    line of the profile's own decode rows so (:func:`_probe_cells`)."""
     from lyra_simpy.live.stepcheck import charged_ms
     from lyra_simpy.scenario import scenario_from_dict
 
@@ -274,6 +317,7 @@ def pass_rows_of(point: Path) -> list[str]:
         + ("none" if gap is None else f"{gap:.2f} ms")
         + ")"
     ]
+    lines.append("  profile      " + "; ".join(_probe_cells(point)))
     for load in LOADS:
         steps = run_steps(point, load, fit)
         if steps is None:

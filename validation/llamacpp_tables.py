@@ -167,7 +167,12 @@ def with_probe_columns(here: Path, flags: list[str]) -> list[str]:
     flags, a decode row's slots every other one when it ran more than one pass): those it
     lacks added, the attention counts (:data:`ATTENTION_COUNTS`) recounted, and the step
     columns it has checked against the rules; the columns added or changed."""
-    from lyra_simpy.live.llamacpp_probes import COUNT_COLUMNS, llamacpp_config, row_counts
+    from lyra_simpy.live.llamacpp_probes import (
+        COUNT_COLUMNS,
+        decode_slots,
+        llamacpp_config,
+        row_counts,
+    )
     from lyra_simpy.live.profile_grid import ProfileGrid
 
     path = here / "profile.csv"
@@ -186,11 +191,11 @@ def with_probe_columns(here: Path, flags: list[str]) -> list[str]:
     for line in lines[1:]:
         cell = line.split(",")
         phase, b, i, c, n = (cell[at[k]] for k in at)
-        stride = 2 if phase == "decode" and int(n) > 1 else 1  # fragmented_decode_batch
+        slots = decode_slots(int(b), int(n)) if phase == "decode" else None
         step = cell[head.index("prompt_step")] if "prompt_step" in head else ""
         if step:  # one step of a mixed probe's prompt (grid.mixed_timing: steps)
             i = cell[head.index("prompt_tokens")]
-        value = dict(zip(COUNT_COLUMNS, row_counts(llama, phase, int(b), int(i), int(c), stride,
+        value = dict(zip(COUNT_COLUMNS, row_counts(llama, phase, int(b), int(i), int(c), slots,
                                                    int(step) if step else None),
                          strict=True))  # fmt: skip
         have = {k: int(cell[head.index(k)]) for k in kept}

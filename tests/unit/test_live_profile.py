@@ -495,3 +495,29 @@ def test_the_wake_probe_times_lone_prompts_after_idle_and_calibrate_reads_it(
         profile(srv.url, "openai", GRID, plain, "test box", "-np 4")
     assert not plain.with_suffix(".wake.csv").exists()
     assert fit_profile(read_profile(plain)).wake is None
+
+
+def test_a_split_decode_row_runs_a_pass_of_two_beside_a_pass_of_one(tmp_path: Path) -> None:
+    # llama.cpp with per-slot KV: grid.split_decode_batch [3] pins 3 decoders to slots 0,
+    # 1 and 3: two passes (slots 0-1, then 3), each computing logits
+    grid = GRID.model_copy(update={"split_decode_batch": [3], "decode_batch": [1]})
+    out = tmp_path / "p.csv"
+    with StreamServer(ttft_s=0.02, itl_s=0.01) as srv:
+        profile(srv.url, "openai", grid, out, "test box", "-np 4")
+        bodies = srv.received
+    prof = read_profile(out)
+    dec = prof.phase == "decode"
+    assert prof.batch_size[dec].tolist() == [1, 2, 3]  # lone, fragmented 2, split 3
+    assert prof.passes is not None
+    assert prof.output_passes is not None
+    assert prof.passes[dec].tolist() == [1, 2, 2]
+    assert prof.output_passes[dec].tolist() == [1, 2, 2]
+    assert {b.get("id_slot") for b in bodies} == {0, 1, 2, 3}
+    # it needs B + 1 slots; with -kvu (one pass whatever the slots) it is not measured
+    four = grid.model_copy(update={"split_decode_batch": [4]})
+    with StreamServer() as srv, pytest.raises(LyraError, match="need 5 slots"):
+        profile(srv.url, "openai", four, tmp_path / "q.csv", "test box", "-np 4")
+    with StreamServer(ttft_s=0.02, itl_s=0.01) as srv:
+        profile(srv.url, "openai", grid, tmp_path / "u.csv", "test box", "-np 4 -kvu")
+    unified = read_profile(tmp_path / "u.csv")
+    assert unified.batch_size[unified.phase == "decode"].tolist() == [1]

@@ -107,3 +107,14 @@ def test_calibrate_fits_the_gap_between_passes_from_rows_of_one_sequence_a_pass(
     # a profile with no such row has no gap: priced together
     path.write_text("\n".join(rows[:-1]) + "\n")
     assert fit_profile(read_profile(path)).decode_pass_gap_ms is None
+
+
+def test_the_slots_a_decode_probe_pins_by_its_passes():
+    from lyra_simpy.live.llamacpp_probes import decode_slots
+
+    assert decode_slots(3, 1) == (0, 1, 2)
+    assert decode_slots(2, 2) == (0, 2)  # fragmented: a pass each
+    assert decode_slots(3, 2) == (0, 1, 3)  # split: 2 + 1
+    assert decode_slots(4, 2) == (0, 1, 2, 4)
+    with pytest.raises(ValueError, match="passes: got 3 for a decode row of 4"):
+        decode_slots(4, 3)

@@ -191,14 +191,16 @@ class Prober:
         self.timed_by["prefill"] = "engine timings.prompt_ms"
         return (max(ends) - min(starts)) * 1000.0
 
-    async def decode(self, b: int, ctx: int, stride: int = 1) -> tuple[float, float, float]:
-        """*b* requests of *ctx* prompt tokens decoding together: (the median chunk gap,
-        the lock-step window's mean step, the engine's mean ``predicted_per_token_ms`` or
-        NaN)."""
+    async def decode(
+        self, b: int, ctx: int, slots: tuple[int, ...] | None = None
+    ) -> tuple[float, float, float]:
+        """*b* requests of *ctx* prompt tokens decoding together, pinned to *slots* (None:
+        0..b−1): (the median chunk gap, the lock-step window's mean step, the engine's
+        mean ``predicted_per_token_ms`` or NaN)."""
         t0 = time.perf_counter()
         steps = self.grid.decode_steps
         outs = await asyncio.gather(
-            *(self._send(ctx, steps, t0, slot=k * stride) for k in range(b))
+            *(self._send(ctx, steps, t0, slot=k) for k in (slots or range(b)))
         )
         engine = [
             float(o.timings["predicted_per_token_ms"])

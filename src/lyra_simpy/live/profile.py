@@ -70,7 +70,9 @@ probes measure what those mechanics cost:
 
 * ``fragmented_decode_batch``: *B* decoders in every other slot (0, 2, 4, ...): the same
   decode batch as the contiguous one, but *B* forward passes instead of one with per-slot
-  KV — the difference is the cost of a pass (``per_extra_pass_ms``);
+  KV — the difference is the cost of a pass (``per_extra_pass_ms``; with passes of one
+  sequence each, ``decode_pass_gap_ms``); ``split_decode_batch`` (off by default): *B*
+  decoders in slots 0..B−2 and B, a pass of B − 1 beside a pass of one;
 * prefill rows of ``checkpoint_prompt_tokens`` (default 4 and 8): a prompt of 4 tokens is
   one step, one of 8 is two (4 + 4) with a checkpoint between — beside the other prefill
   rows they separate a step's fixed cost from a checkpoint's (``per_checkpoint_ms``);
@@ -113,6 +115,7 @@ from lyra_simpy.live.client import (
 from lyra_simpy.live.llamacpp_probes import (
     COUNT_COLUMNS,
     check_slots,
+    decode_slots,
     llamacpp_config,
     prompt_steps,
     row_counts,
@@ -227,12 +230,18 @@ def profile(
         )
     by_step = llama is not None and grid.mixed_timing != "prompt"
     together = [b for b in grid.prefill_together if b > 1]
-    fragmented = grid.fragmented_decode_batch if llama and not llama.kv_unified else []
-    decodes = [(b, 1) for b in grid.decode_batch] + [(b, 2) for b in fragmented]
-    plan: list[tuple[str, int, int, int]] = [
+    per_slot = llama is not None and not llama.kv_unified
+    fragmented = grid.fragmented_decode_batch if per_slot else []
+    split = [b for b in grid.split_decode_batch if b >= 3] if per_slot else []
+    decodes = [
+        *((b, decode_slots(b, 1)) for b in grid.decode_batch),
+        *((b, decode_slots(b, b)) for b in fragmented),
+        *((b, decode_slots(b, 2)) for b in split),
+    ]
+    plan: list[tuple[str, int, int, Any]] = [
         *(("prefill", 1, p, 1) for p in sorted(set(grid.prefill_tokens) | set(extra_prefill))),
         *(("prefill", b, p, 1) for b in together for p in sorted(set(grid.prefill_tokens))),
-        *(("decode", b, ctx, stride) for b, stride in decodes for ctx in grid.decode_context),
+        *(("decode", b, ctx, slots) for b, slots in decodes for ctx in grid.decode_context),
         *(
             ("mixed", b, p, ctx)
             for ctx in mixed_contexts(grid)
@@ -240,8 +249,8 @@ def profile(
             for p in grid.mixed_prompt_tokens
         ),
     ]
-    """The rows: (phase, batch, prompt tokens or decode context, the decode rows' slot
-    stride or the mixed rows' decoder prompt)."""
+    """The rows: (phase, batch, prompt tokens or decode context, the decode rows' slots
+    or the mixed rows' decoder prompt)."""
     got: list[list[tuple[float, float, float, float]]] = [[] for _ in plan]
     """Each row's measurements: (latency, the engine's figure or the mixed context, the
     decode probe's median gap and mean step)."""
@@ -346,8 +355,8 @@ def profile(
         if llama is None:
             continue
         _, _, prompt, context, *_ = rows[-1]
-        stride = arg if phase == "decode" else 1
-        counts.append(row_counts(llama, phase, b, prompt, context, stride))
+        slots = arg if phase == "decode" else None
+        counts.append(row_counts(llama, phase, b, prompt, context, slots))
     sources = {
         "prefill": prober.timed_by.get("prefill", "client TTFT"),
         "decode": (

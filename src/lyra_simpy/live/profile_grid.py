@@ -124,6 +124,11 @@ class ProfileGrid(BaseModel):
     fragmented_decode_batch: list[PositiveInt] = [2]
     """llama.cpp with per-slot KV: decode batches measured again in every other slot
     (module docstring); each needs 2B − 1 slots."""
+    split_decode_batch: list[PositiveInt] = []
+    """llama.cpp with per-slot KV: decode batches of *B* measured in slots 0..B−2 and B, a
+    pass of B − 1 sequences beside a pass of one (a step whose passes differ in rows,
+    which ``cost.decode_passes: each`` prices as lone steps of their rows:
+    ``docs/VALIDATION-llamacpp.md`` item 54); each needs B + 1 slots. Empty (default): off."""
     prefill_together: list[PositiveInt] = []
     """llama.cpp: prefill rows of *B* prompts of each ``prefill_tokens`` length sent
     together (``batch_size`` *B*, pinned to slots 0..B−1), for each *B* listed. With

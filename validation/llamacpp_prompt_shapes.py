@@ -111,12 +111,27 @@ def slots_against_log(here: Path) -> list[str]:
     from lyra_simpy.calibration.streams import read_run
 
     runs = [(load, folder) for load in LOADS for folder in every_run(here, load)]
-    logged = server_slots(here / "llama-server.log")[-len(runs) :]
-    n = max(max(r) for r in logged) + 1
+    log = here / "llama-server.log"
+    if not log.is_file():
+        raise SystemExit(f"--slots: no {log} (the server's log, kept by validate_cpu.py)")
+    logged = server_slots(log)
+    if len(logged) < len(runs) or not runs:
+        raise SystemExit(
+            f"--slots: {log} holds {len(logged)} runs after a pinned speed reading, the point "
+            f"{len(runs)} run folders: its runs need lyra-simpy speed before each "
+            "(validate_cpu.py --matrix --speed-before)"
+        )
+    logged = logged[-len(runs) :]
+    n = max(max(r, default=0) for r in logged) + 1
     out: list[str] = []
     for (load, folder), real in zip(runs, logged, strict=True):
         k = folder.name[3:]
         requests = read_run(folder)
+        if len(real) < len(requests):
+            raise SystemExit(
+                f"--slots: {folder} sent {len(requests)} requests, the log's run launched "
+                f"{len(real)}: the log is not this point's runs"
+            )
         real = real[: len(requests)]
         replayed = replay_slots(requests, n)
         order = sorted(range(len(requests)), key=lambda r: requests[r].arrival_s)

@@ -210,6 +210,7 @@ def test_the_published_matrix_is_item_23s_round_with_later_points_again() -> Non
     # same quiet host (item 50), -np 2 -b 64 short, -np 4 short (six runs a load, the
     # tables on runs 1-3) and -np 4 long on the Xeon VM (item 52), -np 2 -b 64 long there
     # too (item 53), every decode pass priced at its own rows (item 54, --resimulate),
+    # -np 4 short and long again with the split decode probe (item 55),
     # each with a prompt's
     # steps as probe rows (item 13), the full-batch check (item 20) and Table 1 charging
     # each request's path (item 18); Tables 2 and 3 fitted on log errors (item 26); the
@@ -220,12 +221,12 @@ def test_the_published_matrix_is_item_23s_round_with_later_points_again() -> Non
         for flags in ("-np 4 -c 4096 -t 2", "-np 4 -c 4096 -t 2 -kvu", "-np 2 -c 4096 -t 2 -b 64")
         for reg in ("short", "long")
     ]
-    assert _totals(rows) == [159, 162, 163]
+    assert _totals(rows) == [172, 165, 164]
     by = _by_point(rows)
     cells = {k: (v[2], v[4], v[6], v[8]) for k, v in by.items()}
     assert cells == {
-        ("-np 4 -c 4096 -t 2", "short"): ("32 / 35", "31 / 35", "32 / 35", "0.97–1.00 |"),
-        ("-np 4 -c 4096 -t 2", "long"): ("19 / 35", "31 / 35", "31 / 35", "1.00–1.03 |"),
+        ("-np 4 -c 4096 -t 2", "short"): ("31 / 35", "33 / 35", "32 / 35", "1.00–1.02 |"),
+        ("-np 4 -c 4096 -t 2", "long"): ("33 / 35", "32 / 35", "32 / 35", "0.99–1.02 |"),
         ("-np 4 -c 4096 -t 2 -kvu", "short"): ("31 / 35", "23 / 35", "20 / 35", "0.98–1.01 |"),
         ("-np 4 -c 4096 -t 2 -kvu", "long"): ("29 / 35", "24 / 35", "27 / 35", "1.01–1.03 |"),
         ("-np 2 -c 4096 -t 2 -b 64", "short"): ("22 / 35", "30 / 35", "30 / 35", "1.02–1.04 |"),
@@ -235,7 +236,7 @@ def test_the_published_matrix_is_item_23s_round_with_later_points_again() -> Non
     bands = validation_module("llamacpp_report").cells_by_steps(
         json.loads((ROOT / "docs" / "validation" / "llamacpp-matrix.json").read_text())["results"]
     )
-    assert bands == {"within 3 %": [123, 154, 22], "3–6 %": [36, 56, 8]}
+    assert bands == {"within 3 %": [140, 161, 23], "3–6 %": [32, 49, 7]}
 
 
 def test_item_29s_short_points_again() -> None:
@@ -308,6 +309,15 @@ def test_item_26s_log_loss_charges_every_prompt_range_of_the_fitted_load() -> No
 NP4, NP2 = "-np 4 -c 4096 -t 2", "-np 2 -c 4096 -t 2 -b 64"
 
 KEPT_SETS = [
+    # item 54's set (published until item 55; item 54's test reads it): each decode pass
+    # priced at its own rows, every point's runs item 53's
+    (
+        "item54",
+        [159, 162, 163],
+        (NP4, "short"),
+        (2, 4, 6),
+        ("32 / 35", "31 / 35", "32 / 35"),
+    ),
     # item 53's set (published until item 54; item 53's test reads it): every point on the
     # Xeon VM, a decode step's passes priced with the step's rows
     (
@@ -1728,6 +1738,15 @@ def test_server_slots_cuts_the_runs_at_the_pinned_readings(tmp_path: Path) -> No
                             launch(0, "id"),  # before run 2
                             launch(0, "LRU"), launch(1, "LRU")]))  # fmt: skip
     assert shapes.server_slots(log) == [[1, 0, 1], [0, 1]]
+    # a point with more run folders than the log has runs: one line, no traceback
+    point = tmp_path / "default_short"
+    for k in (1, 2, 3):
+        (point / "real" / "poisson_0.3" / f"run{k}").mkdir(parents=True)
+    with pytest.raises(SystemExit, match=r"--slots: no .*llama-server.log \(the server's log"):
+        shapes.slots_against_log(point)
+    (point / "llama-server.log").write_text(log.read_text())
+    with pytest.raises(SystemExit, match="holds 2 runs after a pinned speed reading, the point 3"):
+        shapes.slots_against_log(point)
 
 
 def test_item_52s_three_points_again_on_the_xeon_vm() -> None:
@@ -1778,7 +1797,7 @@ def test_item_54s_passes_priced_at_their_own_rows() -> None:
     # of its rows (cost.decode_passes: each). Only the -np 4 points have decode steps of
     # several passes with more sequences than passes; every other point is item 53's
     validation = ROOT / "docs" / "validation"
-    sets = ("llamacpp-matrix.json", "llamacpp-matrix-epyc-item53.json")
+    sets = ("llamacpp-matrix-epyc-item54.json", "llamacpp-matrix-epyc-item53.json")
     now, before = (json.loads((validation / f).read_text())["results"] for f in sets)
     moved = {p for p in now if now[p] != before[p]}
     assert moved == {"default/short", "default/long"}
@@ -1800,3 +1819,31 @@ def test_item_54s_passes_priced_at_their_own_rows() -> None:
         cell = line.split("b3/p2 ")[1].split(";")[0]
         each, together = (float(x) for x in cell.split(") ")[1].split(" | "))
         assert 0.97 <= each < 1.0 < 1.01 < together <= 1.04
+
+
+def test_item_55s_np4_points_again_with_the_split_probe() -> None:
+    # item 55: -np 4 short and long run again, their profiles with three decoders in a
+    # pass of two beside a pass of one (grid.split_decode_batch); the other four points
+    # are item 54's set's
+    validation = ROOT / "docs" / "validation"
+    sets = ("llamacpp-matrix.json", "llamacpp-matrix-epyc-item54.json")
+    now, before = (json.loads((validation / f).read_text())["results"] for f in sets)
+    again = {"default/short", "default/long"}
+    assert {p for p in now if now[p] != before[p]} == again
+    assert {now[p]["finished"] for p in again} == {"2026-12-05 20:16 UTC", "2026-12-05 20:48 UTC"}
+    assert {p: sum(_inside(now[p]).values()) for p in sorted(again)} == {
+        "default/long": 33, "default/short": 31
+    }  # fmt: skip
+    # -np 4 long's prompt steps at the Poisson loads ran at Table 1's charge (item 52: over)
+    loads = now["default/long"]["loads"]
+    prompt = [round(loads[k]["steps_vs_charge"]["prompt"]["median"], 2)
+              for k in ("poisson_0.3", "poisson_0.6", "poisson_0.9")]  # fmt: skip
+    assert prompt == [0.98, 0.99, 0.99]
+    # the split probe: 1.02 x each's charge at both points (llamacpp_steps.py --passes)
+    kept = (validation / "llamacpp-passes-item55.txt").read_text().splitlines()
+    probes = [line for line in kept if line.strip().startswith("profile")]
+    assert len(probes) == 2
+    for line in probes:
+        each, together = line.split("b3/p2 ")[1].split(";")[0].split(") ")[1].split(" | ")
+        assert float(each) == 1.02
+        assert 0.97 < float(together) < 1.02

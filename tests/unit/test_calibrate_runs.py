@@ -606,7 +606,17 @@ def test_a_fit_on_per_slot_runs_gives_back_the_pass_and_checkpoint_costs(tmp_pat
     steps = steps_of_runs(runs, StepRebuild(**layout))
     assert (steps.passes > steps.steps).mean() > 0.1  # fragmented steps are common
     assert (steps.output_passes != 1).mean() > 0.1  # and steps with none or several logits
-    got = fit_runs(runs, rebuild=StepRebuild(**layout), loss="soft_l1").coefficients
+    # the rows of each pass of the decode-only steps of several passes (Steps.pass_rows)
+    multi = (steps.prefill_seqs == 0) & (steps.passes > 1) & (steps.steps == 1)
+    assert multi.any()
+    assert (steps.pass_rows[multi].sum(axis=1) == steps.decode_seqs[multi]).all()
+    assert ((steps.pass_rows[multi] > 0).sum(axis=1) == steps.passes[multi]).all()
+    assert (steps.pass_rows[~multi] == 0).all()
+    fitted = fit_runs(runs, rebuild=StepRebuild(**layout), loss="soft_l1")
+    got = fitted.coefficients
+    # those passes priced as lone steps of their rows count the fixed 5 ms once a pass
+    # where these runs paid 2 (the extra pass): the gap is -3 ms a pass beyond one
+    assert fitted.decode_pass_gap_ms == pytest.approx(-3.0, abs=0.5)
     want = {**TRUE, "per_extra_pass_ms": 2.0, "per_checkpoint_ms": 1.0, "per_output_pass_ms": 4.0}
     for term in ("fixed_ms", "per_decode_seq_ms", "per_prefill_token_ms", "per_output_pass_ms"):
         assert getattr(got, term) == pytest.approx(want[term], rel=0.05), term

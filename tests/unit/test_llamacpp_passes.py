@@ -92,6 +92,7 @@ def test_calibrate_fits_the_gap_between_passes_from_rows_of_one_sequence_a_pass(
     for n in (1, 2, 3, 4):
         rows.append(f"decode,{n},0,0,{lone(n)},1,1,0,1")
     rows.append(f"decode,2,0,0,{2 * lone(1) + gap},1,2,0,2")
+    rows.append(f"decode,3,0,0,{lone(2) + lone(1) + gap},1,2,0,2")  # split_decode_batch
     path = tmp_path / "p.csv"
     path.write_text("\n".join(rows) + "\n")
     fit = fit_profile(read_profile(path))
@@ -105,8 +106,13 @@ def test_calibrate_fits_the_gap_between_passes_from_rows_of_one_sequence_a_pass(
     split = BatchShape(0, 0, 0, 3, 3, 0, 0, 2, 0, -1, 2, 0, (2, 1))
     assert cost.iteration_s(split) * 1000 == pytest.approx(lone(2) + lone(1) + gap)
     # a profile with no such row has no gap: priced together
-    path.write_text("\n".join(rows[:-1]) + "\n")
+    path.write_text("\n".join(rows[:-2]) + "\n")
     assert fit_profile(read_profile(path)).decode_pass_gap_ms is None
+    # the gap is the median over both shapes: 0.4 ms beside lone ones, 1.4 ms beside a 2
+    rows[-2] = f"decode,2,0,0,{2 * lone(1) + 0.4},1,2,0,2"
+    rows[-1] = f"decode,3,0,0,{lone(2) + lone(1) + 1.4},1,2,0,2"
+    path.write_text("\n".join(rows) + "\n")
+    assert fit_profile(read_profile(path)).decode_pass_gap_ms == pytest.approx(0.9)
 
 
 def test_the_slots_a_decode_probe_pins_by_its_passes():

@@ -79,10 +79,10 @@ profiling does not move it as it moves a mean); a ``profile`` cost model with
 ``decode_table: true`` adds it to decode-only steps, interpolated linearly between the
 measured sizes and held at the nearest measured size outside them (so a batch never
 costs less than the linear terms say beyond the grid, nor jumps there). Where the rows
-say how many forward passes they took, the table takes the one-pass rows, and the rows with
-as many passes as sequences give ``decode_pass_gap_ms`` (:func:`decode_pass_gap`): what a
-pass costs beyond a lone decode step of its rows, for a cost that prices a llama.cpp decode
-step pass by pass (``cost.decode_passes: each``).
+say how many forward passes they took, the table takes the one-pass rows, and the rows of
+several passes whose rows per pass are known give ``decode_pass_gap_ms``
+(:func:`decode_pass_gap`): what a pass costs beyond a lone decode step of its rows, for a
+cost that prices a llama.cpp decode step pass by pass (``cost.decode_passes: each``).
 
 Outside the measured grid the model extends each term linearly (it is linear in the
 terms), so a larger batch or context never crashes and never costs less: the
@@ -384,26 +384,54 @@ def decode_residuals(profile: Any, predicted: Floats, x: Floats | None = None
     return out
 
 
-def decode_pass_gap(profile: Any, x: Floats, coef: Floats, residuals: dict[int, float]
-                    ) -> float | None:  # fmt: skip
+def profile_pass_rows(batch: int, passes: int) -> tuple[int, ...] | None:
+    """The decode rows of each pass of a profile's decode row of *batch* sequences in
+    *passes* passes, as ``lyra-simpy profile`` lays its probes out
+    (:func:`~lyra_simpy.live.llamacpp_probes.decode_slots`): a pass each (slots apart), or
+    two of B − 1 and 1 (``split_decode_batch``); None for another shape."""
+    if passes == batch:
+        return (1,) * batch
+    if passes == 2 and batch >= 3:
+        return (batch - 1, 1)
+    return None
+
+
+def decode_pass_gap(
+    profile: Any,
+    x: Floats,
+    coef: Floats,
+    residuals: dict[int, float],
+    pass_rows: list[tuple[int, ...] | None] | None = None,
+) -> float | None:
     """``ProfileFit.decode_pass_gap_ms``: over the decode rows (and rebuilt decode steps)
-    with as many forward passes as sequences (each pass one sequence: llama.cpp's slots
-    all apart), the median of what a row took beyond its passes priced as lone
-    one-sequence decode steps (the fit's fixed, output-pass and sequence terms, the
-    decode table at 1 as the cost model interpolates it, and the rows' context term),
-    per pass beyond one. None where there is no such row."""
+    of several forward passes whose rows per pass are known — *pass_rows*, one entry per
+    row (None: unknown); by default a profile's (:func:`profile_pass_rows`) — the median
+    of what a row took beyond its passes priced as lone decode steps of their rows (the
+    fit's fixed, output-pass and sequence terms and the decode table as the cost model
+    interpolates it) and its context term, per pass beyond one. None where there is no
+    such row."""
     if x.shape[1] <= _OUTPUT:
         return None
-    b = profile.batch_size.astype(np.float64)
-    hit = _decode_rows(profile) & (b >= 2) & (x[:, _EXTRA] == b - x[:, 0])
-    hit &= (x[:, 0] == 1) & (x[:, _CHECKPOINT] == 0)
-    if not hit.any():
-        return None
+    b = profile.batch_size.astype(np.int64)
+    passes = np.rint(x[:, _EXTRA] + x[:, 0]).astype(np.int64)
+    hit = _decode_rows(profile) & (passes >= 2) & (x[:, 0] == 1) & (x[:, _CHECKPOINT] == 0)
+    if pass_rows is None:
+        pass_rows = [profile_pass_rows(int(n), int(k)) for n, k in zip(b, passes, strict=True)]
     sizes = sorted(residuals)
-    one = float(np.interp(1, sizes, [residuals[k] for k in sizes])) if sizes else 0.0
-    lone = coef[0] + coef[1] + coef[_OUTPUT] + one
-    gap = (profile.latency_ms[hit] - b[hit] * lone - coef[2] * x[hit, 2]) / (b[hit] - 1)
-    return float(np.median(gap))
+    table = [residuals[k] for k in sizes]
+
+    def lone(n: int) -> float:
+        extra = float(np.interp(n, sizes, table)) if sizes else 0.0
+        return float(coef[0] + coef[_OUTPUT] + coef[1] * n + extra)
+
+    gaps = []
+    for i in np.flatnonzero(hit):
+        split = pass_rows[i]
+        if split is None or len(split) != passes[i] or sum(split) != b[i]:
+            continue
+        took = profile.latency_ms[i] - sum(lone(n) for n in split) - coef[2] * x[i, 2]
+        gaps.append(took / (passes[i] - 1))
+    return float(np.median(gaps)) if gaps else None
 
 
 def predict_ms(fit: ProfileFit, profile: Profile) -> npt.NDArray[np.float64]:

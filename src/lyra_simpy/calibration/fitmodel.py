@@ -149,9 +149,11 @@ class ProfileFit(_Closed):
     rows: what the linear terms miss at that size (e.g. a CPU engine's single-sequence
     matrix-vector fast path). A ``profile`` cost with ``decode_table: true`` adds it."""
     decode_pass_gap_ms: float | None = None
-    """What a decode step of several passes of one sequence each costs beyond its passes
-    priced as lone one-sequence decode steps (fixed terms, a row, the context and the
-    decode table at 1), per pass beyond one: the median over the decode rows (and
-    rebuilt decode steps) with as many passes as sequences. A ``profile`` cost with
-    ``decode_passes: each`` prices every pass of a decode step at its own rows and adds
-    this per pass beyond one. None: no such row (or a fit made before it)."""
+    """What a decode step of several forward passes costs beyond its passes priced as
+    lone decode steps of their rows (fixed terms, the rows, the decode table at them)
+    and its context, per pass beyond one: the median over the decode rows (and rebuilt
+    decode steps) whose rows per pass are known (a profile's probes: a sequence a pass,
+    or B − 1 beside 1, :func:`~lyra_simpy.calibration.fit.profile_pass_rows`). A
+    ``profile`` cost with ``decode_passes: each`` prices every pass of a decode step at
+    its own rows and adds this per pass beyond one. None: no such row (or a fit made
+    before it)."""

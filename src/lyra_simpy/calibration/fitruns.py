@@ -30,6 +30,7 @@ from lyra_simpy.calibration.fit import (
     decode_residuals,
     design_matrix,
     fit_coefficients,
+    profile_pass_rows,
     report,
     rowwise_dot,
     with_profile_probes,
@@ -99,6 +100,19 @@ def _join(profile: Profile | None, steps: Steps) -> tuple[_Rows, np.ndarray, np.
     return rows, np.vstack(xs), np.concatenate(lines)
 
 
+def _pass_rows(profile: Profile | None, steps: Steps) -> list[tuple[int, ...] | None]:
+    """The decode rows of each pass of every row of :func:`_join`'s table: a profile row's
+    by its probe's layout (:func:`~lyra_simpy.calibration.fit.profile_pass_rows`), a
+    rebuilt step's as the rebuild cut it (``Steps.pass_rows``; None where it did not)."""
+    out: list[tuple[int, ...] | None] = []
+    if profile is not None:
+        passes = profile.passes if profile.passes is not None else np.ones_like(profile.batch_size)
+        out += [profile_pass_rows(int(b), int(n))
+                for b, n in zip(profile.batch_size, passes, strict=True)]  # fmt: skip
+    out += [tuple(int(r) for r in row if r) or None for row in steps.pass_rows]
+    return out
+
+
 def _widen(x: npt.NDArray[np.float64], width: int) -> npt.NDArray[np.float64]:
     """*x* with the step terms it lacks (:data:`~lyra_simpy.calibration.fitmodel.STEP_TERMS`):
     no extra pass, no checkpoint, one pass computing logits a step (its first column)."""
@@ -163,7 +177,7 @@ def fit_runs(
         fit=report(rows, predicted, unmeasured, lines),
         noise=_with_spells(noise_fit(rows.latency_ms, predicted), steps, predicted),
         decode_batch_residual_ms=(residuals := decode_residuals(rows, predicted, x)),
-        decode_pass_gap_ms=decode_pass_gap(rows, x, coef, residuals),
+        decode_pass_gap_ms=decode_pass_gap(rows, x, coef, residuals, _pass_rows(profile, steps)),
         attention="n_kv" if steps.llamacpp else "own",
     )
     return with_profile_probes(fit, profile)  # the wander where the runs show none

@@ -102,8 +102,8 @@ class ProfileCostConfig(Closed):
     ``together``: the step's rows as one decode step plus ``per_extra_pass_ms`` and
     ``per_output_pass_ms`` for each pass beyond one (the model before item 54). Without
     ``decode_table``, without the step's ``pass_rows`` or with a fit lacking
-    ``decode_pass_gap_ms`` (a profile with no decode row of one sequence a pass), a step
-    is priced ``together``."""
+    ``decode_pass_gap_ms`` (a profile with no decode row of several passes), a step is
+    priced ``together``."""
     jitter: Jitter | None = None
     """Seeded step-time noise on every iteration (default none: exact times); see
     :mod:`~lyra_simpy.cost.jitter`."""

@@ -261,10 +261,10 @@ def chunk_rows(point: Path) -> list[str]:
 def _probe_cells(point: Path) -> list[str]:
     """The profile's decode rows by sequences and passes, each with its median ms and
     measured / charged by Table 1's cost with ``decode_passes: each`` and ``together``
-    (the probe's slots: :func:`~lyra_simpy.live.llamacpp_probes.decode_slots`)."""
+    (the probe's slots: :func:`~lyra_simpy.calibration.profiles.decode_slots`)."""
+    from lyra_simpy.calibration.profiles import decode_slots
     from lyra_simpy.cost import COST_MODELS
     from lyra_simpy.cost.base import BatchShape
-    from lyra_simpy.live.llamacpp_probes import decode_slots
     from lyra_simpy.policies.ubatch import pass_rows
     from lyra_simpy.scenario import scenario_from_dict
 

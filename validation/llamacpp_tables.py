@@ -167,12 +167,8 @@ def with_probe_columns(here: Path, flags: list[str]) -> list[str]:
     flags, a decode row's slots every other one when it ran more than one pass): those it
     lacks added, the attention counts (:data:`ATTENTION_COUNTS`) recounted, and the step
     columns it has checked against the rules; the columns added or changed."""
-    from lyra_simpy.live.llamacpp_probes import (
-        COUNT_COLUMNS,
-        decode_slots,
-        llamacpp_config,
-        row_counts,
-    )
+    from lyra_simpy.calibration.profiles import decode_slots
+    from lyra_simpy.live.llamacpp_probes import COUNT_COLUMNS, llamacpp_config, row_counts
     from lyra_simpy.live.profile_grid import ProfileGrid
 
     path = here / "profile.csv"

@@ -116,7 +116,7 @@ def test_calibrate_fits_the_gap_between_passes_from_rows_of_one_sequence_a_pass(
 
 
 def test_the_slots_a_decode_probe_pins_by_its_passes():
-    from lyra_simpy.live.llamacpp_probes import decode_slots
+    from lyra_simpy.calibration.profiles import decode_slots
 
     assert decode_slots(3, 1) == (0, 1, 2)
     assert decode_slots(2, 2) == (0, 2)  # fragmented: a pass each

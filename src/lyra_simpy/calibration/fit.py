@@ -93,6 +93,7 @@ in the fit file so that a reader sees how far a scenario extrapolates.
 from __future__ import annotations
 
 import hashlib
+from itertools import pairwise
 from typing import Any, Literal
 
 import numpy as np
@@ -108,7 +109,13 @@ from lyra_simpy.calibration.fitmodel import (
     RowError,
 )
 from lyra_simpy.calibration.noisefit import SessionFit, WanderFit, noise_fit
-from lyra_simpy.calibration.profiles import PHASES, Profile, read_speed_references, read_wander
+from lyra_simpy.calibration.profiles import (
+    PHASES,
+    Profile,
+    decode_slots,
+    read_speed_references,
+    read_wander,
+)
 from lyra_simpy.calibration.wakefit import with_profile_wake
 from lyra_simpy.cost.hostnoise import fitted_session, fitted_wander
 
@@ -386,14 +393,20 @@ def decode_residuals(profile: Any, predicted: Floats, x: Floats | None = None
 
 def profile_pass_rows(batch: int, passes: int) -> tuple[int, ...] | None:
     """The decode rows of each pass of a profile's decode row of *batch* sequences in
-    *passes* passes, as ``lyra-simpy profile`` lays its probes out
-    (:func:`~lyra_simpy.live.llamacpp_probes.decode_slots`): a pass each (slots apart), or
-    two of B − 1 and 1 (``split_decode_batch``); None for another shape."""
-    if passes == batch:
-        return (1,) * batch
-    if passes == 2 and batch >= 3:
-        return (batch - 1, 1)
-    return None
+    *passes* passes: the runs of consecutive slots ``lyra-simpy profile`` pins them to
+    (:func:`~lyra_simpy.calibration.profiles.decode_slots`: a pass each, or B − 1 beside
+    1); None for a shape it does not lay out."""
+    try:
+        slots = decode_slots(batch, passes)
+    except ValueError:
+        return None
+    runs = [1]
+    for before, slot in pairwise(slots):
+        if slot == before + 1:
+            runs[-1] += 1
+        else:
+            runs.append(1)
+    return tuple(runs)
 
 
 def decode_pass_gap(

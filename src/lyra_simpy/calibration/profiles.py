@@ -308,3 +308,17 @@ def write_profile(path: Path, rows: list[dict[str, Any]], extra: tuple[str, ...]
         writer.writerow((*COLUMNS, *extra))
         for row in rows:
             writer.writerow([row[c] for c in (*COLUMNS, *extra)])
+
+
+def decode_slots(batch: int, passes: int) -> tuple[int, ...]:
+    """The slots a decode probe row pins its *batch* decoders to, by the *passes* it runs
+    in with per-slot KV: one, slots 0..B−1 (``decode_batch``); one a sequence, every other
+    slot (``fragmented_decode_batch``); two of a batch of 3 or more, slots 0..B−2 and B
+    (``split_decode_batch``)."""
+    if passes == 1:
+        return tuple(range(batch))
+    if passes == batch:
+        return tuple(range(0, 2 * batch, 2))
+    if passes == 2 and batch >= 3:
+        return (*range(batch - 1), batch)
+    raise ValueError(f"passes: got {passes} for a decode row of {batch}, allowed 1, 2 or {batch}")

@@ -55,20 +55,6 @@ def check_slots(grid: ProfileGrid, llama: LlamaCppConfig) -> None:
         )
 
 
-def decode_slots(batch: int, passes: int) -> tuple[int, ...]:
-    """The slots a decode probe row pins its *batch* decoders to, by the *passes* it runs
-    in with per-slot KV: one, slots 0..B−1 (``decode_batch``); one a sequence, every other
-    slot (``fragmented_decode_batch``); two of a batch of 3 or more, slots 0..B−2 and B
-    (``split_decode_batch``)."""
-    if passes == 1:
-        return tuple(range(batch))
-    if passes == batch:
-        return tuple(range(0, 2 * batch, 2))
-    if passes == 2 and batch >= 3:
-        return (*range(batch - 1), batch)
-    raise ValueError(f"passes: got {passes} for a decode row of {batch}, allowed 1, 2 or {batch}")
-
-
 def probe_passes(
     llama: LlamaCppConfig, segments: list[tuple[int, int]], outputs: list[bool]
 ) -> tuple[int, int]:
@@ -181,10 +167,11 @@ def row_counts(
 ) -> tuple[int, int, int, int, int, int]:
     """The extra columns of one probe row (:data:`COUNT_COLUMNS`) as the server runs it:
     a ``decode`` row's *batch* decoders in *slots* (None: 0..batch−1,
-    :func:`decode_slots`), one step whose every pass computes logits; a ``prefill`` row's
-    *batch* prompts of *prompt* tokens sent together; a ``mixed`` row's prompt of
-    *prompt* tokens beside *batch* decoders of *context* tokens, or with *step* only that
-    step of it (``grid.mixed_timing: steps``)."""
+    :func:`~lyra_simpy.calibration.profiles.decode_slots`), one step whose every pass
+    computes logits; a ``prefill`` row's *batch* prompts of *prompt* tokens sent
+    together; a ``mixed`` row's prompt of *prompt* tokens beside *batch* decoders of
+    *context* tokens, or with *step* only that step of it (``grid.mixed_timing:
+    steps``)."""
     if step is not None:
         return (1, *prompt_steps(llama, 1, prompt, batch, context)[step][1:])
     if phase == "decode":

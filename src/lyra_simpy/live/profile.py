@@ -105,6 +105,7 @@ from typing import Any
 
 import yaml
 
+from lyra_simpy.calibration.profiles import decode_slots
 from lyra_simpy.calibration.wakefit import WAKE_COLUMNS, WAKE_SUFFIX
 from lyra_simpy.errors import LyraError
 from lyra_simpy.live.client import (
@@ -115,7 +116,6 @@ from lyra_simpy.live.client import (
 from lyra_simpy.live.llamacpp_probes import (
     COUNT_COLUMNS,
     check_slots,
-    decode_slots,
     llamacpp_config,
     prompt_steps,
     row_counts,

@@ -166,9 +166,12 @@ def point_rows(point: Path, which: str = "probes") -> list[str]:
     fit = load_fit(point / f"fit_{which}.yaml")
     profile = read_profile(point / "profile.csv")
     probe = profile.latency_ms / predict_ms(fit, profile)
+    prefill = profile.phase == "prefill"
+    lone = prefill & (profile.batch_size == 1)
     lines = [
         f"{point.name} (the fit of its {which}): probe rows, measured / fit: prefill "
-        f"{_median(probe[profile.phase == 'prefill'])}, mixed "
+        f"{_median(probe[prefill])} (lone prompts {_median(probe[lone])}, prompts sent "
+        f"together {_median(probe[prefill & ~lone])}), mixed "
         f"{_median(probe[profile.phase == 'mixed'])}, decode "
         f"{_median(probe[profile.phase == 'decode'])}"
     ]

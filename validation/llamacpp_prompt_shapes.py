@@ -100,8 +100,9 @@ def slots_against_log(here: Path) -> list[str]:
     (:func:`server_slots`, the runs in the matrix's order), against the rebuild's replay
     (:func:`~lyra_simpy.calibration.llamacpp_runs.replay_slots`, as the engine model
     chooses: a server that never ran a request fills its highest slot first, and of slots
-    released in one step the highest id goes first), in the order the requests were sent:
-    how many got the same slot, and how many the mirrored one (``n_parallel - 1 - slot``).
+    released in one step the highest id goes first), in the order the server launched
+    the requests (their first tokens' order): how many got the same slot, and how many
+    the mirrored one (``n_parallel - 1 - slot``).
     A server whose slots were last released in id order — the speed readings' pinned
     batch, released in one step — fills them lowest first, and llama.cpp releases a
     step's finished slots in id order (``update_slots``), lowest first again: the mirror
@@ -134,7 +135,7 @@ def slots_against_log(here: Path) -> list[str]:
             )
         real = real[: len(requests)]
         replayed = replay_slots(requests, n)
-        order = sorted(range(len(requests)), key=lambda r: requests[r].arrival_s)
+        order = sorted(range(len(requests)), key=lambda r: requests[r].chunk_s[0])
         again = [replayed[r] for r in order]
         same = sum(a == b for a, b in zip(real, again, strict=True))
         mirrored = sum(a == n - 1 - b for a, b in zip(real, again, strict=True))

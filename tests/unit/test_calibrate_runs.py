@@ -580,6 +580,12 @@ def test_replayed_slots_follow_llamacpps_lru_choice_and_wait_in_order():
     # first release (r0's, at 1.0); at 3.0 both are idle and slot 0 was released first
     requests = [req(0.0, 1.0), req(0.1, 2.0), req(0.5, 2.5), req(3.0, 3.5)]
     assert replay_slots(requests, 2) == [1, 0, 1, 0]
+    # two requests waiting: the one whose first token came first was launched first, and
+    # it takes the slot released first, whichever was sent first (sent together, the
+    # server's queue holds them in an order the client cannot see)
+    late = StreamedRequest(0.4, 8, 0, [2.2, 2.6], [1, 1])  # sent first, launched second
+    early = StreamedRequest(0.41, 8, 0, [1.1, 3.0], [1, 1])
+    assert replay_slots([*requests[:2], late, early], 2) == [1, 0, 0, 1]
 
 
 def test_a_fit_on_per_slot_runs_gives_back_the_pass_and_checkpoint_costs(tmp_path):

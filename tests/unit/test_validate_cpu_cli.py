@@ -310,6 +310,15 @@ def test_item_26s_log_loss_charges_every_prompt_range_of_the_fitted_load() -> No
 NP4, NP2 = "-np 4 -c 4096 -t 2", "-np 2 -c 4096 -t 2 -b 64"
 
 KEPT_SETS = [
+    # item 56's set (published until item 58; items 56-57's tests read it): the runs'
+    # slots replayed in order of sending
+    (
+        "item56",
+        [172, 165, 163],
+        (NP4, "short"),
+        (2, 4, 6),
+        ("31 / 35", "33 / 35", "31 / 35"),
+    ),
     # item 55's set (published until item 56; item 55's test reads it): -np 4 short and
     # long again with the split probe, the gap from rows of a sequence a pass
     (
@@ -1864,7 +1873,7 @@ def test_item_56s_gap_from_every_split_shape() -> None:
     # and step of several passes (the split probe's 2 + 1 rows too); only the -np 4
     # points have such steps
     validation = ROOT / "docs" / "validation"
-    sets = ("llamacpp-matrix.json", "llamacpp-matrix-epyc-item55.json")
+    sets = ("llamacpp-matrix-epyc-item56.json", "llamacpp-matrix-epyc-item55.json")
     now, before = (json.loads((validation / f).read_text())["results"] for f in sets)
     assert {p for p in now if now[p] != before[p]} == {"default/short", "default/long"}
     assert {p: sum(_inside(now[p]).values()) for p in ("default/short", "default/long")} == {
@@ -1892,7 +1901,8 @@ def test_item_56s_set_at_the_speeds_read_and_its_bands() -> None:
     # from its point's level (item 47's set: 3.1 %), the lone reading strays 1.1 % from
     # it, and the lone reading now does better than the full batch's
     validation = ROOT / "docs" / "validation"
-    results = json.loads((validation / "llamacpp-matrix.json").read_text())["results"]
+    kept_set = validation / "llamacpp-matrix-epyc-item56.json"  # (published until item 58)
+    results = json.loads(kept_set.read_text())["results"]
     totals = {"runs": 186, "mean": 188, "gate": 179, "gate-all": 179, "speed": 182,
               "speed-batch": 177, "one-run": 169}  # fmt: skip
     kept = _at_speed_checked(validation / "llamacpp-at-speed-item56.json", results, 172, totals)
@@ -1909,3 +1919,38 @@ def test_item_56s_set_at_the_speeds_read_and_its_bands() -> None:
     # the draws vary about as much as the real repeats (run to run, Table 1)
     assert "T1 1.6% / 1.8%" in printed["--wander"][-1]
     assert "T1 1.6% / 2.5%" in printed["--wander --session"][-1]
+
+
+def test_item_58s_slots_replayed_in_the_servers_launch_order() -> None:
+    # item 58: the replay gives a released slot to the waiting request whose first token
+    # came first, and --slots compares in that order (llamacpp_prompt_shapes.py --slots on
+    # every point, kept): at Poisson 0.9, 570 of the 576 requests sit in the server's slot
+    # seen in the mirror (item 57's replay: 483)
+    kept = (ROOT / "docs" / "validation" / "llamacpp-slots-item58.txt").read_text()
+    got: dict[str, list[int]] = {}
+    for line in kept.splitlines():
+        if ", mirrored " in line:
+            load = line.split()[0]
+            n, mirrored = int(line.split()[2]), int(line.rsplit(" ", 1)[1])
+            got.setdefault(load, [0, 0])
+            got[load] = [got[load][0] + mirrored, got[load][1] + n]
+    assert got == {"poisson_0.3": [536, 576], "poisson_0.6": [570, 576],
+                   "poisson_0.9": [570, 576], "closed_4": [386, 576],
+                   "closed_8": [268, 576]}  # fmt: skip
+
+
+def test_item_58s_replay_moves_only_the_step_checks() -> None:
+    # item 58: the same runs with the slots replayed in launch order: every table's cells
+    # and every fit as item 56's; only compare --steps' figures move, at the closed loops
+    # and Poisson 0.9, by at most 0.2 %
+    validation = ROOT / "docs" / "validation"
+    sets = ("llamacpp-matrix.json", "llamacpp-matrix-epyc-item56.json")
+    now, before = (json.loads((validation / f).read_text())["results"] for f in sets)
+    for p in now:
+        for key in ("fits", "table2", "table3"):
+            assert now[p][key] == before[p][key]
+        assert _inside(now[p]) == _inside(before[p])
+        for load, got in now[p]["loads"].items():
+            a = got["steps_vs_charge"]["decode"]["median"]
+            b = before[p]["loads"][load]["steps_vs_charge"]["decode"]["median"]
+            assert abs(a - b) <= 0.002

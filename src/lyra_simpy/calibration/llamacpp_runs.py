@@ -106,9 +106,13 @@ def replay_slots(requests: list[StreamedRequest], n_parallel: int) -> list[int]:
     streams (``StepRebuild.llamacpp``): a request sent takes the idle slot released
     longest ago (``get_available_slot``'s LRU, as
     :meth:`~lyra_simpy.policies.llamacpp.LlamaCppServer.free_slot` has it: on a tie the
-    highest id, the server's choice up to a mirror), or waits in order of sending for the
-    next slot released; a slot is released at its request's last token."""
+    highest id, the server's choice up to a mirror), or waits for the next slot released;
+    a slot is released at its request's last token. Of the requests waiting, the one the
+    server launched first — whose first token came first — takes it: requests sent
+    together reach the server's queue in an order the client does not know, and their
+    streams show the order it took them in (``docs/VALIDATION-llamacpp.md`` item 58)."""
     finish = [req.chunk_s[-1] for req in requests]
+    first = [req.chunk_s[0] for req in requests]
     slot_of = [-1] * len(requests)
     busy: list[int | None] = [None] * n_parallel
     last_used = [-1.0] * n_parallel
@@ -121,7 +125,8 @@ def replay_slots(requests: list[StreamedRequest], n_parallel: int) -> list[int]:
             if not idle:
                 return
             slot = min(idle, key=lambda i: (last_used[i], -i))
-            r = waiting.popleft()
+            r = min(waiting, key=lambda w: first[w])  # (the earliest sent on a tie)
+            waiting.remove(r)
             busy[slot], slot_of[r] = r, slot
             heapq.heappush(releases, (finish[r], slot))
 

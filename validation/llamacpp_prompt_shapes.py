@@ -109,6 +109,7 @@ def slots_against_log(here: Path) -> list[str]:
     image of the replay, with the same runs of consecutive slot ids and so the same
     passes. Then closed 8's last run in full."""
     from lyra_simpy.calibration.llamacpp_runs import replay_slots
+    from lyra_simpy.calibration.runs import StepRebuild
     from lyra_simpy.calibration.streams import read_run
 
     runs = [(load, folder) for load in LOADS for folder in every_run(here, load)]
@@ -134,7 +135,7 @@ def slots_against_log(here: Path) -> list[str]:
                 f"{len(real)}: the log is not this point's runs"
             )
         real = real[: len(requests)]
-        replayed = replay_slots(requests, n)
+        replayed = replay_slots(requests, n, StepRebuild().sent_together_ms / 1000.0)
         order = sorted(range(len(requests)), key=lambda r: requests[r].chunk_s[0])
         again = [replayed[r] for r in order]
         same = sum(a == b for a, b in zip(real, again, strict=True))

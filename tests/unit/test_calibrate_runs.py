@@ -579,13 +579,18 @@ def test_replayed_slots_follow_llamacpps_lru_choice_and_wait_in_order():
     # two slots: r0 takes slot 1 (a tie: the highest id), r1 slot 0; r2 waits for the
     # first release (r0's, at 1.0); at 3.0 both are idle and slot 0 was released first
     requests = [req(0.0, 1.0), req(0.1, 2.0), req(0.5, 2.5), req(3.0, 3.5)]
-    assert replay_slots(requests, 2) == [1, 0, 1, 0]
+    assert replay_slots(requests, 2, 0.005) == [1, 0, 1, 0]
     # two requests waiting: the one whose first token came first was launched first, and
     # it takes the slot released first, whichever was sent first (sent together, the
     # server's queue holds them in an order the client cannot see)
     late = StreamedRequest(0.4, 8, 0, [2.2, 2.6], [1, 1])  # sent first, launched second
     early = StreamedRequest(0.41, 8, 0, [1.1, 3.0], [1, 1])
-    assert replay_slots([*requests[:2], late, early], 2) == [1, 0, 0, 1]
+    assert replay_slots([*requests[:2], late, early], 2, 0.005) == [1, 0, 0, 1]
+    # four sent together to two idle slots: taken in the order of their first tokens
+    wave = [StreamedRequest(0.001 * k, 8, 0, [f, f + 0.5], [1, 1])
+            for k, f in enumerate([0.1, 0.9, 0.11, 1.2])]  # fmt: skip
+    assert replay_slots(wave, 2, 0.005) == [1, 1, 0, 0]  # 0 and 2, then 1 and 3
+    assert replay_slots(wave, 2, 0.0001) == [1, 0, 1, 1]  # one by one: 0 and 1 first
 
 
 def test_a_fit_on_per_slot_runs_gives_back_the_pass_and_checkpoint_costs(tmp_path):

@@ -101,16 +101,19 @@ class CellReplay:
         return self.cells.step(segments, idle) if segments else (0, 0)
 
 
-def replay_slots(requests: list[StreamedRequest], n_parallel: int) -> list[int]:
+def replay_slots(requests: list[StreamedRequest], n_parallel: int, together_s: float
+                 ) -> list[int]:  # fmt: skip
     """The slot each request of a run sat in, replaying llama-server's choice on the
     streams (``StepRebuild.llamacpp``): a request sent takes the idle slot released
     longest ago (``get_available_slot``'s LRU, as
     :meth:`~lyra_simpy.policies.llamacpp.LlamaCppServer.free_slot` has it: on a tie the
     highest id, the server's choice up to a mirror), or waits for the next slot released;
     a slot is released at its request's last token. Of the requests waiting, the one the
-    server launched first — whose first token came first — takes it: requests sent
-    together reach the server's queue in an order the client does not know, and their
-    streams show the order it took them in (``docs/VALIDATION-llamacpp.md`` item 58)."""
+    server launched first — whose first token came first — takes it; and requests sent
+    within *together_s* of one another (``StepRebuild.sent_together_ms``), before any of
+    them had its first token, are taken in that order too: they reach the server's queue
+    in an order the client does not know, and their streams show the order it took them
+    in (``docs/VALIDATION-llamacpp.md`` items 58-59)."""
     finish = [req.chunk_s[-1] for req in requests]
     first = [req.chunk_s[0] for req in requests]
     slot_of = [-1] * len(requests)
@@ -136,10 +139,22 @@ def replay_slots(requests: list[StreamedRequest], n_parallel: int) -> list[int]:
             busy[slot], last_used[slot] = None, when
             assign()
 
-    for r in sorted(range(len(requests)), key=lambda r: requests[r].arrival_s):
-        release_until(requests[r].arrival_s)
-        waiting.append(r)
+    sent = sorted(range(len(requests)), key=lambda r: requests[r].arrival_s)
+    k = 0
+    while k < len(sent):
+        # requests sent together (within together_s of the first, and before any of them
+        # had its first token): taken in the order their first tokens show
+        group, soonest = [sent[k]], first[sent[k]]
+        until = requests[sent[k]].arrival_s + together_s
+        while (k + len(group) < len(sent)
+               and requests[sent[k + len(group)]].arrival_s < min(soonest, until)):  # fmt: skip
+            group.append(sent[k + len(group)])
+            soonest = min(soonest, first[group[-1]])
+        for r in group:
+            release_until(requests[r].arrival_s)
+        waiting.extend(group)
         assign()
+        k += len(group)
     release_until(np.inf)
     return slot_of
 

@@ -83,6 +83,15 @@ class StepRebuild(Closed):
     with no such gap. A fixed 1 ms split the steps of llama.cpp on two busy cores, whose
     tokens of one step reached the client up to ~10 ms apart (issue 12: the 5th
     percentile there is 22-40 ms, the cut 11-20 ms)."""
+    sent_together_ms: PositiveFloat = 5.0
+    """Requests sent within this of one another, before any of them had its first token,
+    reach the server's queue in an order the client cannot see; the llama.cpp slot
+    replay (:func:`~lyra_simpy.calibration.llamacpp_runs.replay_slots`) takes them in the
+    order their first tokens show. The closed loops' clients send a wave within ~3 ms on
+    the matrix's 2-core host; against the server's own log (``llamacpp_prompt_shapes.py
+    --slots``, all six points) 5 ms puts 2 759 of 2 880 requests in the server's slot (up
+    to the mirror), 2 ms 2 722, 20 ms 2 709, none (send order) 2 330:
+    ``docs/VALIDATION-llamacpp.md`` item 59."""
     idle_start: Literal["arrival", "drop"] = "arrival"
     """A step the engine started idle, upon a request: ``arrival`` starts it when that
     request was sent (its time then includes the request's trip to the server and its
@@ -383,7 +392,11 @@ def rebuild_steps(requests: list[StreamedRequest], cfg: StepRebuild, run: str = 
                 att[place] += size * done
             began(k, inside + 1, req.arrival_s)
     layout = cfg.llamacpp
-    slots = replay_slots(requests, layout.n_parallel) if layout is not None else []
+    slots = (
+        replay_slots(requests, layout.n_parallel, cfg.sent_together_ms / 1000.0)
+        if layout is not None
+        else []
+    )
     terms: list[tuple[int, int, int, int, int]] = []
     if layout is not None:
         # every step, dropped ones too: with the placed layout each one moves the cells

@@ -90,7 +90,7 @@ class StepRebuild(Closed):
     order their first tokens show. The closed loops' clients send a wave within ~3 ms on
     the matrix's 2-core host; against the server's own log (``llamacpp_prompt_shapes.py
     --slots``, all six points) 5 ms puts 2 759 of 2 880 requests in the server's slot (up
-    to the mirror), 2 ms 2 722, 20 ms 2 709, none (send order) 2 330:
+    to the mirror), 2 ms 2 722, 20 ms 2 709, without it (item 58) 2 330:
     ``docs/VALIDATION-llamacpp.md`` item 59."""
     idle_start: Literal["arrival", "drop"] = "arrival"
     """A step the engine started idle, upon a request: ``arrival`` starts it when that

@@ -50,7 +50,7 @@ from lyra_simpy.calibration.profiles import read_profile
 from lyra_simpy.calibration.runs import StepRebuild, rebuild_for, steps_of_runs
 from lyra_simpy.calibration.steps import Steps
 from lyra_simpy.policies.llamacpp import LlamaCppConfig
-from lyra_simpy.scenario import load_scenario
+from lyra_simpy.scenario import Scenario, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "validation-llamacpp"
@@ -261,24 +261,28 @@ def chunk_rows(point: Path) -> list[str]:
     return lines
 
 
+def _both_ways(point: Path, load: str) -> dict[str, Scenario]:
+    """*load*'s Table 1 scenario at *point* with ``cost.decode_passes`` ``each`` (its
+    default) and ``together``."""
+    from lyra_simpy.scenario import scenario_from_dict
+
+    raw = yaml.safe_load((point / f"{load}.yaml").read_text())
+    out = {}
+    for how in ("each", "together"):
+        raw["cost"]["decode_passes"] = how
+        out[how] = scenario_from_dict(raw, base_dir=point)
+    return out
+
+
 def _probe_cells(point: Path) -> list[str]:
     """The profile's decode rows by sequences and passes, each with its median ms and
     measured / charged by Table 1's cost with ``decode_passes: each`` and ``together``
-    (the probe's slots: :func:`~lyra_simpy.calibration.profiles.decode_slots`)."""
-    from lyra_simpy.calibration.profiles import decode_slots
-    from lyra_simpy.cost import COST_MODELS
+    (each pass's rows as the probe laid them out:
+    :func:`~lyra_simpy.calibration.fit.profile_pass_rows`)."""
+    from lyra_simpy.calibration.fit import profile_pass_rows
     from lyra_simpy.cost.base import BatchShape
-    from lyra_simpy.policies.ubatch import pass_rows
-    from lyra_simpy.scenario import scenario_from_dict
 
-    raw = yaml.safe_load((point / "poisson_0.3.yaml").read_text())
-    costs = []
-    for how in ("each", "together"):
-        raw["cost"]["decode_passes"] = how
-        spec = scenario_from_dict(raw, base_dir=point).replica_specs()[0]
-        costs.append(COST_MODELS[spec.cost.name](spec.cost, spec.scheduler.max_batch))
-    config = load_scenario(point / "poisson_0.3.yaml").scheduler
-    assert isinstance(config, LlamaCppConfig)
+    costs = [s.replica_specs()[0].cost_model() for s in _both_ways(point, LOADS[0]).values()]
     prof = read_profile(point / "profile.csv")
     passes = np.ones_like(prof.batch_size) if prof.passes is None else prof.passes
     cells = []
@@ -286,17 +290,14 @@ def _probe_cells(point: Path) -> list[str]:
                         zip(prof.batch_size, passes, prof.phase, strict=True)
                         if phase == "decode"}):  # fmt: skip
         rows = (prof.phase == "decode") & (prof.batch_size == b) & (passes == p)
-        segments = [(k, 1) for k in decode_slots(b, p)]
-        split = pass_rows(segments, config.batch_tokens, config.ubatch_tokens, config.kv_unified)
+        split = (profile_pass_rows(b, p) or ()) if p > 1 else ()
         got = []
         for cost in costs:
             charge = [
-                1000.0 * cost.iteration_s(
-                    BatchShape(0, 0, 0, b, b, b * int(c), 0, p, 0, -1, p, 0,
-                               split if p > 1 else ())
-                )
+                1000.0
+                * cost.iteration_s(BatchShape(0, 0, 0, b, b, b * int(c), 0, p, 0, -1, p, 0, split))
                 for c in prof.context_len[rows]
-            ]  # fmt: skip
+            ]
             got.append(float(np.median(prof.latency_ms[rows] / np.array(charge))))
         cells.append(f"b{b}/p{p} {np.median(prof.latency_ms[rows]):.1f} ({int(rows.sum())}) "
                      f"{got[0]:.2f} | {got[1]:.2f}")  # fmt: skip
@@ -310,7 +311,6 @@ def pass_rows_of(point: Path) -> list[str]:
     path included) with ``cost.decode_passes: each`` (default) and ``together``; after a
     line of the profile's own decode rows so (:func:`_probe_cells`)."""
     from lyra_simpy.live.stepcheck import charged_ms
-    from lyra_simpy.scenario import scenario_from_dict
 
     fit = load_fit(point / "fit_probes.yaml")
     gap = fit.decode_pass_gap_ms
@@ -325,11 +325,7 @@ def pass_rows_of(point: Path) -> list[str]:
         steps = run_steps(point, load, fit)
         if steps is None:
             continue
-        raw = yaml.safe_load((point / f"{load}.yaml").read_text())
-        charged = {}
-        for how in ("each", "together"):
-            raw["cost"]["decode_passes"] = how
-            charged[how] = charged_ms(scenario_from_dict(raw, base_dir=point), steps)
+        charged = {h: charged_ms(s, steps) for h, s in _both_ways(point, load).items()}
         decode = (steps.prefill_seqs == 0) & (steps.steps == 1)
         cells = []
         for (b, p), _ in _by_batch(steps.latency_ms[decode], steps.decode_seqs[decode],

@@ -23,7 +23,7 @@ from lyra_simpy.cluster.disagg import HandOff
 from lyra_simpy.cluster.dispatch import Dispatcher, FailoverConfig, HandedSource, replica_loads
 from lyra_simpy.cluster.lifecycle import Fleet, state_summary
 from lyra_simpy.cluster.routing import ROUTERS, RoundRobinConfig
-from lyra_simpy.cost import COST_MODELS, CostModel
+from lyra_simpy.cost import CostModel
 from lyra_simpy.cost.jitter import expected, with_jitter
 from lyra_simpy.cost.wake import resolved_wake
 from lyra_simpy.engine.kv import BlockPool
@@ -149,7 +149,7 @@ def _build_replica(
     *fuse*: False for the replicas of a disaggregated cluster."""
     strict_horizon = in_cluster
     scheduler = SCHEDULERS[spec.scheduler.name](spec.scheduler)
-    exact = COST_MODELS[spec.cost.name](spec.cost, spec.scheduler.max_batch)
+    exact = spec.cost_model()
     cost = with_jitter(exact, spec.cost, streams, i, lambda: env.now)
     kv_cfg = spec.kv_cache
     kv = BlockPool(kv_cfg.capacity_blocks, kv_cfg.block_size)

@@ -13,7 +13,7 @@ from lyra_simpy.cluster.disagg import LinkConfig
 from lyra_simpy.cluster.dispatch import FailoverConfig
 from lyra_simpy.cluster.routing import RoundRobinConfig, RouterConfig
 from lyra_simpy.config import Closed
-from lyra_simpy.cost import CostConfig
+from lyra_simpy.cost import COST_MODELS, CostConfig, CostModel
 from lyra_simpy.engine.kv import KVCacheConfig
 from lyra_simpy.policies import SchedulerConfig
 from lyra_simpy.policies.prefix_cache import PrefixCacheConfig
@@ -70,6 +70,12 @@ class ReplicaSpec:
     kv_cache: KVCacheConfig
     cost: Any
     prefix_cache: Any
+
+    def cost_model(self) -> CostModel:
+        """Its cost model without noise: the cost config built with the scheduler's
+        largest batch (what the simulator, ``compare --steps`` and the validation
+        scripts price a step with)."""
+        return COST_MODELS[self.cost.name](self.cost, self.scheduler.max_batch)
 
 
 def check_replica(spec: ReplicaSpec, workload: WorkloadConfig, where: str) -> None:

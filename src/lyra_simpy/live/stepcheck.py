@@ -80,10 +80,7 @@ def charged_ms(scenario: Scenario, steps: Steps) -> np.ndarray:
     model (without jitter) on the step's shape, plus the request path of the requests
     sent during it (``request_path_ms`` × ``request_path_cpu_share`` each). NaN for a
     rebuilt step that hid engine steps (``steps.steps`` > 1)."""
-    from lyra_simpy.cost import COST_MODELS
-
-    spec = scenario.replica_specs()[0]
-    cost = COST_MODELS[spec.cost.name](spec.cost, spec.scheduler.max_batch)
+    cost = scenario.replica_specs()[0].cost_model()
     w = scenario.workload
     path_ms = w.request_path_ms * w.request_path_cpu_share
     cells = steps.prefill_attention_cells if steps.llamacpp else None

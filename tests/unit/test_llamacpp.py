@@ -23,7 +23,7 @@ from lyra_simpy.live.llamacpp_probes import llamacpp_config, prompt_counts
 from lyra_simpy.live.profile_grid import ProfileGrid
 from lyra_simpy.policies import EngineView, LlamaCppConfig, LlamaCppServer
 from lyra_simpy.policies.llamacpp import prompt_chunk
-from lyra_simpy.policies.ubatch import pass_counts, passes, split_equal, split_simple, ubatches
+from lyra_simpy.policies.ubatch import pass_counts, split_equal, split_simple, ubatches
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -102,9 +102,9 @@ def test_context_per_slot(n_ctx, n_parallel, unified, total, slot):
     [([0, 1, 2, 3], 1), ([0, 2, 3], 2), ([1, 2], 1), ([0, 2], 2), ([0, 3], 2), ([0], 1)],
 )
 def test_one_pass_per_run_of_consecutive_decoding_slots(slots, n):
-    segments = [(s, 1) for s in slots]
-    assert passes(segments, 2048, 512, unified=False) == n
-    assert passes(segments, 2048, 512, unified=True) == 1
+    segments, outputs = [(s, 1) for s in slots], [True] * len(slots)
+    assert pass_counts(segments, outputs, 2048, 512, unified=False).passes == n
+    assert pass_counts(segments, outputs, 2048, 512, unified=True).passes == 1
 
 
 def test_split_equal_takes_as_many_tokens_from_each_slot_of_a_run():
@@ -134,33 +134,40 @@ def test_ubatch_splits_of_long_prompts():
         [(0, 128)],
         [(0, 44)],
     ]
-    assert passes([(0, 300)], 256, 128, unified=True) == 3
+    assert pass_counts([(0, 300)], [True], 256, 128, unified=True).rows == (128, 128, 44)
 
 
 @pytest.mark.parametrize(
     ("segments", "outputs", "unified", "n_batch", "n_ubatch", "want"),
     [
         # decodes in slots 0 and 2: two passes, each with a decode's logits
-        ([(0, 1), (2, 1)], [True, True], False, 2048, 512, (2, 2)),
+        ([(0, 1), (2, 1)], [True, True], False, 2048, 512, (2, 2, (1, 1))),
+        # decodes in slots 0, 1 and 3: a pass of two, then one
+        ([(0, 1), (1, 1), (3, 1)], [True] * 3, False, 2048, 512, (2, 2, (2, 1))),
         # a decode in slot 0 and the first 300 tokens of a prompt in slot 1: one token
         # each, then the prompt's 299 alone, without logits
-        ([(0, 1), (1, 300)], [True, False], False, 2048, 512, (2, 1)),
+        ([(0, 1), (1, 300)], [True, False], False, 2048, 512, (2, 1, (2, 299))),
         # the same chunk ending its prompt: its last token's pass has logits too
-        ([(0, 1), (1, 300)], [True, True], False, 2048, 512, (2, 2)),
+        ([(0, 1), (1, 300)], [True, True], False, 2048, 512, (2, 2, (2, 299))),
         # -kvu: 1 + 600 tokens in ubatches of 512; the prompt ends in the second
-        ([(0, 1), (1, 600)], [True, True], True, 2048, 512, (2, 2)),
-        ([(0, 1), (1, 600)], [True, False], True, 2048, 512, (2, 1)),
+        ([(0, 1), (1, 600)], [True, True], True, 2048, 512, (2, 2, (512, 89))),
+        ([(0, 1), (1, 600)], [True, False], True, 2048, 512, (2, 1, (512, 89))),
         # a chunk that ends no prompt, alone: passes but no logits
-        ([(1, 1000)], [False], True, 2048, 512, (2, 0)),
+        ([(1, 1000)], [False], True, 2048, 512, (2, 0, (512, 488))),
         # n_batch 256 cuts views first: 300 tokens as 128, 128, 44; the end in the last
-        ([(0, 300)], [True], True, 256, 128, (3, 1)),
+        ([(0, 300)], [True], True, 256, 128, (3, 1, (128, 128, 44))),
+        # -kvu decodes in slots 0 and 2: one pass of both
+        ([(0, 1), (2, 1)], [True, True], True, 2048, 512, (1, 1, (2,))),
     ],
 )
 def test_pass_counts_count_the_passes_that_compute_logits(
     segments, outputs, unified, n_batch, n_ubatch, want
 ):
-    assert pass_counts(segments, outputs, n_batch, n_ubatch, unified) == want
-    assert want[0] == passes(segments, n_batch, n_ubatch, unified)
+    got = pass_counts(segments, outputs, n_batch, n_ubatch, unified)
+    assert got == want
+    # each pass's tokens are those of the ubatches the batch is cut into
+    cut = ubatches(segments, n_batch, n_ubatch, unified)
+    assert got.rows == tuple(sum(t for _, t in u) for u in cut)
 
 
 def test_the_plan_says_which_steps_compute_logits():

@@ -16,7 +16,7 @@ from lyra_simpy.calibration.streams import StreamedRequest
 from lyra_simpy.config import Closed
 from lyra_simpy.policies.kvcells import PlacedLayout, Segment
 from lyra_simpy.policies.llamacpp_attention import step_attention
-from lyra_simpy.policies.ubatch import pass_counts, pass_rows
+from lyra_simpy.policies.ubatch import pass_counts
 
 Chunk = tuple[int, int, int]
 """A prompt chunk of a step: (request index, its tokens computed before, tokens)."""
@@ -190,7 +190,7 @@ def step_terms(
             b + size >= requests[r].input_tokens for r, b, size in chunks
         ]
         if segments:
-            n, out = pass_counts(
+            n, out, _ = pass_counts(
                 segments, ends, layout.batch_tokens, layout.ubatch_tokens, layout.kv_unified
             )
             n_passes += n
@@ -220,7 +220,9 @@ def decode_pass_rows(layout: LlamaCppLayout, slots: list[int], decoders: list[in
                      ) -> tuple[int, ...]:  # fmt: skip
     """The decoding sequences of each forward pass of a decode-only rebuilt step whose
     *decoders* (requests) sit in *slots*, as the engine model cuts them
-    (:func:`~lyra_simpy.policies.ubatch.pass_rows`); () for a step of one pass."""
+    (:func:`~lyra_simpy.policies.ubatch.pass_counts`); () for a step of one pass."""
     segments = [(s, 1) for s in sorted(slots[r] for r in decoders)]
-    rows = pass_rows(segments, layout.batch_tokens, layout.ubatch_tokens, layout.kv_unified)
+    outputs = [True] * len(segments)
+    cut = (layout.batch_tokens, layout.ubatch_tokens, layout.kv_unified)
+    rows = pass_counts(segments, outputs, *cut).rows
     return rows if len(rows) > 1 else ()

@@ -152,7 +152,7 @@ class StepRebuild(Closed):
       replayed on the streams (:func:`replay_slots`: a request takes the least recently
       released idle slot when sent, or waits in order for the next to be released at a
       request's last token), and each step's forward passes follow from its requests'
-      slots as the engine model counts them (:func:`~lyra_simpy.policies.ubatch.passes`:
+      slots as the engine model counts them (:func:`~lyra_simpy.policies.ubatch.pass_counts`:
       with per-slot KV one per run of consecutive slot ids), fitted by
       ``per_extra_pass_ms``.
     - *checkpoints*: a prompt chunk that ends within ``n_ubatch`` tokens of its prompt's

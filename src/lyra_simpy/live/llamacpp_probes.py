@@ -59,7 +59,10 @@ def probe_passes(
     llama: LlamaCppConfig, segments: list[tuple[int, int]], outputs: list[bool]
 ) -> tuple[int, int]:
     """(passes, passes computing logits) of one step of *segments* (slot, tokens)."""
-    return pass_counts(segments, outputs, llama.batch_tokens, llama.ubatch_tokens, llama.kv_unified)
+    n, out, _ = pass_counts(
+        segments, outputs, llama.batch_tokens, llama.ubatch_tokens, llama.kv_unified
+    )
+    return n, out
 
 
 class StepCounts(NamedTuple):

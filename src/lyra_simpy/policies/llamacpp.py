@@ -123,7 +123,7 @@ from lyra_simpy.engine.request import RejectReason, Request
 from lyra_simpy.policies.base import BatchPlan, EngineView
 from lyra_simpy.policies.kvcells import PlacedLayout, Segment
 from lyra_simpy.policies.llamacpp_attention import PAD, step_attention
-from lyra_simpy.policies.ubatch import pass_counts, pass_rows
+from lyra_simpy.policies.ubatch import pass_counts
 
 END_STOP = 4
 """Tokens before a prompt's end where the prompt loop stops for a checkpoint (with a
@@ -367,11 +367,11 @@ class LlamaCppServer:
                     plan.checkpoints += 1
                 started[i] = True
         if segments:
-            plan.passes, plan.output_passes = pass_counts(
+            plan.passes, plan.output_passes, rows = pass_counts(
                 segments, outputs, c.batch_tokens, c.ubatch_tokens, c.kv_unified
             )
             if plan.passes > 1 and not plan.prefill:  # each pass priced at its own rows
-                plan.pass_rows = pass_rows(segments, c.batch_tokens, c.ubatch_tokens, c.kv_unified)
+                plan.pass_rows = rows
         if layout is not None and segments:
             counts = layout.step(
                 [

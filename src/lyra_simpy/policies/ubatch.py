@@ -37,9 +37,21 @@ A batch is given as *segments*: (slot id, tokens) in batch order, each slot at m
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 Segments = Sequence[tuple[int, int]]
 """(slot id, tokens) in batch order."""
+
+
+class PassCounts(NamedTuple):
+    """One step's batch as forward passes (:func:`pass_counts`)."""
+
+    passes: int
+    """Forward passes (ubatches)."""
+    with_output: int
+    """Passes that carry an output row (compute logits)."""
+    rows: tuple[int, ...]
+    """The tokens of each pass, in order."""
 
 
 def views(segments: Segments, n_batch: int) -> list[list[tuple[int, int]]]:
@@ -103,27 +115,13 @@ def ubatches(
     return [u for view in views(segments, n_batch) for u in split(view, n_ubatch)]
 
 
-def passes(segments: Segments, n_batch: int, n_ubatch: int, unified: bool) -> int:
-    """How many forward passes one step's batch takes (at least 1 for a non-empty one)."""
-    if unified:  # consecutive tokens: no need to list them
-        total = sum(t for _, t in segments)
-        return sum(-(-len_ // n_ubatch) for len_ in _view_sizes(total, n_batch))
-    return len(ubatches(segments, n_batch, n_ubatch, unified))
-
-
-def pass_rows(segments: Segments, n_batch: int, n_ubatch: int, unified: bool) -> tuple[int, ...]:
-    """The tokens of each forward pass of one step's batch, in order (a decode-only step:
-    the decoding sequences of each pass; with per-slot KV, one pass per run of
-    consecutive slot ids)."""
-    return tuple(sum(t for _, t in u) for u in ubatches(segments, n_batch, n_ubatch, unified))
-
-
 def pass_counts(
     segments: Segments, outputs: Sequence[bool], n_batch: int, n_ubatch: int, unified: bool
-) -> tuple[int, int]:
-    """(forward passes, passes with an output row) of one step's batch; *outputs* says,
-    per segment, whether its last token gets logits (a generating slot's token, or a
-    chunk that ends its prompt: module docstring)."""
+) -> PassCounts:
+    """The forward passes of one step's batch, those with an output row, and each one's
+    tokens, the batch cut once; *outputs* says, per segment, whether its last token gets
+    logits (a generating slot's token, or a chunk that ends its prompt: module
+    docstring)."""
     if unified:
         ends, at = set(), 0
         for (_, tokens), out in zip(segments, outputs, strict=True):
@@ -131,7 +129,12 @@ def pass_counts(
             if out:  # the pass of its last token: (view, ubatch in the view)
                 view, offset = divmod(at - 1, n_batch)
                 ends.add((view, offset // n_ubatch))
-        return passes(segments, n_batch, n_ubatch, unified), len(ends)
+        rows = tuple(
+            size
+            for view in _view_sizes(sum(t for _, t in segments), n_batch)
+            for size in _view_sizes(view, n_ubatch)
+        )
+        return PassCounts(len(rows), len(ends), rows)
     left = dict(segments)
     emits = {slot for (slot, _), out in zip(segments, outputs, strict=True) if out}
     all_passes = ubatches(segments, n_batch, n_ubatch, unified)
@@ -142,7 +145,8 @@ def pass_counts(
             left[slot] -= take
             last = last or (not left[slot] and slot in emits)
         with_output += last
-    return len(all_passes), with_output
+    rows = tuple(sum(t for _, t in u) for u in all_passes)
+    return PassCounts(len(all_passes), with_output, rows)
 
 
 def _view_sizes(total: int, n_batch: int) -> list[int]:

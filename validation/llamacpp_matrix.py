@@ -48,6 +48,7 @@ import functools
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -130,6 +131,11 @@ SPEED_REFERENCE: str | None = None
 (``grid.speed_reference``: ``record``, or ``scale`` to price each measurement against
 it), one profile a point (not retried until the host runs at its floor), and the real
 runs gated on the profile's typical reference step instead of the floor."""
+HOST_NOISE_S = 0.0
+"""``--host-noise SECONDS``: ``validation/host_noise.py SECONDS`` (a fixed piece of CPU
+work timed every 0.5 s) right before each point's server starts, its figures kept as the
+point's ``host_noise`` and its JSON as ``host_noise.json`` (item 60: how slow the host was
+before a point, read with nothing else running); 0: not run."""
 
 
 WANDER_S = 60.0
@@ -246,6 +252,21 @@ def speed_before(url: str, here: Path, folder: Path, slots: int, log: list[str]
     return got
 
 
+def host_noise(here: Path, seconds: float, log: list[str]) -> dict[str, Any]:
+    """``validation/host_noise.py SECONDS --json here/host_noise.json`` in a process of its
+    own (its BLAS on one thread, as when run by hand), the command appended to *log*; its
+    figures without the times."""
+    out = here / "host_noise.json"
+    script = Path(__file__).resolve().with_name("host_noise.py")
+    args = [str(script), f"{seconds:g}", "--json", str(out)]
+    log.append("python " + " ".join(args).replace(f"{ROOT}/", ""))
+    print(f"\n$ {log[-1]}", flush=True)
+    if subprocess.run([sys.executable, *args]).returncode:
+        raise SystemExit(f"validate-cpu --matrix: `{log[-1]}` failed")
+    got = json.loads(out.read_text())
+    return {k: v for k, v in got.items() if k != "times_ms"}
+
+
 def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
     """Profile, calibrate, simulate, replay and compare one (configuration, regime)."""
     flags, regime = CONFIGS[cfg], REGIMES[reg]
@@ -254,6 +275,8 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
     (here / "grid.yaml").write_text(yaml.safe_dump(grid(flags, regime)))
     binary, model = llamacpp.server_binary(), llamacpp.model_file()
     out: dict[str, Any] = {"flags": flags, "loads": {}, "table2": {}, "fits": {}}
+    if HOST_NOISE_S:
+        out["host_noise"] = host_noise(here, HOST_NOISE_S, log)
     with llamacpp.Server(binary, model, flags, here / "llama-server.log") as srv:
         prof, fit = here / "profile.csv", here / "fit_probes.yaml"
         out["load_profile"] = load_average()
@@ -359,7 +382,7 @@ def stored_points(keep: dict[str, Any], only: list[str] | None
 def main(argv: list[str] | None = None) -> int:
     """Run the matrix (``--only CFG/REGIME ...``: those points again, kept beside the
     others in ``matrix.json``; ``--doc-only``: rewrite the document from it)."""
-    global SPEED_REFERENCE, GATE_AFTER, BATCH_BEFORE, SPEED_BEFORE
+    global SPEED_REFERENCE, GATE_AFTER, BATCH_BEFORE, SPEED_BEFORE, HOST_NOISE_S
     global SPEED_PROBES, SPEED_BATCH_ROUNDS, DECODE_STEP
     parser = argparse.ArgumentParser(prog="validate_cpu.py --matrix")
     parser.add_argument("--only", nargs="+", metavar="CFG/REGIME", default=None,
@@ -423,6 +446,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --speed-before: both readings' --probes (default "
                         f"{SPEED_PROBES} lone, {SPEED_BATCH_ROUNDS} rounds of the full "
                         "batch; the command's own is 6)")  # fmt: skip
+    parser.add_argument("--host-noise", type=float, default=0.0, metavar="SECONDS",
+                        help="time a fixed piece of CPU work for SECONDS before each "
+                        "point's server starts (validation/host_noise.py), kept with the "
+                        "point")  # fmt: skip
     parser.add_argument("--gate-after", type=int, default=0, metavar="N",
                         help="also hold the gate after each real run: one read outside it "
                         "is set aside (kept as out-of-band-RUN-K) and taken again, at most N "
@@ -440,6 +467,9 @@ def main(argv: list[str] | None = None) -> int:
     BATCH_BEFORE = args.batch_before
     SPEED_BEFORE = args.speed_before
     GATE_AFTER = args.gate_after
+    if args.host_noise < 0:
+        raise SystemExit(f"--host-noise: got {args.host_noise:g}, must be 0 (off) or more")
+    HOST_NOISE_S = args.host_noise
     DECODE_STEP = args.decode_step
     if args.speed_probes is not None:
         if not args.speed_before or args.speed_probes < 1:

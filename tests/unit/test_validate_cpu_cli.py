@@ -2079,3 +2079,21 @@ def test_item_60s_set_at_the_speeds_read_and_its_bands() -> None:
     assert {p: sum(v["at_speed"]["in_target"] for v in runs[p].values())
             for p in ("np2_b64/short", "np2_b64/long")} == {"np2_b64/short": 35,
                                                             "np2_b64/long": 31}  # fmt: skip
+
+
+def test_host_noise_reading_is_kept_with_a_point(tmp_path: Path) -> None:
+    # item 60: validate_cpu.py --matrix --host-noise SECONDS runs validation/host_noise.py
+    # before each point's server and keeps its figures (the times in host_noise.json)
+    matrix = validation_module("llamacpp_matrix")
+    log: list[str] = []
+    got = matrix.host_noise(tmp_path, 0.5, log)
+    assert set(got) == {"seconds", "median_ms", "min_ms", "max_ms", "p90_over_p10"}
+    assert got["seconds"] == 0.5
+    assert 0 < got["min_ms"] <= got["median_ms"] <= got["max_ms"]
+    assert got["p90_over_p10"] >= 1.0
+    kept = json.loads((tmp_path / "host_noise.json").read_text())
+    assert {k: kept[k] for k in got} == got
+    assert len(kept["times_ms"]) >= 1
+    assert log == [f"python validation/host_noise.py 0.5 --json {tmp_path}/host_noise.json"]
+    with pytest.raises(SystemExit, match=r"^--host-noise: got -1, must be 0 \(off\) or more$"):
+        matrix.main(["--host-noise", "-1"])

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from live_server import StreamServer
-from lyra_simpy.calibration.profiles import read_profile
+from lyra_simpy.calibration.profiles import Profile, read_profile
 from lyra_simpy.cli import main
 from lyra_simpy.errors import LyraError
 from lyra_simpy.live.profile import profile
@@ -23,6 +23,15 @@ GRID = ProfileGrid(
     mixed_prompt_tokens=[8],
     repeats=1,
 )
+
+
+def _profiled(out: Path, grid: ProfileGrid, flags: str = "-np 4") -> tuple[Profile, list[dict]]:
+    """*grid* profiled into *out* against a fake llama-server launched with *flags*: the
+    profile read back, and the request bodies the server received."""
+    with StreamServer(ttft_s=0.02, itl_s=0.01) as srv:
+        profile(srv.url, "openai", grid, out, "test box", flags)
+        bodies = srv.received
+    return read_profile(out), bodies
 
 
 def test_profile_writes_the_contract_and_says_how_it_timed(tmp_path: Path) -> None:
@@ -214,11 +223,7 @@ def test_prompts_together_need_llamacpp_and_slots(tmp_path: Path) -> None:
 
 def test_mixed_rows_at_each_decoder_context(tmp_path: Path) -> None:
     grid = GRID.model_copy(update={"mixed_context": [8, 24], "decode_batch": [1]})
-    out = tmp_path / "p.csv"
-    with StreamServer(ttft_s=0.02, itl_s=0.01) as srv:
-        profile(srv.url, "openai", grid, out, "test box", "-np 4")
-        bodies = srv.received
-    prof = read_profile(out)
+    prof, bodies = _profiled(tmp_path / "p.csv", grid)
     mixed = prof.phase == "mixed"
     # the decoders' prompt of 8 then of 24 tokens, plus what they decoded before the probe
     contexts = prof.context_len[mixed].tolist()
@@ -323,9 +328,7 @@ def test_mixed_rows_are_one_per_step_of_the_prompt(tmp_path: Path) -> None:
         update={"sliding_window": True, "mixed_prompt_tokens": [16], "decode_batch": [1]}
     )
     out = tmp_path / "p.csv"
-    with StreamServer(ttft_s=0.02, itl_s=0.01) as srv:
-        profile(srv.url, "openai", grid, out, "test box", "-np 4")
-    prof = read_profile(out)
+    prof, _ = _profiled(out, grid)
     mixed = prof.phase == "mixed"
     assert prof.input_tokens[mixed].tolist() == [12, 4]
     assert prof.checkpoints is not None
@@ -388,9 +391,7 @@ def test_the_wander_probe_times_every_decode_step_of_its_streams(tmp_path: Path)
         update={"mixed_batch": [], "wander_s": 0.3, "wander_batch": 2, "wander_outputs": 12}
     )
     out = tmp_path / "p.csv"
-    with StreamServer(ttft_s=0.02, itl_s=0.01) as srv:
-        profile(srv.url, "openai", grid, out, "test box", "-np 4")
-        bodies = srv.received
+    _, bodies = _profiled(out, grid)
     probe = [b for b in bodies if b.get("n_predict", b.get("max_tokens")) == 12]
     assert len(probe) >= 4
     assert len(probe) % 2 == 0
@@ -501,11 +502,7 @@ def test_a_split_decode_row_runs_a_pass_of_two_beside_a_pass_of_one(tmp_path: Pa
     # llama.cpp with per-slot KV: grid.split_decode_batch [3] pins 3 decoders to slots 0,
     # 1 and 3: two passes (slots 0-1, then 3), each computing logits
     grid = GRID.model_copy(update={"split_decode_batch": [3], "decode_batch": [1]})
-    out = tmp_path / "p.csv"
-    with StreamServer(ttft_s=0.02, itl_s=0.01) as srv:
-        profile(srv.url, "openai", grid, out, "test box", "-np 4")
-        bodies = srv.received
-    prof = read_profile(out)
+    prof, bodies = _profiled(tmp_path / "p.csv", grid)
     dec = prof.phase == "decode"
     assert prof.batch_size[dec].tolist() == [1, 2, 3]  # lone, fragmented 2, split 3
     assert prof.passes is not None
@@ -517,7 +514,5 @@ def test_a_split_decode_row_runs_a_pass_of_two_beside_a_pass_of_one(tmp_path: Pa
     four = grid.model_copy(update={"split_decode_batch": [4]})
     with StreamServer() as srv, pytest.raises(LyraError, match="need 5 slots"):
         profile(srv.url, "openai", four, tmp_path / "q.csv", "test box", "-np 4")
-    with StreamServer(ttft_s=0.02, itl_s=0.01) as srv:
-        profile(srv.url, "openai", grid, tmp_path / "u.csv", "test box", "-np 4 -kvu")
-    unified = read_profile(tmp_path / "u.csv")
+    unified, _ = _profiled(tmp_path / "u.csv", grid, "-np 4 -kvu")
     assert unified.batch_size[unified.phase == "decode"].tolist() == [1]

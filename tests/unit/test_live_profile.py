@@ -516,3 +516,41 @@ def test_a_split_decode_row_runs_a_pass_of_two_beside_a_pass_of_one(tmp_path: Pa
         profile(srv.url, "openai", four, tmp_path / "q.csv", "test box", "-np 4")
     unified, _ = _profiled(tmp_path / "u.csv", grid, "-np 4 -kvu")
     assert unified.batch_size[unified.phase == "decode"].tolist() == [1]
+
+
+def test_a_mixed_probe_whose_steps_the_streams_hide_is_run_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # grid.mixed_step_tries: a mixed probe timed by step whose decoders' streams do not
+    # show its prompt's steps before its first token (item 60: once on a slow host) is run
+    # again; after the last try the profile stops with one line and writes nothing
+    import lyra_simpy.live.prober as prober
+
+    real, calls = prober.prompt_step_gaps, []
+
+    def hidden_once(decoders: list, first_s: float, steps: int) -> list[float]:
+        calls.append(steps)
+        if len(calls) == 1:
+            raise prober.StepsNotSeenError("profile: a mixed probe's decoder had 1 steps")
+        return real(decoders, first_s, steps)
+
+    grid = GRID.model_copy(
+        update={"sliding_window": True, "mixed_prompt_tokens": [16], "decode_batch": [1]}
+    )
+    monkeypatch.setattr(prober, "prompt_step_gaps", hidden_once)
+    prof, _ = _profiled(tmp_path / "p.csv", grid)
+    assert calls == [2, 2]  # one probe (its prompt in 2 steps), tried twice
+    assert prof.input_tokens[prof.phase == "mixed"].tolist() == [12, 4]
+
+    def hidden(decoders: list, first_s: float, steps: int) -> list[float]:
+        calls.append(steps)
+        raise prober.StepsNotSeenError(f"profile: a decoder had 1 steps, {steps} needed")
+
+    monkeypatch.setattr(prober, "prompt_step_gaps", hidden)
+    calls.clear()
+    twice = grid.model_copy(update={"mixed_step_tries": 2})
+    tried = r"^profile: .* 2 needed \(grid.mixed_step_tries: 2 tries\)$"
+    with pytest.raises(LyraError, match=tried):
+        _profiled(tmp_path / "q.csv", twice)
+    assert calls == [2, 2]
+    assert not (tmp_path / "q.csv").exists()

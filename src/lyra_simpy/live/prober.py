@@ -5,6 +5,7 @@ vLLM's ``/metrics``) and by the client otherwise (:mod:`lyra_simpy.live.profile`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import time
 from typing import TYPE_CHECKING, Any
@@ -232,7 +233,21 @@ class Prober:
         """A prompt of *p* tokens beside *b* decoders of *ctx* prompt tokens: (its prompt
         time, the decoders' context when it joined, and with *steps* > 0 the time of each
         of the last *steps* engine steps up to its first token, in order:
-        :func:`prompt_step_gaps`)."""
+        :func:`prompt_step_gaps`, the whole probe run again up to
+        ``grid.mixed_step_tries`` times while the streams do not show them)."""
+        tries = self.grid.mixed_step_tries
+        for _ in range(tries - 1):
+            with contextlib.suppress(StepsNotSeenError):
+                return await self._mixed_once(b, p, ctx, steps)
+        try:
+            return await self._mixed_once(b, p, ctx, steps)
+        except StepsNotSeenError as err:
+            raise LyraError(f"{err} (grid.mixed_step_tries: {tries} tries)") from None
+
+    async def _mixed_once(
+        self, b: int, p: int, ctx: int, steps: int
+    ) -> tuple[float, int, list[float]]:
+        """One try of :meth:`mixed`."""
         t0 = time.perf_counter()
         n_out = self.grid.decode_steps
 
@@ -258,6 +273,11 @@ class Prober:
         )
 
 
+class StepsNotSeenError(LyraError):
+    """A mixed probe's decoders' streams do not show its prompt's steps
+    (:func:`prompt_step_gaps`)."""
+
+
 def prompt_step_gaps(decoders: list[Outcome], first_s: float, steps: int) -> list[float]:
     """The last *steps* engine steps up to a probe's first token (at *first_s*), in order
     (ms), from its *decoders*' streams: each decoder gets a token every step, the probe's
@@ -269,9 +289,9 @@ def prompt_step_gaps(decoders: list[Outcome], first_s: float, steps: int) -> lis
         chunks = np.asarray(out.chunk_s)
         i = int(np.argmin(np.abs(chunks - first_s)))
         if i < steps:
-            raise LyraError(
+            raise StepsNotSeenError(
                 f"profile: a mixed probe's decoder had {i} steps before the probe's first "
-                f"token, {steps} needed (raise grid.decode_steps)"
+                f"token, {steps} needed"
             )
         per.append((np.diff(chunks[i - steps : i + 1]) * 1000.0).tolist())
     return [float(statistics.median(col)) for col in zip(*per, strict=True)]

@@ -64,6 +64,14 @@ class ProfileGrid(BaseModel):
     ``docs/VALIDATION-llamacpp.md`` item 13 the real runs' first prompt steps ran 1.07-1.50x
     what such a fit priced them at, their checkpoint steps 0.90-1.28x. ``auto``
     (default): ``steps`` against llama.cpp, ``prompt`` elsewhere."""
+    mixed_step_tries: PositiveInt = 3
+    """How many times a ``steps`` mixed probe is run again when its decoders' streams do
+    not show the prompt's steps before its first token (the decoders' chunk nearest the
+    probe's first token has fewer tokens before it than the prompt has steps: a stream's
+    tokens of one step reach the client up to ~10 ms apart on a loaded host, so the
+    nearest chunk can be the step before). After the last try the profile stops with one
+    line. A validation matrix's profile stopped so once in item 60, on a host running
+    1.1-1.2x slow; every earlier profile had passed (``docs/VALIDATION-llamacpp.md``)."""
     repeats: PositiveInt = 3
     speed_reference: Literal["off", "record", "scale"] = "off"
     """Time the host's speed beside every measurement: before each one, a lone request

@@ -70,8 +70,9 @@ class ProfileGrid(BaseModel):
     probe's first token has fewer tokens before it than the prompt has steps: a stream's
     tokens of one step reach the client up to ~10 ms apart on a loaded host, so the
     nearest chunk can be the step before). After the last try the profile stops with one
-    line. A validation matrix's profile stopped so once in item 60, on a host running
-    1.1-1.2x slow; every earlier profile had passed (``docs/VALIDATION-llamacpp.md``)."""
+    line. A validation matrix's profile stopped so once in item 60, on a slow host
+    (``validation/host_noise.py`` 48 ms, 41 when quiet); every earlier profile had passed
+    (``docs/VALIDATION-llamacpp.md``)."""
     repeats: PositiveInt = 3
     speed_reference: Literal["off", "record", "scale"] = "off"
     """Time the host's speed beside every measurement: before each one, a lone request

@@ -541,6 +541,10 @@ def test_a_mixed_probe_whose_steps_the_streams_hide_is_run_again(
     prof, _ = _profiled(tmp_path / "p.csv", grid)
     assert calls == [2, 2]  # one probe (its prompt in 2 steps), tried twice
     assert prof.input_tokens[prof.phase == "mixed"].tolist() == [12, 4]
+    assert yaml.safe_load((tmp_path / "p.yaml").read_text())["mixed_step_retries"] == 1
+    monkeypatch.setattr(prober, "prompt_step_gaps", real)  # none run again: no key
+    _profiled(tmp_path / "r.csv", grid)
+    assert "mixed_step_retries" not in yaml.safe_load((tmp_path / "r.yaml").read_text())
 
     def hidden(decoders: list, first_s: float, steps: int) -> list[float]:
         calls.append(steps)

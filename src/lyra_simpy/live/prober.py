@@ -58,6 +58,9 @@ class Prober:
         """Whether the endpoint has vLLM's prefill-time metric (None: not asked yet)."""
         self.pin = False
         """Pin requests to llama.cpp slots (``id_slot``)."""
+        self.mixed_retries = 0
+        """Mixed probes run again because their streams did not show the prompt's steps
+        (``grid.mixed_step_tries``)."""
 
     @classmethod
     def for_endpoint(
@@ -239,6 +242,7 @@ class Prober:
         for _ in range(tries - 1):
             with contextlib.suppress(StepsNotSeenError):
                 return await self._mixed_once(b, p, ctx, steps)
+            self.mixed_retries += 1
         try:
             return await self._mixed_once(b, p, ctx, steps)
         except StepsNotSeenError as err:

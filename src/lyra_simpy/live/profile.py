@@ -398,6 +398,8 @@ def profile(
 
     meta = _metadata(props, url, api, hardware, flags, sources)
     meta["prompt_seed"] = seed
+    if prober.mixed_retries:  # (a host whose streams blur the steps: grid.mixed_step_tries)
+        meta["mixed_step_retries"] = prober.mixed_retries
     if speed is not None:
         meta["speed_reference"] = speed
     if prober.path_ms:  # the client's TTFT beyond the engine's prompt time, lone prefills

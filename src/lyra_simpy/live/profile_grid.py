@@ -65,12 +65,13 @@ class ProfileGrid(BaseModel):
     what such a fit priced them at, their checkpoint steps 0.90-1.28x. ``auto``
     (default): ``steps`` against llama.cpp, ``prompt`` elsewhere."""
     mixed_step_tries: PositiveInt = 3
-    """How many times a ``steps`` mixed probe is run again when its decoders' streams do
-    not show the prompt's steps before its first token (the decoders' chunk nearest the
-    probe's first token has fewer tokens before it than the prompt has steps: a stream's
-    tokens of one step reach the client up to ~10 ms apart on a loaded host, so the
+    """How many times at most a ``steps`` mixed probe is run while its decoders' streams
+    do not show the prompt's steps before its first token (the decoders' chunk nearest the
+    probe's first token has fewer tokens before it than the prompt has steps; the likely
+    cause: one step's tokens reach the client up to ~10 ms apart on a loaded host, so the
     nearest chunk can be the step before). After the last try the profile stops with one
-    line. A validation matrix's profile stopped so once in item 60, on a slow host
+    line; the metadata's ``mixed_step_retries`` counts the probes run again. A
+    validation matrix's profile stopped so once in item 60, on a slow host
     (``validation/host_noise.py`` 48 ms, 41 when quiet); every earlier profile had passed
     (``docs/VALIDATION-llamacpp.md``)."""
     repeats: PositiveInt = 3

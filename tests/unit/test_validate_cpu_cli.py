@@ -311,137 +311,54 @@ def test_item_26s_log_loss_charges_every_prompt_range_of_the_fitted_load() -> No
 
 
 NP4, NP2 = "-np 4 -c 4096 -t 2", "-np 2 -c 4096 -t 2 -b 64"
+KVU = NP4 + " -kvu"
 
 KEPT_SETS = [
     # item 59's set (published until item 60; items 59-60's tests read it): item 58's runs
     # and tables, requests sent together replayed in launch order
-    (
-        "item59",
-        [172, 165, 163],
-        (NP2, "short"),
-        (2, 4, 6),
-        ("22 / 35", "30 / 35", "30 / 35"),
-    ),
+    ("item59", [172, 165, 163], (NP2, "short"), (2, 4, 6), ("22 / 35", "30 / 35", "30 / 35")),
     # item 58's set (published until item 59; item 58's test reads it): requests sent
     # together replayed in order of sending
-    (
-        "item58",
-        [172, 165, 163],
-        (NP4, "short"),
-        (2, 4, 6),
-        ("31 / 35", "33 / 35", "31 / 35"),
-    ),
+    ("item58", [172, 165, 163], (NP4, "short"), (2, 4, 6), ("31 / 35", "33 / 35", "31 / 35")),
     # item 56's set (published until item 58; items 56-57's tests read it): the runs'
     # slots replayed in order of sending
-    (
-        "item56",
-        [172, 165, 163],
-        (NP4, "short"),
-        (2, 4, 6),
-        ("31 / 35", "33 / 35", "31 / 35"),
-    ),
+    ("item56", [172, 165, 163], (NP4, "short"), (2, 4, 6), ("31 / 35", "33 / 35", "31 / 35")),
     # item 55's set (published until item 56; item 55's test reads it): -np 4 short and
     # long again with the split probe, the gap from rows of a sequence a pass
-    (
-        "item55",
-        [172, 165, 164],
-        (NP4, "short"),
-        (2, 4, 6),
-        ("31 / 35", "33 / 35", "32 / 35"),
-    ),
+    ("item55", [172, 165, 164], (NP4, "short"), (2, 4, 6), ("31 / 35", "33 / 35", "32 / 35")),
     # item 54's set (published until item 55; item 54's test reads it): each decode pass
     # priced at its own rows, every point's runs item 53's
-    (
-        "item54",
-        [159, 162, 163],
-        (NP4, "short"),
-        (2, 4, 6),
-        ("32 / 35", "31 / 35", "32 / 35"),
-    ),
+    ("item54", [159, 162, 163], (NP4, "short"), (2, 4, 6), ("32 / 35", "31 / 35", "32 / 35")),
     # item 53's set (published until item 54; item 53's test reads it): every point on the
     # Xeon VM, a decode step's passes priced with the step's rows
-    (
-        "item53",
-        [158, 162, 162],
-        (NP4, "short"),
-        (2, 4, 6),
-        ("31 / 35", "32 / 35", "32 / 35"),
-    ),
+    ("item53", [158, 162, 162], (NP4, "short"), (2, 4, 6), ("31 / 35", "32 / 35", "32 / 35")),
     # item 52's set (published until item 53; item 52's test reads it): three points again
     # on the Xeon VM, -np 2 -b 64 long still item 43's
-    (
-        "item52",
-        [163, 168, 168],
-        (NP2, "long"),
-        (2, 4, 6),
-        ("31 / 35", "29 / 35", "29 / 35"),
-    ),
+    ("item52", [163, 168, 168], (NP2, "long"), (2, 4, 6), ("31 / 35", "29 / 35", "29 / 35")),
     # item 50's set (published until item 52; item 50's test reads it): -np 4 short on the
     # quiet host
-    (
-        "item50",
-        [171, 155, 155],
-        (NP4, "short"),
-        (2, 4, 6),
-        ("23 / 35", "31 / 35", "30 / 35"),
-    ),
+    ("item50", [171, 155, 155], (NP4, "short"), (2, 4, 6), ("23 / 35", "31 / 35", "30 / 35")),
     # item 49's set (published until item 50; item 49's test reads it): -kvu short with its
     # cells placed, -np 4 short still item 45's
-    (
-        "item49",
-        [167, 153, 153],
-        (NP4 + " -kvu", "short"),
-        (2, 4, 6),
-        ("31 / 35", "23 / 35", "20 / 35"),
-    ),
+    ("item49", [167, 153, 153], (KVU, "short"), (2, 4, 6), ("31 / 35", "23 / 35", "20 / 35")),
     # item 48's set (published until item 49; item 48's test reads it): -kvu long with its
     # KV cells placed, -kvu short still item 45's
-    (
-        "item48",
-        [169, 162, 165],
-        (NP4 + " -kvu", "long"),
-        (2, 4, 6),
-        ("29 / 35", "24 / 35", "27 / 35"),
-    ),
+    ("item48", [169, 162, 165], (KVU, "long"), (2, 4, 6), ("29 / 35", "24 / 35", "27 / 35")),
     # item 47's set (published until item 48; item 47's test reads it): -kvu long again,
     # its Table 1 with the cells packed
-    (
-        "item47",
-        [161, 167, 166],
-        (NP4 + " -kvu", "long"),
-        (2, 4, 6),
-        ("21 / 35", "29 / 35", "28 / 35"),
-    ),
+    ("item47", [161, 167, 166], (KVU, "long"), (2, 4, 6), ("21 / 35", "29 / 35", "28 / 35")),
     # item 46's set (published until item 47; item 46's test reads it): -np 4 long again,
     # -kvu long still item 42's
-    (
-        "item46",
-        [166, 169, 168],
-        (NP4 + " -kvu", "long"),
-        (2, 4, 6),
-        ("26 / 35", "31 / 35", "30 / 35"),
-    ),
+    ("item46", [166, 169, 168], (KVU, "long"), (2, 4, 6), ("26 / 35", "31 / 35", "30 / 35")),
     # item 45's set (published until item 46; item 45's test reads it): -np 4 short and -kvu
     # short again, the -np 2 -b 64 points item 43's, -np 4 long and -kvu long item 42's
     ("item45", [158, 177, 176], (NP4, "long"), (2, 4, 6), ("20 / 35", "30 / 35", "31 / 35")),
     # item 43's set (published until item 45; item 43's test reads it): the -np 2 -b 64
     # points and -kvu short with readings 6 probes long, the other three item 42's
-    (
-        "item43",
-        [155, 179, 179],
-        (NP4 + " -kvu", "short"),
-        (2, 4, 6),
-        ("20 / 35", "33 / 35", "33 / 35"),
-    ),
+    ("item43", [155, 179, 179], (KVU, "short"), (2, 4, 6), ("20 / 35", "33 / 35", "33 / 35")),
     # item 42's set (published until item 43; item 42's test reads it): five points with
     # lyra-simpy speed before every run, -np 2 -b 64 long item 41's
-    (
-        "item42",
-        [160, 166, 171],
-        (NP4 + " -kvu", "short"),
-        (2, 4, 6),
-        ("32 / 35", "23 / 35", "27 / 35"),
-    ),
+    ("item42", [160, 166, 171], (KVU, "short"), (2, 4, 6), ("32 / 35", "23 / 35", "27 / 35")),
     # item 41's set (published until item 42; item 41's test reads it): the -np 2 -b 64 and
     # -np 4 points in one pass, the -kvu points item 40's
     ("item41", [146, 144, 148], (NP4, "short"), (2, 4, 6), ("25 / 35", "29 / 35", "30 / 35")),
@@ -494,19 +411,13 @@ KEPT_SETS = [
     # ran 13 % slow
     ("item29", [154, 141, 145], (NP4, "short"), (2, 4, 6), ("16 / 35", "9 / 35", "12 / 35")),
     # item 28's set (published until item 29): -kvu long again
-    (
-        "item28",
-        [137, 142, 145],
-        (NP4 + " -kvu", "short"),
-        (2, 4, 6),
-        ("18 / 35", "27 / 35", "27 / 35"),
-    ),
+    ("item28", [137, 142, 145], (KVU, "short"), (2, 4, 6), ("18 / 35", "27 / 35", "27 / 35")),
     # item 26's set (published until item 28): Tables 2 and 3 on log errors, -kvu long
     # from item 23's run
     (
         "item26",
         [126, 153, 155],
-        (NP4 + " -kvu", "long"),
+        (KVU, "long"),
         (2, 4, 6),
         ("16 / 35", "28 / 35", "28 / 35"),
     ),
@@ -1566,7 +1477,7 @@ def test_item_44s_profiles_priced_by_their_mean_step_against_new_runs() -> None:
     validation = ROOT / "docs" / "validation"
     rows = _cells(validation / "llamacpp-matrix-epyc-item44-mean-step.json")
     by = _by_point(rows)
-    assert (by[NP4, "short"][2], by[NP4 + " -kvu", "short"][2]) == ("22 / 35", "32 / 35")
+    assert (by[NP4, "short"][2], by[KVU, "short"][2]) == ("22 / 35", "32 / 35")
     assert by[NP4, "short"][8] == "0.89–0.98 |"
     kept = json.loads((validation / "llamacpp-at-speed-item44.json").read_text())
 
@@ -1576,7 +1487,7 @@ def test_item_44s_profiles_priced_by_their_mean_step_against_new_runs() -> None:
     for stat in ("median", "mean"):
         printed = kept["resimulate_printed"][stat]
         assert table1(printed, NP4).split(" | ")[2] == "22 / 35"
-        assert table1(printed, NP4 + " -kvu").split(" | ")[2] == "32 / 35"
+        assert table1(printed, KVU).split(" | ")[2] == "32 / 35"
     assert _at_speed_totals(kept, "runs", "mean", "speed", "speed-batch", "gate-all") == {
         r: f"| all | | 54 / 70 | | {n} / 70 | |"
         for r, n in (("runs", 60), ("mean", 63), ("speed", 55), ("speed-batch", 52),

@@ -93,7 +93,6 @@ in the fit file so that a reader sees how far a scenario extrapolates.
 from __future__ import annotations
 
 import hashlib
-from itertools import pairwise
 from typing import Any, Literal
 
 import numpy as np
@@ -118,6 +117,7 @@ from lyra_simpy.calibration.profiles import (
 )
 from lyra_simpy.calibration.wakefit import with_profile_wake
 from lyra_simpy.cost.hostnoise import fitted_session, fitted_wander
+from lyra_simpy.policies.ubatch import pass_counts
 
 Loss = Literal["nnls", "soft_l1", "soft_l1_log"]
 METHODS: dict[str, str] = {
@@ -400,13 +400,8 @@ def profile_pass_rows(batch: int, passes: int) -> tuple[int, ...] | None:
         slots = decode_slots(batch, passes)
     except ValueError:
         return None
-    runs = [1]
-    for before, slot in pairwise(slots):
-        if slot == before + 1:
-            runs[-1] += 1
-        else:
-            runs.append(1)
-    return tuple(runs)
+    # cut as the engine model cuts a decode step: a pass per run of consecutive slots
+    return pass_counts([(s, 1) for s in slots], [True] * batch, batch, batch, False).rows
 
 
 def decode_pass_gap(

@@ -404,6 +404,14 @@ def profile_pass_rows(batch: int, passes: int) -> tuple[int, ...] | None:
     return pass_counts([(s, 1) for s in slots], [True] * batch, batch, batch, False).rows
 
 
+def profile_rows_by_pass(profile: Profile) -> list[tuple[int, ...] | None]:
+    """:func:`profile_pass_rows` of each of *profile*'s rows (one pass a row where it does
+    not say)."""
+    passes = profile.passes if profile.passes is not None else np.ones_like(profile.batch_size)
+    return [profile_pass_rows(int(b), int(n))
+            for b, n in zip(profile.batch_size, passes, strict=True)]  # fmt: skip
+
+
 def decode_pass_gap(
     profile: Any,
     x: Floats,
@@ -413,7 +421,7 @@ def decode_pass_gap(
 ) -> float | None:
     """``ProfileFit.decode_pass_gap_ms``: over the decode rows (and rebuilt decode steps)
     of several forward passes whose rows per pass are known — *pass_rows*, one entry per
-    row (None: unknown); by default a profile's (:func:`profile_pass_rows`) — the median
+    row (None: unknown); by default a profile's (:func:`profile_rows_by_pass`) — the median
     of what a row took beyond its passes priced as lone decode steps of their rows (the
     fit's fixed, output-pass and sequence terms and the decode table as the cost model
     interpolates it) and its context term, per pass beyond one. None where there is no
@@ -424,7 +432,7 @@ def decode_pass_gap(
     passes = np.rint(x[:, _EXTRA] + x[:, 0]).astype(np.int64)
     hit = _decode_rows(profile) & (passes >= 2) & (x[:, 0] == 1) & (x[:, _CHECKPOINT] == 0)
     if pass_rows is None:
-        pass_rows = [profile_pass_rows(int(n), int(k)) for n, k in zip(b, passes, strict=True)]
+        pass_rows = profile_rows_by_pass(profile)
     sizes = sorted(residuals)
     table = [residuals[k] for k in sizes]
 

@@ -30,7 +30,7 @@ from lyra_simpy.calibration.fit import (
     decode_residuals,
     design_matrix,
     fit_coefficients,
-    profile_pass_rows,
+    profile_rows_by_pass,
     report,
     rowwise_dot,
     with_profile_probes,
@@ -102,15 +102,10 @@ def _join(profile: Profile | None, steps: Steps) -> tuple[_Rows, np.ndarray, np.
 
 def _pass_rows(profile: Profile | None, steps: Steps) -> list[tuple[int, ...] | None]:
     """The decode rows of each pass of every row of :func:`_join`'s table: a profile row's
-    by its probe's layout (:func:`~lyra_simpy.calibration.fit.profile_pass_rows`), a
+    by its probe's layout (:func:`~lyra_simpy.calibration.fit.profile_rows_by_pass`), a
     rebuilt step's as the rebuild cut it (``Steps.pass_rows``; None where it did not)."""
-    out: list[tuple[int, ...] | None] = []
-    if profile is not None:
-        passes = profile.passes if profile.passes is not None else np.ones_like(profile.batch_size)
-        out += [profile_pass_rows(int(b), int(n))
-                for b, n in zip(profile.batch_size, passes, strict=True)]  # fmt: skip
-    out += [tuple(int(r) for r in row if r) or None for row in steps.pass_rows]
-    return out
+    out = profile_rows_by_pass(profile) if profile is not None else []
+    return out + [tuple(int(r) for r in row if r) or None for row in steps.pass_rows]
 
 
 def _widen(x: npt.NDArray[np.float64], width: int) -> npt.NDArray[np.float64]:

@@ -6,7 +6,6 @@ checkpoints the ``llamacpp`` engine model would charge for them
 from __future__ import annotations
 
 import heapq
-from collections import deque
 from typing import Literal
 
 import numpy as np
@@ -119,7 +118,7 @@ def replay_slots(requests: list[StreamedRequest], n_parallel: int, together_s: f
     slot_of = [-1] * len(requests)
     busy: list[int | None] = [None] * n_parallel
     last_used = [-1.0] * n_parallel
-    waiting: deque[int] = deque()
+    waiting: list[tuple[float, int, int]] = []  # (first token, sent rank, request), a heap
     releases: list[tuple[float, int]] = []  # (when, slot), a heap
 
     def assign() -> None:
@@ -128,8 +127,7 @@ def replay_slots(requests: list[StreamedRequest], n_parallel: int, together_s: f
             if not idle:
                 return
             slot = min(idle, key=lambda i: (last_used[i], -i))
-            r = min(waiting, key=lambda w: first[w])  # (the earliest sent on a tie)
-            waiting.remove(r)
+            r = heapq.heappop(waiting)[2]  # (the earliest sent on a tie)
             busy[slot], slot_of[r] = r, slot
             heapq.heappush(releases, (finish[r], slot))
 
@@ -152,7 +150,8 @@ def replay_slots(requests: list[StreamedRequest], n_parallel: int, together_s: f
             soonest = min(soonest, first[group[-1]])
         for r in group:
             release_until(requests[r].arrival_s)
-        waiting.extend(group)
+        for j, r in enumerate(group, k):
+            heapq.heappush(waiting, (first[r], j, r))
         assign()
         k += len(group)
     release_until(np.inf)

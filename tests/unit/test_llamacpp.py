@@ -69,6 +69,37 @@ def test_requests_wait_for_a_slot():
     assert [r for r, _ in plan.prefill] == [w[1], w[0]]
 
 
+def test_with_kvu_a_request_waits_for_the_buffer_s_cells_not_only_the_pool():
+    # -kvu's buffer of 256 cells (n_ctx 0 -> n_ctx_train 96, padded) holds two contexts of
+    # 87 tokens and not a third, however large the scenario's kv_cache (found by the
+    # until_s invariant: a third placed in the cells had no room)
+    s = LlamaCppServer(LlamaCppConfig(n_parallel=3, n_ctx=0, n_ctx_train=96, kv_unified=True))
+    assert s.config.ctx_total == 256
+    w = [waiting_req(i, 39, 48) for i in range(3)]
+    plan = s.plan(view(waiting=w))
+    assert [r for r, _ in plan.prefill] == [w[1], w[0]]
+    # per-slot KV: each slot its own stream, all three start
+    s = LlamaCppServer(LlamaCppConfig(n_parallel=3, n_ctx=300, kv_unified=False))
+    assert len(s.plan(view(waiting=[waiting_req(i, 39, 48) for i in range(3)])).prefill) == 3
+
+
+def test_with_kvu_an_idle_slot_s_cells_are_purged_when_a_request_needs_them():
+    # without --cache-idle-slots an idle slot keeps its cells; when a request needs them
+    # llama.cpp purges idle slots one by one (try_clear_idle_slots); the slot a request
+    # takes frees its own first
+    s = LlamaCppServer(LlamaCppConfig(n_parallel=3, n_ctx=256, kv_unified=True, cache_ram_mib=0))
+    assert not s.config.clears_idle_slots
+    s.idle_cells = [100, 100, 0]
+    s.last_used_s = [1.0, 2.0, 3.0]  # slot 0 the least recently used
+    s.plan(view(waiting=[waiting_req(0, 100, 50)]))
+    assert s.idle_cells == [0, 100, 0]  # its own slot's cells: 150 fit beside slot 1's
+    s = LlamaCppServer(LlamaCppConfig(n_parallel=3, n_ctx=256, kv_unified=True, cache_ram_mib=0))
+    s.idle_cells = [0, 100, 100]
+    s.last_used_s = [1.0, 2.0, 3.0]
+    s.plan(view(waiting=[waiting_req(0, 100, 50)]))
+    assert s.idle_cells == [0, 0, 100]  # slot 0 taken; the first idle slot with cells purged
+
+
 def test_a_request_beyond_its_slots_context_is_refused():
     # -c 4096 -np 4: 1024 cells per slot (pad256(4096 / 4))
     s = LlamaCppServer(LlamaCppConfig(n_parallel=4, n_ctx=4096))

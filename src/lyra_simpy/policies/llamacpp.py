@@ -100,7 +100,10 @@ Modelling choices, beside the refusal above: with ``-kvu`` llama.cpp admits with
 looking at the free cells and, when the buffer fills, fails every running request
 ("Context size has been exceeded"); here a request gets a slot only once the pool can hold
 its whole prompt and output next to what the running requests will still need, so that
-state is never reached. Prompt reuse (``cache_prompt``, slot choice by prompt
+state is never reached. With ``-kvu`` that pool is the buffer's cells (``ctx_total``) as
+well as ``kv_cache``, whichever is smaller; an idle slot's kept cells are purged, the
+first such slot first, when a request needs them (``try_clear_idle_slots``, which
+llama.cpp runs when a batch finds no room). Prompt reuse (``cache_prompt``, slot choice by prompt
 similarity) is not modelled: a scenario with shared prefixes and ``cache_prompt: true`` is
 refused when loaded. Fused decode runs: with per-slot KV the passes of a decode step
 depend on which slots are still generating, which changes inside a run as requests
@@ -406,7 +409,7 @@ class LlamaCppServer:
             if slot is None:
                 return
             need = blocks_for(req.input_tokens + req.output_tokens, bs) - req.blocks
-            if need > free:
+            if need > free or not self._buffer_holds(req.input_tokens + req.output_tokens, slot):
                 return
             free -= need
             self.slots[slot] = req
@@ -417,3 +420,23 @@ class LlamaCppServer:
                         self.idle_cells[i] = 0
                         if self.layout is not None:
                             self.layout.remove(i)
+
+    def _buffer_holds(self, tokens: int, slot: int) -> bool:
+        """With ``-kvu``: the buffer's cells hold *tokens* more, for a request given idle
+        *slot* (whose prompt removes its kept cells first), beside every slot's request's
+        whole context and the other idle slots' kept cells, once those are purged one by
+        one as needed (``try_clear_idle_slots``: the first idle slot holding cells). True
+        with per-slot KV (``refusal`` keeps a request within its slot)."""
+        if not self.config.kv_unified:
+            return True
+        taken = sum(r.input_tokens + r.output_tokens for r in self.slots if r is not None)
+        kept_cells = self.idle_cells
+        while tokens > self.config.ctx_total - taken - sum(kept_cells) + kept_cells[slot]:
+            kept = [i for i, r in enumerate(self.slots)
+                    if r is None and i != slot and kept_cells[i]]  # fmt: skip
+            if not kept:
+                return False
+            self.idle_cells[kept[0]] = 0
+            if self.layout is not None:
+                self.layout.remove(kept[0])
+        return True

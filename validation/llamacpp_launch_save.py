@@ -16,7 +16,8 @@ finished finds idle slots of hundreds of tokens each.
 twice, as launched and with ``--cache-ram 0`` added. Each round sends four requests of 200-400
 random prompt tokens and 100 outputs 0.3 s apart, waits for them, idles ``--idle-s``,
 then sends one request of 327 prompt tokens and 81 outputs (``-kvu`` long's Poisson 0.3
-request 4), and 0.5 s after it another. For each it prints the client's TTFT less the
+request 4), and 0.5 s after it another; every request as ``lyra-simpy replay`` sends it
+(:func:`rounds`). For each it prints the client's TTFT less the
 engine's ``prompt_ms`` (median and every round) and the server log's time from
 ``selected slot`` to ``launch_slot_`` over all launches (percentiles).
 
@@ -31,16 +32,15 @@ sent; the first of each run apart): the median of their TTFT less the engine's
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import re
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,63 +105,50 @@ def percentiles(ms: list[float]) -> dict[str, Any]:
     return out
 
 
-class Client:
-    """Streamed ``/completion`` requests on one connection (a client built per request
-    costs more than the gap measured)."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.http = httpx.Client(trust_env=False, timeout=300.0)
-
-    def gap_ms(self, prompt: list[int], outputs: int) -> float:
-        """The client's time to the first token less the engine's ``prompt_ms``."""
-        try:
-            return self._gap_ms(prompt, outputs)
-        except httpx.RemoteProtocolError:  # a kept-alive connection the server dropped
-            return self._gap_ms(prompt, outputs)
-
-    def _gap_ms(self, prompt: list[int], outputs: int) -> float:
-        body = {"prompt": prompt, "n_predict": outputs, "stream": True,
-                "cache_prompt": False, "ignore_eos": True, "temperature": 0}  # fmt: skip
-        t0, first, timings = time.perf_counter(), None, None
-        with self.http.stream("POST", self.url + "/completion", json=body) as reply:
-            for line in reply.iter_lines():
-                if not line.startswith("data: "):
-                    continue
-                chunk = json.loads(line[6:])
-                if first is None and chunk.get("content") is not None:
-                    first = time.perf_counter()
-                timings = chunk.get("timings") or timings
-        if first is None or timings is None:
-            raise SystemExit("llamacpp_launch_save: a reply without a token or timings")
-        return 1e3 * (first - t0) - float(timings["prompt_ms"])
+def gap_ms(out: Any) -> float:
+    """A request's TTFT less the engine's own ``prompt_ms`` (a :class:`Outcome`)."""
+    if out.error or not out.chunk_s or not out.timings:
+        raise SystemExit(f"llamacpp_launch_save: a request failed ({out.error or 'no timings'})")
+    return 1e3 * (out.chunk_s[0] - out.sent_s) - float(out.timings["prompt_ms"])
 
 
-def session(flags: list[str], rounds: int, idle_s: float, log: Path) -> dict[str, Any]:
+async def rounds(url: str, rounds: int, idle_s: float) -> tuple[list[float], list[float]]:
+    """The rounds on a server at *url*, each request as ``lyra-simpy replay`` sends it
+    (:func:`lyra_simpy.live.client.send`: ``/v1/completions``, token ids, a connection of
+    its own, ``cache_prompt: false`` as the matrix sends it): the gaps of the request
+    after the idle, and of the one 0.5 s after it."""
+    from lyra_simpy.live.client import new_client, send
+
+    rng = np.random.default_rng(9)
+    extra = {"cache_prompt": False}
+    t0 = time.perf_counter()
+
+    def request(tokens: int, outputs: int) -> Any:
+        ids = rng.integers(1000, 20000, size=tokens).tolist()
+        return send(client, url, "openai", ids, outputs, 300.0, t0, extra)
+
+    after_idle, next_one = [], []
+    async with new_client() as client:
+        for _ in range(rounds):
+            burst = []
+            for n in rng.integers(200, 400, size=4):
+                burst.append(asyncio.create_task(request(int(n), 100)))
+                await asyncio.sleep(0.3)
+            for out in await asyncio.gather(*burst):
+                gap_ms(out)  # (fails on a failed request)
+            await asyncio.sleep(idle_s)
+            after_idle.append(round(gap_ms(await request(327, 81)), 1))
+            await asyncio.sleep(0.5)
+            next_one.append(round(gap_ms(await request(327, 81)), 1))
+    return after_idle, next_one
+
+
+def session(flags: list[str], n_rounds: int, idle_s: float, log: Path) -> dict[str, Any]:
     """One server: the gaps after the idle and 0.5 s later, and its log's launches."""
     from lyra_simpy.live import llamacpp
 
-    rng = np.random.default_rng(9)
-
-    def tokens(n: int) -> list[int]:
-        return rng.integers(1000, 20000, size=n).tolist()
-
-    after_idle, next_one = [], []
     with llamacpp.Server(llamacpp.server_binary(), llamacpp.model_file(), flags, log) as srv:
-        client = Client(srv.url)
-        for _ in range(rounds):
-            sizes = rng.integers(200, 400, size=4)
-            threads = [threading.Thread(target=Client(srv.url).gap_ms, args=(tokens(int(n)), 100))
-                       for n in sizes]  # fmt: skip
-            for th in threads:
-                th.start()
-                time.sleep(0.3)
-            for th in threads:
-                th.join()
-            time.sleep(idle_s)
-            after_idle.append(round(client.gap_ms(tokens(327), 81), 1))
-            time.sleep(0.5)
-            next_one.append(round(client.gap_ms(tokens(327), 81), 1))
+        after_idle, next_one = asyncio.run(rounds(srv.url, n_rounds, idle_s))
     return {"flags": " ".join(flags), "after_idle_ms": after_idle, "next_ms": next_one,
             "after_idle_median_ms": round(statistics.median(after_idle), 1),
             "next_median_ms": round(statistics.median(next_one), 1),

@@ -65,7 +65,8 @@ def test_bad_arguments_get_one_line() -> None:
 def test_item_62s_kept_output() -> None:
     # the lone requests at the long points' light loads wait 21-26 ms beyond the engine's
     # prompt time (the short points 5-6), and Table 1 gives them 19-42 ms less TTFT; on a
-    # server of its own the prompt cache's save accounts for it (2-3 ms with --cache-ram 0)
+    # server of its own the prompt cache's save accounts for it (3.5-4 ms with --cache-ram 0,
+    # the profile's request path)
     kept = json.loads(KEPT.read_text())
     points = kept["points"]
     lone = {p: v["lone"] for p, v in points.items() if p != "argv"}
@@ -83,12 +84,12 @@ def test_item_62s_kept_output() -> None:
     probe = {k: (kept[k]["defaults"], kept[k]["cache_ram_0"]) for k in ("kvu", "np4")}
     assert {k: (d["after_idle_median_ms"], d["next_median_ms"], c["after_idle_median_ms"],
                 c["next_median_ms"]) for k, (d, c) in probe.items()} == {
-        "kvu": (27.8, 11.8, 2.3, 2.6), "np4": (26.4, 12.4, 2.3, 2.5)}  # fmt: skip
+        "kvu": (29.6, 12.0, 3.5, 3.9), "np4": (26.9, 10.6, 4.0, 3.7)}  # fmt: skip
     assert probe["kvu"][0]["flags"] == "-np 4 -c 4096 -t 2 -kvu"
     assert probe["np4"][0]["flags"] == "-np 4 -c 4096 -t 2"
     # between the two log lines, only part of it: p90-p99 5-8 ms
     spans = [kept[k]["defaults"]["select_to_launch"][q] for k in probe for q in ("p90", "p99")]
-    assert (min(spans), max(spans)) == (4.8, 7.6)
+    assert (min(spans), max(spans)) == (5.0, 8.0)
 
 
 def test_the_readme_quotes_item_62s_kept_output() -> None:
@@ -99,6 +100,6 @@ def test_the_readme_quotes_item_62s_kept_output() -> None:
              for c in ("defaults", "cache_ram_0")]  # fmt: skip
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert f"{round(min(over))}–{round(max(over))} ms too little TTFT (item 62" in readme
-    assert round(sum(waits[0::2]) / 2) == 27
-    assert round(max(waits[1::2])) == 2
-    assert "a lone one waits ~27 ms before its prompt (2 ms with `--cache-ram 0`)" in readme
+    assert round(sum(waits[0::2]) / 2) == 28
+    assert round(max(waits[1::2])) == 4
+    assert "a lone one waits ~28 ms before its prompt (4 ms with `--cache-ram 0`)" in readme

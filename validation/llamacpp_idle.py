@@ -27,6 +27,7 @@ import bisect
 import csv
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -42,17 +43,22 @@ IDLE_S = (0.1, 0.3, 1.0)
 """Edges of the idle groups, in seconds (the probes run back to back: below the first)."""
 
 
-def tasks(log: Path) -> list[dict[str, float]]:
-    """Each task the log shows launched, prompted and released: launch and release
-    times (s), prompt tokens and the engine's prompt time (ms)."""
-    found: dict[int, dict[str, float]] = {}
+def slot_lines(log: Path) -> Iterator[tuple[float, str, int, str]]:
+    """Every slot line of a llama-server *log*, in order: its time (s since the server
+    started), what (``launch_slot_``, ``get_availabl``, ...), its task and its text."""
     for line in log.read_text(errors="replace").splitlines():
         m = LINE.match(line)
         if m is None:
             continue
         mins, secs, ms, us = (int(g) for g in m.groups()[:4])
-        t = mins * 60 + secs + ms / 1e3 + us / 1e6
-        kind, task, rest = m.group(5), int(m.group(7)), m.group(8)
+        yield mins * 60 + secs + ms / 1e3 + us / 1e6, m.group(5), int(m.group(7)), m.group(8)
+
+
+def tasks(log: Path) -> list[dict[str, float]]:
+    """Each task the log shows launched, prompted and released: launch and release
+    times (s), prompt tokens and the engine's prompt time (ms)."""
+    found: dict[int, dict[str, float]] = {}
+    for t, kind, task, rest in slot_lines(log):
         if kind == "launch_slot_":
             found[task] = {"start": t}
         elif task in found and kind == "print_timing" and (p := PROMPT.search(rest)):

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import statistics
 import sys
 import time
@@ -42,13 +41,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from llamacpp_idle import slot_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "validation-llamacpp"
 FLAGS = ["-np", "4", "-c", "4096", "-t", "2", "-kvu"]
 """``-kvu`` long's server (``validate_cpu.py --matrix``'s ``kvu``)."""
-STAMP = re.compile(r"^(\d+)\.(\d+)\.(\d+)\.(\d+) I slot\s+(\w+)\s*:")
-"""A slot line's time (minutes.seconds.ms.µs since the server started) and kind."""
 PCTS = (50, 90, 95, 99)
 
 
@@ -56,15 +54,10 @@ def select_to_launch_ms(log: Path) -> list[float]:
     """Every launch in *log*: ms from the ``selected slot`` line to ``launch_slot_``."""
     out: list[float] = []
     selected = None
-    for line in log.read_text(errors="replace").splitlines():
-        m = STAMP.match(line)
-        if m is None:
-            continue
-        mins, secs, ms, us = (int(g) for g in m.groups()[:4])
-        t = mins * 60 + secs + ms / 1e3 + us / 1e6
-        if m.group(5) == "get_availabl" and "selected slot" in line:
+    for t, kind, _, text in slot_lines(log):
+        if kind == "get_availabl" and "selected slot" in text:
             selected = t
-        elif m.group(5) == "launch_slot_" and selected is not None:
+        elif kind == "launch_slot_" and selected is not None:
             out.append(1e3 * (t - selected))
             selected = None
     return out

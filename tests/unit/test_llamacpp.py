@@ -98,6 +98,17 @@ def test_with_kvu_an_idle_slot_s_cells_are_purged_when_a_request_needs_them():
     s.last_used_s = [1.0, 2.0, 3.0]
     s.plan(view(waiting=[waiting_req(0, 100, 50)]))
     assert s.idle_cells == [0, 0, 100]  # slot 0 taken; the first idle slot with cells purged
+    # a request that would not fit even with every idle slot purged waits, purging none
+    s = LlamaCppServer(LlamaCppConfig(n_parallel=3, n_ctx=256, kv_unified=True, cache_ram_mib=0))
+    s.slots[2] = waiting_req(9, 100, 50)
+    s._started[2] = True
+    s.idle_cells = [0, 100, 0]
+    s.last_used_s = [1.0, 2.0, 3.0]
+    running = s.slots[2]
+    running.running = True
+    s.plan(view(waiting=[waiting_req(0, 100, 50)], running=[running]))
+    assert s.slots[:2] == [None, None]
+    assert s.idle_cells == [0, 100, 0]
 
 
 def test_a_request_beyond_its_slots_context_is_refused():

@@ -424,19 +424,24 @@ class LlamaCppServer:
     def _buffer_holds(self, tokens: int, slot: int) -> bool:
         """With ``-kvu``: the buffer's cells hold *tokens* more, for a request given idle
         *slot* (whose prompt removes its kept cells first), beside every slot's request's
-        whole context and the other idle slots' kept cells, once those are purged one by
-        one as needed (``try_clear_idle_slots``: the first idle slot holding cells). True
-        with per-slot KV (``refusal`` keeps a request within its slot)."""
+        whole context and the other idle slots' kept cells, purging those one by one as
+        needed (``try_clear_idle_slots``: the first idle slot holding cells); none is
+        purged when even all of them would not make room. True with per-slot KV
+        (``refusal`` keeps a request within its slot)."""
         if not self.config.kv_unified:
             return True
         taken = sum(r.input_tokens + r.output_tokens for r in self.slots if r is not None)
-        kept_cells = self.idle_cells
-        while tokens > self.config.ctx_total - taken - sum(kept_cells) + kept_cells[slot]:
-            kept = [i for i, r in enumerate(self.slots)
-                    if r is None and i != slot and kept_cells[i]]  # fmt: skip
-            if not kept:
-                return False
-            self.idle_cells[kept[0]] = 0
-            if self.layout is not None:
-                self.layout.remove(kept[0])
+        room = self.config.ctx_total - taken
+        kept = [i for i, r in enumerate(self.slots) if r is None and i != slot]
+        room -= sum(self.idle_cells[i] for i in kept)
+        if tokens > room + sum(self.idle_cells[i] for i in kept):
+            return False
+        for i in kept:
+            if tokens <= room:
+                break
+            room += self.idle_cells[i]
+            if self.idle_cells[i]:
+                self.idle_cells[i] = 0
+                if self.layout is not None:
+                    self.layout.remove(i)
         return True

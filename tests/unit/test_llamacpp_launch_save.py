@@ -55,9 +55,15 @@ def test_lone_requests_leave_out_the_busy_ones_and_each_run_s_first(tmp_path: Pa
                    "over_table1_median_ms": 21.0, "first_gap_ms": [100.0]}  # fmt: skip
 
 
-def test_bad_arguments_get_one_line() -> None:
+def test_bad_arguments_name_the_field_and_what_is_allowed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     with pytest.raises(SystemExit):
         launch.main(["--rounds", "0"])
+    assert "error: --rounds: got 0, must be 1 or more" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        launch.main(["--idle-s", "-1"])
+    assert "error: --idle-s: got -1, must be 0 or more" in capsys.readouterr().err
     with pytest.raises(SystemExit, match=r"no .*llama-server\.log"):
         launch.main(["--points", "no_such_point"])
 

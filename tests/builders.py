@@ -131,6 +131,27 @@ def llamacpp_raw(command: str | None = None, **flags: Any) -> dict[str, Any]:
     }
 
 
+def llamacpp_fixed(
+    num_requests: int, rate_per_s: float, tokens: tuple[int, int], cost: dict[str, Any],
+    **scheduler: Any,
+) -> dict[str, Any]:  # fmt: skip
+    """A scenario of *num_requests* requests of *tokens* (prompt, output) each, sent at
+    a constant *rate_per_s*, on a ``llamacpp`` scheduler of 4 096 cells (*scheduler*: more
+    of its knobs) priced by *cost*."""
+    return {
+        "seed": 1,
+        "workload": {
+            "num_requests": num_requests,
+            "arrival": {"name": "constant", "rate_per_s": rate_per_s},
+            "input_tokens": {"name": "fixed", "tokens": tokens[0]},
+            "output_tokens": {"name": "fixed", "tokens": tokens[1]},
+        },
+        "scheduler": {"name": "llamacpp", "n_ctx": 4096, **scheduler},
+        "kv_cache": {"block_size": 1, "num_blocks": 4096},
+        "cost": cost,
+    }
+
+
 def validation_module(name: str) -> Any:
     """``validation/NAME.py`` loaded as a module (the scripts are not a package), with
     ``validation/`` on ``sys.path`` as when it runs as a script (they import each other)."""

@@ -52,6 +52,7 @@ class StreamServer:
         timings: bool = False,
         wake_s: float = 0.0,
         wake_after_s: float = 0.1,
+        save_s_per_token: float = 0.0,
     ):
         self.ttft_s = ttft_s
         self.itl_s = itl_s
@@ -67,6 +68,13 @@ class StreamServer:
         self.wake_s, self.wake_after_s = wake_s, wake_after_s
         """A request that finds the server idle *wake_after_s* or more (since the last
         one ended) takes *wake_s* longer to its first token (an engine's wake)."""
+        self.save_s_per_token = save_s_per_token
+        """llama.cpp's prompt cache in RAM: a request pinned to a slot (``id_slot``) waits
+        this per token of every idle slot's state not saved yet, before its prompt (not
+        in its ``prompt_ms``); a slot's state is its last request's prompt and outputs
+        but the last."""
+        self._unsaved: dict[int, int] = {}
+        self._running: set[int] = set()
         self._last_end = time.perf_counter()
         self._busy = 0
         self.prefills: list[float] = []
@@ -179,13 +187,23 @@ class StreamServer:
         with self._lock:
             idle = not self._busy and time.perf_counter() - self._last_end >= self.wake_after_s
             self._busy += 1
+            slot = body.get("id_slot")
+            saved = 0
+            if self.save_s_per_token and isinstance(slot, int):
+                self._running.add(slot)
+                for other in [k for k in self._unsaved if k not in self._running]:
+                    saved += self._unsaved.pop(other)
         wake = self.wake_s if idle else 0.0
+        time.sleep(saved * self.save_s_per_token)
         try:
             self._stream(h, event, body, fault, sglang, prompt, n, scale, wake)
         finally:
             with self._lock:
                 self._busy -= 1
                 self._last_end = time.perf_counter()
+                if self.save_s_per_token and isinstance(slot, int):
+                    self._running.discard(slot)
+                    self._unsaved[slot] = len(prompt) + n - 1
 
     def _stream(self, h: BaseHTTPRequestHandler, event: Any, body: dict[str, Any],
                 fault: str | None, sglang: bool, prompt: list[Any], n: int, scale: float,

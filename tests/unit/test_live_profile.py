@@ -22,6 +22,7 @@ GRID = ProfileGrid(
     mixed_batch=[1],
     mixed_prompt_tokens=[8],
     repeats=1,
+    save_prompt_tokens=[],  # (the prompt-cache probe: its own test)
 )
 
 
@@ -558,3 +559,55 @@ def test_a_mixed_probe_whose_steps_the_streams_hide_is_run_again(
         _profiled(tmp_path / "q.csv", twice)
     assert calls == [2, 2]
     assert not (tmp_path / "q.csv").exists()
+
+
+def test_the_prompt_cache_probe_times_the_save_of_an_idle_slot_and_calibrate_fits_it(
+    tmp_path: Path,
+) -> None:
+    # llama.cpp's default: after the grid, a prompt of N tokens in slot 1, then a lone
+    # prompt in slot 0, whose launch saves slot 1's N tokens; this server waits 0.04 ms a
+    # token saved before the lone prompt starts, outside its prompt_ms
+    from lyra_simpy.calibration.fit import fit_profile
+
+    assert ProfileGrid().save_prompt_tokens == [32, 256, 512, 768]  # on by default
+    grid = GRID.model_copy(
+        update={"mixed_batch": [], "save_prompt_tokens": [32, 256, 512, 100_000],
+                "save_repeats": 3}
+    )  # fmt: skip
+    out = tmp_path / "p.csv"
+    with StreamServer(ttft_s=0.01, itl_s=0.002, timings=True, save_s_per_token=4e-5) as srv:
+        profile(srv.url, "openai", grid, out, "test box", "-np 4 -c 4096")
+        bodies = srv.received
+    # the last 3 rounds x 3 sizes (100 000 does not fit a slot of 1 024): N in slot 1,
+    # then the smallest prefill_tokens (8) in slot 0
+    tail = [(len(b["prompt"]), b["max_tokens"], b["id_slot"]) for b in bodies[-18:]]
+    assert tail == [(n, 1, 1) if k % 2 == 0 else (8, 1, 0)
+                    for n in (32, 256, 512) * 3 for k in range(2)]  # fmt: skip
+    lines = out.with_suffix(".save.csv").read_text().splitlines()
+    assert lines[0] == "saved_tokens,wait_ms"
+    rows = [tuple(map(float, line.split(","))) for line in lines[1:]]
+    assert [n for n, _ in rows] == [32, 256, 512] * 3
+    # the wait grows by the save: 0.04 ms a token (the sleep's own slack aside)
+    for n, ms in rows:
+        assert 0.04 * n <= ms < 0.04 * n + 15.0
+    meta = yaml.safe_load(out.with_suffix(".yaml").read_text())
+    assert meta["save_probe"] == {"sizes": [32, 256, 512], "prompt_tokens": 8, "repeats": 3}
+    fit = fit_profile(read_profile(out)).prompt_save
+    assert fit is not None
+    assert fit.prompts == 9
+    assert fit.ms_per_token == pytest.approx(0.04, rel=0.2)
+    # off: no file, no fit; --cache-ram 0 or --no-cache-idle-slots: no probe
+    for flags, update in (("-np 4", {"save_prompt_tokens": []}), ("-np 4 --cache-ram 0", {}),
+                          ("-np 4 --no-cache-idle-slots", {})):  # fmt: skip
+        plain = tmp_path / "q.csv"
+        with StreamServer(ttft_s=0.01, itl_s=0.002, timings=True) as srv:
+            profile(srv.url, "openai", GRID.model_copy(update={"mixed_batch": [], **update}),
+                    plain, "test box", flags)  # fmt: skip
+        assert not plain.with_suffix(".save.csv").exists()
+        assert fit_profile(read_profile(plain)).prompt_save is None
+    # a server without timings.prompt_ms: the probe is skipped, and the metadata says so
+    with StreamServer(ttft_s=0.01, itl_s=0.002) as srv:
+        profile(srv.url, "openai", grid, plain, "test box", "-np 4")
+    assert not plain.with_suffix(".save.csv").exists()
+    meta = yaml.safe_load(plain.with_suffix(".yaml").read_text())
+    assert meta["save_probe"] == {"skipped": "the endpoint gave no timings.prompt_ms"}

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
-from builders import llamacpp_raw, waiting_req
+from builders import llamacpp_fixed, llamacpp_raw, waiting_req
 from lyra_simpy import ScenarioError, scenario_from_dict, simulate
 from lyra_simpy.calibration.fit import fit_profile, predict_ms
 from lyra_simpy.calibration.profiles import read_profile
@@ -286,18 +286,8 @@ def test_prompt_steps_of_probes():
 
 
 def _run(sliding: bool, ckpt_ms: float = 0.0) -> float:
-    raw = {
-        "seed": 1,
-        "workload": {
-            "num_requests": 1,
-            "arrival": {"name": "constant", "rate_per_s": 1.0},
-            "input_tokens": {"name": "fixed", "tokens": 300},
-            "output_tokens": {"name": "fixed", "tokens": 3},
-        },
-        "scheduler": {"name": "llamacpp", "sliding_window": sliding, "n_ctx": 4096},
-        "kv_cache": {"block_size": 1, "num_blocks": 4096},
-        "cost": {"name": "linear", "base_ms": 10.0, "per_prefill_token_ms": 0.1},
-    }
+    cost = {"name": "linear", "base_ms": 10.0, "per_prefill_token_ms": 0.1}
+    raw = llamacpp_fixed(1, 1.0, (300, 3), cost, sliding_window=sliding)
     return float(simulate(scenario_from_dict(raw)).records["ttft_ms"][0])
 
 

@@ -115,6 +115,7 @@ from lyra_simpy.calibration.profiles import (
     read_speed_references,
     read_wander,
 )
+from lyra_simpy.calibration.savefit import with_profile_save
 from lyra_simpy.calibration.wakefit import with_profile_wake
 from lyra_simpy.cost.hostnoise import fitted_session, fitted_wander
 from lyra_simpy.policies.ubatch import pass_counts
@@ -316,10 +317,11 @@ def fit_profile(profile: Profile, loss: Loss = "nnls") -> ProfileFit:
 def with_profile_probes(fit: ProfileFit, profile: Profile | None) -> ProfileFit:
     """*fit* with what *profile*'s own probes show beside its rows, where it has them: the
     host's wander (:func:`with_profile_wander`), its speed between stretches
-    (:func:`with_profile_session`) and the engine's wake after idle
-    (:func:`~lyra_simpy.calibration.wakefit.with_profile_wake`)."""
+    (:func:`with_profile_session`), the engine's wake after idle
+    (:func:`~lyra_simpy.calibration.wakefit.with_profile_wake`) and llama.cpp's prompt
+    cache save (:func:`~lyra_simpy.calibration.savefit.with_profile_save`)."""
     fit = with_profile_session(with_profile_wander(fit, profile), profile)
-    return with_profile_wake(fit, profile)
+    return with_profile_save(with_profile_wake(fit, profile), profile)
 
 
 def with_profile_session(fit: ProfileFit, profile: Profile | None) -> ProfileFit:

@@ -180,6 +180,15 @@ def format_report(fit: ProfileFit, profile_label: str | None = None) -> str:
                 else ""
             )
         )
+    if fit.prompt_save is not None:
+        save = fit.prompt_save
+        lines.append(
+            f"llama.cpp's prompt cache save (cost.prompt_save: fitted): {save.ms_per_token:.4f} "
+            f"ms a token saved at a launch (the prompt-cache probe's {save.prompts} lone "
+            "prompts; median wait by tokens saved: "
+            + ", ".join(f"{n} {ms:.1f} ms" for n, ms in save.median_wait_ms.items())
+            + ")"
+        )
     if fit.fit.unmeasured_terms:
         lines.append(
             "not measured (no row exercises them; fitted as 0): "

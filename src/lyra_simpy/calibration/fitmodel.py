@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, NonNegativeFloat
 
 from lyra_simpy.calibration.noisefit import NoiseFit
+from lyra_simpy.calibration.savefit import SaveFit
 from lyra_simpy.calibration.wakefit import WakeFit
 from lyra_simpy.config import Closed
 
@@ -139,6 +140,10 @@ class ProfileFit(_Closed):
     """Step-time noise fitted from the residuals (None in fits made before it existed)."""
     wake: WakeFit | None = None
     """The engine's wake after idle, from the profile's wake probe (None without one)."""
+    prompt_save: SaveFit | None = None
+    """llama.cpp's prompt cache in RAM: ms per token its main loop copies into the cache
+    at a request's launch, from the profile's prompt-cache probe (None without one;
+    :mod:`~lyra_simpy.calibration.savefit`)."""
     attention: Literal["own", "n_kv"] = "own"
     """What ``per_prefill_attention_ms`` is per: ``own``, a prompt token × its own
     sequence's cached and new tokens (Σ new × (cached + new)); ``n_kv``, a prompt token ×

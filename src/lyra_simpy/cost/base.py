@@ -65,6 +65,10 @@ class BatchShape(NamedTuple):
     (llama.cpp with per-slot KV: one pass per run of consecutive slot ids); empty when
     not known or the iteration is one pass. A ``profile`` cost whose fit has
     ``decode_pass_gap_ms`` prices each pass at its own rows (``decode_passes: each``)."""
+    saved_tokens: int = 0
+    """Tokens copied into llama.cpp's prompt cache in RAM before the iteration, on the
+    server's main loop (:mod:`~lyra_simpy.policies.llamacpp_save`). Charged by
+    ``profile`` only, with a fit that has ``prompt_save`` (``cost.prompt_save``)."""
 
 
 def verify_rows_tokens(shape: BatchShape, rows: int) -> int:

@@ -24,7 +24,10 @@ profile with the ``attention_cells`` column (llama.cpp: ``ProfileFit.attention``
 ``BatchShape.prefill_attention_cells``, instead of Σ new × (cached + new); one with the
 ``attention_computed`` column also prices the attention llama.cpp's flash attention
 computes (``BatchShape.prefill_computed_cells``: the tiles its mask leaves open, where
-the cells count every cell a pass spans, which its mask scan reads). Outside the
+the cells count every cell a pass spans, which its mask scan reads). With a fit that
+has ``prompt_save`` (llama.cpp's prompt cache in RAM, measured by the profile's probe)
+each token the server copies into the cache before a step adds ``ms_per_token``
+(``BatchShape.saved_tokens``, ``prompt_save``). Outside the
 profile's measured grid each term extends linearly; with non-negative coefficients time
 never falls as a batch grows. ``speed`` multiplies every time the fit prices (the host's
 step time at the load over its step time when profiled; ``compare --steps`` gives it
@@ -110,6 +113,14 @@ class ProfileCostConfig(Closed):
     wake: Wake | None = None
     """The first iteration after idle takes longer (default none); ``fitted``: the fit
     file's ``wake`` (the profile's wake probe); see :mod:`~lyra_simpy.cost.wake`."""
+    prompt_save: Literal["fitted", "off"] = "fitted"
+    """llama.cpp's prompt cache in RAM (``--cache-ram``, on by default): ``fitted``
+    (default) charges the fit's ``prompt_save.ms_per_token`` (the profile's prompt-cache
+    probe, :mod:`~lyra_simpy.calibration.savefit`) for every token the ``llamacpp``
+    engine model says the server copies into the cache before a step
+    (``BatchShape.saved_tokens``, :mod:`~lyra_simpy.policies.llamacpp_save`); nothing
+    with a fit that has no ``prompt_save``. ``off``: never (the model before
+    docs/VALIDATION-llamacpp.md item 63)."""
     speed: PositiveFloat = 1.0
     """Every time the fit prices × this — its terms, its decode residuals and a
     ``fitted`` wake: the host's step time when the load runs over its step time when it
@@ -205,6 +216,8 @@ class ProfileCost:
         self._per_checkpoint = c.per_checkpoint_ms * speed
         self._per_output = c.per_output_pass_ms * speed
         self._per_computed = c.per_computed_attention_ms * speed
+        save = config.fit.prompt_save if config.prompt_save == "fitted" else None
+        self._per_saved = save.ms_per_token * speed if save is not None else 0.0
         self._cells = config.fit.attention == "n_kv"
         """The attention term is per prompt token × cell attended (llama.cpp's ``n_kv``):
         charged on ``BatchShape.prefill_attention_cells`` where the scheduler gives it."""
@@ -225,7 +238,8 @@ class ProfileCost:
 
     def iteration_s(self, shape: BatchShape) -> float:
         passes, checkpoints, outputs = shape.passes, shape.checkpoints, shape.output_passes
-        extra = passes != 1 or checkpoints != 0 or outputs != 1
+        saved = shape.saved_tokens
+        extra = passes != 1 or checkpoints != 0 or outputs != 1 or saved != 0
         if not shape.prefill_seqs and not shape.verify_tokens:
             if extra:  # (never fused: see BatchShape.passes)
                 if (
@@ -235,11 +249,11 @@ class ProfileCost:
                     and outputs == passes
                 ):  # each pass a lone decode step of its rows (decode_passes: each)
                     ms = sum(self._decode_fixed_ms(n) for n in shape.pass_rows)
-                    ms += self._per_ctx * shape.decode_context_tokens
+                    ms += self._per_ctx * shape.decode_context_tokens + self._per_saved * saved
                     return (ms + self._pass_gap * (passes - 1)) / 1000.0
                 fixed = self.decode_span_s(shape.decode_rows, 0, 0, 1)[0] * 1000.0
                 ms = fixed + self._per_ctx * shape.decode_context_tokens
-                return (ms + self._extra_ms(passes, checkpoints, outputs)) / 1000.0
+                return (ms + self._extra_ms(passes, checkpoints, outputs, saved)) / 1000.0
             return self.decode_span_s(shape.decode_rows, shape.decode_context_tokens, 0, 1)[0]
         rows = shape.decode_rows if shape.prefill_seqs else self._pad(shape.decode_rows)
         verify = verify_rows_tokens(shape, rows)
@@ -263,16 +277,18 @@ class ProfileCost:
             if not shape.prefill_seqs:
                 ms += self._residual_ms(rows)
         if extra:
-            ms += self._extra_ms(passes, checkpoints, outputs)
+            ms += self._extra_ms(passes, checkpoints, outputs, saved)
         return ms / 1000.0
 
-    def _extra_ms(self, passes: int, checkpoints: int, outputs: int) -> float:
-        """llama.cpp's forward passes beyond one, context checkpoints and passes computing
-        logits other than one (BatchShape; the step's own one is in the fixed part)."""
+    def _extra_ms(self, passes: int, checkpoints: int, outputs: int, saved: int) -> float:
+        """llama.cpp's forward passes beyond one, context checkpoints, passes computing
+        logits other than one (the step's own one is in the fixed part) and tokens saved
+        to its prompt cache (BatchShape)."""
         return (
             self._per_pass * (passes - 1)
             + self._per_checkpoint * checkpoints
             + self._per_output * (outputs - 1)
+            + self._per_saved * saved
         )
 
     def _residual_ms(self, rows: int) -> float:

@@ -111,11 +111,14 @@ class Iterations(Runs):
             )
             assert self.spec is not None
             duration = self.cost.iteration_s(shape) + self.spec.draft_s
-        elif prefill or plan.passes != 1 or plan.checkpoints or plan.output_passes != 1:
+        elif (
+            prefill or plan.passes != 1 or plan.checkpoints or plan.output_passes != 1
+            or plan.saved_tokens
+        ):  # fmt: skip
             shape = BatchShape(
                 len(prefill), prefill_tokens, attention, n_dec, rows, context, 0,
                 plan.passes, plan.checkpoints, plan.prefill_attention_cells, plan.output_passes,
-                plan.prefill_computed_cells, plan.pass_rows,
+                plan.prefill_computed_cells, plan.pass_rows, plan.saved_tokens,
             )  # fmt: skip
             duration = self.cost.iteration_s(shape)
         else:

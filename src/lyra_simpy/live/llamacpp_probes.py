@@ -37,6 +37,25 @@ def llamacpp_config(flags: str, grid: ProfileGrid) -> LlamaCppConfig | None:
     return LlamaCppConfig.model_validate(sched)
 
 
+def save_sizes(grid: ProfileGrid, llama: LlamaCppConfig | None) -> list[int]:
+    """The sizes of ``grid.save_prompt_tokens`` the probe runs against a llama.cpp server
+    with *llama*'s knobs: those whose prompt and output fit a slot, none where the server
+    keeps no prompt cache (``--cache-ram 0`` or ``--no-cache-idle-slots``), has one slot,
+    or is not llama.cpp (*llama* None). Sizes listed but none fitting is an error."""
+    if llama is None or not grid.save_prompt_tokens:
+        return []
+    if llama.cache_ram_mib == 0 or not llama.cache_idle_slots or llama.n_parallel < 2:
+        return []
+    sizes = sorted({n for n in grid.save_prompt_tokens if n + 1 <= llama.slot_ctx})
+    if not sizes:
+        raise LyraError(
+            f"grid.save_prompt_tokens: got {grid.save_prompt_tokens}, none fits a slot's "
+            f"context ({llama.slot_ctx} tokens with one output): list smaller sizes, or [] "
+            "for none"
+        )
+    return sizes
+
+
 def check_slots(grid: ProfileGrid, llama: LlamaCppConfig) -> None:
     need = max(
         [

@@ -176,6 +176,35 @@ class Prober:
         await asyncio.sleep(gap_s)
         return self._prompt_ms(await self._send(p, 1, time.perf_counter(), slot=0), "wake")
 
+    async def save_probe(
+        self, sizes: list[int], repeats: int, p: int
+    ) -> list[tuple[int, float]] | None:
+        """The prompt-cache probe: *repeats* rounds of :meth:`save_wait` at each of *sizes*
+        with a lone prompt of *p* tokens; (size, wait in ms) each, in the order taken.
+        None when the endpoint does not give ``timings.prompt_ms`` (nothing to tell the
+        wait by; the first pair tells)."""
+        rows: list[tuple[int, float]] = []
+        for _ in range(repeats):
+            for n in sizes:
+                ms = await self.save_wait(n, p)
+                if ms is None:
+                    return None
+                rows.append((n, ms))
+        return rows
+
+    async def save_wait(self, n: int, p: int) -> float | None:
+        """A prompt of *n* tokens (one output) in slot 1, then, once it is done, a lone
+        prompt of *p* tokens in slot 0 (the prompt-cache probe, ``grid.save_prompt_tokens``):
+        the second's client TTFT less its ``timings.prompt_ms`` (ms), the request path plus
+        the copy of slot 1's *n* tokens into the cache at its launch; None without
+        ``timings.prompt_ms``."""
+        await self._send(n, 1, time.perf_counter(), slot=1)
+        out = await self._send(p, 1, time.perf_counter(), slot=0)
+        ms = out.timings.get("prompt_ms") if out.timings else None
+        if not isinstance(ms, (int, float)):
+            return None
+        return (out.chunk_s[0] - out.sent_s) * 1000.0 - float(ms)
+
     async def prefill_together(self, b: int, p: int) -> float:
         """*b* prompts of *p* tokens sent at once to slots 0..b−1 (llama.cpp): the engine's
         time from the first prompt's start to the last one's end — each request's first

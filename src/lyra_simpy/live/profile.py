@@ -50,6 +50,13 @@ the probe's start) and the metadata's ``wander_probe``; ``lyra-simpy calibrate``
 host's drift over seconds from it (:func:`~lyra_simpy.calibration.fit.with_profile_wander`),
 which rows that are medians of short probes cannot show.
 
+Against llama.cpp with its prompt cache in RAM (``--cache-ram``, on by default) the
+grid is followed by the prompt-cache probe (``grid.save_prompt_tokens``): lone prompts
+launched with a slot of *N* tokens to save, each a row of ``PROFILE.save.csv`` (*N*, its
+TTFT less ``prompt_ms``) and the metadata's ``save_probe`` (``skipped`` where the
+endpoint gives no ``prompt_ms``); ``lyra-simpy calibrate`` fits the ms per token saved
+(:mod:`~lyra_simpy.calibration.savefit`).
+
 The metadata YAML beside the CSV says engine, version, model, hardware, flags, date and
 which timing each phase used (``timing_source``).
 
@@ -106,6 +113,7 @@ from typing import Any
 import yaml
 
 from lyra_simpy.calibration.profiles import decode_slots
+from lyra_simpy.calibration.savefit import write_save
 from lyra_simpy.calibration.wakefit import WAKE_COLUMNS, WAKE_SUFFIX
 from lyra_simpy.errors import LyraError
 from lyra_simpy.live.client import (
@@ -119,6 +127,7 @@ from lyra_simpy.live.llamacpp_probes import (
     llamacpp_config,
     prompt_steps,
     row_counts,
+    save_sizes,
 )
 from lyra_simpy.live.prober import Prober
 from lyra_simpy.live.profile_grid import ProfileGrid, mixed_contexts
@@ -277,6 +286,11 @@ def profile(
             for j in range(1, len(ends)):  # decode step j: j tokens out before it ends
                 wander.append((ends[j], (ends[j] - ends[j - 1]) * 1000.0, wander_context + j))
 
+    saves = save_sizes(grid, llama)
+    save: list[tuple[int, float]] = []
+    """The prompt-cache probe's lone prompts (``grid.save_prompt_tokens``): (tokens its
+    launch saved, its TTFT less its prompt_ms in ms)."""
+    saves_skipped: list[bool] = []
     wake: list[tuple[float, float]] = []
     """The wake probe's prompts (``grid.wake_gaps_s``): (idle before it, s; its time, ms)."""
     wake_tokens = grid.wake_prompt_tokens or min(grid.prefill_tokens)
@@ -312,6 +326,10 @@ def profile(
                     step_ms[k].append(gaps)
         if grid.wander_s > 0:
             await measure_wander()
+        if saves:
+            pairs = await prober.save_probe(saves, grid.save_repeats, min(grid.prefill_tokens))
+            save.extend(pairs or [])
+            saves_skipped.append(pairs is None)
         if grid.wake_gaps_s:
             await measure_wake()
 
@@ -445,6 +463,12 @@ def profile(
             tmp.write_text("\n".join(lines) + "\n")
 
         atomic_write(out.with_suffix(".wander.csv"), write_wander)
+    if saves_skipped == [True]:
+        meta["save_probe"] = {"skipped": "the endpoint gave no timings.prompt_ms"}
+    if save:
+        meta["save_probe"] = {"sizes": saves, "prompt_tokens": min(grid.prefill_tokens),
+                              "repeats": grid.save_repeats}  # fmt: skip
+        write_save(out, save)
     if wake:
         meta["wake_probe"] = {
             "prompt_tokens": wake_tokens,

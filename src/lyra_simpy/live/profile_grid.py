@@ -131,6 +131,23 @@ class ProfileGrid(BaseModel):
     wake_prompt_tokens: PositiveInt | None = None
     """The wake probe's prompt (None: the smallest ``prefill_tokens``)."""
     timeout_s: PositiveFloat = 120.0
+    save_prompt_tokens: list[PositiveInt] = [32, 256, 512, 768]
+    """llama.cpp with its prompt cache in RAM (``--cache-ram``, on by default, and
+    ``--cache-idle-slots``): after the grid (and the wander probe), ``save_repeats``
+    rounds of, for each size *N* that fits a slot's context, a prompt of *N* tokens and
+    one output in slot 1, then, once it is done, a lone prompt of the smallest
+    ``prefill_tokens`` in slot 0. When the server gives the lone one its slot it first
+    copies every idle slot's state not yet in its cache — slot 1's *N* tokens — into host
+    RAM, on the main loop, before its prompt starts (``tools/server/server-context.cpp``
+    ``server_slot::prompt_save``, ``server-task.cpp`` ``server_prompt_cache::alloc``):
+    its client TTFT less its ``timings.prompt_ms`` is the request path plus that copy.
+    Each pair is a row of ``PROFILE.save.csv`` (*N*, that wait); ``lyra-simpy calibrate``
+    fits the ms per token saved (``prompt_save`` in the fit file,
+    :mod:`~lyra_simpy.calibration.savefit`), which the ``llamacpp`` engine model
+    charges at every launch (:mod:`~lyra_simpy.policies.llamacpp_save`). The grid's
+    probes keep few tokens in idle slots and never see it. Empty: off."""
+    save_repeats: PositiveInt = 5
+    """Rounds of the prompt-cache probe (``save_prompt_tokens``)."""
     fragmented_decode_batch: list[PositiveInt] = [2]
     """llama.cpp with per-slot KV: decode batches measured again in every other slot
     (module docstring); each needs 2B − 1 slots."""

@@ -105,6 +105,11 @@ class BatchPlan:
     the 64 × 64 tiles the mask leaves open,
     :func:`~lyra_simpy.policies.llamacpp_attention.step_attention`); 0 elsewhere. The cost
     model reads it as ``BatchShape.prefill_computed_cells``."""
+    saved_tokens: int = 0
+    """Tokens copied into a prompt cache in host RAM before the iteration (llama.cpp's
+    ``--cache-ram``: the idle slots' states at each launch,
+    :mod:`~lyra_simpy.policies.llamacpp_save`); the cost model reads it as
+    ``BatchShape.saved_tokens``."""
     beside: bool = False
     """The prompts run beside the decodes, not in their iteration
     (``continuous.prefill_beside_decode``): the iteration lasts the longer of the two, each

@@ -95,6 +95,10 @@ Read in llama.cpp commit 0c1e570 (vendored by ``llama-cpp-python==0.3.36``, the 
   ``--cache-idle-slots`` (default), every idle slot is saved to it and cleared when a
   request is given a slot (``handle_slots``' task launch, ``[TAG_IDLE_SLOT_CLEAR]``);
   otherwise an idle slot keeps its last request's cells until it is given a new one.
+* **The prompt cache's save** (``--cache-ram``): at each launch the main loop copies the
+  chosen slot's and the idle slots' states into host RAM, once per state, before the
+  step that starts the prompt (:mod:`~lyra_simpy.policies.llamacpp_save`;
+  ``BatchPlan.saved_tokens``).
 
 Modelling choices, beside the refusal above: with ``-kvu`` llama.cpp admits without
 looking at the free cells and, when the buffer fills, fails every running request
@@ -126,6 +130,7 @@ from lyra_simpy.engine.request import RejectReason, Request
 from lyra_simpy.policies.base import BatchPlan, EngineView
 from lyra_simpy.policies.kvcells import PlacedLayout, Segment
 from lyra_simpy.policies.llamacpp_attention import PAD, step_attention
+from lyra_simpy.policies.llamacpp_save import PromptCacheSaves
 from lyra_simpy.policies.ubatch import pass_counts
 
 END_STOP = 4
@@ -285,6 +290,8 @@ class LlamaCppServer:
         """When each slot was last released (``t_last_used``; -1: never used)."""
         self.idle_cells = [0] * n
         """Cells an idle slot still holds (``-kvu``; module docstring)."""
+        self.saves = PromptCacheSaves(n, config.cache_ram_mib, config.cache_idle_slots)
+        """The prompt cache's copies of slot states (``--cache-ram``)."""
         self.fusable = config.kv_unified and config.ubatch_tokens >= n
         """Decode steps may be fused (module docstring)."""
         self._stops = config.checkpoint_stops
@@ -337,11 +344,12 @@ class LlamaCppServer:
                 started[i] = False
                 self.last_used_s[i] = req.last_token_s
                 self.idle_cells[i] = req.computed_tokens
+                self.saves.release(i, req.computed_tokens)
             else:
                 reserved += blocks_for(req.input_tokens + req.output_tokens, bs) - req.blocks
         if view.waiting:
             self._assign(view, view.free_blocks - reserved)
-        plan = BatchPlan()
+        plan = BatchPlan(saved_tokens=self.saves.take())
         segments: list[tuple[int, int]] = []
         outputs: list[bool] = []  # each segment's last token gets logits
         for i, req in enumerate(slots):
@@ -413,6 +421,7 @@ class LlamaCppServer:
                 return
             free -= need
             self.slots[slot] = req
+            self.saves.launch(slot, self.slots)
             self.idle_cells[slot] = 0  # its prompt removes them
             if self.config.clears_idle_slots:
                 for i, other in enumerate(self.slots):
@@ -442,6 +451,7 @@ class LlamaCppServer:
             room += self.idle_cells[i]
             if self.idle_cells[i]:
                 self.idle_cells[i] = 0
+                self.saves.drop(i)
                 if self.layout is not None:
                     self.layout.remove(i)
         return True

@@ -23,9 +23,10 @@ flag (default)                     knob
 -cb / -nocb (on)                   scheduler.cont_batching
 --cache-prompt / --no-cache-prompt scheduler.cache_prompt (the requests' default; a
   (on)                             request's own ``cache_prompt`` wins in llama.cpp)
--cram, --cache-ram (8192)          scheduler.cache_ram_mib (with ``-kvu``: whether idle
---cache-idle-slots /               slots are cleared at each request's launch, which
-  --no-cache-idle-slots (on)       sets the cells a prompt attends over);
+-cram, --cache-ram (8192)          scheduler.cache_ram_mib (which slot states are
+--cache-idle-slots /               copied into the cache at each request's launch, and
+  --no-cache-idle-slots (on)       with ``-kvu`` whether idle slots are cleared then,
+                                   which sets the cells a prompt attends over);
                                    scheduler.cache_idle_slots
 (all of the above)                 kv_cache: block_size 1 (llama.cpp allocates cells,
                                    not blocks), num_blocks = the server's cells
@@ -37,9 +38,10 @@ sampling, the chat template; ``-t``/``-tb`` threads and ``-fa`` flash attention 
 change step times, which the ``profile`` cost model takes from a profile measured with
 the same flags: profile the server as it is launched); ``--cache-reuse`` and
 ``--slot-prompt-similarity`` (prompt reuse: not modelled, and without shared prefixes
-they reuse nothing). Of the prompt cache in RAM only what it does to the KV cells is
-modelled: the copy of a slot's state into it at each new request is not (measured on
-this CPU by ``validation/llamacpp_cache_ram.py``: within the host's noise).
+they reuse nothing). Of the prompt cache in RAM, what it does to the KV cells and the
+copy of slot states into it at each launch (:mod:`~lyra_simpy.policies.llamacpp_save`,
+priced by the profile's prompt-cache probe) are modelled; its load of a similar cached
+prompt is not.
 """
 
 from __future__ import annotations

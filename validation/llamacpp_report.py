@@ -259,6 +259,12 @@ def write_section(doc: Path, facts: dict[str, Any], results: dict[str, Any],
             f"{wake['ms']:.1f} ms on the first step after {wake['after_s']:g} s idle "
             f"({wake['prompts']} lone prompts, {wake['back_to_back_ms']:.1f} ms back to back)."
         )  # fmt: skip
+        save = res.get("prompt_save")
+        woke += "" if not save else (
+            " The profile's prompt-cache probe (Table 1 charges it, `cost.prompt_save: "
+            f"fitted`): {save['ms_per_token']:.4f} ms a token saved ({save['prompts']} lone "
+            "prompts)."
+        )  # fmt: skip
         lines.append(f"Capacity (simulated, {cfg}): {cap:.3f} req/s. Fit from probes: "
                      f"{fits['probes']}. Fit on runs: {fits['runs']}."
                      + (f" Fit on both: {fits['joint']}." if "joint" in fits else "")

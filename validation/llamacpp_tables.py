@@ -50,11 +50,15 @@ def profile_hardware(here: Path) -> str | None:
 def with_idle(here: Path, res: dict[str, Any]) -> None:
     """*res* with the server log's lone prompts by the idle time before them, less the
     probes' (:mod:`llamacpp_idle`), when the point's log is here; and the wake after idle
-    its profile's wake probe found (``fit_probes.yaml``'s ``wake``, item 33)."""
+    its profile's wake probe found (``fit_probes.yaml``'s ``wake``, item 33) and the
+    prompt cache's save its prompt-cache probe found (``prompt_save``, item 63)."""
     if (here / "llama-server.log").is_file() and (here / "profile.csv").is_file():
         res["idle"] = [list(cell) for cell in excess_by_idle(here)]
     if (wake := fit_wake(here / "fit_probes.yaml")) is not None:
         res["wake"] = wake.model_dump()
+    fit = here / "fit_probes.yaml"
+    if fit.is_file() and (save := load_fit(fit).prompt_save) is not None:
+        res["prompt_save"] = save.model_dump()
 
 
 def charge_ratios(here: Path, scenario_file: Path, load: str) -> dict[str, Any] | None:
@@ -139,6 +143,7 @@ def from_runs(cfg: str, reg: str, quick: bool, out: dict[str, Any], repeats: int
         raw["workload"].pop("request_path_ms")
         raw["workload"].pop("request_path_cpu_share")
         raw["cost"].pop("wake", None)  # (as the path: the runs' steps hold what they saw)
+        raw["cost"]["prompt_save"] = "off"  # (the same: a launch's save is in its step)
         if found is not None:  # the host's slow spells of the runs (calibration.md §8)
             raw["cost"]["jitter"] = {"spells": "fitted"}
         path = here / f"{load}{suffix}.yaml"

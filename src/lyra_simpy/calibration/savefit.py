@@ -21,6 +21,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, NonNegativeFloat
 
 from lyra_simpy.calibration.profiles import Profile, number_columns
+from lyra_simpy.metrics.io import atomic_write
 
 Fit = TypeVar("Fit", bound=BaseModel)
 """A fit model with a ``prompt_save`` field
@@ -50,8 +51,6 @@ class SaveFit(BaseModel):
 
 def write_save(path: Path, rows: list[tuple[int, float]]) -> None:
     """The probe's *rows* (tokens saved, wait in ms) beside the profile CSV at *path*."""
-    from lyra_simpy.metrics.io import atomic_write
-
     lines = [",".join(SAVE_COLUMNS), *(f"{n},{ms:.4f}" for n, ms in rows)]
     atomic_write(path.with_suffix(SAVE_SUFFIX), lambda tmp: tmp.write_text("\n".join(lines) + "\n"))
 

@@ -290,7 +290,8 @@ def profile(
     save: list[tuple[int, float]] = []
     """The prompt-cache probe's lone prompts (``grid.save_prompt_tokens``): (tokens its
     launch saved, its TTFT less its prompt_ms in ms)."""
-    saves_skipped: list[bool] = []
+    save_untimed = False
+    """The endpoint gave no ``timings.prompt_ms``: the probe was skipped."""
     wake: list[tuple[float, float]] = []
     """The wake probe's prompts (``grid.wake_gaps_s``): (idle before it, s; its time, ms)."""
     wake_tokens = grid.wake_prompt_tokens or min(grid.prefill_tokens)
@@ -303,6 +304,7 @@ def profile(
                 wake.append((gap, await prober.prompt_after(wake_tokens, gap)))
 
     async def measure() -> None:
+        nonlocal save_untimed
         await prober.prefill(8)  # warm-up
         # The grid is walked `repeats` times, each row once a round, so that a row's
         # measurements lie minutes apart: a slow spell of the host (VALIDATION-NOTES;
@@ -329,7 +331,7 @@ def profile(
         if saves:
             pairs = await prober.save_probe(saves, grid.save_repeats, min(grid.prefill_tokens))
             save.extend(pairs or [])
-            saves_skipped.append(pairs is None)
+            save_untimed = pairs is None
         if grid.wake_gaps_s:
             await measure_wake()
 
@@ -463,7 +465,7 @@ def profile(
             tmp.write_text("\n".join(lines) + "\n")
 
         atomic_write(out.with_suffix(".wander.csv"), write_wander)
-    if saves_skipped == [True]:
+    if save_untimed:
         meta["save_probe"] = {"skipped": "the endpoint gave no timings.prompt_ms"}
     if save:
         meta["save_probe"] = {"sizes": saves, "prompt_tokens": min(grid.prefill_tokens),

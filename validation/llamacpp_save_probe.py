@@ -11,7 +11,9 @@ and 768 tokens, 5 rounds), and writes ``profile.save.csv`` beside the point's
 ``save_probe.json`` (when, flags, the fit). Needs the stored points
 (``results/validation-llamacpp/POINT``). ``--collect OUT`` runs no server: it gathers
 every point's probe rows and record into *OUT* (item 63's are kept as
-``docs/validation/llamacpp-save-probe-item63.json``, which tests read).
+``docs/validation/llamacpp-save-probe-item63.json``, which tests read). ``--in-profile
+OUT`` gathers instead the probes the points' own profiles took (item 64's are kept as
+``docs/validation/llamacpp-save-in-profile-item64.json``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import argparse
 import asyncio
 import datetime as dt
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -69,6 +72,38 @@ def probe_point(name: str, seed: int) -> dict[str, object]:
     return record
 
 
+def in_profile(here: Path) -> dict[str, object]:
+    """The prompt-cache probes the point in *here* took inside its profiles (item 64:
+    ``profile*.save.csv``, a profile the full-batch check set aside included, in the
+    order taken), each one's rows and fit; and when the server's log first shows its
+    cache evicting to make room (``removing oldest entry``; its time since the server
+    started, as the log gives it)."""
+    from lyra_simpy.calibration.savefit import fitted_save, read_save
+
+    def order(path: Path) -> int:
+        tail = path.name.removesuffix(".save.csv").rsplit("-", 1)[-1]
+        return int(tail) if tail.isdigit() else 10**6  # (the kept profile was taken last)
+
+    profiles = {}
+    for path in sorted(here.glob("profile*.save.csv"), key=order):
+        got = read_save(path.with_name(path.name.removesuffix(".save.csv") + ".csv"))
+        assert got is not None
+        tokens, ms = got
+        fit = fitted_save(tokens, ms)
+        rows = [[int(n), float(w)] for n, w in zip(tokens, ms, strict=True)]
+        profiles[path.name] = {"rows": rows, "fit": fit.model_dump() if fit else None}
+    lines = (here / "llama-server.log").read_text().splitlines()
+    first = next((x.split()[0] for x in lines if "removing oldest entry" in x), None)
+    # when each probe ran, as the log gives it: its largest prompts (no other probe sends
+    # one of that size), `repeats` a probe, the profiles' probes in the order taken
+    for k, got in enumerate(profiles.values()):
+        largest = max(n for n, _ in got["rows"])
+        at = [x.split()[0] for x in lines if re.search(rf"/\s+{largest} tokens", x)]
+        per = sum(1 for n, _ in got["rows"] if n == largest)
+        got["log_times"] = at[k * per : (k + 1) * per]
+    return {"profiles": profiles, "first_eviction": first}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", nargs="+", metavar="CFG_REGIME", default=None,
@@ -76,8 +111,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=63)
     ap.add_argument("--collect", type=Path, default=None, metavar="OUT",
                     help="gather the stored probes into OUT instead (no server)")  # fmt: skip
+    ap.add_argument("--in-profile", type=Path, default=None, metavar="OUT",
+                    help="gather the probes the points' own profiles took (every one, "
+                         "superseded ones too) into OUT instead (no server)")  # fmt: skip
     args = ap.parse_args(argv)
     names = args.points or sorted(p.name for p in OUT.glob("*_*") if (p / "grid.yaml").is_file())
+    if args.in_profile:
+        kept = {name: in_profile(OUT / name) for name in names}
+        args.in_profile.write_text(json.dumps(kept, indent=1) + "\n")
+        for name, got in kept.items():
+            for k, v in got["profiles"].items():
+                print(f"{name:15s} {k:22s} {json.dumps(v['fit'])}")
+        return 0
     if args.collect:
         kept = {}
         for name in names:

@@ -110,7 +110,7 @@ def test_the_readme_quotes_item_62s_kept_output() -> None:
     after = [now[p]["lone"]["over_table1_median_ms"]
              for p in ("default_long", "kvu_long", "np2_b64_long")]  # fmt: skip
     assert after == [7.5, 31.7, 11.1]
-    assert (f"lone requests now come {round(min(after))}–{round(max(after))} ms short of the "
+    assert (f"lone requests came {round(min(after))}–{round(max(after))} ms short of the "
             f"real TTFT, {round(min(over))}–{round(max(over))} ms before") in readme  # fmt: skip
     # the same lone requests and their waits (the stored runs did not change)
     for p, v in now.items():

@@ -2075,23 +2075,6 @@ def test_item_61s_kvu_points_again_with_the_host_read() -> None:
     assert long_prompts(now) == [1.02, 1.06, 1.04, 1.04, 1.04]
 
 
-def test_item_61s_set_at_the_speeds_read_and_its_bands() -> None:
-    # the published set (item 61) priced at each speed llamacpp_at_speed.py reads, and its
-    # bands (llamacpp_noise.py), kept in llamacpp-at-speed-item61.json: at each load's own
-    # median step -kvu short's misses mostly go (31 of 35), long's p90s stay (30); the full
-    # batch's reading before each run does better than the lone one, as on item 60's set
-    totals = {"runs": 195, "mean": 199, "gate": 178, "gate-all": 181, "speed": 181,
-              "speed-batch": 188, "one-run": 172}  # fmt: skip
-    kept = _set_at_speed(
-        "item61", "llamacpp-matrix-epyc-item61.json", (157, totals),
-        {"speed": [-0.01, 0.019], "speed-batch": [0.001, 0.01], "level": [0.023]},
-        {"": {"T1": 127, "T2": 160, "T3": 153}, " --session": {"T1": 137, "T3": 165},
-         "speed-batch": {"T1": 185}, "speed": {"T1": 158}},
-    )  # fmt: skip
-    assert _points_at_speed(kept, "runs", ("kvu/short", "kvu/long", "np2_b64/short")) == {
-        "kvu/short": 31, "kvu/long": 30, "np2_b64/short": 35}  # fmt: skip
-
-
 def test_host_noise_reading_is_kept_with_a_point(tmp_path: Path) -> None:
     # item 60: validate_cpu.py --matrix --host-noise SECONDS runs validation/host_noise.py
     # before each point's server and keeps its figures (the times in host_noise.json)
@@ -2174,23 +2157,6 @@ def test_item_63_charges_the_prompt_cache_save_from_each_points_probe() -> None:
     assert said[0] in (ROOT / "docs" / "calibration.md").read_text()
 
 
-def test_item_63s_set_at_the_speeds_read_and_its_bands() -> None:
-    # the published set (item 63: item 61's runs, Table 1 charging the prompt cache's save)
-    # at each speed llamacpp_at_speed.py reads, and its bands, kept in
-    # llamacpp-at-speed-item63.json: the readings and the runs' decode steps are item 61's
-    # (the save is charged at launches, not to decode steps), the cells a few more
-    totals = {"runs": 197, "mean": 197, "gate": 181, "gate-all": 184, "speed": 187,
-              "speed-batch": 189, "one-run": 170}  # fmt: skip
-    kept = _set_at_speed(
-        "item63", "llamacpp-matrix-epyc-item63.json", (160, totals),
-        {"speed": [-0.01, 0.019], "speed-batch": [0.001, 0.01], "level": [0.023]},
-        {"": {"T1": 134, "T2": 160, "T3": 153}, " --session": {"T1": 141, "T3": 165},
-         "speed-batch": {"T1": 183}, "speed": {"T1": 166}},
-    )  # fmt: skip
-    assert _points_at_speed(kept, "runs", ("kvu/short", "kvu/long", "np2_b64/short")) == {
-        "kvu/short": 32, "kvu/long": 30, "np2_b64/short": 35}  # fmt: skip
-
-
 def test_item_64s_long_points_again_with_the_probe_in_their_profiles() -> None:
     # item 64: -np 4 long and -kvu long run again on a slower host (host_noise.py 59 and
     # 60 ms, 41 when quiet), each profile ending with the prompt-cache probe (item 63).
@@ -2247,19 +2213,55 @@ def test_item_64s_long_points_again_with_the_probe_in_their_profiles() -> None:
         assert round(now[p]["host_noise"]["median_ms"]) == int(noise[p][9])
 
 
-def test_item_64s_set_at_the_speeds_read_and_its_bands() -> None:
-    # the published set (item 64) at each speed llamacpp_at_speed.py reads, and its bands,
-    # kept in llamacpp-at-speed-item64.json
-    totals = {"runs": 196, "mean": 196, "gate": 185, "gate-all": 191, "speed": 183,
-              "speed-batch": 186, "one-run": 165}  # fmt: skip
-    kept = _set_at_speed(
-        "item64", "llamacpp-matrix.json", (158, totals),
-        {"speed": [-0.012, 0.021], "speed-batch": [0.004, 0.012], "level": [0.025]},
-        {"": {"T1": 136, "T2": 158, "T3": 146}, " --session": {"T1": 143, "T3": 163},
-         "speed-batch": {"T1": 180}, "speed": {"T1": 172}},
-    )  # fmt: skip
-    assert _points_at_speed(kept, "runs", ("default/long", "kvu/long")) == {
-        "default/long": 31, "kvu/long": 33}  # fmt: skip
+SETS_AT_SPEED = [
+    # item 64's set (published): -np 4 long and -kvu long again with the prompt-cache
+    # probe in their profiles
+    ("item64", "llamacpp-matrix.json", 158,
+     {"runs": 196, "mean": 196, "gate": 185, "gate-all": 191, "speed": 183,
+      "speed-batch": 186, "one-run": 165},
+     {"speed": [-0.012, 0.021], "speed-batch": [0.004, 0.012], "level": [0.025]},
+     {"": {"T1": 136, "T2": 158, "T3": 146}, " --session": {"T1": 143, "T3": 163},
+      "speed-batch": {"T1": 180}, "speed": {"T1": 172}},
+     {"default/long": 31, "kvu/long": 33}),
+    # item 63's set: item 61's runs, Table 1 charging the prompt cache's save; the readings
+    # and the runs' decode steps are item 61's (the save is charged at launches, not to
+    # decode steps), the cells a few more
+    ("item63", "llamacpp-matrix-epyc-item63.json", 160,
+     {"runs": 197, "mean": 197, "gate": 181, "gate-all": 184, "speed": 187,
+      "speed-batch": 189, "one-run": 170},
+     {"speed": [-0.01, 0.019], "speed-batch": [0.001, 0.01], "level": [0.023]},
+     {"": {"T1": 134, "T2": 160, "T3": 153}, " --session": {"T1": 141, "T3": 165},
+      "speed-batch": {"T1": 183}, "speed": {"T1": 166}},
+     {"kvu/short": 32, "kvu/long": 30, "np2_b64/short": 35}),
+    # item 61's set: at each load's own median step -kvu short's misses mostly go (31 of
+    # 35), long's p90s stay (30); the full batch's reading before each run does better
+    # than the lone one, as on item 60's set
+    ("item61", "llamacpp-matrix-epyc-item61.json", 157,
+     {"runs": 195, "mean": 199, "gate": 178, "gate-all": 181, "speed": 181,
+      "speed-batch": 188, "one-run": 172},
+     {"speed": [-0.01, 0.019], "speed-batch": [0.001, 0.01], "level": [0.023]},
+     {"": {"T1": 127, "T2": 160, "T3": 153}, " --session": {"T1": 137, "T3": 165},
+      "speed-batch": {"T1": 185}, "speed": {"T1": 158}},
+     {"kvu/short": 31, "kvu/long": 30, "np2_b64/short": 35}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("item", "matrix", "table1", "totals", "strays", "bands", "points"), SETS_AT_SPEED,
+    ids=[k[0] for k in SETS_AT_SPEED],
+)  # fmt: skip
+def test_a_set_at_the_speeds_read_and_its_bands(
+    item: str, matrix: str, table1: int, totals: dict[str, int], strays: dict[str, list[float]],
+    bands: dict[str, dict[str, int]], points: dict[str, int],
+) -> None:  # fmt: skip
+    # a kept set priced at each speed llamacpp_at_speed.py reads, and its bands
+    # (llamacpp_noise.py), kept in llamacpp-at-speed-ITEM.json (_set_at_speed); a few
+    # points' cells at each load's own median step
+    kept = _set_at_speed(item, matrix, (table1, totals), strays, bands)
+    assert _points_at_speed(kept, "runs", tuple(points)) == points
+
+
+def test_the_readme_quotes_item_64s_set_at_the_speeds_read() -> None:
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert (
         "the lone reading holds **183 of 210** cells against 158 at the profile's speed, "

@@ -9,7 +9,8 @@ probe alone with the point's ``grid.yaml`` (the grid's defaults: prompts of 32, 
 and 768 tokens, 5 rounds), and writes ``profile.save.csv`` beside the point's
 ``profile.csv`` — which ``lyra-simpy calibrate`` and ``--resimulate`` then read — and
 ``save_probe.json`` (when, flags, the fit). Needs the stored points
-(``results/validation-llamacpp/POINT``). ``--collect OUT`` runs no server: it gathers
+(``results/validation-llamacpp/POINT``); a point whose profile took the probe itself
+(item 64 on) is left as it is. ``--collect OUT`` runs no server: it gathers
 every point's probe rows and record into *OUT* (item 63's are kept as
 ``docs/validation/llamacpp-save-probe-item63.json``, which tests read). ``--in-profile
 OUT`` gathers instead the probes the points' own profiles took (item 64's are kept as
@@ -25,6 +26,8 @@ import json
 import re
 import sys
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "validation-llamacpp"
@@ -58,10 +61,9 @@ def probe_point(name: str, seed: int) -> dict[str, object]:
             await prober.prefill(8)  # warm-up, as the profile's
             return await prober.save_probe(sizes, grid.save_repeats, p)
 
-        got = asyncio.run(go())
-    if got is None:
+        rows = asyncio.run(go())
+    if rows is None:
         raise SystemExit(f"{name}: the server gave no timings.prompt_ms")
-    rows = got
     write_save(here / "profile.csv", rows)
     tokens = np.array([n for n, _ in rows], dtype=float)
     fit = fitted_save(tokens, np.array([ms for _, ms in rows]))
@@ -126,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.collect:
         kept = {}
         for name in names:
+            if not (OUT / name / "save_probe.json").is_file():
+                continue  # (a point whose profile took the probe itself: --in-profile)
             rows = (OUT / name / "profile.save.csv").read_text().splitlines()[1:]
             kept[name] = {**json.loads((OUT / name / "save_probe.json").read_text()),
                           "rows": [[int(n), float(ms)] for n, ms in
@@ -137,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"--points: {name}: no {OUT / name / 'grid.yaml'} (run "
                              "validate_cpu.py --matrix)")  # fmt: skip
     for name in names:
+        if "save_probe" in (yaml.safe_load((OUT / name / "profile.yaml").read_text()) or {}):
+            print(f"{name:15s} its profile took the probe itself (item 64): left as it is")
+            continue  # (its profile.save.csv is the profile's own: not overwritten)
         got = probe_point(name, args.seed)
         fit = got["fit"]
         print(f"{name:15s} {json.dumps(fit)}", flush=True)

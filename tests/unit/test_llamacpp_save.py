@@ -5,6 +5,7 @@ launch), what the ``profile`` cost charges for them, and the probe's fit
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -149,3 +150,23 @@ def test_the_probe_s_sizes_fit_a_slot():
                    llamacpp_config("-np 8 -c 2048", grid))  # fmt: skip
     assert save_sizes(grid, llamacpp_config("-np 8 -c 2048", grid)) == [32]
     assert save_sizes(grid, None) == []
+
+
+def test_the_standalone_probe_leaves_a_profile_s_own_probe_alone(tmp_path, capsys, monkeypatch):
+    # validation/llamacpp_save_probe.py: a point whose profile took the probe itself
+    # (its metadata has save_probe, item 64) keeps its profile.save.csv; no server starts
+    from builders import validation_module
+
+    script = validation_module("llamacpp_save_probe")
+    point = tmp_path / "default_long"
+    point.mkdir()
+    (point / "grid.yaml").write_text("{}\n")
+    (point / "profile.yaml").write_text(yaml.safe_dump({"save_probe": {"sizes": [32]}}))
+    (point / "profile.save.csv").write_text("saved_tokens,wait_ms\n32,4.0\n")
+    monkeypatch.setattr(script, "OUT", tmp_path)
+    assert script.main(["--points", "default_long"]) == 0
+    assert "its profile took the probe itself" in capsys.readouterr().out
+    assert (point / "profile.save.csv").read_text() == "saved_tokens,wait_ms\n32,4.0\n"
+    # --collect gathers only the probes taken alone (save_probe.json beside them)
+    assert script.main(["--points", "default_long", "--collect", str(tmp_path / "c.json")]) == 0
+    assert json.loads((tmp_path / "c.json").read_text()) == {}

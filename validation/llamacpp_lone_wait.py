@@ -1,0 +1,160 @@
+"""Where a lone request's wait beyond the engine's prompt time goes, by how long the
+server idled before it.
+
+``python validation/llamacpp_lone_wait.py POINT_DIR ... [--load poisson_0.3] [--json
+OUT]`` reads point folders that ``validate_cpu.py --matrix`` left (e.g.
+``results/validation-llamacpp/default_long``, or a copy kept elsewhere): the server's
+``llama-server.log`` and the real runs at ``--load``. For each run it finds the run's
+requests among the log's tasks (their prompt lengths, in order, match a stretch of the
+log's launches; the k-th run the k-th such stretch whose clocks agree), sets the client's
+clock on the server's (the median of each task's ``release`` less its request's
+``finish_s``) and splits each lone request's TTFT less the engine's ``prompt_ms`` (none
+other in flight when it was sent; each run's first apart) into:
+
+- **path**: sent → the log's ``selected slot`` line: HTTP, tokenizing, the task queue
+  and the main loop picking the task up;
+- **launch**: ``selected slot`` → ``launch_slot_``: the chosen slot's prompt-cache save
+  and the cache's search (``server-context.cpp``: ``get_available_slot``);
+- **after**: ``launch_slot_`` → the first token less ``prompt_ms``: the idle slots' saves
+  (``--cache-idle-slots``) before the prompt starts and the first token's way back.
+
+It prints, per point, the medians of each by the idle before the request
+(:data:`IDLE_EDGES_S`). Issue 12, item 65: on item 64's host the path grew with the idle
+(medians 7-10 ms after < 0.5 s, 71-77 ms after ≥ 5 s) where items 55, 60 and 61 held 3 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from llamacpp_idle import PROMPT, slot_lines
+
+ROOT = Path(__file__).resolve().parents[1]
+IDLE_EDGES_S = (0.5, 2.0, 5.0)
+"""Edges of the idle groups (s): below 0.5, 0.5-2, 2-5, 5 and more."""
+MAX_CLOCK_SPREAD_S = 0.05
+"""A stretch of the log is a run's only where every task's release less its request's
+finish lies within this of the median (the same lengths recur in other runs and loads)."""
+PARTS = ("path_ms", "launch_ms", "after_ms", "total_ms")
+
+
+def log_tasks(log: Path) -> list[dict[str, float]]:
+    """The log's tasks in order of launch, each with its ``selected slot`` time, launch,
+    release (s on the server's clock), prompt tokens and ``prompt_ms``; tasks the log
+    does not show whole are left out."""
+    found: dict[int, dict[str, float]] = {}
+    order: list[int] = []
+    selected: float | None = None
+    for t, kind, task, text in slot_lines(log):
+        if kind == "get_availabl" and "selected slot" in text:
+            selected = t
+        elif kind == "launch_slot_":
+            found[task] = {"selected": t if selected is None else selected, "launch": t}
+            order.append(task)
+            selected = None
+        elif task in found and kind == "print_timing" and (p := PROMPT.search(text)):
+            found[task]["tokens"], found[task]["prompt_ms"] = int(p.group(2)), float(p.group(1))
+        elif task in found and kind == "release":
+            found[task]["release"] = t
+    return [found[k] for k in order if {"tokens", "release"} <= found[k].keys()]
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def match_run(
+    tasks: list[dict[str, float]], requests: list[dict[str, Any]], start: int
+) -> tuple[int, float] | None:
+    """Where *requests* (in order of sending) lie among *tasks* from *start* on, and the
+    client clock's offset (s to add to it): the first stretch whose prompt lengths are the
+    requests' and whose clocks agree (:data:`MAX_CLOCK_SPREAD_S`); None if none."""
+    want = [int(r["input_tokens"]) for r in requests]
+    n = len(want)
+    for i in range(start, len(tasks) - n + 1):
+        if [int(t["tokens"]) for t in tasks[i : i + n]] != want:
+            continue
+        offs = [
+            t["release"] - r["finish_s"] for t, r in zip(tasks[i : i + n], requests, strict=True)
+        ]
+        mid = statistics.median(offs)
+        if max(abs(o - mid) for o in offs) <= MAX_CLOCK_SPREAD_S:
+            return i, mid
+    return None
+
+
+def lone_parts(point: Path, load: str) -> list[dict[str, float]]:
+    """Each lone request of *point*'s real runs at *load* (module docstring): the idle
+    before it (s) and its wait's parts (ms)."""
+    log = point / "llama-server.log"
+    if not log.is_file():
+        raise SystemExit(f"llamacpp_lone_wait: {point}: no llama-server.log")
+    runs = sorted((point / "real" / load).glob("run*"))
+    if not runs:
+        raise SystemExit(f"llamacpp_lone_wait: {point}: no real runs at --load {load}")
+    tasks = log_tasks(log)
+    out: list[dict[str, float]] = []
+    start = 0
+    for run in runs:
+        reqs = sorted(_jsonl(run / "requests.jsonl"), key=lambda r: r["arrival_s"])
+        got = match_run(tasks, reqs, start)
+        if got is None:
+            raise SystemExit(f"llamacpp_lone_wait: {run}: its requests are not in the log")
+        i, off = got
+        start = i + len(reqs)
+        for k, (task, r) in enumerate(zip(tasks[i:start], reqs, strict=True)):
+            if k == 0 or any(o["arrival_s"] < r["arrival_s"] < o["finish_s"] for o in reqs[:k]):
+                continue
+            sent, first = r["arrival_s"] + off, r["first_token_s"] + off
+            prompt_s = r["engine_timings"]["prompt_ms"] / 1e3
+            parts = (task["selected"] - sent, task["launch"] - task["selected"],
+                     first - prompt_s - task["launch"])  # fmt: skip
+            ms = dict(zip(PARTS, (1e3 * v for v in (*parts, sum(parts))), strict=True))
+            out.append({"idle_s": r["arrival_s"] - max(o["finish_s"] for o in reqs[:k]), **ms})
+    return out
+
+
+def by_idle(rows: list[dict[str, float]]) -> list[dict[str, Any]]:
+    """*rows* grouped by :data:`IDLE_EDGES_S`: each group's requests and the medians of
+    their parts (ms, one decimal); empty groups left out."""
+    edges = (0.0, *IDLE_EDGES_S, float("inf"))
+    out = []
+    for lo, hi in itertools.pairwise(edges):
+        grp = [r for r in rows if lo <= r["idle_s"] < hi]
+        if grp:
+            ms = {p: round(statistics.median(r[p] for r in grp), 1) for p in PARTS}
+            out.append({"idle_s": f"{lo:g}-{hi:g}", "requests": len(grp), **ms})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("points", nargs="+", type=Path, metavar="POINT_DIR")
+    ap.add_argument("--load", default="poisson_0.3", help="the load read (default poisson_0.3)")
+    ap.add_argument("--json", type=Path, default=None, metavar="OUT")
+    args = ap.parse_args(argv)
+    got: dict[str, Any] = {}
+    for point in args.points:
+        rows = lone_parts(point, args.load)
+        got[str(point)] = {"lone": len(rows), "by_idle": by_idle(rows)}
+        print(f"{point} ({args.load}, {len(rows)} lone requests), medians in ms:")
+        for g in got[str(point)]["by_idle"]:
+            print(f"  idle {g['idle_s']:>7s} s: {g['requests']:3d}  path {g['path_ms']:6.1f}  "
+                  f"launch {g['launch_ms']:5.1f}  after {g['after_ms']:6.1f}  "
+                  f"total {g['total_ms']:6.1f}")  # fmt: skip
+    if args.json:
+        said = sys.argv[1:] if argv is None else argv
+        args.json.write_text(
+            json.dumps({"argv": said, "load": args.load, "points": got}, indent=1) + "\n"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

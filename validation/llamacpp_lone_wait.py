@@ -111,6 +111,8 @@ def lone_parts(point: Path, load: str) -> list[dict[str, float]]:
         for k, (task, r) in enumerate(zip(tasks[i:start], reqs, strict=True)):
             if k == 0 or any(o["arrival_s"] < r["arrival_s"] < o["finish_s"] for o in reqs[:k]):
                 continue
+            if r.get("first_token_s") is None or not r.get("engine_timings"):
+                continue  # failed, or no engine timings: nothing to split
             sent, first = r["arrival_s"] + off, r["first_token_s"] + off
             prompt_s = r["engine_timings"]["prompt_ms"] / 1e3
             parts = (task["selected"] - sent, task["launch"] - task["selected"],

@@ -79,6 +79,15 @@ def test_a_lone_request_s_wait_is_split_at_the_log_s_lines(tmp_path: Path) -> No
                     "after_ms": 8.0, "total_ms": 37.0}]  # fmt: skip
 
 
+def test_a_failed_lone_request_is_left_out(tmp_path: Path) -> None:
+    point = _point(tmp_path)
+    run = point / "real" / "poisson_0.3" / "run1" / "requests.jsonl"
+    rows = [json.loads(x) for x in run.read_text().splitlines()]
+    rows[1].update(first_token_s=None, engine_timings=None, status="error")
+    run.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert lone.lone_parts(point, "poisson_0.3") == []
+
+
 def test_a_run_not_in_the_log_and_a_missing_log_say_so(tmp_path: Path) -> None:
     point = _point(tmp_path)
     log = point / "llama-server.log"

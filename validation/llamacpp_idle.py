@@ -55,12 +55,17 @@ def slot_lines(log: Path) -> Iterator[tuple[float, str, int, str]]:
 
 
 def tasks(log: Path) -> list[dict[str, float]]:
-    """Each task the log shows launched, prompted and released: launch and release
-    times (s), prompt tokens and the engine's prompt time (ms)."""
+    """Each task the log shows launched, prompted and released, in order of launch:
+    launch and release times (s), the ``selected slot`` line's time before its launch
+    (s; the launch's own where none), prompt tokens and the engine's prompt time (ms)."""
     found: dict[int, dict[str, float]] = {}
+    selected: float | None = None
     for t, kind, task, rest in slot_lines(log):
-        if kind == "launch_slot_":
-            found[task] = {"start": t}
+        if kind == "get_availabl" and "selected slot" in rest:
+            selected = t
+        elif kind == "launch_slot_":
+            found[task] = {"start": t, "selected": t if selected is None else selected}
+            selected = None
         elif task in found and kind == "print_timing" and (p := PROMPT.search(rest)):
             found[task]["prompt_ms"], found[task]["tokens"] = float(p.group(1)), int(p.group(2))
         elif task in found and kind == "release":

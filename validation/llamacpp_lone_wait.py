@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from llamacpp_idle import PROMPT, slot_lines
+from llamacpp_idle import tasks as log_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 IDLE_EDGES_S = (0.5, 2.0, 5.0)
@@ -42,27 +42,6 @@ MAX_CLOCK_SPREAD_S = 0.05
 """A stretch of the log is a run's only where every task's release less its request's
 finish lies within this of the median (the same lengths recur in other runs and loads)."""
 PARTS = ("path_ms", "launch_ms", "after_ms", "total_ms")
-
-
-def log_tasks(log: Path) -> list[dict[str, float]]:
-    """The log's tasks in order of launch, each with its ``selected slot`` time, launch,
-    release (s on the server's clock), prompt tokens and ``prompt_ms``; tasks the log
-    does not show whole are left out."""
-    found: dict[int, dict[str, float]] = {}
-    order: list[int] = []
-    selected: float | None = None
-    for t, kind, task, text in slot_lines(log):
-        if kind == "get_availabl" and "selected slot" in text:
-            selected = t
-        elif kind == "launch_slot_":
-            found[task] = {"selected": t if selected is None else selected, "launch": t}
-            order.append(task)
-            selected = None
-        elif task in found and kind == "print_timing" and (p := PROMPT.search(text)):
-            found[task]["tokens"], found[task]["prompt_ms"] = int(p.group(2)), float(p.group(1))
-        elif task in found and kind == "release":
-            found[task]["release"] = t
-    return [found[k] for k in order if {"tokens", "release"} <= found[k].keys()]
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
@@ -80,9 +59,7 @@ def match_run(
     for i in range(start, len(tasks) - n + 1):
         if [int(t["tokens"]) for t in tasks[i : i + n]] != want:
             continue
-        offs = [
-            t["release"] - r["finish_s"] for t, r in zip(tasks[i : i + n], requests, strict=True)
-        ]
+        offs = [t["end"] - r["finish_s"] for t, r in zip(tasks[i : i + n], requests, strict=True)]
         mid = statistics.median(offs)
         if max(abs(o - mid) for o in offs) <= MAX_CLOCK_SPREAD_S:
             return i, mid
@@ -115,8 +92,8 @@ def lone_parts(point: Path, load: str) -> list[dict[str, float]]:
                 continue  # failed, or no engine timings: nothing to split
             sent, first = r["arrival_s"] + off, r["first_token_s"] + off
             prompt_s = r["engine_timings"]["prompt_ms"] / 1e3
-            parts = (task["selected"] - sent, task["launch"] - task["selected"],
-                     first - prompt_s - task["launch"])  # fmt: skip
+            parts = (task["selected"] - sent, task["start"] - task["selected"],
+                     first - prompt_s - task["start"])  # fmt: skip
             ms = dict(zip(PARTS, (1e3 * v for v in (*parts, sum(parts))), strict=True))
             out.append({"idle_s": r["arrival_s"] - max(o["finish_s"] for o in reqs[:k]), **ms})
     return out

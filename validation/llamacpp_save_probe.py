@@ -89,7 +89,8 @@ def in_profile(here: Path) -> dict[str, object]:
     profiles = {}
     for path in sorted(here.glob("profile*.save.csv"), key=order):
         got = read_save(path.with_name(path.name.removesuffix(".save.csv") + ".csv"))
-        assert got is not None
+        if got is None or not len(got[0]):
+            raise SystemExit(f"--in-profile: {path}: no prompt-cache rows in it")
         tokens, ms = got
         fit = fitted_save(tokens, ms)
         rows = [[int(n), float(w)] for n, w in zip(tokens, ms, strict=True)]

@@ -119,3 +119,13 @@ def test_the_readme_quotes_item_62s_kept_output() -> None:
     assert round(sum(waits[0::2]) / 2) == 28
     assert round(max(waits[1::2])) == 4
     assert "a lone one waits ~28 ms before its prompt (4 ms with `--cache-ram 0`;" in readme
+
+
+def test_item_65s_idle_output() -> None:
+    # a fresh server's lone request after idle waits ~30 ms with the prompt cache on
+    # (its idle slots' saves) and ~4 with --cache-ram 0, whatever the idle, on this host
+    idle = json.loads((ROOT / "docs" / "validation" / "llamacpp-launch-save-idle-item65.json")
+                      .read_text())  # fmt: skip
+    got = {k: (v["defaults"]["after_idle_median_ms"], v["cache_ram_0"]["after_idle_median_ms"])
+           for k, v in idle.items() if k != "about"}  # fmt: skip
+    assert got == {"idle_0.3_s": (31.9, 3.7), "idle_3_s": (33.9, 4.9), "idle_8_s": (30.5, 3.5)}

@@ -98,3 +98,19 @@ def test_a_run_not_in_the_log_and_a_missing_log_say_so(tmp_path: Path) -> None:
         lone.lone_parts(point, "closed_4")
     with pytest.raises(SystemExit, match=r"no llama-server\.log"):
         lone.lone_parts(tmp_path / "nowhere", "poisson_0.3")
+
+
+def test_item_65s_kept_output() -> None:
+    # the lone requests' wait split at the log's lines: on item 64's host the path to
+    # the main loop grew with the idle before it; on items 55, 60, 61 and 65 it held
+    lone = json.loads(KEPT.read_text())["points"]
+
+    def path(point: str) -> list[float]:
+        """The path's median by idle group, shortest idle first."""
+        return [g["path_ms"] for g in lone[point]["by_idle"]]
+
+    item64 = [f"results/validation-llamacpp/{p}" for p in ("default_long", "kvu_long")]
+    assert [path(p) for p in item64] == [[9.7, 20.2, 43.8, 71.1], [7.3, 13.8, 42.1, 76.6]]
+    others = [path(p) for p in lone if p not in item64]
+    assert len(others) == 4
+    assert all(max(x) < 10 for x in others)

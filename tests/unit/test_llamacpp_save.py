@@ -170,3 +170,19 @@ def test_the_standalone_probe_leaves_a_profile_s_own_probe_alone(tmp_path, capsy
     # --collect gathers only the probes taken alone (save_probe.json beside them)
     assert script.main(["--points", "default_long", "--collect", str(tmp_path / "c.json")]) == 0
     assert json.loads((tmp_path / "c.json").read_text()) == {}
+
+
+def test_in_profile_names_a_probe_file_without_rows(tmp_path, monkeypatch):
+    # validation/llamacpp_save_probe.py --in-profile: a profile*.save.csv with no rows
+    # is one line naming the file, not an AssertionError
+    from builders import validation_module
+
+    script = validation_module("llamacpp_save_probe")
+    point = tmp_path / "default_long"
+    point.mkdir()
+    (point / "grid.yaml").write_text("{}\n")
+    (point / "profile.save.csv").write_text("saved_tokens,wait_ms\n")
+    (point / "llama-server.log").write_text("")
+    monkeypatch.setattr(script, "OUT", tmp_path)
+    with pytest.raises(SystemExit, match=r"profile\.save\.csv: no prompt-cache rows"):
+        script.main(["--points", "default_long", "--in-profile", str(tmp_path / "o.json")])

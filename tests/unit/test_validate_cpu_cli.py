@@ -2234,32 +2234,8 @@ def test_item_65s_np2_points_again_and_where_the_lone_wait_goes() -> None:
              .read_text().splitlines() if " item 65 " in x}  # fmt: skip
     for p in again:
         assert round(now[p]["host_noise"]["median_ms"]) == int(noise[p][9])
-    # the lone requests' wait split at the log's lines: on item 64's host the path to
-    # the main loop grew with the idle before it; on items 55, 60, 61 and 65 it held
-    lone = json.loads((validation / "llamacpp-lone-wait-item65.json").read_text())["points"]
-
-    def path(point: str) -> list[float]:
-        """The path's median by idle group, shortest idle first."""
-        return [g["path_ms"] for g in lone[point]["by_idle"]]
-
-    item64 = [path(f"results/validation-llamacpp/{p}") for p in ("default_long", "kvu_long")]
-    assert item64 == [[9.7, 20.2, 43.8, 71.1], [7.3, 13.8, 42.1, 76.6]]
-    others = [path(p) for p in lone if not p.endswith(("/default_long", "/kvu_long"))
-              or p.startswith("/work/keep")]  # fmt: skip
-    assert len(others) == 4
-    assert all(max(x) < 10 for x in others)
-    # a fresh server's lone request after idle waits ~30 ms with the prompt cache on
-    # (its idle slots' saves) and ~4 with --cache-ram 0, whatever the idle, on this host
-    idle = json.loads((validation / "llamacpp-launch-save-idle-item65.json").read_text())
-    got = {k: (v["defaults"]["after_idle_median_ms"], v["cache_ram_0"]["after_idle_median_ms"])
-           for k, v in idle.items() if k != "about"}  # fmt: skip
-    assert got == {"idle_0.3_s": (31.9, 3.7), "idle_3_s": (33.9, 4.9), "idle_8_s": (30.5, 3.5)}
-    # the host's price of a page: ~11 us first touched or taken back after 30 s, ~1.4 us
-    # freed and taken again at once; 8 pages a token of gemma-3-270m's cached state
-    # make the save's 0.10 and 0.012 ms a token of item 64
-    mem = json.loads((validation / "llamacpp-host-memory-item65.json").read_text())
-    passes = ("first_touch", "again_at_once", "again_after_30_s")
-    assert [mem[k]["median_us_per_page"] for k in passes] == [10.86, 1.44, 10.85]
+    # where the lone requests' wait went and what a page costs: test_llamacpp_lone_wait.py,
+    # test_llamacpp_launch_save.py and test_host_memory.py read item 65's kept outputs
 
 
 def test_item_66s_short_points_again_with_the_probe_in_their_profiles() -> None:

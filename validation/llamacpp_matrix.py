@@ -136,6 +136,22 @@ HOST_NOISE_S = 0.0
 work timed every 0.5 s) right before each point's server starts, its figures kept as the
 point's ``host_noise`` and its JSON as ``host_noise.json`` (item 60: how slow the host was
 before a point, read with nothing else running); 0: not run."""
+SETTLE = False
+"""``--settle``: right before each real run (after the gate and ``--speed-before``), one
+request per slot, all sent at once (:func:`settle_slots`), so that the run starts with no
+slot holding a probe's state. llama-server copies a slot's state into its prompt cache
+when it gives the slot a new request, and every idle slot's after it
+(``tools/server/server-context.cpp``: ``get_available_slot`` → ``server_slot::prompt_save``,
+``--cache-idle-slots``); the probes before a run leave states of hundreds of tokens in the
+slots at the long points, and the run's first request waited 50–170 ms for their copies
+(item 67, ``validation/llamacpp_first_request.py``), which Table 1, whose slots start
+empty, does not charge. With it, the first request finds a few tokens a slot. Kept as the
+run's ``settled`` (the slots that answered)."""
+SETTLE_TOKENS = 4
+"""Prompt tokens of each :data:`SETTLE` request (fresh random ids, as the probes draw
+them), and one output: a state of a few tokens, whose copy costs the save's intercept."""
+_SETTLE_IDS = np.random.default_rng()
+"""Fresh prompt ids each process: none cached, none shared with a run's prompts."""
 
 
 WANDER_S = 60.0
@@ -252,6 +268,31 @@ def speed_before(url: str, here: Path, folder: Path, slots: int, log: list[str]
     return got
 
 
+def settle_slots(url: str, slots: int) -> list[int]:
+    """:data:`SETTLE`'s requests to the server at *url*: *slots* requests of
+    :data:`SETTLE_TOKENS` fresh prompt tokens and one output, sent together so that the
+    main loop gives each its own slot (it launches every queued task before its next step,
+    and the first launch's copies take longer than the others take to arrive). Returns the
+    slots that answered (``id_slot``), sorted; a slot missing from them still holds what it
+    held (the run goes on, and the record shows it)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    def one(_: int) -> int | None:
+        prompt = _SETTLE_IDS.integers(1000, 30000, size=SETTLE_TOKENS).tolist()
+        body = {"prompt": prompt, "n_predict": 1, "cache_prompt": False}
+        try:
+            reply = httpx.post(f"{url}/completion", json=body, timeout=120).json()
+            return int(reply["id_slot"])
+        except (httpx.HTTPError, KeyError, TypeError, ValueError):
+            return None
+
+    with ThreadPoolExecutor(max_workers=slots) as pool:
+        got = list(pool.map(one, range(slots)))
+    return sorted({s for s in got if s is not None})
+
+
 def host_noise(here: Path, seconds: float, log: list[str]) -> dict[str, Any]:
     """``validation/host_noise.py SECONDS --json here/host_noise.json`` in a process of its
     own (its BLAS on one thread, as when run by hand), the command appended to *log*; its
@@ -295,6 +336,8 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
             if BATCH_BEFORE:  # (after the gate, right before the run)
                 record["batch_before"], record["batch_before_mean"] = full_batch_steps(
                     srv.url, here / "grid.yaml", slots)  # fmt: skip
+            if SETTLE:  # (last: nothing between it and the run's first request)
+                record["settled"] = settle_slots(srv.url, slots)
             run("replay", str(scenario_file), "--endpoint", srv.url, "--out", str(folder),
                 "--timeout-s", "300", "--time-limit-s", "1200", "--extra-body", EXTRA_BODY,
                 log=log)  # fmt: skip
@@ -383,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the matrix (``--only CFG/REGIME ...``: those points again, kept beside the
     others in ``matrix.json``; ``--doc-only``: rewrite the document from it)."""
     global SPEED_REFERENCE, GATE_AFTER, BATCH_BEFORE, SPEED_BEFORE, HOST_NOISE_S
-    global SPEED_PROBES, SPEED_BATCH_ROUNDS, DECODE_STEP
+    global SPEED_PROBES, SPEED_BATCH_ROUNDS, DECODE_STEP, SETTLE
     parser = argparse.ArgumentParser(prog="validate_cpu.py --matrix")
     parser.add_argument("--only", nargs="+", metavar="CFG/REGIME", default=None,
                         help=f"points to run again, e.g. default/short (of {list(CONFIGS)} "
@@ -446,6 +489,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --speed-before: both readings' --probes (default "
                         f"{SPEED_PROBES} lone, {SPEED_BATCH_ROUNDS} rounds of the full "
                         "batch; the command's own is 6)")  # fmt: skip
+    parser.add_argument("--settle", action="store_true",
+                        help="right before each real run, one request of a few tokens per "
+                        "slot, all at once, so that no slot holds a probe's state when the "
+                        "run starts (kept as each run's settled)")  # fmt: skip
     parser.add_argument("--host-noise", type=float, default=0.0, metavar="SECONDS",
                         help="time a fixed piece of CPU work for SECONDS before each "
                         "point's server starts (validation/host_noise.py), kept with the "
@@ -467,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     BATCH_BEFORE = args.batch_before
     SPEED_BEFORE = args.speed_before
     GATE_AFTER = args.gate_after
+    SETTLE = args.settle
     if args.host_noise < 0:
         raise SystemExit(f"--host-noise: got {args.host_noise:g}, must be 0 (off) or more")
     HOST_NOISE_S = args.host_noise

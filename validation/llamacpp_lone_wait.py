@@ -21,6 +21,13 @@ other in flight when it was sent; each run's first apart) into:
 It prints, per point, the medians of each by the idle before the request
 (:data:`IDLE_EDGES_S`). Issue 12, item 65: on item 64's host the path grew with the idle
 (medians 7-10 ms after < 0.5 s, 71-77 ms after ≥ 5 s) where items 55, 60 and 61 held 3 ms.
+
+``--first`` splits each run's first request instead, run by run. Item 67: at the long
+points the probes right before a run (the gate's, ``--speed-before``'s) left states of
+hundreds of tokens in the slots, and the first request's launch copied the chosen one
+(``launch`` 48-64 ms at ``-kvu`` long and ``-np 2 -b 64`` long) and its after the idle
+ones (61-114 ms at ``-kvu`` long's four slots); ``validate_cpu.py --matrix --settle``
+empties them before each run.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import itertools
 import json
 import statistics
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +74,9 @@ def match_run(
     return None
 
 
-def lone_parts(point: Path, load: str) -> list[dict[str, float]]:
-    """Each lone request of *point*'s real runs at *load* (module docstring): the idle
-    before it (s) and its wait's parts (ms)."""
+def _runs(point: Path, load: str) -> Iterator[tuple[str, list[dict[str, Any]], list[Any], float]]:
+    """Each real run of *point* at *load*: its name, its requests in order of sending, their
+    tasks in the log and the client clock's offset (s to add to it)."""
     log = point / "llama-server.log"
     if not log.is_file():
         raise SystemExit(f"llamacpp_lone_wait: {point}: no llama-server.log")
@@ -76,7 +84,6 @@ def lone_parts(point: Path, load: str) -> list[dict[str, float]]:
     if not runs:
         raise SystemExit(f"llamacpp_lone_wait: {point}: no real runs at --load {load}")
     tasks = log_tasks(log)
-    out: list[dict[str, float]] = []
     start = 0
     for run in runs:
         reqs = sorted(_jsonl(run / "requests.jsonl"), key=lambda r: r["arrival_s"])
@@ -85,17 +92,43 @@ def lone_parts(point: Path, load: str) -> list[dict[str, float]]:
             raise SystemExit(f"llamacpp_lone_wait: {run}: its requests are not in the log")
         i, off = got
         start = i + len(reqs)
-        for k, (task, r) in enumerate(zip(tasks[i:start], reqs, strict=True)):
+        yield run.name, reqs, tasks[i:start], off
+
+
+def _split(task: dict[str, float], r: dict[str, Any], off: float) -> dict[str, float] | None:
+    """Request *r*'s wait beyond its ``prompt_ms`` in :data:`PARTS` (ms) against its *task*
+    (module docstring); None for a failed request or one without engine timings."""
+    if r.get("first_token_s") is None or not r.get("engine_timings"):
+        return None
+    sent, first = r["arrival_s"] + off, r["first_token_s"] + off
+    prompt_s = r["engine_timings"]["prompt_ms"] / 1e3
+    parts = (task["selected"] - sent, task["start"] - task["selected"],
+             first - prompt_s - task["start"])  # fmt: skip
+    return dict(zip(PARTS, (1e3 * v for v in (*parts, sum(parts))), strict=True))
+
+
+def lone_parts(point: Path, load: str) -> list[dict[str, float]]:
+    """Each lone request of *point*'s real runs at *load* (module docstring): the idle
+    before it (s) and its wait's parts (ms)."""
+    out: list[dict[str, float]] = []
+    for _, reqs, tasks, off in _runs(point, load):
+        for k, (task, r) in enumerate(zip(tasks, reqs, strict=True)):
             if k == 0 or any(o["arrival_s"] < r["arrival_s"] < o["finish_s"] for o in reqs[:k]):
                 continue
-            if r.get("first_token_s") is None or not r.get("engine_timings"):
-                continue  # failed, or no engine timings: nothing to split
-            sent, first = r["arrival_s"] + off, r["first_token_s"] + off
-            prompt_s = r["engine_timings"]["prompt_ms"] / 1e3
-            parts = (task["selected"] - sent, task["start"] - task["selected"],
-                     first - prompt_s - task["start"])  # fmt: skip
-            ms = dict(zip(PARTS, (1e3 * v for v in (*parts, sum(parts))), strict=True))
-            out.append({"idle_s": r["arrival_s"] - max(o["finish_s"] for o in reqs[:k]), **ms})
+            if (ms := _split(task, r, off)) is not None:
+                idle = r["arrival_s"] - max(o["finish_s"] for o in reqs[:k])
+                out.append({"idle_s": idle, **ms})
+    return out
+
+
+def first_parts(point: Path, load: str) -> list[dict[str, Any]]:
+    """Each real run's first request at *load* (``--first``): the run, its prompt tokens
+    and its wait's parts (ms)."""
+    out: list[dict[str, Any]] = []
+    for name, reqs, tasks, off in _runs(point, load):
+        if (ms := _split(tasks[0], reqs[0], off)) is not None:
+            out.append({"run": name, "tokens": int(reqs[0]["input_tokens"]),
+                        **{k: round(v, 1) for k, v in ms.items()}})  # fmt: skip
     return out
 
 
@@ -116,10 +149,21 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("points", nargs="+", type=Path, metavar="POINT_DIR")
     ap.add_argument("--load", default="poisson_0.3", help="the load read (default poisson_0.3)")
+    ap.add_argument("--first", action="store_true",
+                    help="each run's first request instead of the lone ones")  # fmt: skip
     ap.add_argument("--json", type=Path, default=None, metavar="OUT")
     args = ap.parse_args(argv)
     got: dict[str, Any] = {}
     for point in args.points:
+        if args.first:
+            firsts = first_parts(point, args.load)
+            got[str(point)] = {"first": firsts}
+            print(f"{point} ({args.load}), each run's first request, ms:")
+            for f in firsts:
+                print(f"  {f['run']}: {f['tokens']} tokens  path {f['path_ms']:6.1f}  launch "
+                      f"{f['launch_ms']:5.1f}  after {f['after_ms']:6.1f}  total "
+                      f"{f['total_ms']:6.1f}")  # fmt: skip
+            continue
         rows = lone_parts(point, args.load)
         got[str(point)] = {"lone": len(rows), "by_idle": by_idle(rows)}
         print(f"{point} ({args.load}, {len(rows)} lone requests), medians in ms:")

@@ -138,15 +138,15 @@ point's ``host_noise`` and its JSON as ``host_noise.json`` (item 60: how slow th
 before a point, read with nothing else running); 0: not run."""
 SETTLE = False
 """``--settle``: right before each real run (after the gate and ``--speed-before``), one
-request per slot, all sent at once (:func:`settle_slots`), so that the run starts with no
-slot holding a probe's state. llama-server copies a slot's state into its prompt cache
-when it gives the slot a new request, and every idle slot's after it
-(``tools/server/server-context.cpp``: ``get_available_slot`` → ``server_slot::prompt_save``,
-``--cache-idle-slots``); the probes before a run leave states of hundreds of tokens in the
-slots at the long points, and the run's first request waited 50–170 ms for their copies
-(item 67, ``validation/llamacpp_first_request.py``), which Table 1, whose slots start
-empty, does not charge. With it, the first request finds a few tokens a slot. Kept as the
-run's ``settled`` (the slots that answered)."""
+request per slot (:func:`settle_slots`), so that the run starts with no slot holding a
+probe's state, and with the slots' order of release a fresh server's. llama-server
+copies a slot's state into its prompt cache when it gives the slot a new request, and
+every idle slot's after it (``tools/server/server-context.cpp``: ``get_available_slot`` →
+``server_slot::prompt_save``, ``--cache-idle-slots``); the probes before a run leave
+states of hundreds of tokens in the slots at the long points, and the run's first request
+waited 50–170 ms for their copies (item 67, ``validation/llamacpp_lone_wait.py
+--first``), which Table 1, whose slots start empty, does not charge. Kept as the run's
+``settled`` (the slots that answered, in order)."""
 SETTLE_TOKENS = 4
 """Prompt tokens of each :data:`SETTLE` request (fresh random ids, as the probes draw
 them), and one output: a state of a few tokens, whose copy costs the save's intercept."""
@@ -269,28 +269,27 @@ def speed_before(url: str, here: Path, folder: Path, slots: int, log: list[str]
 
 
 def settle_slots(url: str, slots: int) -> list[int]:
-    """:data:`SETTLE`'s requests to the server at *url*: *slots* requests of
-    :data:`SETTLE_TOKENS` fresh prompt tokens and one output, sent together so that the
-    main loop gives each its own slot (it launches every queued task before its next step,
-    and the first launch's copies take longer than the others take to arrive). Returns the
-    slots that answered (``id_slot``), sorted; a slot missing from them still holds what it
-    held (the run goes on, and the record shows it)."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    """:data:`SETTLE`'s requests to the server at *url*: one request of
+    :data:`SETTLE_TOKENS` fresh prompt tokens and one output to each of its *slots* slots,
+    pinned (``id_slot``), one after another from the highest id down. The first one's
+    launch copies every idle slot's state into the prompt cache; each then leaves its slot
+    a few tokens. The slots are released highest id first, so the next request takes the
+    highest id, then the next lower, as on a server never used (``get_available_slot``:
+    least recently released first, never used highest id first), which is the order the
+    simulator starts from. Returns the slots that answered (``id_slot``); one missing
+    still holds what it held (the run goes on, and the record shows it)."""
     import httpx
 
-    def one(_: int) -> int | None:
+    done: list[int] = []
+    for slot in range(slots - 1, -1, -1):
         prompt = _SETTLE_IDS.integers(1000, 30000, size=SETTLE_TOKENS).tolist()
-        body = {"prompt": prompt, "n_predict": 1, "cache_prompt": False}
+        body = {"prompt": prompt, "n_predict": 1, "cache_prompt": False, "id_slot": slot}
         try:
             reply = httpx.post(f"{url}/completion", json=body, timeout=120).json()
-            return int(reply["id_slot"])
+            done.append(int(reply["id_slot"]))
         except (httpx.HTTPError, KeyError, TypeError, ValueError):
-            return None
-
-    with ThreadPoolExecutor(max_workers=slots) as pool:
-        got = list(pool.map(one, range(slots)))
-    return sorted({s for s in got if s is not None})
+            continue
+    return done
 
 
 def host_noise(here: Path, seconds: float, log: list[str]) -> dict[str, Any]:
@@ -490,9 +489,9 @@ def main(argv: list[str] | None = None) -> int:
                         f"{SPEED_PROBES} lone, {SPEED_BATCH_ROUNDS} rounds of the full "
                         "batch; the command's own is 6)")  # fmt: skip
     parser.add_argument("--settle", action="store_true",
-                        help="right before each real run, one request of a few tokens per "
-                        "slot, all at once, so that no slot holds a probe's state when the "
-                        "run starts (kept as each run's settled)")  # fmt: skip
+                        help="right before each real run, one request of a few tokens to "
+                        "each slot, highest id first, so that no slot holds a probe's state "
+                        "when the run starts (kept as each run's settled)")  # fmt: skip
     parser.add_argument("--host-noise", type=float, default=0.0, metavar="SECONDS",
                         help="time a fixed piece of CPU work for SECONDS before each "
                         "point's server starts (validation/host_noise.py), kept with the "

@@ -79,6 +79,18 @@ def test_a_lone_request_s_wait_is_split_at_the_log_s_lines(tmp_path: Path) -> No
                     "after_ms": 8.0, "total_ms": 37.0}]  # fmt: skip
 
 
+def test_each_run_s_first_request_is_split_too(tmp_path: Path) -> None:
+    # --first: the first request, sent at 0 (100.001 on the server's clock), selected at
+    # 100.003 and launched at 100.004; its first token at 100.401, less 350 ms of prompt
+    (f,) = lone.first_parts(_point(tmp_path), "poisson_0.3")
+    assert f == {"run": "run1", "tokens": 300, "path_ms": 2.0, "launch_ms": 1.0,
+                 "after_ms": 47.0, "total_ms": 50.0}  # fmt: skip
+    assert lone.main([str(tmp_path / "default_long"), "--first", "--json",
+                      str(tmp_path / "out.json")]) == 0  # fmt: skip
+    kept = json.loads((tmp_path / "out.json").read_text())
+    assert kept["points"][str(tmp_path / "default_long")] == {"first": [f]}
+
+
 def test_a_failed_lone_request_is_left_out(tmp_path: Path) -> None:
     point = _point(tmp_path)
     run = point / "real" / "poisson_0.3" / "run1" / "requests.jsonl"

@@ -45,21 +45,37 @@ def test_an_idle_server_fills_slots_from_the_highest_id():
     assert plan.prefill == [(w[3], 10), (w[2], 10), (w[1], 10), (w[0], 10)]
 
 
-def test_a_released_slot_is_reused_least_recently_released_first():
+def _two_finish(at_s: tuple[float, float]):
+    """A server of 4 slots given 4 requests (slots 3, 2, 1, 0), whose slot 3's and slot
+    1's requests end at *at_s*, planned again with two requests waiting: the server, the
+    first four, the two new ones and the plan."""
     s = LlamaCppServer(LlamaCppConfig(n_parallel=4))
     w = [waiting_req(i, 10) for i in range(4)]
-    s.plan(view(waiting=w))  # slots 3, 2, 1, 0
+    s.plan(view(waiting=w))
     for r in w:
         r.running = True
-    # slot 3's request (w0) ends at 5 s, slot 1's (w2) at 6 s
-    w[0].running = False
-    w[0].last_token_s = 5.0
-    w[2].running = False
-    w[2].last_token_s = 6.0
+    for r, t in zip((w[0], w[2]), at_s, strict=True):
+        r.running = False
+        r.last_token_s = t
     new = [waiting_req(10, 10), waiting_req(11, 10)]
-    s.plan(view(waiting=new, running=[w[1], w[3]], now_s=7.0))
+    plan = s.plan(view(waiting=new, running=[w[1], w[3]], now_s=max(at_s) + 1.0))
+    return s, w, new, plan
+
+
+def test_a_released_slot_is_reused_least_recently_released_first():
+    s, w, new, _ = _two_finish((5.0, 6.0))
     assert s.last_used_s == [-1.0, 6.0, -1.0, 5.0]
     assert s.slots == [w[3], new[1], w[1], new[0]]  # slot 3 (5 s) before slot 1 (6 s)
+
+
+def test_slots_released_in_one_step_are_reused_lowest_id_first():
+    # update_slots releases the slots that finish in one step in id order, each at its own
+    # ggml_time_us: the lowest id was released longest ago (item 67; the mirror before)
+    s, w, new, plan = _two_finish((5.0, 5.0))
+    assert s.last_used_s == [-1.0, 5.0, -1.0, 5.0]
+    assert s.slots == [w[3], new[0], w[1], new[1]]  # slot 1 before slot 3
+    # the step's prompts in slot order: the one sent first before the other
+    assert [r.index for r, _ in plan.prefill if r.index >= 10] == [10, 11]
 
 
 def test_requests_wait_for_a_slot():

@@ -7,15 +7,15 @@ Read in llama.cpp commit 0c1e570 (vendored by ``llama-cpp-python==0.3.36``, the 
   ``tools/server/server-context.cpp``, ``get_available_slot``: without prompt
   similarity to go by, a new request takes the idle slot *least recently released*
   (``t_last_used``, set in ``server_slot::release``); slots never used go to the highest
-  id first (the scan keeps the last slot with ``t_last_used <= best``), so an idle
-  server fills slots 3, 2, 1, 0 (``-np 4``). Slots released in one step get the step's
-  time here and go to the highest id first too; llama.cpp releases them in id order
-  (``update_slots``' ``iterate(slots, …)``), lowest first. That is the mirror image
-  (slot ``n − 1 − i``) of the server started with slots released 0 first, which keeps
-  every run of consecutive slot ids and so the passes (``docs/VALIDATION-llamacpp.md``
-  item 51: the slots of the matrix's Poisson runs, read from the server's log). Slots are
-  given at the start of the step after the request arrives (``process_single_task`` runs
-  between ``update_slots`` calls), in queue order.
+  id first (the scan keeps the last slot with ``t_last_used <= best``), so a new server
+  fills slots 3, 2, 1, 0 (``-np 4``). Slots released in one step go to the lowest id
+  first: llama.cpp releases them in id order, each at its own ``ggml_time_us``
+  (``update_slots``' loop over the slots). Until item 67 of
+  ``docs/VALIDATION-llamacpp.md`` they went to the highest id here too, the mirror image
+  (slot ``n − 1 − i``) of a server whose slots were first released together: the same
+  runs of consecutive ids and so passes (item 51), but a step's prompts in the reverse
+  order. Slots are given at the start of the step after the request arrives
+  (``process_single_task`` runs between ``update_slots`` calls), in queue order.
 * **Context per slot**: with a KV stream per sequence (the default once ``-np`` is given:
   ``common/common.h`` ``kv_unified = false``; only ``-np`` left out (auto) turns on 4
   slots with a unified buffer, ``tools/server/server.cpp`` ``main``) each slot owns
@@ -318,12 +318,15 @@ class LlamaCppServer:
         return None
 
     def free_slot(self) -> int | None:
-        """The slot a new request gets (``get_available_slot``, LRU; None: all busy)."""
+        """The slot a new request gets (``get_available_slot``, LRU; None: all busy): the
+        idle slot released longest ago; of those released in one step the lowest id, of
+        those never used (-1) the highest (module docstring)."""
         best: int | None = None
         best_s = 0.0
         for i, req in enumerate(self.slots):
-            if req is None and (best is None or self.last_used_s[i] <= best_s):
-                best, best_s = i, self.last_used_s[i]
+            t = self.last_used_s[i]
+            if req is None and (best is None or t < best_s or (t == best_s and t < 0)):
+                best, best_s = i, t
         return best
 
     def plan(self, view: EngineView) -> BatchPlan:

@@ -25,9 +25,10 @@ It prints, per point, the medians of each by the idle before the request
 ``--first`` splits each run's first request instead, run by run. Item 67: at the long
 points the probes right before a run (the gate's, ``--speed-before``'s) left states of
 hundreds of tokens in the slots, and the first request's launch copied the chosen one
-(``launch`` 48-64 ms at ``-kvu`` long and ``-np 2 -b 64`` long) and its after the idle
-ones (61-114 ms at ``-kvu`` long's four slots); ``validate_cpu.py --matrix --settle``
-empties them before each run.
+(``launch`` 48-62 ms at ``-kvu`` long and ``-np 2 -b 64`` long, Poisson 0.3) and its
+after the idle ones (89-114 ms at ``-kvu`` long's four slots); ``validate_cpu.py
+--matrix --settle`` empties them before each run, and the first request then waited
+3-10 ms (kept in ``docs/validation/llamacpp-first-request-item67.json``).
 """
 
 from __future__ import annotations

@@ -144,7 +144,7 @@ copies a slot's state into its prompt cache when it gives the slot a new request
 every idle slot's after it (``tools/server/server-context.cpp``: ``get_available_slot`` →
 ``server_slot::prompt_save``, ``--cache-idle-slots``); the probes before a run leave
 states of hundreds of tokens in the slots at the long points, and the run's first request
-waited 50–170 ms for their copies (item 67, ``validation/llamacpp_lone_wait.py
+waited 68–166 ms for their copies (item 67, ``validation/llamacpp_lone_wait.py
 --first``), which Table 1, whose slots start empty, does not charge. Kept as the run's
 ``settled`` (the slots that answered, in order)."""
 SETTLE_TOKENS = 4

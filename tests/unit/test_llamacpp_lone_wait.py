@@ -126,3 +126,29 @@ def test_item_65s_kept_output() -> None:
     others = [path(p) for p in lone if p not in item64]
     assert len(others) == 4
     assert all(max(x) < 10 for x in others)
+
+
+def test_item_67s_first_requests_before_and_after_settle() -> None:
+    # --first on the same three points before (item 66's folders, kept outside the repo)
+    # and after validate_cpu.py --matrix --settle emptied the slots before each run: the
+    # long points' first requests waited 68-166 ms for the probes' states, then 3-10 ms
+    kept = json.loads(
+        (ROOT / "docs" / "validation" / "llamacpp-first-request-item67.json").read_text()
+    )
+    assert kept["argv"][0] == "--first"
+
+    def totals(point: str) -> list[float]:
+        return [f["total_ms"] for f in kept["points"][point]["first"]]
+
+    before = [f"/work/keep/item66/{p}" for p in ("kvu_long", "np2_b64_long", "kvu_short")]
+    after = [f"results/validation-llamacpp/{p}" for p in ("kvu_long", "np2_b64_long", "kvu_short")]
+    assert [totals(p) for p in before] == [
+        [165.5, 146.3, 149.7],
+        [115.8, 68.4, 90.3],
+        [11.8, 9.7, 10.8],
+    ]
+    assert all(max(totals(p)) <= 10.1 for p in after)
+    # before, the launch (the chosen slot's copy) took 48-62 ms at the long points
+    launches = [f["launch_ms"] for p in before[:2] for f in kept["points"][p]["first"]]
+    assert min(launches) > 47
+    assert max(launches) < 62

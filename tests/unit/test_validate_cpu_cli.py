@@ -217,7 +217,10 @@ def test_the_published_matrix_is_item_23s_round_with_later_points_again() -> Non
     # with the matrix reading the host itself (item 61), Table 1 charging the prompt
     # cache's save (item 63, --resimulate), -np 4 long and -kvu long again with the
     # prompt-cache probe in their profiles (item 64), -np 2 -b 64 short and long again so
-    # (item 65), -np 4 short and -kvu short again so (item 66), each with a prompt's steps
+    # (item 65), -np 4 short and -kvu short again so (item 66), -kvu long, -np 2 -b 64
+    # long, -kvu short and -np 4 short again with the slots emptied before each run and
+    # every point simulated with same-step releases given out lowest id first (item 67,
+    # --resimulate), each with a prompt's steps
     # as probe rows (item 13), the full-batch check (item 20) and Table 1 charging each
     # request's path (item 18); Tables 2 and 3 fitted on log errors (item 26); the last
     # column is compare --steps on each load's runs against Table 1's charge
@@ -227,22 +230,22 @@ def test_the_published_matrix_is_item_23s_round_with_later_points_again() -> Non
         for flags in ("-np 4 -c 4096 -t 2", "-np 4 -c 4096 -t 2 -kvu", "-np 2 -c 4096 -t 2 -b 64")
         for reg in ("short", "long")
     ]
-    assert _totals(rows) == [170, 174, 170]
+    assert _totals(rows) == [165, 179, 177]
     by = _by_point(rows)
     cells = {k: (v[2], v[4], v[6], v[8]) for k, v in by.items()}
     assert cells == {
-        ("-np 4 -c 4096 -t 2", "short"): ("33 / 35", "33 / 35", "32 / 35", "0.99–1.01 |"),
+        ("-np 4 -c 4096 -t 2", "short"): ("26 / 35", "27 / 35", "28 / 35", "0.99–1.04 |"),
         ("-np 4 -c 4096 -t 2", "long"): ("30 / 35", "28 / 35", "28 / 35", "0.98–1.03 |"),
-        ("-np 4 -c 4096 -t 2 -kvu", "short"): ("31 / 35", "33 / 35", "33 / 35", "0.99–1.02 |"),
-        ("-np 4 -c 4096 -t 2 -kvu", "long"): ("32 / 35", "32 / 35", "31 / 35", "0.98–1.03 |"),
+        ("-np 4 -c 4096 -t 2 -kvu", "short"): ("23 / 35", "31 / 35", "30 / 35", "1.01–1.04 |"),
+        ("-np 4 -c 4096 -t 2 -kvu", "long"): ("32 / 35", "34 / 35", "33 / 35", "0.98–1.02 |"),
         ("-np 2 -c 4096 -t 2 -b 64", "short"): ("21 / 35", "27 / 35", "26 / 35", "1.02–1.05 |"),
-        ("-np 2 -c 4096 -t 2 -b 64", "long"): ("23 / 35", "21 / 35", "20 / 35", "0.96–1.03 |"),
+        ("-np 2 -c 4096 -t 2 -b 64", "long"): ("33 / 35", "32 / 35", "32 / 35", "0.99–1.01 |"),
     }
-    assert by["-np 2 -c 4096 -t 2 -b 64", "long"][3] == "3 %"
+    assert by["-np 2 -c 4096 -t 2 -b 64", "long"][3] == "1 %"
     bands = validation_module("llamacpp_report").cells_by_steps(
         json.loads((ROOT / "docs" / "validation" / "llamacpp-matrix.json").read_text())["results"]
     )
-    assert bands == {"within 3 %": [157, 182, 26], "3–6 %": [13, 28, 4]}
+    assert bands == {"within 3 %": [154, 182, 26], "3–6 %": [11, 28, 4]}
 
 
 def test_item_29s_short_points_again() -> None:
@@ -316,6 +319,9 @@ NP4, NP2 = "-np 4 -c 4096 -t 2", "-np 2 -c 4096 -t 2 -b 64"
 KVU = NP4 + " -kvu"
 
 KEPT_SETS = [
+    # item 66's set (published until item 67; item 66's test reads it): -np 4 short and
+    # -kvu short again with the prompt-cache probe in their profiles
+    ("item66", [170, 174, 170], (KVU, "short"), (2, 4, 6), ("31 / 35", "33 / 35", "33 / 35")),
     # item 65's set (published until item 66; item 65's test reads it): -np 2 -b 64 short
     # and long again with the prompt-cache probe in their profiles
     ("item65", [158, 168, 161], (NP2, "short"), (2, 4, 6), ("21 / 35", "27 / 35", "26 / 35")),
@@ -2245,7 +2251,8 @@ def test_item_66s_short_points_again_with_the_probe_in_their_profiles() -> None:
     validation = ROOT / "docs" / "validation"
     again = {"default/short": ("2026-12-06 07:27 UTC", 33),
              "kvu/short": ("2026-12-06 07:45 UTC", 31)}  # fmt: skip
-    now = _run_again("llamacpp-matrix.json", "llamacpp-matrix-epyc-item65.json", again)
+    now = _run_again("llamacpp-matrix-epyc-item66.json", "llamacpp-matrix-epyc-item65.json",
+                     again)  # fmt: skip
     assert [round(now[p]["prompt_save"]["ms_per_token"], 4) for p in again] == [0.0144, 0.0141]
     assert all(v["prompt_save"]["prompts"] == 20 for v in now.values())
     noise = {x.split()[3]: x.split() for x in (validation / "llamacpp-host-noise.txt")
@@ -2254,10 +2261,50 @@ def test_item_66s_short_points_again_with_the_probe_in_their_profiles() -> None:
         assert round(now[p]["host_noise"]["median_ms"]) == int(noise[p][9])
 
 
+def test_item_67s_points_again_with_the_slots_emptied_before_each_run() -> None:
+    # item 67: -kvu long, -np 2 -b 64 long, -kvu short and -np 4 short run again with
+    # --settle (every slot answered before each run, highest id first), and every point
+    # re-simulated with slots released in one step given out lowest id first
+    validation = ROOT / "docs" / "validation"
+    now, was = (json.loads((validation / f).read_text())["results"]
+                for f in ("llamacpp-matrix.json", "llamacpp-matrix-epyc-item66.json"))  # fmt: skip
+    again = {"default/short": ("2026-12-06 10:25 UTC", 26),
+             "kvu/short": ("2026-12-06 10:01 UTC", 23),
+             "kvu/long": ("2026-12-06 09:06 UTC", 32),
+             "np2_b64/long": ("2026-12-06 09:43 UTC", 33)}  # fmt: skip
+    assert {p: (now[p]["finished"], sum(_inside(now[p]).values())) for p in again} == again
+    for p in again:
+        slots = int(now[p]["flags"][now[p]["flags"].index("-np") + 1])
+        settled = [m["settled"] for v in now[p]["loads"].values() for m in v["machine"]]
+        assert settled == [list(range(slots - 1, -1, -1))] * 15
+    # the others: the same runs; re-simulated, the same cells
+    for p in set(now) - set(again):
+        assert now[p]["finished"] == was[p]["finished"]
+        assert _inside(now[p]) == _inside(was[p])
+    # the long points' probes read the dear page (item 65), the short ones the cheap
+    probes = [round(now[p]["prompt_save"]["ms_per_token"], 4) for p in again]
+    assert probes == [0.0145, 0.0134, 0.0907, 0.1058]
+    noise = {x.split()[3]: x.split() for x in (validation / "llamacpp-host-noise.txt")
+             .read_text().splitlines() if " item 67 " in x}  # fmt: skip
+    for p in again:
+        assert round(now[p]["host_noise"]["median_ms"]) == int(noise[p][9])
+
+
 SETS_AT_SPEED = [
-    # item 66's set (published): every point's profile with the prompt-cache probe, -np 4
-    # short and -kvu short run again
-    ("item66", "llamacpp-matrix.json", 170,
+    # item 67's set (published): -kvu long, -np 2 -b 64 long, -kvu short and -np 4 short
+    # run again with the slots emptied before each run, every point simulated with slots
+    # released together given out lowest id first; -np 4 short and -kvu short ran 1.01-1.04
+    # x the charge, and at each load's own median step hold 32 and 30
+    ("item67", "llamacpp-matrix.json", 165,
+     {"runs": 189, "mean": 185, "gate": 179, "gate-all": 180, "speed": 183,
+      "speed-batch": 177, "one-run": 169},
+     {"speed": [-0.016, 0.011], "speed-batch": [0.008, 0.013], "level": [0.014]},
+     {"": {"T1": 141, "T2": 144, "T3": 132}, " --session": {"T1": 166, "T3": 154},
+      "speed-batch": {"T1": 161}, "speed": {"T1": 183}},
+     {"default/short": 32, "kvu/short": 30, "kvu/long": 33, "np2_b64/long": 30}),
+    # item 66's set: every point's profile with the prompt-cache probe, -np 4 short and
+    # -kvu short run again
+    ("item66", "llamacpp-matrix-epyc-item66.json", 170,
      {"runs": 186, "mean": 189, "gate": 177, "gate-all": 181, "speed": 182,
       "speed-batch": 175, "one-run": 164},
      {"speed": [-0.011, 0.017], "speed-batch": [0.008, 0.013], "level": [0.017]},
@@ -2321,10 +2368,11 @@ def test_a_set_at_the_speeds_read_and_its_bands(
     assert _points_at_speed(kept, "runs", tuple(points)) == points
 
 
-def test_the_readme_quotes_item_66s_set_at_the_speeds_read() -> None:
+def test_the_readme_quotes_item_67s_set_at_the_speeds_read() -> None:
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert (
-        "the lone reading holds **182 of 210** cells against 170 at the profile's speed, "
-        "at `--batch NP`'s reading 175; at each load's own mean decode step"
+        "the lone reading holds **183 of 210** cells against 165 at the profile's speed, "
+        "at `--batch NP`'s reading 177; at each load's own mean decode step"
     ) in readme
-    assert "holds 158 of the 210 real values on the published set, 152 without it" in readme
+    assert "holds 166 of the 210 real values on the published set, 141 without it" in readme
+    assert "before each run holds 161, at the lone reading 183" in readme

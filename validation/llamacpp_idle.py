@@ -29,6 +29,7 @@ import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -71,6 +72,13 @@ def tasks(log: Path) -> list[dict[str, float]]:
         elif task in found and kind == "release":
             found[task]["end"] = t
     return [d for d in found.values() if {"prompt_ms", "end"} <= d.keys()]
+
+
+def sent_alone(requests: list[dict[str, Any]], k: int) -> bool:
+    """Whether request *k* of a run's *requests* (in order of sending) was sent with none
+    of those before it in flight (``arrival_s`` before its own, ``finish_s`` after)."""
+    sent = requests[k]["arrival_s"]
+    return not any(o["arrival_s"] < sent < o["finish_s"] for o in requests[:k])
 
 
 def lone_prompt_ms(profile: Path) -> tuple[np.ndarray, np.ndarray]:

@@ -41,7 +41,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from llamacpp_idle import slot_lines
+from llamacpp_idle import sent_alone, slot_lines
+
+from lyra_simpy.metrics.io import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "validation-llamacpp"
@@ -63,20 +65,16 @@ def select_to_launch_ms(log: Path) -> list[float]:
     return out
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def lone_requests(point: Path, load: str) -> dict[str, Any]:
     """The real runs' lone requests at *load* (module docstring): how many, and the medians
     of TTFT less ``prompt_ms`` and less Table 1's TTFT (ms), each run's first request
     apart (after the speed probes)."""
-    sim = {r["request_id"]: r for r in _jsonl(point / "sim" / load / "base" / "requests.jsonl")}
+    sim = {r["request_id"]: r for r in read_jsonl(point / "sim" / load / "base" / "requests.jsonl")}
     first, gap, over = [], [], []
     for run in sorted((point / "real" / load).glob("run*")):
-        real = sorted(_jsonl(run / "requests.jsonl"), key=lambda r: r["arrival_s"])
+        real = sorted(read_jsonl(run / "requests.jsonl"), key=lambda r: r["arrival_s"])
         for k, r in enumerate(real):
-            if any(o["arrival_s"] < r["arrival_s"] < o["finish_s"] for o in real[:k]):
+            if not sent_alone(real, k):
                 continue
             g = r["ttft_ms"] - r["engine_timings"]["prompt_ms"]
             if k == 0:

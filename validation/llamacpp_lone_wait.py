@@ -42,7 +42,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from llamacpp_idle import sent_alone
 from llamacpp_idle import tasks as log_tasks
+
+from lyra_simpy.metrics.io import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 IDLE_EDGES_S = (0.5, 2.0, 5.0)
@@ -51,10 +54,6 @@ MAX_CLOCK_SPREAD_S = 0.05
 """A stretch of the log is a run's only where every task's release less its request's
 finish lies within this of the median (the same lengths recur in other runs and loads)."""
 PARTS = ("path_ms", "launch_ms", "after_ms", "total_ms")
-
-
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def match_run(
@@ -87,7 +86,7 @@ def _runs(point: Path, load: str) -> Iterator[tuple[str, list[dict[str, Any]], l
     tasks = log_tasks(log)
     start = 0
     for run in runs:
-        reqs = sorted(_jsonl(run / "requests.jsonl"), key=lambda r: r["arrival_s"])
+        reqs = sorted(read_jsonl(run / "requests.jsonl"), key=lambda r: r["arrival_s"])
         got = match_run(tasks, reqs, start)
         if got is None:
             raise SystemExit(f"llamacpp_lone_wait: {run}: its requests are not in the log")
@@ -114,7 +113,7 @@ def lone_parts(point: Path, load: str) -> list[dict[str, float]]:
     out: list[dict[str, float]] = []
     for _, reqs, tasks, off in _runs(point, load):
         for k, (task, r) in enumerate(zip(tasks, reqs, strict=True)):
-            if k == 0 or any(o["arrival_s"] < r["arrival_s"] < o["finish_s"] for o in reqs[:k]):
+            if k == 0 or not sent_alone(reqs, k):
                 continue
             if (ms := _split(task, r, off)) is not None:
                 idle = r["arrival_s"] - max(o["finish_s"] for o in reqs[:k])

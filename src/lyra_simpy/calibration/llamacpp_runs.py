@@ -14,6 +14,7 @@ from pydantic import ConfigDict, PositiveInt
 from lyra_simpy.calibration.streams import StreamedRequest
 from lyra_simpy.config import Closed
 from lyra_simpy.policies.kvcells import PlacedLayout, Segment
+from lyra_simpy.policies.llamacpp import lru_order
 from lyra_simpy.policies.llamacpp_attention import step_attention
 from lyra_simpy.policies.ubatch import pass_counts
 
@@ -104,9 +105,9 @@ def replay_slots(requests: list[StreamedRequest], n_parallel: int, together_s: f
                  ) -> list[int]:  # fmt: skip
     """The slot each request of a run sat in, replaying llama-server's choice on the
     streams (``StepRebuild.llamacpp``): a request sent takes the idle slot released
-    longest ago (``get_available_slot``'s LRU; of slots never used the highest id, as
-    :meth:`~lyra_simpy.policies.llamacpp.LlamaCppServer.free_slot` has it; the streams'
-    release times do not tie), or waits for the next slot released;
+    longest ago (``get_available_slot``'s LRU,
+    :func:`~lyra_simpy.policies.llamacpp.lru_order` as the engine model has it), or waits
+    for the next slot released;
     a slot is released at its request's last token. Of the requests waiting, the one the
     server launched first — whose first token came first — takes it; and requests sent
     within *together_s* of one another (``StepRebuild.sent_together_ms``), before any of
@@ -126,7 +127,7 @@ def replay_slots(requests: list[StreamedRequest], n_parallel: int, together_s: f
             idle = [i for i in range(n_parallel) if busy[i] is None]
             if not idle:
                 return
-            slot = min(idle, key=lambda i: (last_used[i], -i if last_used[i] < 0 else i))
+            slot = min(idle, key=lambda i: lru_order(last_used[i], i))
             r = heapq.heappop(waiting)[2]  # (the earliest sent on a tie)
             busy[slot], slot_of[r] = r, slot
             heapq.heappush(releases, (finish[r], slot))

@@ -269,6 +269,14 @@ def prompt_chunk(remaining: int, room: int, stops: tuple[int, ...]) -> int:
     return take
 
 
+def lru_order(last_used_s: float, slot: int) -> tuple[float, int]:
+    """The key ``get_available_slot`` picks an idle slot by, least first: released longest
+    ago; of slots released in one step the lowest id, of slots never used (-1) the highest
+    (module docstring). The engine model's and the step rebuild's
+    (:func:`~lyra_simpy.calibration.llamacpp_runs.replay_slots`) choice."""
+    return last_used_s, (-slot if last_used_s < 0 else slot)
+
+
 def _decoding(req: Request) -> bool:
     return req.generated_tokens > 0
 
@@ -318,16 +326,10 @@ class LlamaCppServer:
         return None
 
     def free_slot(self) -> int | None:
-        """The slot a new request gets (``get_available_slot``, LRU; None: all busy): the
-        idle slot released longest ago; of those released in one step the lowest id, of
-        those never used (-1) the highest (module docstring)."""
-        best: int | None = None
-        best_s = 0.0
-        for i, req in enumerate(self.slots):
-            t = self.last_used_s[i]
-            if req is None and (best is None or t < best_s or (t == best_s and t < 0)):
-                best, best_s = i, t
-        return best
+        """The slot a new request gets (``get_available_slot``: :func:`lru_order`; None:
+        all busy)."""
+        idle = [i for i, req in enumerate(self.slots) if req is None]
+        return min(idle, key=lambda i: lru_order(self.last_used_s[i], i), default=None)
 
     def plan(self, view: EngineView) -> BatchPlan:
         c = self.config

@@ -410,15 +410,34 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
     return out
 
 
-def stored_points(keep: dict[str, Any], only: list[str] | None
+def stored_points(keep: dict[str, Any], only: list[str] | None, flag: str = "--resimulate"
                   ) -> list[tuple[str, dict[str, Any]]]:  # fmt: skip
     """The stored points (key, result) of *keep* that *only* names (all without it); a
-    name not stored is one line naming the stored ones, and exit status 1."""
+    name not stored is one line naming the stored ones, and exit status 1. So is a point
+    whose profile and real runs are not in ``results/validation-llamacpp`` (they stay on
+    the machine that ran them: a fresh clone holds only ``matrix.json``'s tables), checked
+    for every point before any is simulated again, so that nothing is half rewritten."""
     stored = keep.get("results", {})
     missing = [p for p in only or [] if p not in stored]
     if missing:
         raise SystemExit(f"--only: no stored point {missing[0]!r}; stored: {list(stored)}")
-    return [(k, v) for k, v in stored.items() if not only or k in only]
+    chosen = [(k, v) for k, v in stored.items() if not only or k in only]
+    here = [k for k, _ in chosen if runs_here(k)]
+    absent = [k for k, _ in chosen if k not in here]
+    if absent:
+        folder = OUT / absent[0].replace("/", "_")
+        raise SystemExit(
+            f"{flag}: point {absent[0]!r} has no profile and real runs in {folder} (they stay "
+            "where the matrix ran them); points here: "
+            f"{[k for k in stored if runs_here(k)]}; run it again with --only {absent[0]}"
+        )
+    return chosen
+
+
+def runs_here(key: str) -> bool:
+    """Whether point *key*'s profile and real runs are in ``results/validation-llamacpp``."""
+    folder = OUT / key.replace("/", "_")
+    return (folder / "profile.csv").is_file() and (folder / "real").is_dir()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -551,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
         write_section(DOC, keep["facts"], keep["results"], log)
         return 0
     if args.steps_check:
-        for key, res in stored_points(keep, args.only):
+        for key, res in stored_points(keep, args.only, "--steps-check"):
             steps_check(key, res)
         stored.write_text(json.dumps(keep, indent=1))
         write_section(DOC, keep["facts"], keep["results"], keep.get("commands"))

@@ -79,6 +79,33 @@ def test_steps_check_of_a_point_not_stored_is_one_line_and_runs_nothing() -> Non
     assert "'default/short'" in line
 
 
+def test_resimulating_points_whose_runs_are_elsewhere_is_one_line_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a fresh clone holds matrix.json's tables but none of the real runs (they stay in
+    # results/ where the matrix ran): --resimulate used to simulate the points it had,
+    # rewriting their files, and then stop with a traceback at the first it had not
+    matrix = validation_module("llamacpp_matrix")
+    monkeypatch.setattr(matrix, "OUT", tmp_path)
+    published = json.loads((ROOT / "docs" / "validation" / "llamacpp-matrix.json").read_text())
+    here = tmp_path / "np2_b64_short"
+    (here / "real").mkdir(parents=True)
+    (here / "profile.csv").write_text("")
+    got = matrix.stored_points(published, ["np2_b64/short"])
+    assert [k for k, _ in got] == ["np2_b64/short"]
+    with pytest.raises(SystemExit) as stop:
+        matrix.stored_points(published, None)
+    line = str(stop.value)
+    assert "\n" not in line
+    assert line == (
+        f"--resimulate: point 'default/short' has no profile and real runs in "
+        f"{tmp_path / 'default_short'} (they stay where the matrix ran them); points here: "
+        "['np2_b64/short']; run it again with --only default/short"
+    )
+    with pytest.raises(SystemExit, match=r"^--steps-check: point 'kvu/long' has no"):
+        matrix.stored_points(published, ["kvu/long", "np2_b64/short"], "--steps-check")
+
+
 def test_the_summary_of_a_stored_matrix_is_its_table_and_runs_nothing() -> None:
     # the steady-host run of -kvu long that docs/VALIDATION-llamacpp.md item 9 quotes
     steady = ROOT / "docs" / "validation" / "llamacpp-kvu-long-steady.json"

@@ -17,10 +17,13 @@ packed again replaces its archive: the store holds each point's published runs.
 ``python validation/llamacpp_store.py unpack [CFG/REGIME ...]`` (default: every one
 stored) checks each archive's SHA-256 and that the published matrix holds the same run of
 that point (the same ``finished``), then unpacks it into ``results/validation-llamacpp``
-and puts the published ``matrix.json`` there if none is. A point folder already there is
-left as it is unless ``--force``. Then ``validate_cpu.py --matrix --resimulate --only
-CFG/REGIME`` and the other readers (``llamacpp_at_speed.py``, ``llamacpp_noise.py``,
-``llamacpp_lone_wait.py``) work from a clone.
+and puts the published ``matrix.json`` there if none is. A ``matrix.json`` there that
+holds another run of the point (the point was run again on this machine) stops it in one
+line, before anything is unpacked: ``--resimulate`` would pair that run's records with
+these runs. A point folder already there is left as it is unless ``--force``. Then
+``validate_cpu.py --matrix --resimulate --only CFG/REGIME`` and the other readers
+(``llamacpp_at_speed.py``, ``llamacpp_noise.py``, ``llamacpp_lone_wait.py``) work from a
+clone.
 """
 
 from __future__ import annotations
@@ -113,6 +116,13 @@ def unpack(keys: list[str] | None, force: bool) -> list[str]:
         if published != entry["finished"]:
             raise SystemExit(f"unpack: {key}: the stored runs finished {entry['finished']}, "
                              f"the published matrix's {published}")  # fmt: skip
+        here = OUT / "matrix.json"  # what --resimulate pairs the runs with
+        if here.is_file():
+            finished = json.loads(here.read_text())["results"].get(key, {}).get("finished")
+            if finished != entry["finished"]:
+                raise SystemExit(f"unpack: {here} holds {key} as run {finished}, the stored runs "
+                                 f"finished {entry['finished']}; move it aside (unpack then "
+                                 f"puts the published matrix there)")  # fmt: skip
     OUT.mkdir(parents=True, exist_ok=True)
     if not (OUT / "matrix.json").is_file():
         shutil.copy(PUBLISHED, OUT / "matrix.json")

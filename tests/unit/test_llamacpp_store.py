@@ -94,6 +94,19 @@ def test_a_damaged_archive_or_another_run_is_one_line_and_writes_nothing(
         "matrix's later"
     )
     assert not store.OUT.exists()
+    # a matrix.json in results/ from another run of the point: --resimulate would pair them
+    store.PUBLISHED.write_text(
+        json.dumps({"results": {"kvu/long": {"finished": "2026-12-06 09:06 UTC"}}})
+    )
+    store.OUT.mkdir()
+    (store.OUT / "matrix.json").write_text(json.dumps({"results": {"kvu/long": {"finished": "x"}}}))
+    with pytest.raises(SystemExit) as stop:
+        store.unpack(None, force=True)
+    assert str(stop.value) == (
+        f"unpack: {store.OUT / 'matrix.json'} holds kvu/long as run x, the stored runs finished "
+        "2026-12-06 09:06 UTC; move it aside (unpack then puts the published matrix there)"
+    )
+    assert [p.name for p in store.OUT.iterdir()] == ["matrix.json"]
     with pytest.raises(SystemExit, match=r"^unpack: no stored point 'kvu/short'; stored: "):
         store.unpack(["kvu/short"], force=False)
     with pytest.raises(SystemExit, match=r"^pack: 'kvu/short' is not a published point"):

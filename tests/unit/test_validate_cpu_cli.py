@@ -2450,7 +2450,7 @@ def test_the_readme_quotes_item_68s_set_at_the_speeds_read() -> None:
     assert "reading strays 6.6 % from it (bias +0.6 %), the full batch's 3.4 % (+0.4 %)" in readme
     assert "holds 169 of the 210 real values on the published set, 142 without it" in readme
     assert "before each run holds 155, at the lone reading 176" in readme
-    assert "differ by a median 7.4 % there, 2.1 % on the Xeon, item 68" in readme
+    assert "scatter by a median 7.4 % of their mean there, 2.1 % on the Xeon, item 68" in readme
     # llamacpp_noise.py's run-to-run line: the two points run again, item 67's six
     validation = ROOT / "docs" / "validation"
     new = json.loads((validation / "llamacpp-at-speed-item68.json").read_text())

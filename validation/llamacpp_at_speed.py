@@ -71,6 +71,7 @@ from llamacpp_points import (
     in_target,
     p50_errors,
     real_runs,
+    runs_here,
 )
 from lyra_cli import run, sim_folder
 
@@ -392,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{stored}: not found (run validate_cpu.py --matrix first)")
     keep = json.loads(stored.read_text())
     results = keep.get("results", {})
-    have = [k for k in results if (OUT / k.replace("/", "_") / "real").is_dir()]
+    have = [k for k in results if runs_here(OUT, k)]
     missing = [k for k in args.only or [] if k not in have]
     if missing:
         raise SystemExit(f"--only: no stored runs of {missing[0]!r}; stored: {have}")

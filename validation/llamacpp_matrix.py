@@ -72,6 +72,7 @@ from llamacpp_points import (
     REQUEST_PATH_CPU_SHARE,
     ROOT,
     real_runs,
+    runs_here,
     scenario,
 )
 from llamacpp_report import cells_by_steps, summary, write_section
@@ -422,22 +423,16 @@ def stored_points(keep: dict[str, Any], only: list[str] | None, flag: str = "--r
     if missing:
         raise SystemExit(f"--only: no stored point {missing[0]!r}; stored: {list(stored)}")
     chosen = [(k, v) for k, v in stored.items() if not only or k in only]
-    here = [k for k, _ in chosen if runs_here(k)]
+    here = [k for k, _ in chosen if runs_here(OUT, k)]
     absent = [k for k, _ in chosen if k not in here]
     if absent:
         folder = OUT / absent[0].replace("/", "_")
         raise SystemExit(
             f"{flag}: point {absent[0]!r} has no profile and real runs in {folder} (they stay "
             "where the matrix ran them); points here: "
-            f"{[k for k in stored if runs_here(k)]}; run it again with --only {absent[0]}"
+            f"{[k for k in stored if runs_here(OUT, k)]}; run it again with --only {absent[0]}"
         )
     return chosen
-
-
-def runs_here(key: str) -> bool:
-    """Whether point *key*'s profile and real runs are in ``results/validation-llamacpp``."""
-    folder = OUT / key.replace("/", "_")
-    return (folder / "profile.csv").is_file() and (folder / "real").is_dir()
 
 
 def main(argv: list[str] | None = None) -> int:

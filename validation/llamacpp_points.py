@@ -122,6 +122,13 @@ def has_wake(fit: str) -> bool:
     return fit_wake(Path(fit)) is not None
 
 
+def runs_here(out: Path, key: str) -> bool:
+    """Whether point *key*'s profile and real runs are in *out* (:data:`OUT`; they stay on
+    the machine that ran them, or come back from ``llamacpp_store.py unpack``)."""
+    folder = out / key.replace("/", "_")
+    return (folder / "profile.csv").is_file() and (folder / "real").is_dir()
+
+
 def real_runs(here: Path, load: str, repeats: int) -> list[str]:
     """The folders of a point's real runs of *load* (``real/LOAD/runK``)."""
     return [str(here / "real" / load / f"run{k}") for k in range(1, repeats + 1)]

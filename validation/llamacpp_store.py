@@ -38,10 +38,9 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "results" / "validation-llamacpp"
+from llamacpp_points import OUT, PUBLISHED, ROOT, runs_here
+
 STORE = ROOT / "docs" / "validation" / "points"
-PUBLISHED = ROOT / "docs" / "validation" / "llamacpp-matrix.json"
 MADE = ("sim", "sim_t2", "sim_t3", "capacity")
 """A point's folders the simulator writes from its inputs (with ``at_speed_*``)."""
 
@@ -72,9 +71,9 @@ def pack(keys: list[str]) -> list[str]:
     unknown = [k for k in keys if k not in results]
     if unknown:
         raise SystemExit(f"pack: {unknown[0]!r} is not a published point; points: {list(results)}")
-    absent = [k for k in keys if not (OUT / k.replace("/", "_") / "real").is_dir()]
+    absent = [k for k in keys if not runs_here(OUT, k)]
     if absent:
-        raise SystemExit(f"pack: no real runs of {absent[0]!r} in {OUT}")
+        raise SystemExit(f"pack: no profile and real runs of {absent[0]!r} in {OUT}")
     STORE.mkdir(parents=True, exist_ok=True)
     index, lines = _index(), []
     for key in keys:

@@ -212,8 +212,9 @@ def test_a_point_without_the_speed_is_named_before_anything_runs(tmp_path, monke
         "np2_b64/long": {"loads": {key: {"machine": [{}]} for key in AT_SPEED.LOADS}},
     }
     (tmp_path / "matrix.json").write_text(json.dumps({"facts": {"repeats": 3}, "results": results}))
-    for key in results:
+    for key in results:  # a point with its profile and real runs (llamacpp_points.runs_here)
         (tmp_path / key.replace("/", "_") / "real").mkdir(parents=True)
+        (tmp_path / key.replace("/", "_") / "profile.csv").write_text("")
     monkeypatch.setattr(AT_SPEED, "OUT", tmp_path)
     with pytest.raises(SystemExit, match=r"^np2_b64/long: poisson_0.3 has no `lyra-simpy speed` "
                        r"reading .*; --only takes the points that have it$"):  # fmt: skip

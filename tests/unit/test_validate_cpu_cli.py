@@ -2386,7 +2386,8 @@ SETS_AT_SPEED = [
     # item 69's set (published): -np 4 short, -kvu short and -np 2 -b 64 long run again on
     # item 68's host; the others' outputs are item 68's (the same runs and model). At their
     # runs' own median step -np 2 -b 64 long holds the same 24: its misses are not the
-    # host's speed; the lone reading (162) holds fewer than the profile's speed (164)
+    # host's speed as a load's median step reads it (a run's own speed moves its queue's
+    # TTFT more, item 69); the lone reading (162) holds fewer than the profile's speed (164)
     ("item69", "llamacpp-matrix.json", 164,
      {"runs": 175, "mean": 188, "gate": 156, "gate-all": 166, "speed": 162,
       "speed-batch": 158, "one-run": 167},

@@ -162,10 +162,19 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--idle-s: got {args.idle_s:g}, must be 0 or more")
     got: dict[str, Any] = {}
     if args.points:
-        for name in args.points:
+        for name in args.points:  # every point checked before any is read
             log = OUT / name / "llama-server.log"
             if not log.is_file():
                 raise SystemExit(f"--points: {name}: no {log} (run validate_cpu.py --matrix)")
+            sim = OUT / name / "sim" / args.load / "base" / "requests.jsonl"
+            if not sim.is_file():
+                key = "/".join(name.rsplit("_", 1))
+                raise SystemExit(
+                    f"--points: {name}: no {sim}, Table 1's simulation of {args.load} (after "
+                    f"llamacpp_store.py unpack: validate_cpu.py --matrix --resimulate --only {key})"
+                )
+        for name in args.points:
+            log = OUT / name / "llama-server.log"
             got[name] = {"select_to_launch": percentiles(select_to_launch_ms(log)),
                          "lone": lone_requests(OUT / name, args.load)}  # fmt: skip
             print(f"{name:15s} selected slot -> launch, ms: {got[name]['select_to_launch']}\n"

@@ -68,6 +68,29 @@ def test_bad_arguments_name_the_field_and_what_is_allowed(
         launch.main(["--points", "no_such_point"])
 
 
+def test_a_point_unpacked_but_not_simulated_is_one_line_before_any_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # llamacpp_store.py unpack brings back a point's real runs and log, not Table 1's
+    # simulation: --points used to print the points before it and stop with a traceback
+    monkeypatch.setattr(launch, "OUT", tmp_path)
+    for name in ("kvu_long", "np2_b64_long"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "llama-server.log").write_text(LOG)
+    _requests(tmp_path / "kvu_long" / "real" / "poisson_0.3" / "run1" / "requests.jsonl",
+              [(0.0, 5.0, 500.0, 400.0), (10.0, 14.0, 430.0, 400.0)])  # fmt: skip
+    _requests(tmp_path / "kvu_long" / "sim" / "poisson_0.3" / "base" / "requests.jsonl",
+              [(0.0, 5.0, 404.0, 0.0), (10.0, 14.0, 404.0, 0.0)])  # fmt: skip
+    with pytest.raises(SystemExit) as stop:
+        launch.main(["--points", "kvu_long", "np2_b64_long"])
+    sim = tmp_path / "np2_b64_long" / "sim" / "poisson_0.3" / "base" / "requests.jsonl"
+    assert str(stop.value) == (
+        f"--points: np2_b64_long: no {sim}, Table 1's simulation of poisson_0.3 (after "
+        "llamacpp_store.py unpack: validate_cpu.py --matrix --resimulate --only np2_b64/long)"
+    )
+    assert capsys.readouterr().out == ""  # nothing printed for kvu_long before it
+
+
 def test_item_62s_kept_output() -> None:
     # the lone requests at the long points' light loads wait 21-26 ms beyond the engine's
     # prompt time (the short points 5-6), and Table 1 gives them 19-42 ms less TTFT; on a

@@ -70,6 +70,7 @@ from llamacpp_points import (
     OUT,
     in_target,
     p50_errors,
+    point_folder,
     real_runs,
     runs_here,
 )
@@ -273,7 +274,7 @@ def point(key: str, res: dict[str, Any], repeats: int, log: list[str],
     :data:`RATIOS`: the runs' own decode steps, the gate's lone probes or the full batch's
     step before them): per load the ratio, and Table 1's cells and those of the
     simulation at that speed (:func:`cells`)."""
-    here = OUT / key.replace("/", "_")
+    here = point_folder(key, OUT)
     work = folder(here, source)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)

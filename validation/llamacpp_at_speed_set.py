@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from llamacpp_points import OUT, ROOT, runs_here
+from llamacpp_points import OUT, ROOT, point_folder, runs_here
 
 RATIOS = ("runs", "mean", "gate", "gate-all", "speed", "speed-batch", "one-run")
 """The ratios a kept set holds (``llamacpp_at_speed.py --ratio``)."""
@@ -78,7 +78,7 @@ def build(points: list[str], keep: dict[str, Any] | None) -> dict[str, Any]:
                     "--json", f"{tmp}/{r}.json")  # fmt: skip
             new = json.loads(Path(f"{tmp}/{r}.json").read_text())
             if keep is not None:
-                folders = [f"validation-llamacpp/{p.replace('/', '_')}/" for p in points]
+                folders = [f"validation-llamacpp/{point_folder(p, OUT).name}/" for p in points]
                 others = {k: v for k, v in keep[r]["points"].items() if k not in points}
                 new["points"] = {k: new["points"].get(k, others.get(k))
                                  for k in [*keep[r]["points"], *new["points"]]}  # fmt: skip

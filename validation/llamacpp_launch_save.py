@@ -42,11 +42,10 @@ from typing import Any
 
 import numpy as np
 from llamacpp_idle import sent_alone, slot_lines
+from llamacpp_points import OUT, ROOT, point_key
 
 from lyra_simpy.metrics.io import read_jsonl
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "results" / "validation-llamacpp"
 FLAGS = ["-np", "4", "-c", "4096", "-t", "2", "-kvu"]
 """``-kvu`` long's server (``validate_cpu.py --matrix``'s ``kvu``)."""
 PCTS = (50, 90, 95, 99)
@@ -162,19 +161,18 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--idle-s: got {args.idle_s:g}, must be 0 or more")
     got: dict[str, Any] = {}
     if args.points:
-        for name in args.points:  # every point checked before any is read
-            log = OUT / name / "llama-server.log"
+        logs = {name: OUT / name / "llama-server.log" for name in args.points}
+        for name, log in logs.items():  # every point checked before any is read
             if not log.is_file():
                 raise SystemExit(f"--points: {name}: no {log} (run validate_cpu.py --matrix)")
             sim = OUT / name / "sim" / args.load / "base" / "requests.jsonl"
             if not sim.is_file():
-                key = "/".join(name.rsplit("_", 1))
                 raise SystemExit(
                     f"--points: {name}: no {sim}, Table 1's simulation of {args.load} (after "
-                    f"llamacpp_store.py unpack: validate_cpu.py --matrix --resimulate --only {key})"
+                    "llamacpp_store.py unpack: validate_cpu.py --matrix --resimulate --only "
+                    f"{point_key(name)})"
                 )
-        for name in args.points:
-            log = OUT / name / "llama-server.log"
+        for name, log in logs.items():
             got[name] = {"select_to_launch": percentiles(select_to_launch_ms(log)),
                          "lone": lone_requests(OUT / name, args.load)}  # fmt: skip
             print(f"{name:15s} selected slot -> launch, ms: {got[name]['select_to_launch']}\n"

@@ -71,6 +71,7 @@ from llamacpp_points import (
     REPEATS,
     REQUEST_PATH_CPU_SHARE,
     ROOT,
+    point_folder,
     real_runs,
     runs_here,
     scenario,
@@ -426,7 +427,7 @@ def stored_points(keep: dict[str, Any], only: list[str] | None, flag: str = "--r
     here = [k for k, _ in chosen if runs_here(OUT, k)]
     absent = [k for k, _ in chosen if k not in here]
     if absent:
-        folder = OUT / absent[0].replace("/", "_")
+        folder = point_folder(absent[0], OUT)
         raise SystemExit(
             f"{flag}: point {absent[0]!r} has no profile and real runs in {folder} (they stay "
             "where the matrix ran them); points here: "
@@ -579,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
         stored.write_text(json.dumps({**keep, "commands": log}, indent=1))
     if args.doc_only or args.table2:
         for key, res in keep.get("results", {}).items():
-            with_idle(OUT / key.replace("/", "_"), res)
+            with_idle(point_folder(key, OUT), res)
         write_section(DOC, keep["facts"], keep["results"], keep.get("commands"))
         return 0
     configs = ["default"] if quick else list(CONFIGS)

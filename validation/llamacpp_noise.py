@@ -44,7 +44,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import llamacpp_at_speed as at_speed
-from llamacpp_points import METRICS, OUT, cell
+from llamacpp_points import METRICS, OUT, cell, point_folder
 
 from lyra_simpy.live.band import band, inside
 from lyra_simpy.scenario import load_scenario
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     for key, res in results.items():
         if args.points and key not in args.points:
             continue
-        here = OUT / key.replace("/", "_")
+        here = point_folder(key, OUT)
         line = [f"{key:14s}"]
         for t, ((suffix, _), tables) in enumerate(zip(TABLES, tables_of(res), strict=True)):
             if args.at_speed and t > 0:

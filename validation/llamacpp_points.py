@@ -122,10 +122,23 @@ def has_wake(fit: str) -> bool:
     return fit_wake(Path(fit)) is not None
 
 
+def point_folder(key: str, out: Path) -> Path:
+    """Point *key*'s (``CFG/REGIME``) folder in *out* (:data:`OUT`): ``CFG_REGIME``, where
+    ``validate_cpu.py --matrix`` leaves its profile, real runs and simulations."""
+    return out / key.replace("/", "_")
+
+
+def point_key(name: str) -> str:
+    """The key (``CFG/REGIME``) of the point whose folder is *name* (``CFG_REGIME``; a
+    CFG such as ``np2_b64`` holds ``_`` itself, a REGIME does not)."""
+    cfg, regime = name.rsplit("_", 1)
+    return f"{cfg}/{regime}"
+
+
 def runs_here(out: Path, key: str) -> bool:
     """Whether point *key*'s profile and real runs are in *out* (:data:`OUT`; they stay on
     the machine that ran them, or come back from ``llamacpp_store.py unpack``)."""
-    folder = out / key.replace("/", "_")
+    folder = point_folder(key, out)
     return (folder / "profile.csv").is_file() and (folder / "real").is_dir()
 
 

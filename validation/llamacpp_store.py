@@ -38,7 +38,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from llamacpp_points import OUT, PUBLISHED, ROOT, runs_here
+from llamacpp_points import OUT, PUBLISHED, ROOT, point_folder, runs_here
 
 STORE = ROOT / "docs" / "validation" / "points"
 MADE = ("sim", "sim_t2", "sim_t3", "capacity")
@@ -77,8 +77,8 @@ def pack(keys: list[str]) -> list[str]:
     STORE.mkdir(parents=True, exist_ok=True)
     index, lines = _index(), []
     for key in keys:
-        name = key.replace("/", "_")
-        folder = OUT / name
+        folder = point_folder(key, OUT)
+        name = folder.name
         files = sorted(p for p in folder.rglob("*") if p.is_file()
                        and not derived(p.relative_to(folder)))  # fmt: skip
         target = STORE / f"{name}.tar.xz"
@@ -127,18 +127,18 @@ def unpack(keys: list[str] | None, force: bool) -> list[str]:
         shutil.copy(PUBLISHED, OUT / "matrix.json")
     lines = []
     for key in keys:
-        name = key.replace("/", "_")
-        if (OUT / name).exists() and not force:
-            lines.append(f"{key}: {OUT / name} is there; left as it is (--force replaces it)")
+        folder = point_folder(key, OUT)
+        if folder.exists() and not force:
+            lines.append(f"{key}: {folder} is there; left as it is (--force replaces it)")
             continue
-        shutil.rmtree(OUT / name, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
         data = (STORE / index[key]["file"]).read_bytes()
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:xz") as tar:
             if hasattr(tarfile, "data_filter"):  # Python >= 3.10.12 / 3.11.4
                 tar.extractall(OUT, filter="data")
             else:  # pragma: no cover - older Pythons
                 tar.extractall(OUT)
-        lines.append(f"{key}: {index[key]['files']} files -> {OUT / name}")
+        lines.append(f"{key}: {index[key]['files']} files -> {folder}")
     return lines
 
 

@@ -26,6 +26,7 @@ from llamacpp_points import (
     REQUEST_PATH_CPU_SHARE,
     fit_wake,
     has_wake,
+    point_folder,
     real_runs,
     scenario,
 )
@@ -85,7 +86,7 @@ def steps_check(key: str, res: dict[str, Any]) -> None:
     the scenario of each table that simulated it (:func:`charge_ratios`): Table 1's in
     ``loads[LOAD]["steps_vs_charge"]``, Tables 2 and 3's in ``table2_charge`` and
     ``table3_charge``. No server, no simulation (``--steps-check``)."""
-    here = OUT / key.replace("/", "_")
+    here = point_folder(key, OUT)
     for load, v in res["loads"].items():
         v["steps_vs_charge"] = charge_ratios(here, here / f"{load}.yaml", load)
     for table, (_, suffix, _) in FROM_RUNS.items():

@@ -111,3 +111,17 @@ def test_a_damaged_archive_or_another_run_is_one_line_and_writes_nothing(
         store.unpack(["kvu/short"], force=False)
     with pytest.raises(SystemExit, match=r"^pack: 'kvu/short' is not a published point"):
         store.pack(["kvu/short"])
+
+
+def test_a_points_folder_and_key_map_both_ways() -> None:
+    # every reader finds a point's folder through llamacpp_points.point_folder, and a folder
+    # named on a command line (llamacpp_launch_save.py --points) gives its key back
+    points = validation_module("llamacpp_points")
+    root = Path(__file__).resolve().parents[2]
+    keys = json.loads((root / "docs" / "validation" / "llamacpp-matrix.json").read_text())
+    for key in keys["results"]:
+        folder = points.point_folder(key, points.OUT)
+        assert folder.parent == points.OUT
+        assert points.point_key(folder.name) == key
+    assert points.point_folder("np2_b64/long", Path("r")) == Path("r/np2_b64_long")
+    assert points.point_key("np2_b64_long") == "np2_b64/long"

@@ -10,6 +10,8 @@ from builders import trace_workload
 from lyra_simpy.calibration.fit import fit_profile
 from lyra_simpy.calibration.fitfile import write_fit
 from lyra_simpy.calibration.profiles import read_profile
+from lyra_simpy.cost.base import BatchShape
+from lyra_simpy.cost.profiled import ProfileCost
 from lyra_simpy.cost.wake import resolved_wake
 from lyra_simpy.errors import ScenarioError
 from lyra_simpy.simulation import simulate
@@ -29,7 +31,7 @@ def _fit_file(tmp_path):
     return out
 
 
-def _scenario(tmp_path, make_scenario, fit, speed: float, path_ms: float, wake="fitted"):
+def _scenario(tmp_path, make_scenario, fit, speed: float, path_ms: float, wake="fitted", **cost):
     # every request at 0 (the timeline is then only the step costs) and the path charged
     # to the engine: doubling every time doubles every request's times exactly
     rows = [(0.0, 40, 12), (0.0, 200, 5), (0.0, 16, 30), (0.0, 90, 9), (0.0, 60, 20)]
@@ -44,6 +46,7 @@ def _scenario(tmp_path, make_scenario, fit, speed: float, path_ms: float, wake="
             "decode_table": True,
             "wake": wake,
             "speed": speed,
+            **cost,
         },
         "workload.request_path_ms": path_ms,
         "workload.request_path_cpu_share": 1.0,
@@ -75,3 +78,33 @@ def test_a_speed_that_is_not_positive_is_refused(tmp_path, make_scenario, bad):
         ScenarioError, match=rf"cost\.profile\.speed: got {bad}, must be greater than 0"
     ):
         _scenario(tmp_path, make_scenario, _fit_file(tmp_path), bad, 5.0)
+
+
+def test_prompt_speed_prices_the_steps_with_a_prompt_and_leaves_decode_steps_at_speed(
+    tmp_path, make_scenario
+):
+    fit_path = _fit_file(tmp_path)
+    one = _scenario(tmp_path, make_scenario, fit_path, 1.2, 5.0)
+    two = _scenario(tmp_path, make_scenario, fit_path, 1.2, 5.0, prompt_speed=1.8)
+    plain, split = ProfileCost(one.cost, 4), ProfileCost(two.cost, 4)
+    decode = BatchShape(0, 0, 0, 3, 3, 300)
+    several = BatchShape(0, 0, 0, 3, 3, 300, passes=2, output_passes=2)
+    prompt = BatchShape(1, 64, 64 * 64, 0, 0, 0)
+    mixed = BatchShape(1, 40, 40 * 40, 2, 2, 200, passes=2, checkpoints=1)
+    for shape in (decode, several):  # decode-only steps stay at speed
+        assert split.iteration_s(shape) == plain.iteration_s(shape)
+    for shape in (prompt, mixed):  # a step with a prompt: its whole time × 1.8 / 1.2
+        assert split.iteration_s(shape) == pytest.approx(1.5 * plain.iteration_s(shape))
+    # so is a simulation: the first tokens come later, the decode steps after them do not
+    first, later = simulate(one).records, simulate(two).records
+    assert (later["first_token_s"] > first["first_token_s"]).all()
+    # the wake is a decode step's and stays at speed; the manifest names both
+    assert resolved_wake(two.cost).ms == resolved_wake(one.cost).ms
+    assert two.cost.calibration()["prompt_speed"] == 1.8
+    assert "prompt_speed" not in one.cost.calibration()  # (unset: one speed, as before)
+    same = _scenario(tmp_path, make_scenario, fit_path, 1.2, 5.0, prompt_speed=1.2)
+    assert list(simulate(same).records["finish_s"]) == list(first["finish_s"])
+    with pytest.raises(
+        ScenarioError, match=r"cost\.profile\.prompt_speed: got 0, must be greater than 0"
+    ):
+        _scenario(tmp_path, make_scenario, fit_path, 1.0, 5.0, prompt_speed=0)

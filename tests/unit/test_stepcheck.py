@@ -20,7 +20,13 @@ from lyra_simpy import scenario_from_dict, simulate
 from lyra_simpy.calibration.fitfile import load_fit, write_fit
 from lyra_simpy.cli import main
 from lyra_simpy.errors import LyraError
-from lyra_simpy.live.stepcheck import STEP_TOLERANCE, at_this_speed, step_check, verdict
+from lyra_simpy.live.stepcheck import (
+    STEP_TOLERANCE,
+    at_this_prompt_speed,
+    at_this_speed,
+    step_check,
+    verdict,
+)
 from lyra_simpy.metrics.io import write_json
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -82,6 +88,27 @@ def test_a_model_20_percent_cheap_reads_1_25(tmp_path):
     assert again["speed"] == pytest.approx(check["speed"], rel=1e-6)
     assert "decode steps ran 10% quicker" in verdict(0.9)
     assert verdict(None).startswith("no decode-only step")
+
+
+def test_a_host_that_moved_the_phases_apart_gets_a_speed_for_each(tmp_path):
+    # runs at speed 1 checked against the same fit priced 0.8 for decode steps and 0.5
+    # for the steps with a prompt: each phase reads its own ratio, and priced at the two
+    # speeds the check prints, the runs cost what the scenario charges in both
+    raw = runs_raw(1, 10.0, 80)
+    runs = _runs(raw, tmp_path)
+    moved = {**raw, "cost": {**raw["cost"], "speed": 0.8, "prompt_speed": 0.5}}
+    check = step_check(scenario_from_dict(moved), runs)
+    assert check["decode"]["median"] == pytest.approx(1.25, rel=1e-6)
+    assert check["prompt"]["median"] == pytest.approx(2.0, rel=1e-6)
+    assert check["speed"] == pytest.approx(1.0, rel=1e-6)
+    assert check["prompt_speed"] == pytest.approx(1.0, rel=1e-6)
+    plain = step_check(scenario_from_dict(raw), runs)
+    assert plain["prompt_speed"] == pytest.approx(1.0, rel=1e-6)  # (unset: at speed)
+    profile = scenario_from_dict(moved).replica_specs()[0].cost
+    assert at_this_prompt_speed(profile, 1.1) == pytest.approx(0.55)
+    assert at_this_prompt_speed(profile, None) is None
+    linear = scenario_from_dict({**raw, "cost": {"name": "linear"}}).replica_specs()[0].cost
+    assert at_this_prompt_speed(linear, 1.1) is None
 
 
 def test_only_a_profile_cost_with_decode_steps_gets_a_speed(tmp_path):
@@ -167,6 +194,7 @@ def test_compare_steps_prints_the_check_and_writes_it_beside_the_json(tmp_path, 
     assert "decode-only   median 1.25" in text
     assert "decode steps ran 25% slower" in text
     assert "priced at these runs' speed: cost.speed: 1.25 (the decode steps' mean" in text
+    assert "and its steps with a prompt: cost.prompt_speed: 1.25 (their mean" in text
     saved = json.loads((tmp_path / "cmp-steps.json").read_text())
     assert saved["decode"]["median"] == pytest.approx(1.25)
     assert f"wrote {tmp_path / 'cmp-steps.json'}" in text

@@ -31,8 +31,9 @@ each token the server copies into the cache before a step adds ``ms_per_token``
 profile's measured grid each term extends linearly; with non-negative coefficients time
 never falls as a batch grows. ``speed`` multiplies every time the fit prices (the host's
 step time at the load over its step time when profiled; ``compare --steps`` gives it
-from a real run). The file is read (and a CSV fitted) while the scenario is validated,
-so a missing or malformed profile fails before anything is simulated.
+from a real run), ``prompt_speed`` instead of it the steps that hold prompt tokens. The
+file is read (and a CSV fitted) while the scenario is validated, so a missing or
+malformed profile fails before anything is simulated.
 """
 
 from __future__ import annotations
@@ -138,6 +139,18 @@ class ProfileCostConfig(Closed):
     ``validation/llamacpp_at_speed.py --ratio mean``; the ratios are ``--summary``'s
     last column of that item's kept set)."""
 
+    prompt_speed: PositiveFloat | None = None
+    """Every step that holds prompt tokens priced × this instead of ``speed`` (None, the
+    default: ``speed``, one speed for every step); decode-only steps and the wake stay
+    at ``speed``. A host whose memory bandwidth and arithmetic are shared with other
+    tenants in different measure does not move a decode step (it reads the weights) and a
+    prompt step (it computes on them) by the same factor: on the llama.cpp matrix's
+    AMD EPYC VM four of one point's five loads took their decode steps at 0.86-0.90 ×
+    what the profile charged and their prompt steps at 1.00-1.02 ×
+    (docs/VALIDATION-llamacpp.md item 70).
+    ``compare --steps`` gives both from a real run: ``cost.speed`` from the decode-only
+    steps' mean measured / charged, ``cost.prompt_speed`` from the prompt steps'."""
+
     _fit: ProfileFit | None = PrivateAttr(default=None)
     _resolved: Path | None = PrivateAttr(default=None)
 
@@ -191,6 +204,7 @@ class ProfileCostConfig(Closed):
             "method": fit.method,
             "coefficients": fit.coefficients.model_dump(mode="json"),
             "speed": self.speed,  # (every time above priced × it)
+            **({"prompt_speed": self.prompt_speed} if self.prompt_speed is not None else {}),
             "fit_quality": {
                 "r2": fit.fit.r2,
                 "phases": {k: v.model_dump(mode="json") for k, v in fit.fit.phases.items()},
@@ -216,6 +230,8 @@ class ProfileCost:
         self._per_checkpoint = c.per_checkpoint_ms * speed
         self._per_output = c.per_output_pass_ms * speed
         self._per_computed = c.per_computed_attention_ms * speed
+        self._prompt_scale = config.prompt_speed / speed if config.prompt_speed is not None else 1.0
+        """A step with prompt tokens: its time at ``speed`` × this (``prompt_speed``)."""
         save = config.fit.prompt_save if config.prompt_save == "fitted" else None
         self._per_saved = save.ms_per_token * speed if save is not None else 0.0
         self._cells = config.fit.attention == "n_kv"
@@ -278,6 +294,8 @@ class ProfileCost:
                 ms += self._residual_ms(rows)
         if extra:
             ms += self._extra_ms(passes, checkpoints, outputs, saved)
+        if shape.prefill_seqs:
+            ms *= self._prompt_scale
         return ms / 1000.0
 
     def _extra_ms(self, passes: int, checkpoints: int, outputs: int, saved: int) -> float:

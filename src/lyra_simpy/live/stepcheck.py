@@ -34,6 +34,8 @@ sets stored before item 23 priced the steps by the fit's terms instead
 For a ``profile`` cost it also gives the ``cost.speed`` that prices the scenario at the
 runs' speed (:func:`at_this_speed`: the decode-only steps' mean ratio, the slow steps
 included): the scenario at that speed charges these runs' decode steps 1 in the mean.
+And the ``cost.prompt_speed`` that does the same for the steps with a prompt
+(:func:`at_this_prompt_speed`): on a shared host the two phases need not move together.
 
 Limits, stated: one replica (a client's streams do not say which replica served them);
 no speculative decoding (a rebuilt step is one token per sequence); the rebuild's own
@@ -133,8 +135,8 @@ def step_check(scenario: Scenario, real_dirs: list[Path]) -> dict[str, Any]:
     ``decode`` and ``prompt`` (``steps``, ``median``, ``mean``, ``p10``, ``p90``),
     ``decode_by_batch`` (decoding sequences → ``steps``, ``median``),
     ``prompt_by_tokens`` (:data:`PROMPT_BINS` range → ``steps``, ``median``), ``left_out``,
-    ``dropped`` (the rebuild's own), ``tolerance``, ``verdict`` and ``speed``
-    (:func:`at_this_speed`)."""
+    ``dropped`` (the rebuild's own), ``tolerance``, ``verdict``, ``speed``
+    (:func:`at_this_speed`) and ``prompt_speed`` (:func:`at_this_prompt_speed`)."""
     from lyra_simpy.calibration.runs import StepRebuild, rebuild_for, steps_of_runs
 
     if len(scenario.replica_specs()) != 1:
@@ -169,6 +171,7 @@ def step_check(scenario: Scenario, real_dirs: list[Path]) -> dict[str, Any]:
     }
     out["verdict"] = verdict(out["decode"]["median"])
     out["speed"] = at_this_speed(spec.cost, out["decode"]["mean"])
+    out["prompt_speed"] = at_this_prompt_speed(spec.cost, out["prompt"]["mean"])
     return out
 
 
@@ -180,6 +183,17 @@ def at_this_speed(cost: Any, decode_mean: float | None) -> float | None:
     if not isinstance(cost, ProfileCostConfig) or decode_mean is None:
         return None
     return float(cost.speed * decode_mean)
+
+
+def at_this_prompt_speed(cost: Any, prompt_mean: float | None) -> float | None:
+    """The ``cost.prompt_speed`` that prices a ``profile`` cost's steps with a prompt at
+    the runs' speed: the one it prices them at (``prompt_speed``, or ``speed`` where that
+    is unset) × their *mean* measured / charged; None for another cost model or without
+    such steps."""
+    if not isinstance(cost, ProfileCostConfig) or prompt_mean is None:
+        return None
+    now = cost.prompt_speed if cost.prompt_speed is not None else cost.speed
+    return float(now * prompt_mean)
 
 
 def verdict(median: float | None) -> str:
@@ -234,5 +248,10 @@ def format_step_check(check: dict[str, Any]) -> str:
         lines.append(
             f"priced at these runs' speed: cost.speed: {check['speed']:.3g} (the decode "
             "steps' mean; a request sums its steps)"
+        )
+    if check.get("prompt_speed") is not None:
+        lines.append(
+            f"and its steps with a prompt: cost.prompt_speed: {check['prompt_speed']:.3g} "
+            "(their mean; where it differs from cost.speed the host moved the two apart)"
         )
     return "\n".join(lines)

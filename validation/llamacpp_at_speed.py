@@ -33,9 +33,16 @@ matrix run with ``--speed-before``, item 42): the user's path, not the gate's pr
 (:func:`one_run_ratio`: the load Tables 2 and 3 fit on): what a user with the profile and
 one load run of their own gets from ``compare --steps``' ``cost.speed``, a prediction for
 the other loads.
+``--ratio phase`` is ``runs`` with the steps that hold prompt tokens priced at their own
+median ratio (:func:`prompt_ratio`, ``cost.prompt_speed``) and the decode-only steps at
+theirs (an attribution, item 70): on a shared host the two need not move together, and
+one speed for both leaves the gap between them in the cells. ``--ratio one-run-phase``
+is ``one-run`` the same way (:func:`one_run_prompt_ratio`): ``compare --steps`` on one
+load run prints both speeds, a prediction for the other loads.
 
     PYTHONPATH=src python validation/llamacpp_at_speed.py
-        [--ratio runs|mean|gate|gate-all|batch|batch-mean|speed|speed-batch|one-run]
+        [--ratio runs|mean|gate|gate-all|batch|batch-mean|speed|speed-batch|one-run|phase
+                 |one-run-phase]
         [--only CFG/REGIME ...] [--json OUT]
 
 After the table it prints how far the speed it priced each load at lay from the load's
@@ -77,18 +84,22 @@ from llamacpp_points import (
 from lyra_cli import run, sim_folder
 
 
-def at_speed_scenario(scenario: dict[str, Any], ratio: float, fit: Path | None = None
-                      ) -> dict[str, Any]:  # fmt: skip
+def at_speed_scenario(scenario: dict[str, Any], ratio: float, fit: Path | None = None,
+                      prompt: float | None = None) -> dict[str, Any]:  # fmt: skip
     """*scenario* (a Table 1 scenario's YAML) with every step cost its fit prices ×
     *ratio* (``cost.speed``: the terms, the decode residuals, the fitted wake) and its
     request path's milliseconds × *ratio* too (the host runs the HTTP threads as well).
     The noise, wander and spells are relative (σ of a log ratio, factors): left as
     they are. *fit*: priced by that fit file (the point's own, wherever its folder now
-    lies; the stored scenario names the one where it ran) instead of the one it names."""
-    if not (np.isfinite(ratio) and ratio > 0):
-        raise ValueError(f"ratio: got {ratio!r}, must be a positive number")
+    lies; the stored scenario names the one where it ran) instead of the one it names.
+    *prompt*: the steps with prompt tokens priced × that instead (``cost.prompt_speed``)."""
+    for name, got in (("ratio", ratio), ("prompt", ratio if prompt is None else prompt)):
+        if not (np.isfinite(got) and got > 0):
+            raise ValueError(f"{name}: got {got!r}, must be a positive number")
     out = copy.deepcopy(scenario)
     out["cost"]["speed"] = ratio
+    if prompt is not None:
+        out["cost"]["prompt_speed"] = prompt
     if fit is not None:
         out["cost"]["path"] = str(fit)
     work = out["workload"]
@@ -120,6 +131,19 @@ def runs_mean_ratio(res: dict[str, Any], load: str) -> float:
     ``steps_vs_charge``): a request's TPOT is the mean of its steps, not their median, so
     a right-skewed step time (a few slow steps) moves it by the gap between the two."""
     return float(res["loads"][load]["steps_vs_charge"]["decode"]["mean"])
+
+
+def prompt_ratio(res: dict[str, Any], load: str) -> float:
+    """The median of *load*'s real steps with prompt tokens over Table 1's charge for them
+    (the same ``steps_vs_charge``)."""
+    return float(res["loads"][load]["steps_vs_charge"]["prompt"]["median"])
+
+
+def one_run_prompt_ratio(res: dict[str, Any], load: str) -> float:
+    """For every load, :data:`~llamacpp_points.FIT_LOAD`'s mean real step with prompt
+    tokens over Table 1's charge: the ``cost.prompt_speed`` ``compare --steps`` prints
+    for one load run (:func:`one_run_ratio`'s companion)."""
+    return float(res["loads"][FIT_LOAD]["steps_vs_charge"]["prompt"]["mean"])
 
 
 def one_run_ratio(res: dict[str, Any], load: str) -> float:
@@ -216,6 +240,9 @@ class Ratio(NamedTuple):
     at: str
     field: str | None = None
     """The run record's field it reads before each run (None: read from the runs)."""
+    prompt: Callable[[dict[str, Any], str], float] | None = None
+    """Where the steps with prompt tokens get a speed of their own (``cost.prompt_speed``),
+    the function that reads it (None: every step at :attr:`read`'s)."""
 
 
 RATIOS = {
@@ -264,6 +291,18 @@ RATIOS = {
         f"{FIT_LOAD}'s real mean decode step ÷ Table 1's charge",
         "at that run's speed",
     ),
+    "phase": Ratio(
+        runs_ratio,
+        "real decode steps ÷ Table 1's charge (prompt steps at their own)",
+        "at the runs' speed per phase",
+        prompt=prompt_ratio,
+    ),
+    "one-run-phase": Ratio(
+        one_run_ratio,
+        f"{FIT_LOAD}'s real mean decode step ÷ Table 1's charge (prompt steps at their own)",
+        "at that run's speed per phase",
+        prompt=one_run_prompt_ratio,
+    ),
 }
 """``--ratio``'s choices."""
 
@@ -282,9 +321,11 @@ def point(key: str, res: dict[str, Any], repeats: int, log: list[str],
     for load in LOADS:
         got = res["loads"][load]
         ratio = RATIOS[source].read(res, load)
+        reader = RATIOS[source].prompt
+        prompt = reader(res, load) if reader is not None else None
         scenario = yaml.safe_load((here / f"{load}.yaml").read_text())
         path = work / f"{load}.yaml"
-        moved = at_speed_scenario(scenario, ratio, here / "fit_probes.yaml")
+        moved = at_speed_scenario(scenario, ratio, here / "fit_probes.yaml", prompt)
         path.write_text(yaml.safe_dump(moved))
         run("run", str(path), "--out", str(work / "sim"), "--no-figures", log=log)
         table_file = work / f"{load}_compare.json"
@@ -293,6 +334,8 @@ def point(key: str, res: dict[str, Any], repeats: int, log: list[str],
         table = json.loads(table_file.read_text())
         loads[load] = {"ratio": round(ratio, 4), "table1": cells(got["table"]),
                        "at_speed": cells(table)}  # fmt: skip
+        if prompt is not None:
+            loads[load]["prompt_ratio"] = round(prompt, 4)
     return loads
 
 
@@ -307,7 +350,9 @@ def report(points: dict[str, dict[str, Any]], source: str = "runs") -> list[str]
     ]
     totals = {"table1": 0, "at_speed": 0}
     for key, loads in points.items():
-        row = [key, ", ".join(f"{v['ratio']:.2f}" for v in loads.values())]
+        row = [key, ", ".join(f"{v['ratio']:.2f}" + (f"/{v['prompt_ratio']:.2f}"
+                                                       if "prompt_ratio" in v else "")
+                              for v in loads.values())]  # fmt: skip
         for table in totals:
             ok = sum(v[table]["in_target"] for v in loads.values())
             p50 = np.median([e for v in loads.values() for e in v[table]["p50_errors"]])
@@ -385,7 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ratio", choices=list(RATIOS), default="runs",
                         help="the speed: the runs' decode steps over the charge, their "
                         "median or mean (an attribution), or the gate's probes or the "
-                        "full batch's step before them (a prediction)")  # fmt: skip
+                        "full batch's step before them (a prediction); phase, one-run-phase: "
+                        "the steps with a prompt at their own")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, metavar="OUT",
                         help="also write every load's figures here")  # fmt: skip
     args = parser.parse_args(argv)

@@ -30,7 +30,8 @@ from typing import Any
 
 from llamacpp_points import OUT, ROOT, point_folder, runs_here
 
-RATIOS = ("runs", "mean", "gate", "gate-all", "speed", "speed-batch", "one-run")
+RATIOS = ("runs", "mean", "gate", "gate-all", "speed", "speed-batch", "one-run", "phase",
+          "one-run-phase")  # fmt: skip
 """The ratios a kept set holds (``llamacpp_at_speed.py --ratio``)."""
 BANDS = (
     "--wander",
@@ -78,6 +79,9 @@ def build(points: list[str], keep: dict[str, Any] | None) -> dict[str, Any]:
                     "--json", f"{tmp}/{r}.json")  # fmt: skip
             new = json.loads(Path(f"{tmp}/{r}.json").read_text())
             if keep is not None:
+                if r not in keep:
+                    why = "(it came before it); take every point here, without --keep"
+                    raise SystemExit(f"--keep: the earlier set has no ratio {r!r} {why}")
                 folders = [f"validation-llamacpp/{point_folder(p, OUT).name}/" for p in points]
                 others = {k: v for k, v in keep[r]["points"].items() if k not in points}
                 new["points"] = {k: new["points"].get(k, others.get(k))

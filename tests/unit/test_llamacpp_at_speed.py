@@ -69,6 +69,33 @@ def test_a_point_is_priced_by_its_own_fit_wherever_its_folder_lies(tmp_path):
         "request_path_ms": 0.0, "request_path_cpu_share": 0.0}  # fmt: skip
 
 
+def test_a_load_at_a_speed_per_phase_prices_its_prompt_steps_at_their_own():
+    # item 70: --ratio phase and one-run-phase, cost.prompt_speed beside cost.speed
+    raw = {"cost": {"name": "profile", "path": "fit.yaml"}, "workload": {"request_path_ms": 5.0}}
+    moved = AT_SPEED.at_speed_scenario(raw, 0.9, None, 1.02)
+    assert moved["cost"] == {"name": "profile", "path": "fit.yaml", "speed": 0.9,
+                             "prompt_speed": 1.02}  # fmt: skip
+    assert moved["workload"]["request_path_ms"] == 4.5  # (the path at the decode speed)
+    with pytest.raises(ValueError, match=r"prompt: got 0.0, must be a positive number"):
+        AT_SPEED.at_speed_scenario(raw, 0.9, None, 0.0)
+    charge = {
+        "decode": {"median": 0.87, "mean": 0.9},
+        "prompt": {"median": 1.01, "mean": 1.05},
+    }
+    other = {"decode": {"median": 1.1, "mean": 1.2}, "prompt": {"median": 1.3, "mean": 1.4}}
+    res = {"loads": {AT_SPEED.FIT_LOAD: {"steps_vs_charge": charge},
+                     "closed_8": {"steps_vs_charge": other}}}  # fmt: skip
+    phase, one_run = AT_SPEED.RATIOS["phase"], AT_SPEED.RATIOS["one-run-phase"]
+    assert (phase.read(res, "closed_8"), phase.prompt(res, "closed_8")) == (1.1, 1.3)
+    assert (one_run.read(res, "closed_8"), one_run.prompt(res, "closed_8")) == (0.9, 1.05)
+    assert AT_SPEED.RATIOS["runs"].prompt is None  # (the others: one speed for every step)
+    got = {"in_target": 6, "missed": ["p90_ttft_ms"], "p50_errors": [0.05]}
+    loads = {"closed_8": {"ratio": 1.1, "prompt_ratio": 1.3, "table1": got, "at_speed": got}}
+    assert AT_SPEED.report({"default/long": loads}, "phase")[2] == (
+        "| default/long | 1.10/1.30 | 6 / 7 | 5 % | 6 / 7 | 5 % |"
+    )
+
+
 def test_a_ratio_that_is_not_a_speed_is_refused():
     raw = {"cost": {}, "workload": {}}
     for bad in (0.0, -1.0, float("nan"), float("inf")):
@@ -110,7 +137,7 @@ def test_the_speeds_a_load_is_priced_at():
     assert AT_SPEED.runs_mean_ratio(res, "closed_4") == 1.23  # (--ratio mean: the skew)
     assert set(AT_SPEED.RATIOS) == {
         "runs", "mean", "gate", "gate-all", "batch", "batch-mean", "speed", "speed-batch",
-        "one-run"}  # fmt: skip
+        "one-run", "phase", "one-run-phase"}  # fmt: skip
     assert AT_SPEED.RATIOS["mean"].read is AT_SPEED.runs_mean_ratio
     # --ratio one-run: every load at the mean step of the load Tables 2 and 3 fit on
     res["loads"]["poisson_0.6"] = {"steps_vs_charge": {"decode": {"median": 1.0, "mean": 1.04}}}

@@ -38,11 +38,14 @@ median ratio (:func:`prompt_ratio`, ``cost.prompt_speed``) and the decode-only s
 theirs (an attribution, item 70): on a shared host the two need not move together, and
 one speed for both leaves the gap between them in the cells. ``--ratio one-run-phase``
 is ``one-run`` the same way (:func:`one_run_prompt_ratio`): ``compare --steps`` on one
-load run prints both speeds, a prediction for the other loads.
+load run prints both speeds, a prediction for the other loads. ``--ratio speed-phase`` is
+``speed-batch`` with the prompt steps at what ``lyra-simpy speed --prompt N`` printed
+before each run (:func:`speed_prompt_ratio`; a matrix run with ``--speed-before``, item
+70 on): both phases read before the load, a prediction.
 
     PYTHONPATH=src python validation/llamacpp_at_speed.py
         [--ratio runs|mean|gate|gate-all|batch|batch-mean|speed|speed-batch|one-run|phase
-                 |one-run-phase]
+                 |one-run-phase|speed-phase]
         [--only CFG/REGIME ...] [--json OUT]
 
 After the table it prints how far the speed it priced each load at lay from the load's
@@ -225,6 +228,14 @@ def speed_batch_ratio(res: dict[str, Any], load: str) -> float:
     return _before_over(res, load, "speed_batch", None, _NO_SPEED.format("speed-batch"))
 
 
+def speed_prompt_ratio(res: dict[str, Any], load: str) -> float:
+    """The mean over *load*'s real runs of what ``lyra-simpy speed --prompt N`` printed
+    right before each (``speed_prompt``: lone prompts over the profile's row, item 70)."""
+    return _before_over(res, load, "speed_prompt", None,
+                        "no `lyra-simpy speed --prompt` reading before its runs for --ratio "
+                        "speed-phase (run the matrix with --speed-before, item 70 on)")  # fmt: skip
+
+
 def folder(here: Path, source: str) -> Path:
     """Where :func:`point` writes a point's scenarios, fits and simulations at the speed
     *source* gives (``llamacpp_noise.py --at-speed`` reads ``runs``')."""
@@ -296,6 +307,13 @@ RATIOS = {
         "real decode steps ÷ Table 1's charge (prompt steps at their own)",
         "at the runs' speed per phase",
         prompt=prompt_ratio,
+    ),
+    "speed-phase": Ratio(
+        speed_batch_ratio,
+        "`lyra-simpy speed --batch NP` and `--prompt N` before the runs",
+        "at the speeds it printed",
+        "speed_batch",
+        prompt=speed_prompt_ratio,
     ),
     "one-run-phase": Ratio(
         one_run_ratio,
@@ -448,6 +466,8 @@ def main(argv: list[str] | None = None) -> int:
         for load in LOADS:
             try:
                 RATIOS[args.ratio].read(results[k], load)
+                if (prompt := RATIOS[args.ratio].prompt) is not None:
+                    prompt(results[k], load)
             except SystemExit as exc:
                 raise SystemExit(f"{k}: {exc}; --only takes the points that have it") from None
     log: list[str] = []

@@ -109,7 +109,11 @@ run's ``speed_lone`` and ``speed_batch`` (the ``cost.speed`` it printed) and its
 ``speed/LOAD/runK-lone.json`` and ``…-batch.json`` (out of ``real/``, whose every
 ``run*`` the step rebuild reads as a run): Table 1 at the speed a
 user reads before a load (``validation/llamacpp_at_speed.py --ratio speed`` and
-``--ratio speed-batch``, item 42)."""
+``--ratio speed-batch``, item 42). Since item 70 also ``--prompt N`` (:data:`SPEED_PROBES`
+lone prompts of the middle size of the profile's lone prompts,
+:func:`reading_prompt_tokens`), kept as ``speed_prompt`` (the ``cost.prompt_speed`` it
+printed) and ``…-prompt.json``: the prompt steps' speed, which on item 68-70's host
+drifted apart from the decode steps' (``--ratio speed-phase``)."""
 SPEED_PROBES = 3
 """``lyra-simpy speed --probes`` for :data:`SPEED_BEFORE`'s lone reading: fewer than the
 command's 6 so that fifteen readings a point add minutes, not half an hour
@@ -248,10 +252,22 @@ def speed_probe(url: str) -> float | None:
     return speed_gate.lone_decode_step(url, {"cache_prompt": False})
 
 
+def reading_prompt_tokens(profile_csv: Path) -> int:
+    """The prompt :data:`SPEED_BEFORE`'s prompt reading sends: the middle size of the
+    profile's lone prompts (the lower of the two middle ones: 300 of the long points'
+    200, 300, 400 and 800)."""
+    from lyra_simpy.live.speed import lone_prompt_sizes
+
+    sizes = lone_prompt_sizes(profile_csv)
+    if not sizes:
+        raise SystemExit(f"{profile_csv}: no lone prompt rows for --speed-before's prompt reading")
+    return sizes[(len(sizes) - 1) // 2]
+
+
 def speed_before(url: str, here: Path, folder: Path, slots: int, log: list[str]
                  ) -> dict[str, float | None]:  # fmt: skip
-    """:data:`SPEED_BEFORE`'s two readings of the server at *url* against the point's
-    profile (``lyra-simpy speed``, the lone one then ``--batch`` *slots*), each's JSON
+    """:data:`SPEED_BEFORE`'s three readings of the server at *url* against the point's
+    profile (``lyra-simpy speed``: the lone one, ``--batch`` *slots*, ``--prompt``), each's JSON
     in ``speed/LOAD/`` under the point's folder *here* (*folder*: the run's, whose name it
     takes): the ``cost.speed`` each printed, None where it failed (the run goes on, and
     ``llamacpp_at_speed.py`` leaves the reading out of the load's mean)."""
@@ -259,7 +275,9 @@ def speed_before(url: str, here: Path, folder: Path, slots: int, log: list[str]
     keep = here / "speed" / folder.parent.name
     keep.mkdir(parents=True, exist_ok=True)
     readings = {"lone": ["--probes", str(SPEED_PROBES)],
-                "batch": ["--batch", str(slots), "--probes", str(SPEED_BATCH_ROUNDS)]}  # fmt: skip
+                "batch": ["--batch", str(slots), "--probes", str(SPEED_BATCH_ROUNDS)],
+                "prompt": ["--prompt", str(reading_prompt_tokens(here / "profile.csv")),
+                           "--probes", str(SPEED_PROBES)]}  # fmt: skip
     for name, extra in readings.items():
         out = keep / f"{folder.name}-{name}.json"
         out.unlink(missing_ok=True)
@@ -496,13 +514,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="time the full batch's decode step right before each real run "
                         "(kept as batch_before; llamacpp_at_speed.py --ratio batch)")  # fmt: skip
     parser.add_argument("--speed-before", action="store_true",
-                        help="run `lyra-simpy speed` (lone, then --batch NP) right before "
-                        "each real run (kept as speed_lone and speed_batch; "
-                        "llamacpp_at_speed.py --ratio speed, speed-batch)")  # fmt: skip
+                        help="run `lyra-simpy speed` (lone, --batch NP, --prompt N) right "
+                        "before each real run (kept as speed_lone, speed_batch and "
+                        "speed_prompt; llamacpp_at_speed.py --ratio speed, speed-batch, "
+                        "speed-phase)")  # fmt: skip
     parser.add_argument("--speed-probes", type=int, default=None, metavar="N",
-                        help="with --speed-before: both readings' --probes (default "
-                        f"{SPEED_PROBES} lone, {SPEED_BATCH_ROUNDS} rounds of the full "
-                        "batch; the command's own is 6)")  # fmt: skip
+                        help="with --speed-before: the readings' --probes (default "
+                        f"{SPEED_PROBES} lone steps and prompts, {SPEED_BATCH_ROUNDS} rounds "
+                        "of the full batch; the command's own is 6)")  # fmt: skip
     parser.add_argument("--settle", action="store_true",
                         help="right before each real run, one request of a few tokens to "
                         "each slot, highest id first, so that no slot holds a probe's state "

@@ -176,6 +176,48 @@ def test_speed_at_a_batch_the_profile_lacks_is_refused(
     assert "at context [104]" in err[1]
 
 
+def test_speed_at_a_lone_prompt_reads_its_time_against_the_profiles_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # item 70: the prompt steps' speed, cost.prompt_speed; the profile's lone prompt of 8
+    # tokens took the server's 10 ms (llama.cpp's timings.prompt_ms), now 25
+    csv = _profiled(tmp_path, itl_s=0.01)
+    out = tmp_path / "speed.json"
+    with StreamServer(ttft_s=0.025, itl_s=0.01, timings=True) as srv:
+        argv = f"speed {csv} --endpoint {srv.url} --prompt 8 --probes 3 --pause-s 0.01"
+        assert main([*argv.split(), "--json", str(out)]) == 0
+        bodies = srv.received
+    # three lone prompts of 8 fresh tokens, one output each, as the profile's rows were
+    assert [(len(b["prompt"]), b["max_tokens"]) for b in bodies] == [(8, 1)] * 3
+    assert len({tuple(b["prompt"]) for b in bodies}) == 3
+    got = json.loads(out.read_text())
+    assert got["phase"] == "prompt"
+    assert got["request"] == {"batch": 1, "contexts": [8], "outputs": 1}
+    assert got["steps_ms"] == [pytest.approx(25.0, rel=1e-6)] * 3  # (the server's own)
+    assert got["profile_ms"] == pytest.approx(10.0, rel=1e-6)
+    assert got["speed"] == 2.5
+    printed = capsys.readouterr().out
+    assert "the median of 3 lone prompts of 8 tokens" in printed
+    assert "cost.prompt_speed: 2.500  (lyra-simpy run SCENARIO --set cost.prompt_speed=2.500)" in (
+        printed
+    )
+
+
+def test_speed_at_a_prompt_the_profile_lacks_or_with_batch_too_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv = _profiled(tmp_path, itl_s=0.01)
+    with StreamServer() as srv:
+        assert main(f"speed {csv} --endpoint {srv.url} --prompt 9".split()) == 2
+        assert main(f"speed {csv} --endpoint {srv.url} --prompt 8 --batch 2".split()) == 2
+        assert srv.received == []
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2
+    assert "--prompt: got 9" in err[0]
+    assert "its prompt sizes: [8]" in err[0]
+    assert "got --batch 2 and --prompt 8, give one" in err[1]
+
+
 def test_the_matrix_reads_lyra_simpy_speed_before_each_run_as_a_user_types_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -190,19 +232,23 @@ def test_the_matrix_reads_lyra_simpy_speed_before_each_run_as_a_user_types_it(
     (here / "grid.yaml").write_text(yaml.safe_dump({"decode_context": [8], "decode_steps": 8}))
     run = here / "real" / "poisson_0.3" / "run1"
     log: list[str] = []
-    with StreamServer(ttft_s=0.01, itl_s=0.015) as srv:  # 1.5 x the profile's speed now
+    # decode steps 1.5 x the profile's now, prompts as they were (llama.cpp's timings)
+    with StreamServer(ttft_s=0.01, itl_s=0.015, timings=True) as srv:
         got = matrix.speed_before(srv.url, here, run, 2, log)
         bodies = srv.received
-    assert set(got) == {"speed_lone", "speed_batch"}
+    assert set(got) == {"speed_lone", "speed_batch", "speed_prompt"}
     assert got["speed_lone"] == pytest.approx(1.5, rel=0.2)
     assert got["speed_batch"] == pytest.approx(1.5, rel=0.2)
+    assert got["speed_prompt"] == 1.0
     # the lone reading's probes (the profile's 16-token reference), then two rounds of two
-    # sequences pinned to slots 0 and 1 (the grid's context)
-    lone = matrix.SPEED_PROBES
-    assert [len(b["prompt"]) for b in bodies] == [16] * lone + [8] * 2 * matrix.SPEED_BATCH_ROUNDS
-    assert sorted(b["id_slot"] for b in bodies[lone:]) == [0, 0, 1, 1]
+    # sequences pinned to slots 0 and 1 (the grid's context), then lone prompts of the
+    # profile's middle prompt size (its only one here, 8 tokens)
+    lone, batch = matrix.SPEED_PROBES, 2 * matrix.SPEED_BATCH_ROUNDS
+    assert [len(b["prompt"]) for b in bodies] == [16] * lone + [8] * batch + [8] * lone
+    assert sorted(b["id_slot"] for b in bodies[lone : lone + batch]) == [0, 0, 1, 1]
+    assert [b["max_tokens"] for b in bodies[lone + batch :]] == [1] * lone
     kept = here / "speed" / "poisson_0.3"
-    for name in ("lone", "batch"):  # each reading's JSON under speed/LOAD/
+    for name in ("lone", "batch", "prompt"):  # each reading's JSON under speed/LOAD/
         assert json.loads((kept / f"run1-{name}.json").read_text())["speed"] == got[f"speed_{name}"]
     # out of real/LOAD/, whose every run* the step rebuild reads as a run
     assert not run.parent.exists()
@@ -210,9 +256,10 @@ def test_the_matrix_reads_lyra_simpy_speed_before_each_run_as_a_user_types_it(
     assert log[1].startswith("lyra-simpy speed ")
     assert "--endpoint $URL" in log[1]
     assert "--batch 2 --probes 2 --pause-s 0.01" in log[1]
+    assert "--prompt 8 --probes 3 --pause-s 0.01" in log[2]
     # a server that does not answer: no reading, no stale file, and the matrix goes on
     got = matrix.speed_before("http://127.0.0.1:9", here, run, 2, log)
-    assert got == {"speed_lone": None, "speed_batch": None}
+    assert got == {"speed_lone": None, "speed_batch": None, "speed_prompt": None}
     assert not list(kept.glob("*.json"))
 
 

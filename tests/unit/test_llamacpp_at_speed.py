@@ -89,6 +89,17 @@ def test_a_load_at_a_speed_per_phase_prices_its_prompt_steps_at_their_own():
     assert (phase.read(res, "closed_8"), phase.prompt(res, "closed_8")) == (1.1, 1.3)
     assert (one_run.read(res, "closed_8"), one_run.prompt(res, "closed_8")) == (0.9, 1.05)
     assert AT_SPEED.RATIOS["runs"].prompt is None  # (the others: one speed for every step)
+    # speed-phase: both read before each run, `lyra-simpy speed --batch NP` and --prompt N
+    machine = [{"speed_batch": 0.9, "speed_prompt": 1.1}, {"speed_batch": 1.0, "speed_prompt": 1.2}]
+    before = {"loads": {"closed_8": {"machine": machine}}}
+    both = AT_SPEED.RATIOS["speed-phase"]
+    assert (both.read(before, "closed_8"), both.prompt(before, "closed_8")) == (
+        pytest.approx(0.95),
+        pytest.approx(1.15),
+    )
+    older = {"loads": {"closed_8": {"machine": [{"speed_batch": 0.9}]}}}  # (before item 70)
+    with pytest.raises(SystemExit, match=r"closed_8 has no `lyra-simpy speed --prompt` reading"):
+        both.prompt(older, "closed_8")
     got = {"in_target": 6, "missed": ["p90_ttft_ms"], "p50_errors": [0.05]}
     loads = {"closed_8": {"ratio": 1.1, "prompt_ratio": 1.3, "table1": got, "at_speed": got}}
     assert AT_SPEED.report({"default/long": loads}, "phase")[2] == (
@@ -137,7 +148,7 @@ def test_the_speeds_a_load_is_priced_at():
     assert AT_SPEED.runs_mean_ratio(res, "closed_4") == 1.23  # (--ratio mean: the skew)
     assert set(AT_SPEED.RATIOS) == {
         "runs", "mean", "gate", "gate-all", "batch", "batch-mean", "speed", "speed-batch",
-        "one-run", "phase", "one-run-phase"}  # fmt: skip
+        "one-run", "phase", "one-run-phase", "speed-phase"}  # fmt: skip
     assert AT_SPEED.RATIOS["mean"].read is AT_SPEED.runs_mean_ratio
     # --ratio one-run: every load at the mean step of the load Tables 2 and 3 fit on
     res["loads"]["poisson_0.6"] = {"steps_vs_charge": {"decode": {"median": 1.0, "mean": 1.04}}}

@@ -55,6 +55,13 @@ def add_live_parsers(sub: Any) -> None:
         help="time B sequences decoding together (their mean step, each of the grid's "
         "decode contexts, --probes rounds) against the profile's row for B instead",
     )
+    spd.add_argument(
+        "--prompt",
+        type=count,
+        metavar="N",
+        help="time a lone prompt of N tokens (--probes times) against the profile's prefill "
+        "row for it instead: cost.prompt_speed, for the steps that carry prompt tokens",
+    )
     spd.add_argument("--pause-s", type=seconds, default=5.0, help="between them (5)")
     spd.add_argument("--json", type=Path, help="write the reading as JSON")
     spd.add_argument("--vocab-size", type=count, help="the model's vocabulary (vLLM: config.json)")
@@ -159,12 +166,20 @@ def _profile(args: argparse.Namespace) -> int:
 
 def _speed(args: argparse.Namespace) -> int:
     from lyra_simpy.live.profile_grid import ProfileGrid, load_grid
-    from lyra_simpy.live.speed import batch_speed, host_speed
+    from lyra_simpy.live.speed import batch_speed, host_speed, prompt_speed
     from lyra_simpy.metrics.io import atomic_write
 
+    if args.batch is not None and args.prompt is not None:
+        raise LyraError(
+            f"speed: got --batch {args.batch} and --prompt {args.prompt}, give one (a decode "
+            "reading or a prompt reading)"
+        )
     grid = load_grid(args.grid) if args.grid else ProfileGrid()
     common = (args.probes, args.pause_s, args.vocab_size)
-    if args.batch is None:
+    if args.prompt is not None:
+        got = prompt_speed(args.endpoint, args.api, args.profile, grid, args.prompt, *common)
+        what = f"lone prompts of {args.prompt} tokens"
+    elif args.batch is None:
         got = host_speed(args.endpoint, args.api, args.profile, grid, *common)
         what = "lone decode steps"
     else:
@@ -176,7 +191,7 @@ def _speed(args: argparse.Namespace) -> int:
         f"{got.profile_ms:.2f} ms"
     )
     print(
-        f"cost.speed: {got.speed:.3f}  (lyra-simpy run SCENARIO --set cost.speed={got.speed:.3f})"
+        f"{got.field}: {got.speed:.3f}  (lyra-simpy run SCENARIO --set {got.field}={got.speed:.3f})"
     )
     if args.json is not None:
         text = json.dumps(got.as_json(), indent=2) + "\n"

@@ -17,6 +17,10 @@ gate (``validation/speed_gate.py``) sends a lone request of the same prompt size
 every real run; the median of every probe it took (``validation/llamacpp_at_speed.py
 --ratio gate-all``) is what this command reads. With ``--batch`` it reads the full batch
 instead (:func:`batch_speed`), as ``validate_cpu.py --batch-before`` does before each run.
+With ``--prompt N`` it times a lone prompt of *N* tokens against the profile's prefill
+row for it (:func:`prompt_speed`): the ``cost.prompt_speed`` for the steps that carry
+prompt tokens, which on a shared host need not move with the decode steps
+(docs/VALIDATION-llamacpp.md item 70).
 ``validate_cpu.py --matrix --speed-before`` runs this command itself, both readings,
 before every real run; the document says how well each forecast the runs (items 42–43,
 every point: the full batch's reading the better, Table 1 183 of 210 cells against the
@@ -62,6 +66,14 @@ class SpeedReading:
     """How the probes make one step: ``median`` (lone probes: one in a slow moment reads
     far off) or ``mean`` (the full batch's lock-step mean steps: a request's TPOT sums its
     steps, so their tail counts)."""
+    phase: Literal["decode", "prompt"] = "decode"
+    """What was timed: decode steps (``cost.speed``) or lone prompts (``contexts`` their
+    tokens; ``cost.prompt_speed``)."""
+
+    @property
+    def field(self) -> str:
+        """The scenario field the reading is for."""
+        return "cost.prompt_speed" if self.phase == "prompt" else "cost.speed"
 
     @property
     def now_ms(self) -> float:
@@ -87,6 +99,7 @@ class SpeedReading:
                 "contexts": list(self.contexts),
                 "outputs": self.outputs,
             },
+            "phase": self.phase,
         }
 
 
@@ -273,3 +286,64 @@ def batch_speed(
     )  # fmt: skip
     steps = [mean for _, mean in got]
     return SpeedReading(steps, row, tuple(grid.decode_context), grid.decode_steps, batch, "mean")
+
+
+def _lone_prompts(profile_csv: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The profile's lone prompts (``prefill`` rows of one sequence, no cached context):
+    their tokens and ``latency_ms``."""
+    from lyra_simpy.calibration.profiles import read_profile
+
+    prof = read_profile(profile_csv)
+    lone = (prof.phase == "prefill") & (prof.batch_size == 1) & (prof.context_len == 0)
+    return prof.input_tokens[lone], prof.latency_ms[lone]
+
+
+def lone_prompt_sizes(profile_csv: Path) -> list[int]:
+    """The sizes of the profile's lone prompts, in order (``speed --prompt`` takes one)."""
+    return sorted({int(n) for n in _lone_prompts(profile_csv)[0]})
+
+
+def prompt_row_ms(profile_csv: Path, tokens: int) -> float:
+    """The profile's lone prompt of *tokens* fresh tokens: the median of its rows'
+    ``latency_ms``."""
+    sizes, ms = _lone_prompts(profile_csv)
+    found = ms[sizes == tokens]
+    if not len(found):
+        raise LyraError(
+            f"speed --prompt: got {tokens}, {profile_csv} has no lone prompt of {tokens} "
+            f"tokens; its prompt sizes: {lone_prompt_sizes(profile_csv)}"
+        )
+    return float(np.median(found))
+
+
+def prompt_speed(
+    url: str,
+    api: Api,
+    profile_csv: Path,
+    grid: ProfileGrid,
+    tokens: int,
+    probes: int,
+    pause_s: float,
+    vocab_size: int | None = None,
+    say: Callable[[str], object] = print,
+) -> SpeedReading:
+    """A lone prompt of *tokens* fresh tokens (one output), *probes* times *pause_s* apart,
+    timed as ``lyra-simpy profile`` times its prefill rows
+    (:meth:`~lyra_simpy.live.prober.Prober.prefill`: the engine's own prompt time where it
+    reports one, llama.cpp's ``timings.prompt_ms``, else the client's TTFT): the median
+    over the profile's row for the size (:func:`prompt_row_ms`), the ``cost.prompt_speed``
+    to price a load's prompt steps at."""
+    row = prompt_row_ms(profile_csv, tokens)
+    prober, _ = _prober(url, api, grid, vocab_size)
+
+    async def measure() -> list[float]:
+        got: list[float] = []
+        for k in range(probes):
+            if k:
+                await asyncio.sleep(pause_s)
+            got.append(await prober.prefill(tokens))
+            say(f"prompt {k + 1}/{probes}: {got[-1]:.2f} ms")
+        return got
+
+    steps = asyncio.run(measure())
+    return SpeedReading(steps, row, (tokens,), 1, phase="prompt")

@@ -41,7 +41,7 @@ is ``one-run`` the same way (:func:`one_run_prompt_ratio`): ``compare --steps`` 
 load run prints both speeds, a prediction for the other loads. ``--ratio speed-phase`` is
 ``speed-batch`` with the prompt steps at what ``lyra-simpy speed --prompt N`` printed
 before each run (:func:`speed_prompt_ratio`; a matrix run with ``--speed-before``, item
-70 on): both phases read before the load, a prediction.
+71 on): both phases read before the load, a prediction.
 
     PYTHONPATH=src python validation/llamacpp_at_speed.py
         [--ratio runs|mean|gate|gate-all|batch|batch-mean|speed|speed-batch|one-run|phase
@@ -230,10 +230,10 @@ def speed_batch_ratio(res: dict[str, Any], load: str) -> float:
 
 def speed_prompt_ratio(res: dict[str, Any], load: str) -> float:
     """The mean over *load*'s real runs of what ``lyra-simpy speed --prompt N`` printed
-    right before each (``speed_prompt``: lone prompts over the profile's row, item 70)."""
+    right before each (``speed_prompt``: lone prompts over the profile's row, item 71)."""
     return _before_over(res, load, "speed_prompt", None,
                         "no `lyra-simpy speed --prompt` reading before its runs for --ratio "
-                        "speed-phase (run the matrix with --speed-before, item 70 on)")  # fmt: skip
+                        "speed-phase (run the matrix with --speed-before, item 71 on)")  # fmt: skip
 
 
 def folder(here: Path, source: str) -> Path:

@@ -109,7 +109,7 @@ run's ``speed_lone`` and ``speed_batch`` (the ``cost.speed`` it printed) and its
 ``speed/LOAD/runK-lone.json`` and ``…-batch.json`` (out of ``real/``, whose every
 ``run*`` the step rebuild reads as a run): Table 1 at the speed a
 user reads before a load (``validation/llamacpp_at_speed.py --ratio speed`` and
-``--ratio speed-batch``, item 42). Since item 70 also ``--prompt N`` (:data:`SPEED_PROBES`
+``--ratio speed-batch``, item 42). Since item 71 also ``--prompt N`` (:data:`SPEED_PROBES`
 lone prompts of the middle size of the profile's lone prompts,
 :func:`reading_prompt_tokens`), kept as ``speed_prompt`` (the ``cost.prompt_speed`` it
 printed) and ``…-prompt.json``: the prompt steps' speed, which on item 68-70's host

@@ -34,7 +34,7 @@ import asyncio
 import re
 import secrets
 import statistics
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -146,6 +146,15 @@ def request_of(ref: dict[str, Any], where: Path) -> tuple[int, int]:
     return int(found[1]), int(found[2])
 
 
+async def _spaced(rounds: int, pause_s: float) -> AsyncIterator[int]:
+    """Each round's index, *pause_s* of idle before every one but the first: the spacing
+    of ``lyra-simpy speed``'s probes, decode or prompt."""
+    for k in range(rounds):
+        if k:
+            await asyncio.sleep(pause_s)
+        yield k
+
+
 def decode_rounds(
     prober: Prober,
     batch: int,
@@ -163,9 +172,7 @@ def decode_rounds(
 
     async def measure() -> list[tuple[float, float]]:
         got: list[tuple[float, float]] = []
-        for k in range(rounds):
-            if k:
-                await asyncio.sleep(pause_s)
+        async for k in _spaced(rounds, pause_s):
             for ctx in contexts:
                 try:
                     gap, mean, _ = await prober.decode(batch, ctx)
@@ -338,9 +345,7 @@ def prompt_speed(
 
     async def measure() -> list[float]:
         got: list[float] = []
-        for k in range(probes):
-            if k:
-                await asyncio.sleep(pause_s)
+        async for k in _spaced(probes, pause_s):
             got.append(await prober.prefill(tokens))
             say(f"prompt {k + 1}/{probes}: {got[-1]:.2f} ms")
         return got

@@ -748,6 +748,25 @@ def test_the_readmes_fidelity_table_is_the_published_matrixs_summary() -> None:
     at = readme.index(rows[0])
     assert readme[at : at + len(rows)] == rows
     assert readme[at - 2].startswith("| server flags | requests | from probes")
+    # the sentences below it: the totals, each point's range from probes and its median
+    # p50 error, and when the last point finished
+    cells = _by_point(_cells(ROOT / "docs" / "validation" / "llamacpp-matrix.json")).values()
+    t1, t2, t3 = ([int(row[c].split()[0]) for row in cells] for c in (2, 4, 6))
+    p50 = [int(row[3].rstrip(" %")) for row in cells]
+    text = " ".join(readme)
+    assert (
+        f"**The target is not met: {sum(t1)} of 210 cells from probes, {sum(t2)} from one load "
+        f"run, {sum(t3)} from both**"
+    ) in text
+    assert (
+        f"The points hold {min(t1)}–{max(t1)} of 35 from probes, with a median p50 error of "
+        f"{min(p50)}–{max(p50)} %"
+    ) in text
+    published = json.loads((ROOT / "docs" / "validation" / "llamacpp-matrix.json").read_text())
+    last = max(r["finished"] for r in published["results"].values())
+    noise = (ROOT / "docs" / "validation" / "llamacpp-host-noise.txt").read_text().splitlines()
+    first = min(x.split()[1][:5] for x in noise if " item 68 " in x)  # (the EPYC's first run)
+    assert f"{first}–{last.split()[1]} UTC, items 68–71" in text
 
 
 def test_the_gate_at_both_ends_run_is_stored_apart() -> None:

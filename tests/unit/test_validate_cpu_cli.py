@@ -252,7 +252,8 @@ def test_the_published_matrix_is_item_23s_round_with_later_points_again() -> Non
     # speed swung from one run to the next (item 68), -np 4 short, -kvu short and -np 2 -b
     # 64 long again so, their raw runs kept in docs/validation/points (item 69), -kvu long
     # again so, all six points' raw runs kept (item 70), -np 4 long again with lyra-simpy
-    # speed --prompt before each run too (item 71), each with
+    # speed --prompt before each run too (item 71), -np 4 short and -np 2 -b 64 long again
+    # so (item 72), each with
     # a prompt's steps
     # as probe rows (item 13), the full-batch check (item 20) and Table 1 charging each
     # request's path (item 18); Tables 2 and 3 fitted on log errors (item 26); the last
@@ -263,25 +264,25 @@ def test_the_published_matrix_is_item_23s_round_with_later_points_again() -> Non
         for flags in ("-np 4 -c 4096 -t 2", "-np 4 -c 4096 -t 2 -kvu", "-np 2 -c 4096 -t 2 -b 64")
         for reg in ("short", "long")
     ]
-    assert _totals(rows) == [163, 178, 183]
+    assert _totals(rows) == [149, 187, 189]
     by = _by_point(rows)
     cells = {k: (v[2], v[4], v[6], v[8]) for k, v in by.items()}
     assert cells == {
-        ("-np 4 -c 4096 -t 2", "short"): ("30 / 35", "29 / 35", "29 / 35", "0.97–1.09 |"),
+        ("-np 4 -c 4096 -t 2", "short"): ("24 / 35", "34 / 35", "31 / 35", "1.03–1.08 |"),
         ("-np 4 -c 4096 -t 2", "long"): ("24 / 35", "32 / 35", "32 / 35", "0.91–1.05 |"),
         ("-np 4 -c 4096 -t 2 -kvu", "short"): ("31 / 35", "27 / 35", "32 / 35", "0.98–1.01 |"),
         ("-np 4 -c 4096 -t 2 -kvu", "long"): ("29 / 35", "28 / 35", "29 / 35", "0.98–1.09 |"),
         ("-np 2 -c 4096 -t 2 -b 64", "short"): ("25 / 35", "32 / 35", "31 / 35", "0.98–1.21 |"),
-        ("-np 2 -c 4096 -t 2 -b 64", "long"): ("24 / 35", "30 / 35", "30 / 35", "0.95–1.04 |"),
+        ("-np 2 -c 4096 -t 2 -b 64", "long"): ("16 / 35", "34 / 35", "34 / 35", "1.01–1.09 |"),
     }
-    assert by["-np 2 -c 4096 -t 2 -b 64", "long"][3] == "5 %"
+    assert by["-np 2 -c 4096 -t 2 -b 64", "long"][3] == "10 %"
     bands = validation_module("llamacpp_report").cells_by_steps(
         json.loads((ROOT / "docs" / "validation" / "llamacpp-matrix.json").read_text())["results"]
     )
     assert bands == {
-        "within 3 %": [83, 98, 14],
-        "3–6 %": [51, 63, 9],
-        "beyond 6 %": [29, 49, 7],
+        "within 3 %": [68, 77, 11],
+        "3–6 %": [41, 56, 8],
+        "beyond 6 %": [40, 77, 11],
     }
     # the README's sentence on them: each band's share of cells in target, and the steps
     # of the loads beyond 6 % (every one from the EPYC's points)
@@ -289,16 +290,16 @@ def test_the_published_matrix_is_item_23s_round_with_later_points_again() -> Non
     beyond = sorted(round(v["steps_vs_charge"]["decode"]["median"], 2)
                     for r in results["results"].values() for v in r["loads"].values()
                     if abs(v["steps_vs_charge"]["decode"]["median"] - 1) > 0.06)  # fmt: skip
-    assert beyond == [0.91, 0.92, 1.09, 1.09, 1.15, 1.18, 1.21]
+    assert beyond == [0.91, 0.92, 1.06, 1.07, 1.08, 1.08, 1.09, 1.09, 1.15, 1.18, 1.21]
     assert {r["hardware"] for r in results["results"].values()
             if any(abs(v["steps_vs_charge"]["decode"]["median"] - 1) > 0.06
                    for v in r["loads"].values())} == {"AMD EPYC (2 cores)"}  # fmt: skip
     share = [round(100 * n / cells) for n, cells, _ in bands.values()]
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert (
-        f"at the 14 loads whose real decode steps ran within 3 % of what the model charges, "
-        f"{share[0]} % of the cells are in target, at the 9 between 3 and 6 % off {share[1]} %, "
-        f"at the 7 beyond (0.91–0.92 × and 1.09–1.21 ×) {share[2]} %"
+        f"at the 11 loads whose real decode steps ran within 3 % of what the model charges, "
+        f"{share[0]} % of the cells are in target, at the 8 between 3 and 6 % off {share[1]} %, "
+        f"at the 11 beyond (0.91–0.92 × and 1.06–1.21 ×) {share[2]} %"
     ) in readme
     # the headline of docs/VALIDATION-llamacpp.md: the same totals, ranges and shares, and
     # the cells at each phase's own speed on the published set's at-speed outputs
@@ -310,20 +311,36 @@ def test_the_published_matrix_is_item_23s_round_with_later_points_again() -> Non
         f"{min(t3)}–{max(t3)} ({sum(t3)};"
     ) in doc
     assert (
-        f"At the 14 loads whose steps ran within 3 % of the charge, Table 1 holds {share[0]} % "
-        f"of the cells, at the 9 loads 3–6 % off {share[1]} %, at the 7 beyond (0.91–0.92 × "
-        f"and 1.09–1.21 ×) {share[2]} %"
+        f"At the 11 loads whose steps ran within 3 % of the charge, Table 1 holds {share[0]} % "
+        f"of the cells, at the 8 loads 3–6 % off {share[1]} %, at the 11 beyond (0.91–0.92 × "
+        f"and 1.06–1.21 ×) {share[2]} %"
     ) in doc
-    earlier = json.loads((ROOT / "docs" / "validation" / "llamacpp-matrix-epyc-item70.json")
-                         .read_text())["results"]  # fmt: skip
-    was = validation_module("llamacpp_report").cells_by_steps(earlier).values()
-    assert "on item 70's set {} %, {} % and {} %".format(
-        *(round(100 * n / cells) for n, cells, _ in was)) in doc  # fmt: skip
-    phase = json.loads((ROOT / "docs" / "validation" / "llamacpp-at-speed-item71.json").read_text())
+    for item in (71, 70):
+        kept = ROOT / "docs" / "validation" / f"llamacpp-matrix-epyc-item{item}.json"
+        earlier = json.loads(kept.read_text())["results"]
+        was = validation_module("llamacpp_report").cells_by_steps(earlier).values()
+        assert "on item {}'s set {} %, {} % and {} %".format(
+            item, *(round(100 * n / cells) for n, cells, _ in was)) in doc  # fmt: skip
+    phase = json.loads((ROOT / "docs" / "validation" / "llamacpp-at-speed-item72.json").read_text())
     per_point = _points_at_speed(phase, "phase", tuple(phase["phase"]["points"]))
     assert (sum(per_point.values()), min(per_point.values()), max(per_point.values())) == (
-        194, 31, 33)  # fmt: skip
-    assert "Table 1 holds **194 of 210**, 31–33 at every point (item 70's set 196)" in doc
+        195, 31, 34)  # fmt: skip
+    assert "Table 1 holds **195 of 210**, 31–34 at every point (item 71's set 194, item 70's " \
+           "196)" in doc  # fmt: skip
+    # read before each run on the three points with the prompt reading (items 71-72): both
+    # phases, the full batch's reading alone, the lone one and the profile's speed
+    both = json.loads((ROOT / "docs" / "validation" / "llamacpp-at-speed-phase-item72.json")
+                      .read_text())["points"]  # fmt: skip
+    three = tuple(both)
+    figures = [sum(v["at_speed"]["in_target"] for p in three for v in both[p].values()),
+               sum(_points_at_speed(phase, "speed-batch", three).values()),
+               sum(_points_at_speed(phase, "speed", three).values()),
+               sum(v["table1"]["in_target"] for p in three for v in both[p].values())]  # fmt: skip
+    assert figures == [85, 89, 82, 64]
+    assert "both phases give 85 of 105, the full batch's reading alone 89, the lone reading 82, " \
+           "the profile's speed 64" in doc  # fmt: skip
+    assert "both phases hold 85 of 105, the full batch's reading alone 89, the profile's speed " \
+           "64" in readme  # fmt: skip
 
 
 def test_item_29s_short_points_again() -> None:
@@ -397,6 +414,9 @@ NP4, NP2 = "-np 4 -c 4096 -t 2", "-np 2 -c 4096 -t 2 -b 64"
 KVU = NP4 + " -kvu"
 
 KEPT_SETS = [
+    # item 71's set (published until item 72; item 71's tests read it): -np 4 long again
+    # with the prompt reading before each run
+    ("item71", [163, 178, 183], (NP4, "long"), (2, 4, 6), ("24 / 35", "32 / 35", "32 / 35")),
     # item 70's set (published until item 71; item 70's tests read it): -kvu long again on
     # the EPYC VM, packed, so that all six points are kept
     ("item70", [161, 171, 177], (NP4, "long"), (2, 4, 6), ("22 / 35", "25 / 35", "26 / 35")),
@@ -766,7 +786,7 @@ def test_the_readmes_fidelity_table_is_the_published_matrixs_summary() -> None:
     last = max(r["finished"] for r in published["results"].values())
     noise = (ROOT / "docs" / "validation" / "llamacpp-host-noise.txt").read_text().splitlines()
     first = min(x.split()[1][:5] for x in noise if " item 68 " in x)  # (the EPYC's first run)
-    assert f"{first}–{last.split()[1]} UTC, items 68–71" in text
+    assert f"{first}–{last.split()[1]} UTC, items 68–72" in text
 
 
 def test_the_gate_at_both_ends_run_is_stored_apart() -> None:
@@ -2471,13 +2491,11 @@ def test_item_69s_points_again_so_that_five_of_six_are_kept() -> None:
     assert read == [(1.02, 1.11), (0.98, 1.0), (1.1, 1.1)]
     index = json.loads((validation / "points" / "index.json").read_text())
     assert set(index) == set(now)  # (-kvu long since item 70)
-    # -np 4 short's profile taken three times: the two the full-batch check set aside are
-    # in its archive, the other points' profiles were kept at once
-    for p, aside in (("default/short", 2), ("kvu/short", 0), ("np2_b64/long", 0)):
-        with tarfile.open(validation / "points" / index[p]["file"]) as tar:
-            names = {Path(n).name.split(".")[0] for n in tar.getnames() if "superseded" in n}
-        assert names == {f"profile-superseded-{k}" for k in range(1, aside + 1)}
-    assert all(index[p]["finished"] == now[p]["finished"] for p in again)
+    # -kvu short's archive still holds these runs, its profile kept at once; item 72
+    # replaced -np 4 short's and -np 2 -b 64 long's (these are in git history, d6d6d50)
+    with tarfile.open(validation / "points" / index["kvu/short"]["file"]) as tar:
+        assert not [n for n in tar.getnames() if "superseded" in n]
+    assert index["kvu/short"]["finished"] == now["kvu/short"]["finished"]
     assert now["kvu/long"]["hardware"].startswith("Intel(R) Xeon(R)")
 
 
@@ -2573,7 +2591,7 @@ def test_item_71s_prompt_reading_before_each_run_of_np4_long() -> None:
     # lone and full-batch decode readings; both phases read before the runs hold 33 of 35
     validation = ROOT / "docs" / "validation"
     again = {"default/long": ("2026-12-06 18:21 UTC", 24)}
-    now = _run_again("llamacpp-matrix.json", "llamacpp-matrix-epyc-item70.json", again)
+    now = _run_again("llamacpp-matrix-epyc-item71.json", "llamacpp-matrix-epyc-item70.json", again)
     point = now["default/long"]
     assert _decode_steps(point) == [1.05, 1.0, 0.94, 0.91, 0.92]
     prompt = [round(v["steps_vs_charge"]["prompt"]["median"], 2) for v in point["loads"].values()]
@@ -2620,10 +2638,90 @@ def test_item_71s_prompt_reading_before_each_run_of_np4_long() -> None:
            "the profile's 348.89 ms" in calibration  # fmt: skip
 
 
+def test_item_72s_prompt_reading_on_two_more_points() -> None:
+    # item 72: -np 4 short and -np 2 -b 64 long again with the prompt reading before each
+    # run, on a host slower than at their profiles; both phases read before the runs hold
+    # 85 of 105 on the three points with the reading, the full batch's reading alone 89
+    validation = ROOT / "docs" / "validation"
+    again = {"default/short": ("2026-12-06 19:34 UTC", 24),
+             "np2_b64/long": ("2026-12-06 20:22 UTC", 16)}  # fmt: skip
+    now = _run_again("llamacpp-matrix.json", "llamacpp-matrix-epyc-item71.json", again)
+    was = json.loads((validation / "llamacpp-matrix-epyc-item71.json").read_text())["results"]
+    assert [sum(_inside(was[p]).values()) for p in again] == [30, 24]  # item 69's runs
+    short, long = now["default/short"], now["np2_b64/long"]
+    assert _decode_steps(short) == [1.06, 1.03, 1.08, 1.03, 1.04]
+    assert _decode_steps(long) == [1.08, 1.09, 1.07, 1.05, 1.01]
+    prompt = {p: [round(v["steps_vs_charge"]["prompt"]["median"], 2)
+                  for v in now[p]["loads"].values()] for p in again}  # fmt: skip
+    assert prompt == {"default/short": [1.05, 1.11, 1.11, 1.07, 1.04],
+                      "np2_b64/long": [1.09, 1.11, 1.12, 1.08, 1.03]}  # fmt: skip
+    assert {now[p]["hardware"] for p in again} == {"AMD EPYC (2 cores)"}
+    _all_settled(now, again)
+    _noise_as_kept(now, again, 72)
+    assert _save_probes(now, again) == [0.0185, 0.0243]
+    # the gate: every -np 4 short run through within 5 %; before 5 of -np 2 -b 64 long's it
+    # gave up (1.07-1.18 x)
+    gate = {p: _gate_readings(now[p]) for p in again}
+    assert [sum(n > 1 for _, n in g) for g in gate.values()] == [9, 12]
+    assert all(abs(x - 1) <= 0.05 for x, _ in gate["default/short"])
+    out = sorted(round(x, 2) for x, _ in gate["np2_b64/long"] if abs(x - 1) > 0.05)
+    assert out == [1.07, 1.1, 1.12, 1.15, 1.18]
+    tops = [round(max(x for lo in now[p]["loads"].values() for m in lo["machine"]
+                      for x in m["gate_readings"] if x) / now[p]["gate"]["run_ref_ms"], 2)
+            for p in again]  # fmt: skip
+    assert tops == [1.32, 1.56]
+    assert [len(now[p]["gate"]["superseded"]) for p in again] == [1, 0]
+    # the prompt reading before each run, and its loads' means
+    read = {p: {load: [m["speed_prompt"] for m in v["machine"]]
+                for load, v in now[p]["loads"].items()} for p in again}  # fmt: skip
+    spans = {p: (min(min(r) for r in loads.values()), max(max(r) for r in loads.values()))
+             for p, loads in read.items()}  # fmt: skip
+    assert {p: (round(a, 2), round(b, 2)) for p, (a, b) in spans.items()} == {
+        "default/short": (0.96, 1.3), "np2_b64/long": (1.0, 1.42)}  # fmt: skip
+    means = {p: [round(sum(r) / len(r), 2) for r in loads.values()] for p, loads in read.items()}
+    assert {p: (min(m), max(m)) for p, m in means.items()} == {
+        "default/short": (1.04, 1.22), "np2_b64/long": (1.05, 1.33)}  # fmt: skip
+    # both phases read before the runs, per point (item 71's -np 4 long among them)
+    both = json.loads((validation / "llamacpp-at-speed-phase-item72.json").read_text())
+    assert both["ratio"] == "speed-phase"
+    held = {p: sum(v["at_speed"]["in_target"] for v in loads.values())
+            for p, loads in both["points"].items()}  # fmt: skip
+    assert held == {"default/short": 25, "default/long": 33, "np2_b64/long": 27}
+    for p in again:
+        assert [v["prompt_ratio"] for v in both["points"][p].values()] == [
+            round(sum(r) / len(r), 4) for r in read[p].values()]  # fmt: skip
+    sets = json.loads((validation / "llamacpp-at-speed-item72.json").read_text())
+    assert _points_at_speed(sets, "speed-batch", tuple(held)) == {
+        "default/short": 28, "default/long": 32, "np2_b64/long": 29}  # fmt: skip
+    assert _points_at_speed(sets, "speed", tuple(held)) == {
+        "default/short": 31, "default/long": 19, "np2_b64/long": 32}  # fmt: skip
+    assert _points_at_speed(sets, "phase", tuple(again)) == {
+        "default/short": 33, "np2_b64/long": 34}  # fmt: skip
+    printed = "\n".join(sets["noise_printed"]["new_points_printed"]["--wander"])
+    assert "(real repeats / draws): T1 6.5% /" in printed
+    # both points' archives hold these runs, -np 4 short's with the profile set aside
+    index = json.loads((validation / "points" / "index.json").read_text())
+    assert {p: index[p]["finished"] for p in again} == {p: now[p]["finished"] for p in again}
+    with tarfile.open(validation / "points" / index["default/short"]["file"]) as tar:
+        names = {Path(n).name.split(".")[0] for n in tar.getnames() if "superseded" in n}
+    assert names == {"profile-superseded-1"}
+    doc = " ".join((ROOT / "docs" / "VALIDATION-llamacpp.md").read_text().split())
+    assert "stray as far as the host moves, so on three points they do not forecast" in doc
+
+
 SETS_AT_SPEED = [
-    # item 71's set (published): -np 4 long run again with the prompt reading; the other
-    # points' outputs are item 70's (the same runs and model)
-    ("item71", "llamacpp-matrix.json", 163,
+    # item 72's set (published): -np 4 short and -np 2 -b 64 long run again with the prompt
+    # reading; the other points' outputs are item 71's (the same runs and model)
+    ("item72", "llamacpp-matrix.json", 149,
+     {"runs": 189, "mean": 189, "gate": 162, "gate-all": 179, "speed": 172,
+      "speed-batch": 173, "one-run": 157, "phase": 195, "one-run-phase": 167},
+     {"speed": [-0.004, 0.05], "speed-batch": [0.004, 0.049], "level": [0.041]},
+     {"": {"T1": 88, "T2": 171, "T3": 174}, " --session": {"T1": 126, "T3": 182},
+      "speed-batch": {"T1": 175}, "speed": {"T1": 169}},
+     {"default/short": 32, "np2_b64/long": 32, "kvu/long": 32}),
+    # item 71's set (published until item 72): -np 4 long run again with the prompt
+    # reading; the other points' outputs are item 70's (the same runs and model)
+    ("item71", "llamacpp-matrix-epyc-item71.json", 163,
      {"runs": 183, "mean": 189, "gate": 155, "gate-all": 170, "speed": 159,
       "speed-batch": 173, "one-run": 146, "phase": 194, "one-run-phase": 154},
      {"speed": [0.011, 0.056], "speed-batch": [-0.006, 0.046], "level": [0.045]},
@@ -2739,24 +2837,24 @@ def test_a_set_at_the_speeds_read_and_its_bands(
     assert _points_at_speed(kept, "runs", tuple(points)) == points
 
 
-def test_the_readme_quotes_item_71s_set_at_the_speeds_read() -> None:
+def test_the_readme_quotes_item_72s_set_at_the_speeds_read() -> None:
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert (
-        "the lone reading holds **159 of 210** cells against 163 at the profile's speed, "
+        "the lone reading holds **172 of 210** cells against 149 at the profile's speed, "
         "at `--batch NP`'s reading 173; at each load's own mean decode step"
     ) in readme
     assert "runs (an attribution, not a prediction), 189, and with its steps" in readme
-    assert "(`cost.prompt_speed`, `--ratio phase`, item 70) **194**" in readme
-    assert "both phases hold 33 of 35, the full batch's reading alone 32, the profile's " \
-           "speed 24" in readme  # fmt: skip
+    assert "(`cost.prompt_speed`, `--ratio phase`, item 70) **195**" in readme
     assert (
-        "load's mean step lies 4.5 % from its point's own level, the lone reading strays 5.6 % "
-        "from it (bias +1.1 %), the full batch's 4.6 % (−0.6 %). On item 70's set the lone "
-        "reading held 158 against 161, on item 69's 162 against 164"
+        "load's mean step lies 4.1 % from its point's own level, the lone reading strays 5.0 % "
+        "from it (bias −0.4 %), the full batch's 4.9 % (+0.4 %). On item 71's set the lone "
+        "reading held 159 against 163, on item 70's 158 against 161, on item 69's 162 against "
+        "164"
     ) in readme
-    assert "holds 153 of the 210 real values on the published set, 116 without it" in readme
-    assert "(item 70's set 159 and 142, item 69's 163 and 150, item 68's 169 and 142," in readme
-    assert "before each run holds 173, at the lone reading 159" in readme
+    assert "holds 126 of the 210 real values on the published set, 88 without it" in readme
+    assert "(item 71's set 153 and 116, item 70's 159 and 142, item 69's 163 and 150, item " \
+           "68's 169 and 142," in readme  # fmt: skip
+    assert "before each run holds 175, at the lone reading 169" in readme
     assert "a load's real runs scatter by a median 5.9 % of their mean on the EPYC (item " \
            "70's set), 2.1 % on the Xeon" in readme  # fmt: skip
     # llamacpp_noise.py's run-to-run line: item 70's six (all on the EPYC), item 69's three

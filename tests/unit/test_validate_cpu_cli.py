@@ -2691,6 +2691,12 @@ def test_item_72s_prompt_reading_on_two_more_points() -> None:
         assert [v["prompt_ratio"] for v in both["points"][p].values()] == [
             round(sum(r) / len(r), 4) for r in read[p].values()]  # fmt: skip
     sets = json.loads((validation / "llamacpp-at-speed-item72.json").read_text())
+    # the loads' reading means against their runs' prompt steps (--ratio phase): above at 8
+    # of item 72's 10 loads, below at all five of item 71's -np 4 long
+    runs = sets["phase"]["points"]
+    above = {p: sum(v["prompt_ratio"] > runs[p][load]["prompt_ratio"] for load, v in loads.items())
+             for p, loads in both["points"].items()}  # fmt: skip
+    assert above == {"default/short": 3, "default/long": 0, "np2_b64/long": 5}
     assert _points_at_speed(sets, "speed-batch", tuple(held)) == {
         "default/short": 28, "default/long": 32, "np2_b64/long": 29}  # fmt: skip
     assert _points_at_speed(sets, "speed", tuple(held)) == {
@@ -2707,6 +2713,10 @@ def test_item_72s_prompt_reading_on_two_more_points() -> None:
     assert names == {"profile-superseded-1"}
     doc = " ".join((ROOT / "docs" / "VALIDATION-llamacpp.md").read_text().split())
     assert "stray as far as the host moves, so on three points they do not forecast" in doc
+    calibration = " ".join((ROOT / "docs" / "calibration.md").read_text().split())
+    assert "both readings taken before each run held 85 of 105 cells, at the full batch's " \
+           "reading alone 89" in calibration  # fmt: skip
+    assert "(0.96–1.42 × the profile's at the two points of item 72)" in calibration
 
 
 SETS_AT_SPEED = [

@@ -1,0 +1,155 @@
+"""What llama-server's prompt-cache save cost per token through a point's whole server
+log, while the cache grew and once it evicted, against what the profile's probe read.
+
+With ``--cache-ram`` (default 8192 MiB) the server copies a slot's state into a newly
+allocated buffer when it gives that slot a request (``server_prompt_cache::alloc``,
+``tools/server/server-task.cpp``, llama.cpp 0c1e570; the log's ``selected slot`` line
+comes before the copy, ``launch_slot_`` after), and once the cache holds its limit it
+first frees its oldest states (the log's ``making room for prompt cache entry``). The
+buffer's pages are the host's to give: fresh ones cost ~11 µs each on the matrix's VMs,
+ones freed a moment before ~1.4 µs (docs/VALIDATION-llamacpp.md item 65,
+``validation/host_memory.py``), so a cache that evicts should save at the cheap price.
+
+``python validation/llamacpp_save_price.py CFG/REGIME... [--json OUT]`` reads each
+point's ``llama-server.log`` left by ``validate_cpu.py --matrix`` (after
+``llamacpp_store.py unpack`` on a fresh clone) and replays the slots: a slot's state is
+its last request's ``n_tokens`` at release, unsaved until a launch saves it (its own
+launch, or any later one while it is idle: ``--cache-idle-slots``). For each launch whose
+own slot held an unsaved state of at least ``--least`` tokens it takes the time from
+``selected slot`` to ``launch_slot_`` over the tokens saved, and gives the median (and
+10th and 90th percentiles) of those, apart for the launches before the cache's first
+eviction and after it. It prints them beside
+the point's probe (the matrix's ``prompt_save``) and when the cache first evicted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from llamacpp_idle import LINE
+from llamacpp_points import OUT, point_folder
+
+N_TOKENS = re.compile(r"n_tokens = (\d+)")
+EVICT = "making room for prompt cache entry"
+TIME = re.compile(r"(\d+)\.(\d+)\.(\d+)\.(\d+) ")
+
+
+def _seconds(line: str) -> float | None:
+    m = TIME.match(line)
+    if m is None:
+        return None
+    mins, secs, ms, us = (int(g) for g in m.groups())
+    return mins * 60 + secs + ms / 1e3 + us / 1e6
+
+
+def launches(log: Path) -> tuple[list[dict[str, Any]], float | None]:
+    """Every launch in *log* whose own slot held a state to save: when (s since the
+    server started), the tokens saved, ms from ``selected slot`` to ``launch_slot_`` and
+    whether the cache had evicted before; and when it first evicted (None: never)."""
+    unsaved: dict[int, int] = {}
+    running: set[int] = set()
+    selected: tuple[float, int] | None = None
+    first_evict: float | None = None
+    out: list[dict[str, Any]] = []
+    for line in log.read_text(errors="replace").splitlines():
+        if first_evict is None and EVICT in line:
+            first_evict = _seconds(line)
+            continue
+        m = LINE.match(line)
+        if m is None:
+            continue
+        t = _seconds(line)
+        assert t is not None
+        kind, slot, text = m.group(5), int(m.group(6)), m.group(8)
+        if kind == "release" and (n := N_TOKENS.search(text)):
+            unsaved[slot] = int(n.group(1))
+            running.discard(slot)
+        elif kind == "get_availabl" and "selected slot" in text:
+            selected = (t, slot)
+        elif kind == "launch_slot_" and selected is not None and selected[1] == slot:
+            tokens = unsaved.get(slot, 0)
+            if tokens:
+                out.append({"t": t, "tokens": tokens, "ms": 1e3 * (t - selected[0]),
+                            "evicting": first_evict is not None})  # fmt: skip
+            running.add(slot)
+            unsaved = {s: 0 if s not in running else n for s, n in unsaved.items()}
+            selected = None
+    return out, first_evict
+
+
+def price(rows: list[dict[str, Any]], least: int) -> dict[str, Any] | None:
+    """The launches of *rows* that saved at least *least* tokens: how many, the tokens'
+    median, and the 10th, 50th and 90th percentiles of their ms a token saved (None:
+    none). Each launch's own ratio, not a line through them: the price is bimodal while
+    the cache grows (a fresh page or one freed a moment before)."""
+    kept = [r for r in rows if r["tokens"] >= least]
+    if not kept:
+        return None
+    per = np.array([r["ms"] / r["tokens"] for r in kept])
+    p10, p50, p90 = (round(float(x), 4) for x in np.percentile(per, [10, 50, 90]))
+    return {"launches": len(kept), "median_tokens": float(np.median([r["tokens"] for r in kept])),
+            "ms_per_token": p50, "p10": p10, "p90": p90}  # fmt: skip
+
+
+def point(key: str, least: int) -> dict[str, Any]:
+    """One point's prices (module docstring)."""
+    here = point_folder(key, OUT)
+    log = here / "llama-server.log"
+    matrix = OUT / "matrix.json"
+    if not log.is_file() or not matrix.is_file():
+        raise SystemExit(
+            f"{key}: no {log} or {matrix} (run validate_cpu.py --matrix, or "
+            "llamacpp_store.py unpack)"
+        )
+    rows, first = launches(log)
+    probe = json.loads(matrix.read_text())["results"][key].get("prompt_save") or {}
+    return {
+        "probe_ms_per_token": probe.get("ms_per_token"),
+        "first_eviction_min": None if first is None else round(first / 60, 1),
+        "log_min": round(max(r["t"] for r in rows) / 60, 1) if rows else None,
+        "growing": price([r for r in rows if not r["evicting"]], least),
+        "evicting": price([r for r in rows if r["evicting"]], least),
+    }
+
+
+def _fmt(p: dict[str, Any] | None) -> str:
+    if p is None:
+        return "-"
+    return (
+        f"median {p['ms_per_token']:.4f} ms a token (10-90 %: {p['p10']:.4f}-"
+        f"{p['p90']:.4f}; {p['launches']} launches of a median {p['median_tokens']:.0f} "
+        "tokens)"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("points", nargs="+", metavar="CFG/REGIME")
+    parser.add_argument(
+        "--least",
+        type=int,
+        default=100,
+        metavar="TOKENS",
+        help="launches saving fewer tokens are left out (default 100)",
+    )
+    parser.add_argument("--json", type=Path, default=None, metavar="OUT")
+    args = parser.parse_args(argv)
+    got = {key: point(key, args.least) for key in args.points}
+    for key, p in got.items():
+        first = p["first_eviction_min"]
+        evict = "never" if first is None else f"{first} min into the server's {p['log_min']}"
+        print(f"{key}: probe {p['probe_ms_per_token']} ms a token; first eviction {evict}\n"
+              f"  growing:  {_fmt(p['growing'])}\n  evicting: {_fmt(p['evicting'])}")  # fmt: skip
+    if args.json is not None:
+        args.json.write_text(json.dumps({"least": args.least, "points": got}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -502,6 +502,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-wake", action="store_true",
                         help="with --resimulate: Table 1 without the profile's wake after "
                         "idle (item 33; an ablation)")  # fmt: skip
+    parser.add_argument("--save-price", type=float, default=None, metavar="MS",
+                        help="with --resimulate: Table 1's prompt-cache save at MS a token "
+                             "instead of the profile's probe's (an ablation, item 74)")  # fmt: skip
     parser.add_argument("--kv-layout", choices=["placed", "packed"], default=None,
                         help="with --resimulate: Table 1's scheduler.kv_layout (default "
                         "the scheduler's, placed; packed: item 47's Table 1, -kvu's cells "
@@ -552,6 +555,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--host-noise: got {args.host_noise:g}, must be 0 (off) or more")
     HOST_NOISE_S = args.host_noise
     DECODE_STEP = args.decode_step
+    if args.save_price is not None and (not args.resimulate or not args.save_price >= 0):
+        raise SystemExit(f"--save-price: got {args.save_price:g}, must be 0 or more, and "
+                         "only with --resimulate")  # fmt: skip
     if args.speed_probes is not None:
         if not args.speed_before or args.speed_probes < 1:
             raise SystemExit(f"--speed-probes: got {args.speed_probes}, must be 1 or more "
@@ -576,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg, reg = key.split("/")
             resimulate(key, res, keep["facts"]["repeats"], log, args.decode_step,
                        args.unscaled, args.path_cpu_share, not args.no_wake,
-                       args.kv_layout)  # fmt: skip
+                       args.kv_layout, args.save_price)  # fmt: skip
             table2(cfg, reg, keep["facts"]["quick"], res, keep["facts"]["repeats"], log,
                    args.spells)  # fmt: skip
             with_idle(OUT / f"{cfg}_{reg}", res)

@@ -16,8 +16,8 @@ point's ``llama-server.log`` left by ``validate_cpu.py --matrix`` (after
 its last request's ``n_tokens`` at release, unsaved until a launch saves it (its own
 launch, or any later one while it is idle: ``--cache-idle-slots``). For each launch whose
 own slot held an unsaved state of at least ``--least`` tokens it takes the time from
-``selected slot`` to ``launch_slot_`` over the tokens saved, and gives the median (and
-10th and 90th percentiles) of those, apart for the launches before the cache's first
+``selected slot`` to ``launch_slot_`` over the tokens saved, and gives the median (the
+10th and 90th percentiles, and the mean) of those, apart for the launches before the cache's first
 eviction and after it. It prints them beside
 the point's probe (the matrix's ``prompt_save``) and when the cache first evicted.
 """
@@ -85,8 +85,8 @@ def launches(log: Path) -> tuple[list[dict[str, Any]], float | None]:
 
 def price(rows: list[dict[str, Any]], least: int) -> dict[str, Any] | None:
     """The launches of *rows* that saved at least *least* tokens: how many, the tokens'
-    median, and the 10th, 50th and 90th percentiles of their ms a token saved (None:
-    none). Each launch's own ratio, not a line through them: the price is bimodal while
+    median, and the 10th, 50th and 90th percentiles and the mean of their ms a token
+    saved (None: none). Each launch's own ratio, not a line through them: the price is bimodal while
     the cache grows (a fresh page or one freed a moment before)."""
     kept = [r for r in rows if r["tokens"] >= least]
     if not kept:
@@ -94,7 +94,8 @@ def price(rows: list[dict[str, Any]], least: int) -> dict[str, Any] | None:
     per = np.array([r["ms"] / r["tokens"] for r in kept])
     p10, p50, p90 = (round(float(x), 4) for x in np.percentile(per, [10, 50, 90]))
     return {"launches": len(kept), "median_tokens": float(np.median([r["tokens"] for r in kept])),
-            "ms_per_token": p50, "p10": p10, "p90": p90}  # fmt: skip
+            "ms_per_token": p50, "p10": p10, "p90": p90,
+            "mean": round(float(per.mean()), 4)}  # fmt: skip
 
 
 def point(key: str, least: int) -> dict[str, Any]:
@@ -123,8 +124,8 @@ def _fmt(p: dict[str, Any] | None) -> str:
         return "-"
     return (
         f"median {p['ms_per_token']:.4f} ms a token (10-90 %: {p['p10']:.4f}-"
-        f"{p['p90']:.4f}; {p['launches']} launches of a median {p['median_tokens']:.0f} "
-        "tokens)"
+        f"{p['p90']:.4f}, mean {p['mean']:.4f}; {p['launches']} launches of a median "
+        f"{p['median_tokens']:.0f} tokens)"
     )
 
 

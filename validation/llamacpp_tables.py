@@ -238,7 +238,8 @@ def table1_again(raw: dict[str, Any], fit: Path, path_cpu_share: float, wake: bo
 def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
                decode_step: str | None = None, unscaled: bool = False,
                path_cpu_share: float = REQUEST_PATH_CPU_SHARE,
-               wake: bool = True, kv_layout: str | None = None) -> None:  # fmt: skip
+               wake: bool = True, kv_layout: str | None = None,
+               save_price: float | None = None) -> None:  # fmt: skip
     """Table 1 and 2 of a stored point again, from its stored profile and real runs (no
     server): the profile gets the columns the profiler now writes if it lacks them
     (:func:`with_probe_columns`), is fitted again (*decode_step* ``mean``: its decode
@@ -248,7 +249,9 @@ def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
     rates its real runs were replayed at) is simulated and compared again, the request
     path charged to the engine at *path_cpu_share* (item 18), and the profile's wake
     after idle where it has one unless *wake* is false (item 33; an ablation), with
-    ``scheduler.kv_layout`` *kv_layout* where given (item 48; ``packed``, an ablation)."""
+    ``scheduler.kv_layout`` *kv_layout* where given (item 48; ``packed``, an ablation),
+    and the prompt cache's save at *save_price* ms a token instead of the profile's
+    probe's where given (item 74, an ablation: the price the runs' saves paid, item 73)."""
     cfg, reg = key.split("/")
     here = OUT / f"{cfg}_{reg}"
     res["hardware"] = profile_hardware(here)
@@ -269,6 +272,12 @@ def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
                              "(taken without --speed-reference)")  # fmt: skip
         profile = here / "profile_unscaled.csv"
     run("calibrate", str(profile), "--out", str(fit), "--loss", "soft_l1", log=log)
+    if save_price is not None:
+        priced = yaml.safe_load(fit.read_text())
+        if priced.get("prompt_save") is None:
+            raise SystemExit(f"--save-price: {key}'s profile has no prompt-cache probe")
+        priced["prompt_save"]["ms_per_token"] = save_price
+        fit.write_text(yaml.safe_dump(priced, sort_keys=False))
     shutil.rmtree(here / "sim", ignore_errors=True)
     for load in LOADS:
         path = here / f"{load}.yaml"

@@ -2257,6 +2257,11 @@ def test_host_noise_reading_is_kept_with_a_point(tmp_path: Path) -> None:
     assert log == [f"python validation/host_noise.py 0.5 --json {tmp_path}/host_noise.json"]
     with pytest.raises(SystemExit, match=r"^--host-noise: got -1, must be 0 \(off\) or more$"):
         matrix.main(["--host-noise", "-1"])
+    # --save-price is an ablation of stored points: only with --resimulate, never below 0
+    for argv in (["--save-price", "0.01"], ["--resimulate", "--save-price", "-1"]):
+        with pytest.raises(SystemExit, match=r"^--save-price: got -?0?\.?\d+, must be 0 or "
+                                             r"more, and only with --resimulate$"):  # fmt: skip
+            matrix.main(argv)
 
 
 def test_item_63_charges_the_prompt_cache_save_from_each_points_probe() -> None:
@@ -2717,6 +2722,44 @@ def test_item_72s_prompt_reading_on_two_more_points() -> None:
     assert "both readings taken before each run held 85 of 105 cells, at the full batch's " \
            "reading alone 89" in calibration  # fmt: skip
     assert "(0.96–1.42 × the profile's at the two points of item 72)" in calibration
+
+
+def test_item_74s_saves_at_the_runs_price_lose_cells() -> None:
+    # item 74 (--resimulate --save-price, an ablation): the long points' saves at the
+    # evicting cache's 0.0095 ms a token, the short points' at 0.023: 143 of 210 against
+    # 149 at the probes' prices, and at each load's own speed per phase 192 against 195
+    validation = ROOT / "docs" / "validation"
+    ablation = validation / "llamacpp-matrix-epyc-item74-save-runs.json"
+    rows = _cells(ablation)
+    published = _by_point(_cells(validation / "llamacpp-matrix.json"))
+    assert _totals(rows) == [143, 187, 189]  # (Tables 2 and 3 charge no save)
+    changed = {k: (published[k][2], v[2]) for k, v in _by_point(rows).items()
+               if v[2] != published[k][2]}  # fmt: skip
+    assert changed == {
+        (NP4, "short"): ("24 / 35", "25 / 35"), (KVU, "long"): ("29 / 35", "28 / 35"),
+        (NP2, "short"): ("25 / 35", "20 / 35"), (NP2, "long"): ("16 / 35", "15 / 35")}  # fmt: skip
+    results = json.loads(ablation.read_text())["results"]
+    assert {p: r["prompt_save"]["ms_per_token"] for p, r in results.items()} == {
+        p: 0.0095 if p.endswith("long") else 0.023 for p in results}  # fmt: skip
+    phase = json.loads((validation / "llamacpp-at-speed-phase-save-item74.json").read_text())
+    assert phase["ratio"] == "phase"
+    at_price = _points_at_speed({"phase": phase}, "phase", tuple(phase["points"]))
+    sets = json.loads((validation / "llamacpp-at-speed-item72.json").read_text())
+    at_probe = _points_at_speed(sets, "phase", tuple(phase["points"]))
+    assert (sum(at_price.values()), sum(at_probe.values())) == (192, 195)
+    assert {p: (at_probe[p], n) for p, n in at_price.items() if n != at_probe[p]} == {
+        "kvu/long": (33, 31), "np2_b64/short": (32, 31)}  # fmt: skip
+    # what the runs paid (item 73's kept output): one price a point does not describe it
+    paid = json.loads((validation / "llamacpp-save-price-item73.json").read_text())["points"]
+    assert (paid["kvu/long"]["growing"]["ms_per_token"], paid["kvu/long"]["growing"]["mean"]) == (
+        0.0478, 0.056)  # fmt: skip
+    growing = [(paid[p]["growing"]["ms_per_token"], paid[p]["growing"]["mean"])
+               for p in ("np2_b64/long", "np2_b64/short")]  # fmt: skip
+    assert growing == [(0.0129, 0.0418), (0.0261, 0.0355)]
+    doc = " ".join((ROOT / "docs" / "VALIDATION-llamacpp.md").read_text().split())
+    assert "Table 1 holds **143 of 210** against 149 at the probes' prices" in doc
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "one price a point at the runs' own loses cells (143 of 210, item 74)" in readme
 
 
 SETS_AT_SPEED = [

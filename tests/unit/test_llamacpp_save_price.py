@@ -83,8 +83,8 @@ def test_the_kept_prices_by_the_caches_state() -> None:
     assert "`-kvu` long's (0.086) charges its runs after the eviction nine times" in doc
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert "a save cost 0.009–0.010 ms a token at every long point once the cache held its " \
-           "8 GiB and evicted, while the profiles' probes, taken on a growing cache, read " \
-           "0.008–0.115 (item 73" in readme  # fmt: skip
+           "8 GiB and evicted, while the profiles' probes read 0.008–0.115 (item 73" \
+           in readme  # fmt: skip
 
 
 def test_a_point_not_run_here_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -565,8 +565,9 @@ def test_the_prompt_cache_probe_times_the_save_of_an_idle_slot_and_calibrate_fit
     tmp_path: Path,
 ) -> None:
     # llama.cpp's default: after the grid, a prompt of N tokens in slot 1, then a lone
-    # prompt in slot 0, whose launch saves slot 1's N tokens; this server waits 0.04 ms a
-    # token saved before the lone prompt starts, outside its prompt_ms
+    # prompt in slot 0, whose launch saves slot 1's N tokens; this server waits 0.4 ms a
+    # token saved before the lone prompt starts, outside its prompt_ms (ten times the
+    # host's dear price, so that a loaded host's few ms of scheduling stay small beside it)
     from lyra_simpy.calibration.fit import fit_profile
 
     assert ProfileGrid().save_prompt_tokens == [32, 256, 512, 768]  # on by default
@@ -575,7 +576,7 @@ def test_the_prompt_cache_probe_times_the_save_of_an_idle_slot_and_calibrate_fit
                 "save_repeats": 3}
     )  # fmt: skip
     out = tmp_path / "p.csv"
-    with StreamServer(ttft_s=0.01, itl_s=0.002, timings=True, save_s_per_token=4e-5) as srv:
+    with StreamServer(ttft_s=0.01, itl_s=0.002, timings=True, save_s_per_token=4e-4) as srv:
         profile(srv.url, "openai", grid, out, "test box", "-np 4 -c 4096")
         bodies = srv.received
     # the last 3 rounds x 3 sizes (100 000 does not fit a slot of 1 024): N in slot 1,
@@ -587,9 +588,9 @@ def test_the_prompt_cache_probe_times_the_save_of_an_idle_slot_and_calibrate_fit
     assert lines[0] == "saved_tokens,wait_ms"
     rows = [tuple(map(float, line.split(","))) for line in lines[1:]]
     assert [n for n, _ in rows] == [32, 256, 512] * 3
-    # the wait grows by the save: 0.04 ms a token, never less (the server sleeps it); a
+    # the wait grows by the save: 0.4 ms a token, never less (the server sleeps it); a
     # loaded host may stretch one prompt, so the ceiling holds each size's median of 3
-    assert all(ms >= 0.04 * n for n, ms in rows)
+    assert all(ms >= 0.4 * n for n, ms in rows)
     meta = yaml.safe_load(out.with_suffix(".yaml").read_text())
     assert meta["save_probe"] == {"sizes": [32, 256, 512], "prompt_tokens": 8, "repeats": 3}
     fit = fit_profile(read_profile(out)).prompt_save
@@ -597,8 +598,8 @@ def test_the_prompt_cache_probe_times_the_save_of_an_idle_slot_and_calibrate_fit
     assert fit.prompts == 9
     assert sorted(fit.median_wait_ms) == [32, 256, 512]
     for n, ms in fit.median_wait_ms.items():
-        assert 0.04 * n <= ms < 0.04 * n + 25.0
-    assert fit.ms_per_token == pytest.approx(0.04, rel=0.2)
+        assert 0.4 * n <= ms < 0.4 * n + 25.0
+    assert fit.ms_per_token == pytest.approx(0.4, rel=0.1)
     # off: no file, no fit; --cache-ram 0 or --no-cache-idle-slots: no probe
     for flags, update in (("-np 4", {"save_prompt_tokens": []}), ("-np 4 --cache-ram 0", {}),
                           ("-np 4 --no-cache-idle-slots", {})):  # fmt: skip

@@ -44,6 +44,12 @@ IDLE_S = (0.1, 0.3, 1.0)
 """Edges of the idle groups, in seconds (the probes run back to back: below the first)."""
 
 
+def clock_s(minutes: str, seconds: str, ms: str, us: str) -> float:
+    """A log line's time (its ``minutes.seconds.ms.µs`` fields) in seconds since the
+    server started."""
+    return int(minutes) * 60 + int(seconds) + int(ms) / 1e3 + int(us) / 1e6
+
+
 def slot_lines(log: Path) -> Iterator[tuple[float, str, int, str]]:
     """Every slot line of a llama-server *log*, in order: its time (s since the server
     started), what (``launch_slot_``, ``get_availabl``, ...), its task and its text."""
@@ -51,8 +57,7 @@ def slot_lines(log: Path) -> Iterator[tuple[float, str, int, str]]:
         m = LINE.match(line)
         if m is None:
             continue
-        mins, secs, ms, us = (int(g) for g in m.groups()[:4])
-        yield mins * 60 + secs + ms / 1e3 + us / 1e6, m.group(5), int(m.group(7)), m.group(8)
+        yield clock_s(*m.groups()[:4]), m.group(5), int(m.group(7)), m.group(8)
 
 
 def tasks(log: Path) -> list[dict[str, float]]:

@@ -32,20 +32,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from llamacpp_idle import LINE
+from llamacpp_idle import LINE, clock_s
 from llamacpp_points import OUT, point_folder
 
 N_TOKENS = re.compile(r"n_tokens = (\d+)")
 EVICT = "making room for prompt cache entry"
 TIME = re.compile(r"(\d+)\.(\d+)\.(\d+)\.(\d+) ")
-
-
-def _seconds(line: str) -> float | None:
-    m = TIME.match(line)
-    if m is None:
-        return None
-    mins, secs, ms, us = (int(g) for g in m.groups())
-    return mins * 60 + secs + ms / 1e3 + us / 1e6
 
 
 def launches(log: Path) -> tuple[list[dict[str, Any]], float | None]:
@@ -58,14 +50,13 @@ def launches(log: Path) -> tuple[list[dict[str, Any]], float | None]:
     first_evict: float | None = None
     out: list[dict[str, Any]] = []
     for line in log.read_text(errors="replace").splitlines():
-        if first_evict is None and EVICT in line:
-            first_evict = _seconds(line)
+        if first_evict is None and EVICT in line and (at := TIME.match(line)):
+            first_evict = clock_s(*at.groups())
             continue
         m = LINE.match(line)
         if m is None:
             continue
-        t = _seconds(line)
-        assert t is not None
+        t = clock_s(*m.groups()[:4])
         kind, slot, text = m.group(5), int(m.group(6)), m.group(8)
         if kind == "release" and (n := N_TOKENS.search(text)):
             unsaved[slot] = int(n.group(1))
@@ -98,18 +89,17 @@ def price(rows: list[dict[str, Any]], least: int) -> dict[str, Any] | None:
             "mean": round(float(per.mean()), 4)}  # fmt: skip
 
 
-def point(key: str, least: int) -> dict[str, Any]:
-    """One point's prices (module docstring)."""
-    here = point_folder(key, OUT)
-    log = here / "llama-server.log"
-    matrix = OUT / "matrix.json"
-    if not log.is_file() or not matrix.is_file():
+def point(key: str, least: int, results: dict[str, Any] | None) -> dict[str, Any]:
+    """One point's prices (module docstring), its probe from the matrix's *results*
+    (None: there is no ``matrix.json``)."""
+    log = point_folder(key, OUT) / "llama-server.log"
+    if not log.is_file() or results is None:
         raise SystemExit(
-            f"{key}: no {log} or {matrix} (run validate_cpu.py --matrix, or "
+            f"{key}: no {log} or {OUT / 'matrix.json'} (run validate_cpu.py --matrix, or "
             "llamacpp_store.py unpack)"
         )
     rows, first = launches(log)
-    probe = json.loads(matrix.read_text())["results"][key].get("prompt_save") or {}
+    probe = results[key].get("prompt_save") or {}
     return {
         "probe_ms_per_token": probe.get("ms_per_token"),
         "first_eviction_min": None if first is None else round(first / 60, 1),
@@ -141,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, default=None, metavar="OUT")
     args = parser.parse_args(argv)
-    got = {key: point(key, args.least) for key in args.points}
+    matrix = OUT / "matrix.json"
+    results = json.loads(matrix.read_text())["results"] if matrix.is_file() else None
+    got = {key: point(key, args.least, results) for key in args.points}
     for key, p in got.items():
         first = p["first_eviction_min"]
         evict = "never" if first is None else f"{first} min into the server's {p['log_min']}"

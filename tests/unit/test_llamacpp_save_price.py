@@ -64,7 +64,17 @@ def test_the_kept_prices_by_the_caches_state() -> None:
     assert evicting == {"default/long": 0.0089, "kvu/long": 0.0099, "np2_b64/long": 0.0101}
     assert {p for p, v in points.items() if v["first_eviction_min"] is None} == {
         "default/short", "kvu/short", "np2_b64/short"}  # fmt: skip
+    # when each long point's cache first evicted, in minutes of its server's life (to its
+    # last launch), as the document rounds them
+    when = {p: (round(v["first_eviction_min"]), round(v["log_min"]))
+            for p, v in points.items() if v["first_eviction_min"] is not None}  # fmt: skip
+    assert when == {"default/long": (15, 56), "kvu/long": (25, 35), "np2_b64/long": (46, 48)}
     growing = {p: v["growing"]["ms_per_token"] for p, v in points.items()}
+    # the short points: 12-32 launches each, at 0.021-0.026 ms a token
+    short = [v["growing"] for k, v in points.items() if k.endswith("short")]
+    assert (min(g["launches"] for g in short), max(g["launches"] for g in short)) == (12, 32)
+    assert (min(g["ms_per_token"] for g in short), max(g["ms_per_token"] for g in short)) == (
+        0.0211, 0.0261)  # fmt: skip
     assert (min(growing.values()), max(growing.values())) == (0.0129, 0.094)
     spread = [(v["growing"]["p10"], v["growing"]["p90"]) for k, v in points.items()
               if k.endswith("long")]  # fmt: skip
@@ -80,6 +90,9 @@ def test_the_kept_prices_by_the_caches_state() -> None:
     assert round(probes["np2_b64/short"] / growing["np2_b64/short"]) == 4
     doc = " ".join((ROOT / "docs" / "VALIDATION-llamacpp.md").read_text().split())
     assert "a save cost 0.009–0.010 ms a token at all three (10–90 %: 0.007–0.019)" in doc
+    assert "`-np 4` long 15 minutes into its server's 56, `-kvu` long 25 of 35, `-np 2 -b 64` " \
+           "long 46 of 48" in doc  # fmt: skip
+    assert "and 0.021–0.026 at the short points, whose caches never evicted (12–32 launches" in doc
     assert "`-kvu` long's (0.086) charges its runs after the eviction nine times" in doc
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert "a save cost 0.009–0.010 ms a token at every long point once the cache held its " \

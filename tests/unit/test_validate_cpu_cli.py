@@ -2722,6 +2722,9 @@ def test_item_72s_prompt_reading_on_two_more_points() -> None:
     assert "both readings taken before each run held 85 of 105 cells, at the full batch's " \
            "reading alone 89" in calibration  # fmt: skip
     assert "(0.96–1.42 × the profile's at the two points of item 72)" in calibration
+    speed = " ".join((ROOT / "src" / "lyra_simpy" / "live" / "speed.py").read_text().split())
+    assert "Table 1 at both readings held 85 of 105 cells, at the full batch's reading alone " \
+           "89 (item 72)" in speed  # fmt: skip
 
 
 def test_item_74s_saves_at_the_runs_price_lose_cells() -> None:

@@ -20,7 +20,10 @@ instead (:func:`batch_speed`), as ``validate_cpu.py --batch-before`` does before
 With ``--prompt N`` it times a lone prompt of *N* tokens against the profile's prefill
 row for it (:func:`prompt_speed`): the ``cost.prompt_speed`` for the steps that carry
 prompt tokens, which on a shared host need not move with the decode steps
-(docs/VALIDATION-llamacpp.md item 70).
+(docs/VALIDATION-llamacpp.md item 70). Read before every run of three of the matrix's
+points, it did not forecast their prompt steps: Table 1 at both readings held 85 of 105
+cells, at the full batch's reading alone 89 (item 72); a real run's ``compare --steps``
+gives the ``cost.prompt_speed`` it ran at.
 ``validate_cpu.py --matrix --speed-before`` runs this command itself, both readings,
 before every real run; the document says how well each forecast the runs (items 42–43,
 every point: the full batch's reading the better, Table 1 183 of 210 cells against the

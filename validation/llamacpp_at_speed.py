@@ -41,11 +41,13 @@ is ``one-run`` the same way (:func:`one_run_prompt_ratio`): ``compare --steps`` 
 load run prints both speeds, a prediction for the other loads. ``--ratio speed-phase`` is
 ``speed-batch`` with the prompt steps at what ``lyra-simpy speed --prompt N`` printed
 before each run (:func:`speed_prompt_ratio`; a matrix run with ``--speed-before``, item
-71 on): both phases read before the load, a prediction.
+71 on): both phases read before the load, a prediction. ``--ratio speed-beside`` is the
+same with the prompt read beside the full batch's other decoders (``--prompt N --beside
+NP-1``, :func:`speed_beside_ratio`, item 75 on): the kind of step a load's prompts run in.
 
     PYTHONPATH=src python validation/llamacpp_at_speed.py
         [--ratio runs|mean|gate|gate-all|batch|batch-mean|speed|speed-batch|one-run|phase
-                 |one-run-phase|speed-phase]
+                 |one-run-phase|speed-phase|speed-beside]
         [--only CFG/REGIME ...] [--json OUT]
 
 After the table it prints how far the speed it priced each load at lay from the load's
@@ -236,6 +238,16 @@ def speed_prompt_ratio(res: dict[str, Any], load: str) -> float:
                         "speed-phase (run the matrix with --speed-before, item 71 on)")  # fmt: skip
 
 
+def speed_beside_ratio(res: dict[str, Any], load: str) -> float:
+    """The mean over *load*'s real runs of what ``lyra-simpy speed --prompt N --beside
+    NP-1`` printed right before each (``speed_beside``: a prompt beside the full batch's
+    other decoders over the profile's mixed rows, item 75)."""
+    return _before_over(res, load, "speed_beside", None,
+                        "no `lyra-simpy speed --prompt N --beside B` reading before its runs "
+                        "for --ratio speed-beside (run the matrix with --speed-before, item "
+                        "75 on)")  # fmt: skip
+
+
 def folder(here: Path, source: str) -> Path:
     """Where :func:`point` writes a point's scenarios, fits and simulations at the speed
     *source* gives (``llamacpp_noise.py --at-speed`` reads ``runs``')."""
@@ -314,6 +326,13 @@ RATIOS = {
         "at the speeds it printed",
         "speed_batch",
         prompt=speed_prompt_ratio,
+    ),
+    "speed-beside": Ratio(
+        speed_batch_ratio,
+        "`lyra-simpy speed --batch NP` and `--prompt N --beside NP-1` before the runs",
+        "at the speeds it printed",
+        "speed_batch",
+        prompt=speed_beside_ratio,
     ),
     "one-run-phase": Ratio(
         one_run_ratio,

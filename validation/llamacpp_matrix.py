@@ -113,7 +113,11 @@ user reads before a load (``validation/llamacpp_at_speed.py --ratio speed`` and
 lone prompts of the middle size of the profile's lone prompts,
 :func:`reading_prompt_tokens`), kept as ``speed_prompt`` (the ``cost.prompt_speed`` it
 printed) and ``…-prompt.json``: the prompt steps' speed, which on item 68-70's host
-drifted apart from the decode steps' (``--ratio speed-phase``)."""
+drifted apart from the decode steps' (``--ratio speed-phase``). Since item 75 also
+``--prompt N --beside NP-1`` (:data:`SPEED_BATCH_ROUNDS` rounds over the grid's mixed contexts
+of the profile's largest mixed prompt, :func:`reading_beside_tokens`), kept as
+``speed_beside`` and ``…-beside.json``: a prompt beside the full batch's other decoders,
+the kind of step a load's prompts run in (``--ratio speed-beside``)."""
 SPEED_PROBES = 3
 """``lyra-simpy speed --probes`` for :data:`SPEED_BEFORE`'s lone reading: fewer than the
 command's 6 so that fifteen readings a point add minutes, not half an hour
@@ -264,10 +268,23 @@ def reading_prompt_tokens(profile_csv: Path) -> int:
     return sizes[(len(sizes) - 1) // 2]
 
 
+def reading_beside_tokens(profile_csv: Path, beside: int) -> int | None:
+    """The prompt :data:`SPEED_BEFORE`'s reading beside *beside* decoders sends: the
+    largest the profile has a mixed row of beside them (None: none)."""
+    import csv
+
+    with profile_csv.open(newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["phase"] == "mixed"]
+    col = "prompt_tokens" if rows and "prompt_tokens" in rows[0] else "input_tokens"
+    sizes = [int(r[col]) for r in rows if int(r["batch_size"]) == beside and r[col].strip()]
+    return max(sizes, default=None)
+
+
 def speed_before(url: str, here: Path, folder: Path, slots: int, log: list[str]
                  ) -> dict[str, float | None]:  # fmt: skip
-    """:data:`SPEED_BEFORE`'s three readings of the server at *url* against the point's
-    profile (``lyra-simpy speed``: the lone one, ``--batch`` *slots*, ``--prompt``), each's JSON
+    """:data:`SPEED_BEFORE`'s readings of the server at *url* against the point's
+    profile (``lyra-simpy speed``: the lone one, ``--batch`` *slots*, ``--prompt``, and
+    ``--prompt --beside`` *slots* − 1 where the profile has such a mixed row), each's JSON
     in ``speed/LOAD/`` under the point's folder *here* (*folder*: the run's, whose name it
     takes): the ``cost.speed`` each printed, None where it failed (the run goes on, and
     ``llamacpp_at_speed.py`` leaves the reading out of the load's mean)."""
@@ -278,6 +295,10 @@ def speed_before(url: str, here: Path, folder: Path, slots: int, log: list[str]
                 "batch": ["--batch", str(slots), "--probes", str(SPEED_BATCH_ROUNDS)],
                 "prompt": ["--prompt", str(reading_prompt_tokens(here / "profile.csv")),
                            "--probes", str(SPEED_PROBES)]}  # fmt: skip
+    beside = reading_beside_tokens(here / "profile.csv", slots - 1) if slots > 1 else None
+    if beside is not None:
+        readings["beside"] = ["--prompt", str(beside), "--beside", str(slots - 1),
+                              "--probes", str(SPEED_BATCH_ROUNDS)]  # fmt: skip
     for name, extra in readings.items():
         out = keep / f"{folder.name}-{name}.json"
         out.unlink(missing_ok=True)
@@ -517,10 +538,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="time the full batch's decode step right before each real run "
                         "(kept as batch_before; llamacpp_at_speed.py --ratio batch)")  # fmt: skip
     parser.add_argument("--speed-before", action="store_true",
-                        help="run `lyra-simpy speed` (lone, --batch NP, --prompt N) right "
-                        "before each real run (kept as speed_lone, speed_batch and "
-                        "speed_prompt; llamacpp_at_speed.py --ratio speed, speed-batch, "
-                        "speed-phase)")  # fmt: skip
+                        help="run `lyra-simpy speed` (lone, --batch NP, --prompt N, --prompt "
+                        "N --beside NP-1) right "
+                        "before each real run (kept as speed_lone, speed_batch, "
+                        "speed_prompt and speed_beside; llamacpp_at_speed.py --ratio speed, "
+                        "speed-batch, speed-phase, speed-beside)")  # fmt: skip
     parser.add_argument("--speed-probes", type=int, default=None, metavar="N",
                         help="with --speed-before: the readings' --probes (default "
                         f"{SPEED_PROBES} lone steps and prompts, {SPEED_BATCH_ROUNDS} rounds "

@@ -100,6 +100,16 @@ def test_a_load_at_a_speed_per_phase_prices_its_prompt_steps_at_their_own():
     older = {"loads": {"closed_8": {"machine": [{"speed_batch": 0.9}]}}}  # (before item 70)
     with pytest.raises(SystemExit, match=r"closed_8 has no `lyra-simpy speed --prompt` reading"):
         both.prompt(older, "closed_8")
+    # speed-beside: the prompt read beside the full batch's other decoders (item 75); a run
+    # whose reading failed (None) is left out of the load's mean
+    machine[0]["speed_beside"], machine[1]["speed_beside"] = 1.04, None
+    beside = AT_SPEED.RATIOS["speed-beside"]
+    assert (beside.read(before, "closed_8"), beside.prompt(before, "closed_8")) == (
+        pytest.approx(0.95),
+        pytest.approx(1.04),
+    )
+    with pytest.raises(SystemExit, match=r"closed_8 has no `lyra-simpy speed --prompt N --beside"):
+        beside.prompt(older, "closed_8")
     got = {"in_target": 6, "missed": ["p90_ttft_ms"], "p50_errors": [0.05]}
     loads = {"closed_8": {"ratio": 1.1, "prompt_ratio": 1.3, "table1": got, "at_speed": got}}
     assert AT_SPEED.report({"default/long": loads}, "phase")[2] == (
@@ -148,7 +158,7 @@ def test_the_speeds_a_load_is_priced_at():
     assert AT_SPEED.runs_mean_ratio(res, "closed_4") == 1.23  # (--ratio mean: the skew)
     assert set(AT_SPEED.RATIOS) == {
         "runs", "mean", "gate", "gate-all", "batch", "batch-mean", "speed", "speed-batch",
-        "one-run", "phase", "one-run-phase", "speed-phase"}  # fmt: skip
+        "one-run", "phase", "one-run-phase", "speed-phase", "speed-beside"}  # fmt: skip
     assert AT_SPEED.RATIOS["mean"].read is AT_SPEED.runs_mean_ratio
     # --ratio one-run: every load at the mean step of the load Tables 2 and 3 fit on
     res["loads"]["poisson_0.6"] = {"steps_vs_charge": {"decode": {"median": 1.0, "mean": 1.04}}}

@@ -62,6 +62,13 @@ def add_live_parsers(sub: Any) -> None:
         help="time a lone prompt of N tokens (--probes times) against the profile's prefill "
         "row for it instead: cost.prompt_speed, for the steps that carry prompt tokens",
     )
+    spd.add_argument(
+        "--beside",
+        type=count,
+        metavar="B",
+        help="with --prompt: time the prompt beside B sequences decoding (the steps a "
+        "load's prompts run in) against the profile's mixed rows for it instead",
+    )
     spd.add_argument("--pause-s", type=seconds, default=5.0, help="between them (5)")
     spd.add_argument("--json", type=Path, help="write the reading as JSON")
     spd.add_argument("--vocab-size", type=count, help="the model's vocabulary (vLLM: config.json)")
@@ -166,7 +173,7 @@ def _profile(args: argparse.Namespace) -> int:
 
 def _speed(args: argparse.Namespace) -> int:
     from lyra_simpy.live.profile_grid import ProfileGrid, load_grid
-    from lyra_simpy.live.speed import batch_speed, host_speed, prompt_speed
+    from lyra_simpy.live.speed import batch_speed, beside_speed, host_speed, prompt_speed
     from lyra_simpy.metrics.io import atomic_write
 
     if args.batch is not None and args.prompt is not None:
@@ -174,9 +181,19 @@ def _speed(args: argparse.Namespace) -> int:
             f"speed: got --batch {args.batch} and --prompt {args.prompt}, give one (a decode "
             "reading or a prompt reading)"
         )
+    if args.beside is not None and args.prompt is None:
+        raise LyraError(
+            f"speed: got --beside {args.beside} without --prompt, give the prompt's tokens "
+            "(--prompt N --beside B)"
+        )
     grid = load_grid(args.grid) if args.grid else ProfileGrid()
     common = (args.probes, args.pause_s, args.vocab_size)
-    if args.prompt is not None:
+    if args.beside is not None:
+        got = beside_speed(
+            args.endpoint, args.api, args.profile, grid, args.beside, args.prompt, *common
+        )
+        what = f"prompts of {args.prompt} tokens beside {args.beside} decoding"
+    elif args.prompt is not None:
         got = prompt_speed(args.endpoint, args.api, args.profile, grid, args.prompt, *common)
         what = f"lone prompts of {args.prompt} tokens"
     elif args.batch is None:

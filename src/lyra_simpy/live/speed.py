@@ -70,8 +70,11 @@ class SpeedReading:
     far off) or ``mean`` (the full batch's lock-step mean steps: a request's TPOT sums its
     steps, so their tail counts)."""
     phase: Literal["decode", "prompt"] = "decode"
-    """What was timed: decode steps (``cost.speed``) or lone prompts (``contexts`` their
-    tokens; ``cost.prompt_speed``)."""
+    """What was timed: decode steps (``cost.speed``) or prompts (``cost.prompt_speed``):
+    lone ones (``contexts`` their tokens), or with :attr:`beside` decoders."""
+    beside: int = 0
+    """For a prompt reading, the sequences decoding beside each prompt
+    (:func:`beside_speed`, their prompts the grid's ``mixed_context``); 0: lone prompts."""
 
     @property
     def field(self) -> str:
@@ -101,6 +104,7 @@ class SpeedReading:
                 "batch": self.batch,
                 "contexts": list(self.contexts),
                 "outputs": self.outputs,
+                **({"beside": self.beside} if self.beside else {}),
             },
             "phase": self.phase,
         }
@@ -355,3 +359,86 @@ def prompt_speed(
 
     steps = asyncio.run(measure())
     return SpeedReading(steps, row, (tokens,), 1, phase="prompt")
+
+
+def mixed_rows_ms(profile_csv: Path, beside: int, tokens: int) -> dict[int, tuple[int, float]]:
+    """The profile's mixed rows of a prompt of *tokens* beside *beside* decoders: for each
+    decoder context they were taken at (``context_len``), (how many engine steps the
+    prompt ran in, their ``latency_ms`` summed). Step by step (llama.cpp's
+    ``grid.mixed_timing``: the extra columns ``prompt_tokens`` and ``prompt_step``), else
+    the prompt's one row of *tokens*."""
+    import csv
+
+    from lyra_simpy.calibration.profiles import read_profile
+
+    read_profile(profile_csv)  # (the file checked as calibrate reads it)
+    with profile_csv.open(newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["phase"] == "mixed"]
+    stepped = rows and "prompt_tokens" in rows[0] and "prompt_step" in rows[0]
+    found: dict[int, list[float]] = {}
+    for r in rows:
+        size = r["prompt_tokens"] if stepped else r["input_tokens"]
+        if int(r["batch_size"]) == beside and size.strip() and int(size) == tokens:
+            found.setdefault(int(r["context_len"]), []).append(float(r["latency_ms"]))
+    if not found:
+        have = sorted({(int(r["batch_size"]),
+                        int(r["prompt_tokens"] if stepped else r["input_tokens"]))
+                       for r in rows if not stepped or r["prompt_step"] == "0"})  # fmt: skip
+        raise LyraError(
+            f"speed --prompt --beside: got {tokens} tokens beside {beside}, {profile_csv} has "
+            f"no mixed row of it; its (decoders, prompt) pairs: {have}"
+        )
+    return {ctx: (len(ms) if stepped else 0, float(sum(ms))) for ctx, ms in found.items()}
+
+
+def beside_speed(
+    url: str,
+    api: Api,
+    profile_csv: Path,
+    grid: ProfileGrid,
+    beside: int,
+    tokens: int,
+    probes: int,
+    pause_s: float,
+    vocab_size: int | None = None,
+    say: Callable[[str], object] = print,
+) -> SpeedReading:
+    """A prompt of *tokens* fresh tokens beside *beside* sequences decoding, as
+    ``lyra-simpy profile`` takes its mixed rows (:meth:`~lyra_simpy.live.prober.Prober.mixed`:
+    the decoders' prompt each of *grid*'s ``mixed_context``, against llama.cpp pinned to
+    slots 0..beside−1 and the prompt to the next), *probes* rounds *pause_s* apart: the
+    median of the prompt's steps summed (read on the decoders' streams, as the profile's
+    rows were; for another engine its prompt time) over the profile's rows for it
+    (:func:`mixed_rows_ms`, the median over the decoder contexts). The
+    ``cost.prompt_speed`` of the steps a load's prompts run in, which beside other
+    requests' decodes are the kind of step this one is, where a lone prompt's is not
+    (docs/VALIDATION-llamacpp.md item 75)."""
+    from lyra_simpy.live.profile_grid import mixed_contexts
+
+    rows = mixed_rows_ms(profile_csv, beside, tokens)
+    prober, slots = _prober(url, api, grid, vocab_size)
+    if isinstance(slots, int) and beside >= slots:
+        raise LyraError(
+            f"speed --beside: got {beside}, must be < the server's {slots} slots (the prompt "
+            "needs a slot of its own beside the decoders)"
+        )
+    prober.pin = isinstance(slots, int)
+    contexts = mixed_contexts(grid)
+    ref = [min(rows, key=lambda c: abs(c - ctx)) for ctx in contexts]
+    """Each decoder prompt's rows: those taken at the context nearest it (a row's
+    ``context_len`` is the decoders' context when the prompt joined: their prompt and the
+    few tokens they had made)."""
+
+    async def measure() -> list[float]:
+        got: list[float] = []
+        async for k in _spaced(probes, pause_s):
+            for ctx, at in zip(contexts, ref, strict=True):
+                steps = rows[at][0]
+                lat, _, gaps = await prober.mixed(beside, tokens, ctx, steps)
+                got.append(float(sum(gaps)) if steps else lat)
+                say(f"round {k + 1}/{probes}, decoders' prompt {ctx}: {got[-1]:.2f} ms")
+        return got
+
+    steps_ms = asyncio.run(measure())
+    profile_ms = float(statistics.median(rows[at][1] for at in ref))
+    return SpeedReading(steps_ms, profile_ms, (tokens,), 1, phase="prompt", beside=beside)

@@ -51,7 +51,9 @@ NP-1``, :func:`speed_beside_ratio`, item 75 on): the kind of step a load's promp
         [--only CFG/REGIME ...] [--json OUT]
 
 After the table it prints how far the speed it priced each load at lay from the load's
-mean real decode step (:func:`against_mean`: bias and spread of the log over the loads);
+mean real decode step (:func:`against_mean`: bias and spread of the log over the loads),
+and for a ratio with a prompt speed of its own how far that lay from the runs' prompt
+steps, point by point (:func:`prompt_against_runs`);
 for a reading taken before each run, how much those readings stray within a load
 (:func:`readings_spread`) and how the same readings fare taken right *after* each run
 (:func:`read_after`); and how far each load's mean step lies from its point's own level
@@ -413,6 +415,21 @@ def against_mean(points: dict[str, dict[str, Any]], results: dict[str, Any]
     return float(np.mean(logs)), float(np.std(logs))
 
 
+def prompt_against_runs(points: dict[str, dict[str, Any]], results: dict[str, Any]
+                        ) -> dict[str, tuple[float, float]]:  # fmt: skip
+    """For a ratio that prices the prompt steps at a speed of their own, how far that
+    speed (each load's ``prompt_ratio``) lay from the load's real steps with prompt tokens
+    over their charge (:func:`prompt_ratio` of the stored *results*): per point, the mean
+    and the standard deviation over its loads of the log of the one over the other. A
+    reading's bias at a point and how far it strays about it (item 75)."""
+    out = {}
+    for p, loads in points.items():
+        logs = [np.log(v["prompt_ratio"] / prompt_ratio(results[p], load))
+                for load, v in loads.items()]  # fmt: skip
+        out[p] = (float(np.mean(logs)), float(np.std(logs)))
+    return out
+
+
 def readings_spread(results: dict[str, Any], points: list[str], field: str
                     ) -> tuple[float, int]:  # fmt: skip
     """How much the reading *field* taken before each run (each run's median where it
@@ -496,6 +513,11 @@ def main(argv: list[str] | None = None) -> int:
     bias, spread = against_mean(points, results)
     print(f"against the runs' mean decode step (log, over the loads): bias {100 * bias:+.1f} %, "
           f"spread {100 * spread:.1f} %")  # fmt: skip
+    if RATIOS[args.ratio].prompt is not None:
+        per = [f"{p} bias {100 * b:+.1f} %, spread {100 * s:.1f} %"
+               for p, (b, s) in prompt_against_runs(points, results).items()]  # fmt: skip
+        print("the prompt steps' speed against the runs' median prompt step (log, over a "
+              "point's loads): " + "; ".join(per))  # fmt: skip
     if field := RATIOS[args.ratio].field:
         noise, n = readings_spread(results, list(points), field)
         print(f"the {n} readings ({field}) within a load: spread {100 * noise:.1f} % (log, "

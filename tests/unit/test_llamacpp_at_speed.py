@@ -110,6 +110,16 @@ def test_a_load_at_a_speed_per_phase_prices_its_prompt_steps_at_their_own():
     )
     with pytest.raises(SystemExit, match=r"closed_8 has no `lyra-simpy speed --prompt N --beside"):
         beside.prompt(older, "closed_8")
+    # how far a prompt speed lay from the runs' prompt steps, point by point: the mean and
+    # the standard deviation over its loads of the log of the one over the other
+    stored = {"default/long": {"loads": {
+        "closed_4": {"steps_vs_charge": {"prompt": {"median": 1.0}}},
+        "closed_8": {"steps_vs_charge": {"prompt": {"median": 1.2}}}}}}  # fmt: skip
+    priced = {"default/long": {"closed_4": {"prompt_ratio": 1.1},
+                               "closed_8": {"prompt_ratio": 1.2}}}  # fmt: skip
+    bias, spread = AT_SPEED.prompt_against_runs(priced, stored)["default/long"]
+    assert bias == pytest.approx(np.log(1.1) / 2)
+    assert spread == pytest.approx(np.log(1.1) / 2)
     got = {"in_target": 6, "missed": ["p90_ttft_ms"], "p50_errors": [0.05]}
     loads = {"closed_8": {"ratio": 1.1, "prompt_ratio": 1.3, "table1": got, "at_speed": got}}
     assert AT_SPEED.report({"default/long": loads}, "phase")[2] == (

@@ -23,7 +23,12 @@ prompt tokens, which on a shared host need not move with the decode steps
 (docs/VALIDATION-llamacpp.md item 70). Read before every run of three of the matrix's
 points, it did not forecast their prompt steps: Table 1 at both readings held 85 of 105
 cells, at the full batch's reading alone 89 (item 72); a real run's ``compare --steps``
-gives the ``cost.prompt_speed`` it ran at.
+gives the ``cost.prompt_speed`` it ran at. With ``--prompt N --beside B`` it times the
+prompt beside *B* sequences decoding against the profile's mixed rows
+(:func:`beside_speed`): the kind of step a load's prompts run in. Read so before every
+run of two points (item 75) it scattered less about the runs' prompt steps than the lone
+prompt and Table 1 held 53 of 70 cells at it against 43, but with a bias of its own at
+each point (−9 % and +5 %).
 ``validate_cpu.py --matrix --speed-before`` runs this command itself, both readings,
 before every real run; the document says how well each forecast the runs (items 42–43,
 every point: the full batch's reading the better, Table 1 183 of 210 cells against the

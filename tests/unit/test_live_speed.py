@@ -218,13 +218,16 @@ def test_speed_at_a_prompt_the_profile_lacks_or_with_batch_too_is_refused(
     assert "got --batch 2 and --prompt 8, give one" in err[1]
 
 
-def _profiled_mixed(tmp_path: Path, itl_s: float) -> tuple[Path, Path]:
+def _profiled_mixed(tmp_path: Path, itl_s: float, ttft_s: float) -> tuple[Path, Path]:
     """A profile with mixed rows step by step: a prompt of 8 tokens beside 1 decoder of 8
-    (the grid's sliding window: the prompt's last 4 tokens in a step of their own)."""
+    (the grid's sliding window: the prompt's last 4 tokens in a step of their own). Steps
+    of tens of ms, and each first token *ttft_s* after its request (the decoder's steps
+    before the prompt's first token show): a loaded test machine's few ms of scheduling
+    stay small beside them."""
     mixed = {"mixed_batch": [1], "mixed_prompt_tokens": [8], "mixed_context": [8]}
     grid = GRID.model_copy(update={**mixed, "sliding_window": True})
     out = tmp_path / "m.csv"
-    with StreamServer(ttft_s=0.01, itl_s=itl_s, timings=True) as srv:
+    with StreamServer(ttft_s=ttft_s, itl_s=itl_s, timings=True) as srv:
         profile(srv.url, "openai", grid, out, "test box", "-np 4")
     kept = tmp_path / "m-grid.yaml"
     kept.write_text(yaml.safe_dump(grid.model_dump(mode="json")))
@@ -235,14 +238,14 @@ def test_speed_beside_decoders_reads_the_prompts_steps_against_the_profiles_mixe
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # item 75: a prompt beside the decoders, the kind of step a load's prompts run in;
-    # its steps read on the decoder's stream (one token a step: the server's 10 ms then,
-    # 30 now), summed over the prompt's two steps, against the profile's two mixed rows
-    csv, grid = _profiled_mixed(tmp_path, itl_s=0.01)
+    # its steps read on the decoder's stream (one token a step: the server's 20 ms then,
+    # 60 now), summed over the prompt's two steps, against the profile's two mixed rows
+    csv, grid = _profiled_mixed(tmp_path, itl_s=0.02, ttft_s=0.1)
     mixed = [r.split(",") for r in csv.read_text().splitlines() if r.startswith("mixed,")]
     assert [(r[1], r[2]) for r in mixed] == [("1", "4"), ("1", "4")]  # 8 = 4 + the last 4
     out = tmp_path / "speed.json"
-    # (the prompt's first token 80 ms after it was sent: the decoder's steps before it show)
-    with StreamServer(ttft_s=0.08, itl_s=0.03, timings=True) as srv:
+    # (the prompt's first token 250 ms after it was sent: the decoder's steps before it show)
+    with StreamServer(ttft_s=0.25, itl_s=0.06, timings=True) as srv:
         argv = f"speed {csv} --endpoint {srv.url} --grid {grid} --prompt 8 --beside 1"
         assert main([*argv.split(), "--probes", "2", "--pause-s", "0.01", "--json", str(out)]) == 0
         bodies = srv.received
@@ -253,9 +256,9 @@ def test_speed_beside_decoders_reads_the_prompts_steps_against_the_profiles_mixe
     got = json.loads(out.read_text())
     assert got["phase"] == "prompt"
     assert got["request"] == {"batch": 1, "contexts": [8], "outputs": 1, "beside": 1}
-    assert got["profile_ms"] == pytest.approx(20.0, rel=0.3)
-    assert got["median_ms"] == pytest.approx(60.0, rel=0.3)
-    assert got["speed"] == pytest.approx(3.0, rel=0.3)
+    assert got["profile_ms"] == pytest.approx(40.0, rel=0.25)
+    assert got["median_ms"] == pytest.approx(120.0, rel=0.25)
+    assert got["speed"] == pytest.approx(3.0, rel=0.25)
     printed = capsys.readouterr().out
     assert "the median of 2 prompts of 8 tokens beside 1 decoding" in printed
     assert "--set cost.prompt_speed=" in printed
@@ -264,7 +267,7 @@ def test_speed_beside_decoders_reads_the_prompts_steps_against_the_profiles_mixe
 def test_speed_beside_what_the_profile_or_server_lacks_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    csv, grid = _profiled_mixed(tmp_path, itl_s=0.01)
+    csv, grid = _profiled_mixed(tmp_path, itl_s=0.02, ttft_s=0.1)
     with StreamServer() as srv:
         for extra in ("--prompt 16 --beside 1", "--prompt 8 --beside 4", "--beside 1"):
             argv = f"speed {csv} --endpoint {srv.url} --grid {grid} {extra}"
@@ -334,7 +337,7 @@ def test_the_matrix_reads_a_prompt_beside_the_full_batchs_other_decoders_too(
     monkeypatch.setattr(matrix, "SPEED_BATCH_ROUNDS", 1)
     here = tmp_path / "default_short"
     here.mkdir()
-    csv, grid = _profiled_mixed(tmp_path, itl_s=0.01)
+    csv, grid = _profiled_mixed(tmp_path, itl_s=0.03, ttft_s=0.1)
     (here / "profile.csv").write_bytes(csv.read_bytes())
     (here / "profile.yaml").write_bytes(csv.with_suffix(".yaml").read_bytes())
     (here / "grid.yaml").write_bytes(grid.read_bytes())
@@ -342,10 +345,10 @@ def test_the_matrix_reads_a_prompt_beside_the_full_batchs_other_decoders_too(
     assert matrix.reading_beside_tokens(here / "profile.csv", 3) is None
     run = here / "real" / "poisson_0.3" / "run1"
     log: list[str] = []
-    with StreamServer(ttft_s=0.08, itl_s=0.01, timings=True) as srv:
+    with StreamServer(ttft_s=0.1, itl_s=0.03, timings=True) as srv:
         got = matrix.speed_before(srv.url, here, run, 2, log)
     assert set(got) == {"speed_lone", "speed_batch", "speed_prompt", "speed_beside"}
-    assert got["speed_beside"] == pytest.approx(1.0, rel=0.3)  # the decodes as they were
+    assert got["speed_beside"] == pytest.approx(1.0, rel=0.25)  # the decodes as they were
     assert "--prompt 8 --beside 1 --probes 1 --pause-s 0.01" in log[-1]
     kept = json.loads((here / "speed" / "poisson_0.3" / "run1-beside.json").read_text())
     assert kept["request"]["beside"] == 1

@@ -2793,6 +2793,13 @@ def test_item_75s_prompt_reading_beside_the_full_batchs_other_decoders() -> None
         "beside": {"np2_b64/long": (0.045, 0.058), "default/short": (-0.088, 0.021)},
         "phase": {"np2_b64/long": (0.116, 0.082), "default/short": (-0.097, 0.097)},
     }
+    # (item 72's lone prompts on its three points, against its own set's runs)
+    item72 = json.loads((validation / "llamacpp-at-speed-phase-item72.json").read_text())
+    was = json.loads((validation / "llamacpp-matrix-epyc-item72.json").read_text())["results"]
+    assert {p: (round(b, 3), round(s, 3))
+            for p, (b, s) in at_speed.prompt_against_runs(item72["points"], was).items()} == {
+        "default/short": (0.049, 0.064), "default/long": (-0.055, 0.035),
+        "np2_b64/long": (0.101, 0.052)}  # fmt: skip
     sets = json.loads((validation / "llamacpp-at-speed-item75.json").read_text())
     alone = {r: _points_at_speed(sets, r, tuple(again)) for r in ("speed-batch", "speed")}
     assert alone == {"speed-batch": {"np2_b64/long": 20, "default/short": 30},
@@ -2821,6 +2828,10 @@ def test_item_75s_prompt_reading_beside_the_full_batchs_other_decoders() -> None
     doc = " ".join((ROOT / "docs" / "VALIDATION-llamacpp.md").read_text().split())
     assert "both phases give 53 of 70 against 43 with the lone prompt and 50 at the full " \
            "batch's reading alone; but the bias stays (−9 % and +5 %)" in doc  # fmt: skip
+    assert "on item 72's three points, `-np 4` short, `-np 4` long and `-np 2 -b 64` long, the " \
+           "lone prompts' +4.9 % (6.4 %), −5.5 % (3.5 %) and +10.1 % (5.2 %)" in doc  # fmt: skip
+    assert "−8.8 % (the mean of the log over the loads; spread 2.1 %) and +4.5 % (5.8 %), the " \
+           "lone prompts' by −9.7 % (9.7 %) and +11.6 % (8.2 %;" in doc  # fmt: skip
     assert "**53 of 70** with the beside reading (30 and 23), 43 with the lone prompt (25 and " \
            "18); 50 at the full batch's reading alone (30 and 20), 59 at the lone decode " \
            "reading alone (30 and 29), 46 at the profile's speed" in doc  # fmt: skip

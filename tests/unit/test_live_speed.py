@@ -268,17 +268,23 @@ def test_speed_beside_what_the_profile_or_server_lacks_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     csv, grid = _profiled_mixed(tmp_path, itl_s=0.02, ttft_s=0.1)
+    other = tmp_path / "other.yaml"  # decoders of another prompt than the profile's rows
+    other.write_text(yaml.safe_dump({"mixed_context": [100], "decode_steps": 8}))
     with StreamServer() as srv:
         for extra in ("--prompt 16 --beside 1", "--prompt 8 --beside 4", "--beside 1"):
             argv = f"speed {csv} --endpoint {srv.url} --grid {grid} {extra}"
             assert main(argv.split()) == 2
+        assert main(f"speed {csv} --endpoint {srv.url} --prompt 8 --beside 1 --grid {other}"
+                    .split()) == 2  # fmt: skip
         assert srv.received == []
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 3
+    assert len(err) == 4
     assert "got 16 tokens beside 1" in err[0]
     assert "its (decoders, prompt) pairs: [(1, 8)]" in err[0]
     assert "got 8 tokens beside 4" in err[1]  # (the profile has no such row either)
     assert "got --beside 1 without --prompt" in err[2]
+    assert "the grid's mixed_context [100]" in err[3]
+    assert "give the profile's own grid (--grid)" in err[3]
 
 
 def test_the_matrix_reads_lyra_simpy_speed_before_each_run_as_a_user_types_it(

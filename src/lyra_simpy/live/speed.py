@@ -421,6 +421,19 @@ def beside_speed(
     from lyra_simpy.live.profile_grid import mixed_contexts
 
     rows = mixed_rows_ms(profile_csv, beside, tokens)
+    contexts = mixed_contexts(grid)
+    ref = [min(rows, key=lambda c: abs(c - ctx)) for ctx in contexts]
+    """Each decoder prompt's rows: those taken at the context nearest it (a row's
+    ``context_len`` is the decoders' context when the prompt joined: their prompt and the
+    few tokens they had made, fewer than the ``2 × decode_steps`` each is sent for)."""
+    far = [ctx for ctx, at in zip(contexts, ref, strict=True)
+           if not 0 <= at - ctx <= 2 * grid.decode_steps]  # fmt: skip
+    if far:
+        raise LyraError(
+            f"speed --beside: the grid's mixed_context {contexts}, but {profile_csv}'s mixed "
+            f"rows of {tokens} tokens beside {beside} were taken with the decoders at "
+            f"{sorted(rows)} tokens: give the profile's own grid (--grid)"
+        )
     prober, slots = _prober(url, api, grid, vocab_size)
     if isinstance(slots, int) and beside >= slots:
         raise LyraError(
@@ -428,11 +441,6 @@ def beside_speed(
             "needs a slot of its own beside the decoders)"
         )
     prober.pin = isinstance(slots, int)
-    contexts = mixed_contexts(grid)
-    ref = [min(rows, key=lambda c: abs(c - ctx)) for ctx in contexts]
-    """Each decoder prompt's rows: those taken at the context nearest it (a row's
-    ``context_len`` is the decoders' context when the prompt joined: their prompt and the
-    few tokens they had made)."""
 
     async def measure() -> list[float]:
         got: list[float] = []

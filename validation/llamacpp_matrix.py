@@ -260,7 +260,7 @@ def reading_prompt_tokens(profile_csv: Path) -> int:
     """The prompt :data:`SPEED_BEFORE`'s prompt reading sends: the middle size of the
     profile's lone prompts (the lower of the two middle ones: 200 of a long point's 4, 8,
     200, 300, 400 and 800, its checkpoint probes' short rows among them)."""
-    from lyra_simpy.live.speed import lone_prompt_sizes
+    from lyra_simpy.live.speed_prompt import lone_prompt_sizes
 
     sizes = lone_prompt_sizes(profile_csv)
     if not sizes:

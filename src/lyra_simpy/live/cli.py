@@ -173,7 +173,8 @@ def _profile(args: argparse.Namespace) -> int:
 
 def _speed(args: argparse.Namespace) -> int:
     from lyra_simpy.live.profile_grid import ProfileGrid, load_grid
-    from lyra_simpy.live.speed import batch_speed, beside_speed, host_speed, prompt_speed
+    from lyra_simpy.live.speed import batch_speed, host_speed
+    from lyra_simpy.live.speed_prompt import beside_speed, prompt_speed
     from lyra_simpy.metrics.io import atomic_write
 
     if args.batch is not None and args.prompt is not None:

@@ -271,13 +271,9 @@ def reading_prompt_tokens(profile_csv: Path) -> int:
 def reading_beside_tokens(profile_csv: Path, beside: int) -> int | None:
     """The prompt :data:`SPEED_BEFORE`'s reading beside *beside* decoders sends: the
     largest the profile has a mixed row of beside them (None: none)."""
-    import csv
+    from lyra_simpy.live.speed_prompt import mixed_pairs
 
-    with profile_csv.open(newline="") as fh:
-        rows = [r for r in csv.DictReader(fh) if r["phase"] == "mixed"]
-    col = "prompt_tokens" if rows and "prompt_tokens" in rows[0] else "input_tokens"
-    sizes = [int(r[col]) for r in rows if int(r["batch_size"]) == beside and r[col].strip()]
-    return max(sizes, default=None)
+    return max((n for b, n in mixed_pairs(profile_csv) if b == beside), default=None)
 
 
 def speed_before(url: str, here: Path, folder: Path, slots: int, log: list[str]

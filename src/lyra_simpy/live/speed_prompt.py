@@ -89,30 +89,40 @@ def prompt_speed(
     return SpeedReading(steps, row, (tokens,), 1, phase="prompt")
 
 
-def mixed_rows_ms(profile_csv: Path, beside: int, tokens: int) -> dict[int, tuple[int, float]]:
-    """The profile's mixed rows of a prompt of *tokens* beside *beside* decoders: for each
-    decoder context they were taken at (``context_len``), (how many engine steps the
-    prompt ran in, their ``latency_ms`` summed). Step by step (llama.cpp's
-    ``grid.mixed_timing``: the extra columns ``prompt_tokens`` and ``prompt_step``), else
-    the prompt's one row of *tokens*."""
+def _mixed_rows(profile_csv: Path) -> tuple[list[tuple[int, int, int, float]], bool]:
+    """The profile's mixed rows as (decoders, the prompt's tokens, the decoders' context,
+    ``latency_ms``), and whether they are step by step: where the profile has llama.cpp's
+    extra columns ``prompt_tokens`` and ``prompt_step`` (``grid.mixed_timing``; a prompt's
+    rows share its tokens), else each row is its prompt's whole."""
     from lyra_simpy.calibration.profiles import read_profile
 
     read_profile(profile_csv)  # (the file checked as calibrate reads it)
     with profile_csv.open(newline="") as fh:
         rows = [r for r in csv.DictReader(fh) if r["phase"] == "mixed"]
-    stepped = rows and "prompt_tokens" in rows[0] and "prompt_step" in rows[0]
+    stepped = bool(rows) and "prompt_tokens" in rows[0]
+    col = "prompt_tokens" if stepped else "input_tokens"
+    return [(int(r["batch_size"]), int(r[col]), int(r["context_len"]), float(r["latency_ms"]))
+            for r in rows if r[col].strip()], stepped  # fmt: skip
+
+
+def mixed_pairs(profile_csv: Path) -> list[tuple[int, int]]:
+    """The (decoders, prompt tokens) pairs the profile has mixed rows of, in order."""
+    return sorted({(b, n) for b, n, _, _ in _mixed_rows(profile_csv)[0]})
+
+
+def mixed_rows_ms(profile_csv: Path, beside: int, tokens: int) -> dict[int, tuple[int, float]]:
+    """The profile's mixed rows of a prompt of *tokens* beside *beside* decoders: for each
+    decoder context they were taken at (``context_len``), (how many engine steps the
+    prompt ran in, 0 for a prompt timed whole; their ``latency_ms`` summed)."""
+    rows, stepped = _mixed_rows(profile_csv)
     found: dict[int, list[float]] = {}
-    for r in rows:
-        size = r["prompt_tokens"] if stepped else r["input_tokens"]
-        if int(r["batch_size"]) == beside and size.strip() and int(size) == tokens:
-            found.setdefault(int(r["context_len"]), []).append(float(r["latency_ms"]))
+    for b, n, ctx, ms in rows:
+        if (b, n) == (beside, tokens):
+            found.setdefault(ctx, []).append(ms)
     if not found:
-        have = sorted({(int(r["batch_size"]),
-                        int(r["prompt_tokens"] if stepped else r["input_tokens"]))
-                       for r in rows if not stepped or r["prompt_step"] == "0"})  # fmt: skip
         raise LyraError(
             f"speed --prompt --beside: got {tokens} tokens beside {beside}, {profile_csv} has "
-            f"no mixed row of it; its (decoders, prompt) pairs: {have}"
+            f"no mixed row of it; its (decoders, prompt) pairs: {mixed_pairs(profile_csv)}"
         )
     return {ctx: (len(ms) if stepped else 0, float(sum(ms))) for ctx, ms in found.items()}
 

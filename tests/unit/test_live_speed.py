@@ -285,6 +285,39 @@ def test_speed_beside_what_the_profile_or_server_lacks_is_refused(
     assert "got --beside 1 without --prompt" in err[2]
     assert "the grid's mixed_context [100]" in err[3]
     assert "give the profile's own grid (--grid)" in err[3]
+    # a server with no slot left for the prompt: refused once the server says its slots
+    # (its 4 against a profile given rows beside 4 decoders), before any request
+    extra = [r.replace("mixed,1,", "mixed,4,", 1) for r in csv.read_text().splitlines()
+             if r.startswith("mixed,")]  # fmt: skip
+    csv.write_text(csv.read_text() + "\n".join(extra) + "\n")
+    with StreamServer() as srv:
+        argv = f"speed {csv} --endpoint {srv.url} --grid {grid} --prompt 8 --beside 4"
+        assert main(argv.split()) == 2
+        assert srv.received == []
+    assert "--beside: got 4, must be < the server's 4 slots" in capsys.readouterr().err
+
+
+def test_speed_beside_an_engine_timed_whole_reads_the_prompts_own_time(
+    tmp_path: Path,
+) -> None:
+    # a profile whose mixed rows time the prompt whole (grid.mixed_timing: prompt, as for
+    # an engine without llama.cpp's slots): the reading is the prompt's own time, the
+    # engine's timings.prompt_ms, against that one row
+    mixed = {"mixed_batch": [1], "mixed_prompt_tokens": [8], "mixed_context": [8]}
+    grid = GRID.model_copy(update={**mixed, "mixed_timing": "prompt"})
+    csv, kept = tmp_path / "w.csv", tmp_path / "w-grid.yaml"
+    with StreamServer(ttft_s=0.04, itl_s=0.02, timings=True) as srv:
+        profile(srv.url, "openai", grid, csv, "test box", "-np 4")
+    kept.write_text(yaml.safe_dump(grid.model_dump(mode="json")))
+    assert "prompt_step" not in csv.read_text().splitlines()[0]
+    out = tmp_path / "speed.json"
+    with StreamServer(ttft_s=0.1, itl_s=0.02, timings=True) as srv:
+        argv = f"speed {csv} --endpoint {srv.url} --grid {kept} --prompt 8 --beside 1"
+        assert main([*argv.split(), "--probes", "2", "--pause-s", "0.01", "--json", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert got["steps_ms"] == [pytest.approx(100.0, rel=1e-6)] * 2  # (the server's own)
+    assert got["profile_ms"] == pytest.approx(40.0, rel=1e-6)
+    assert got["speed"] == 2.5
 
 
 def test_the_matrix_reads_lyra_simpy_speed_before_each_run_as_a_user_types_it(

@@ -670,6 +670,34 @@ def _at_speed_checked(file: Path, results: dict, table1: int, totals: dict[str, 
     return kept
 
 
+def _prompt_readings_kept(
+    now: dict, points: dict, item: int
+) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, tuple[float, float]]]]:
+    """Item *item*'s two prompt readings before each run of *points* (kept as
+    ``llamacpp-at-speed-beside-itemN.json`` and ``-phase-itemN.json``), checked against the
+    readings the matrix *now* stored: each point's Table 1 cells at each, and its loads'
+    mean readings' bias and spread from the runs' prompt steps (llamacpp_at_speed.py's
+    ``prompt_against_runs``)."""
+    validation = ROOT / "docs" / "validation"
+    at_speed = validation_module("llamacpp_at_speed")
+    held, strays = {}, {}
+    for name, ratio in (("beside", "speed-beside"), ("phase", "speed-phase")):
+        kept = json.loads((validation / f"llamacpp-at-speed-{name}-item{item}.json").read_text())
+        assert kept["ratio"] == ratio
+        field = "speed_beside" if name == "beside" else "speed_prompt"
+        for p in points:
+            assert [v["prompt_ratio"] for v in kept["points"][p].values()] == [
+                round(sum(m[field] for m in v["machine"]) / 3, 4)
+                for v in now[p]["loads"].values()]  # fmt: skip
+        held[name] = {p: sum(v["at_speed"]["in_target"] for v in kept["points"][p].values())
+                      for p in points}  # fmt: skip
+        strays[name] = {
+            p: (round(b, 3), round(s, 3))
+            for p, (b, s) in at_speed.prompt_against_runs(kept["points"], now).items()
+        }
+    return held, strays
+
+
 def _set_at_speed(
     item: str,
     matrix: str,
@@ -2777,21 +2805,7 @@ def test_item_75s_prompt_reading_beside_the_full_batchs_other_decoders() -> None
         spans[field] = [(min(r), max(r)) for r in (got[:15], got[15:])]
     assert spans == {"speed_beside": [(0.921, 1.338), (0.887, 0.994)],
                      "speed_prompt": [(0.922, 1.533), (0.781, 1.229)]}  # fmt: skip
-    held, strays = {}, {}
-    for name, ratio in (("beside", "speed-beside"), ("phase", "speed-phase")):
-        kept = json.loads((validation / f"llamacpp-at-speed-{name}-item75.json").read_text())
-        assert kept["ratio"] == ratio
-        field = "speed_beside" if name == "beside" else "speed_prompt"
-        for p in again:
-            assert [v["prompt_ratio"] for v in kept["points"][p].values()] == [
-                round(sum(m[field] for m in v["machine"]) / 3, 4)
-                for v in now[p]["loads"].values()]  # fmt: skip
-        held[name] = {p: sum(v["at_speed"]["in_target"] for v in kept["points"][p].values())
-                      for p in again}  # fmt: skip
-        strays[name] = {
-            p: (round(b, 3), round(s, 3))
-            for p, (b, s) in at_speed.prompt_against_runs(kept["points"], now).items()
-        }
+    held, strays = _prompt_readings_kept(now, again, 75)
     assert held == {"beside": {"np2_b64/long": 23, "default/short": 30},
                     "phase": {"np2_b64/long": 18, "default/short": 25}}  # fmt: skip
     assert strays == {
@@ -2880,28 +2894,13 @@ def test_item_76s_beside_reading_at_three_more_points() -> None:
         ("16 / 35", "26 / 35", "21 / 35")]  # fmt: skip
     # both prompt readings before each run, and their loads' means against the runs'
     # prompt steps
-    at_speed = validation_module("llamacpp_at_speed")
     spans = {}
     for field in ("speed_beside", "speed_prompt"):
         got = [[m[field] for v in now[p]["loads"].values() for m in v["machine"]] for p in again]
         spans[field] = [(min(r), max(r)) for r in got]
     assert spans == {"speed_beside": [(0.887, 1.401), (0.94, 1.364), (0.957, 1.377)],
                      "speed_prompt": [(0.919, 1.437), (0.974, 1.455), (0.774, 1.392)]}  # fmt: skip
-    held, strays = {}, {}
-    for name, ratio in (("beside", "speed-beside"), ("phase", "speed-phase")):
-        kept = json.loads((validation / f"llamacpp-at-speed-{name}-item76.json").read_text())
-        assert kept["ratio"] == ratio
-        field = "speed_beside" if name == "beside" else "speed_prompt"
-        for p in again:
-            assert [v["prompt_ratio"] for v in kept["points"][p].values()] == [
-                round(sum(m[field] for m in v["machine"]) / 3, 4)
-                for v in now[p]["loads"].values()]  # fmt: skip
-        held[name] = {p: sum(v["at_speed"]["in_target"] for v in kept["points"][p].values())
-                      for p in again}  # fmt: skip
-        strays[name] = {
-            p: (round(b, 3), round(s, 3))
-            for p, (b, s) in at_speed.prompt_against_runs(kept["points"], now).items()
-        }
+    held, strays = _prompt_readings_kept(now, again, 76)
     assert held == {"beside": {"np2_b64/short": 35, "kvu/long": 26, "kvu/short": 32},
                     "phase": {"np2_b64/short": 21, "kvu/long": 26, "kvu/short": 31}}  # fmt: skip
     assert strays == {

@@ -2914,10 +2914,20 @@ def test_item_76s_beside_reading_at_three_more_points() -> None:
     assert alone == {"speed-batch": {"np2_b64/short": 32, "kvu/long": 27, "kvu/short": 28},
                      "speed": {"np2_b64/short": 30, "kvu/long": 28, "kvu/short": 30}}  # fmt: skip
     assert sum(sum(_inside(now[p]).values()) for p in again) == 65
-    # over the five points read so (item 75's two with these three)
-    five = {"beside": 53 + sum(held["beside"].values()), "phase": 43 + sum(held["phase"].values()),
-            "speed-batch": 50 + sum(alone["speed-batch"].values()),
-            "speed": 59 + sum(alone["speed"].values()), "profile": 46 + 65}  # fmt: skip
+    # over the five points read so: item 75's two, read from its own kept outputs, with
+    # these three
+    before = {"np2_b64/long": ("2026-12-06 22:18 UTC", 16),
+              "default/short": ("2026-12-06 22:48 UTC", 30)}  # fmt: skip
+    was = _run_again("llamacpp-matrix-epyc-item75.json", "llamacpp-matrix-epyc-item72.json",
+                     before)  # fmt: skip
+    held75, _ = _prompt_readings_kept(was, before, 75)
+    sets75 = json.loads((validation / "llamacpp-at-speed-item75.json").read_text())
+    five = {name: sum(held75[name].values()) + sum(held[name].values()) for name in held}
+    for r in ("speed-batch", "speed"):
+        five[r] = sum(_points_at_speed(sets75, r, tuple(before)).values()) + sum(
+            alone[r].values())  # fmt: skip
+    five["profile"] = sum(sum(_inside(x[p]).values()) for x, points in
+                          ((was, before), (now, again)) for p in points)  # fmt: skip
     assert five == {"beside": 146, "phase": 121, "speed-batch": 137, "speed": 147, "profile": 111}
     printed = "\n".join(sets["noise_printed"]["new_points_printed"]["--wander"])
     assert "(real repeats / draws): T1 7.7% /" in printed

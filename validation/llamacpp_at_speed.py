@@ -44,10 +44,13 @@ before each run (:func:`speed_prompt_ratio`; a matrix run with ``--speed-before`
 71 on): both phases read before the load, a prediction. ``--ratio speed-beside`` is the
 same with the prompt read beside the full batch's other decoders (``--prompt N --beside
 NP-1``, :func:`speed_beside_ratio`, item 75 on): the kind of step a load's prompts run in.
+``--ratio speed-lone-beside`` takes that prompt reading with the lone decode reading
+(``speed``'s) for the decode steps instead of the full batch's (item 77): over five points
+the lone reading alone did better than the full batch's (items 75–76).
 
     PYTHONPATH=src python validation/llamacpp_at_speed.py
         [--ratio runs|mean|gate|gate-all|batch|batch-mean|speed|speed-batch|one-run|phase
-                 |one-run-phase|speed-phase|speed-beside]
+                 |one-run-phase|speed-phase|speed-beside|speed-lone-beside]
         [--only CFG/REGIME ...] [--json OUT]
 
 After the table it prints how far the speed it priced each load at lay from the load's
@@ -334,6 +337,13 @@ RATIOS = {
         "`lyra-simpy speed --batch NP` and `--prompt N --beside NP-1` before the runs",
         "at the speeds it printed",
         "speed_batch",
+        prompt=speed_beside_ratio,
+    ),
+    "speed-lone-beside": Ratio(
+        speed_ratio,
+        "`lyra-simpy speed` (lone) and `--prompt N --beside NP-1` before the runs",
+        "at the speeds it printed",
+        "speed_lone",
         prompt=speed_beside_ratio,
     ),
     "one-run-phase": Ratio(

@@ -110,6 +110,14 @@ def test_a_load_at_a_speed_per_phase_prices_its_prompt_steps_at_their_own():
     )
     with pytest.raises(SystemExit, match=r"closed_8 has no `lyra-simpy speed --prompt N --beside"):
         beside.prompt(older, "closed_8")
+    # speed-lone-beside: that prompt reading with the lone decode reading (item 77)
+    machine[0]["speed_lone"], machine[1]["speed_lone"] = 1.1, 1.3
+    lone = AT_SPEED.RATIOS["speed-lone-beside"]
+    assert (lone.read(before, "closed_8"), lone.prompt(before, "closed_8")) == (
+        pytest.approx(1.2),
+        pytest.approx(1.04),
+    )
+    assert lone.field == "speed_lone"
     # how far a prompt speed lay from the runs' prompt steps, point by point: the mean and
     # the standard deviation over its loads of the log of the one over the other
     stored = {"default/long": {"loads": {
@@ -168,7 +176,8 @@ def test_the_speeds_a_load_is_priced_at():
     assert AT_SPEED.runs_mean_ratio(res, "closed_4") == 1.23  # (--ratio mean: the skew)
     assert set(AT_SPEED.RATIOS) == {
         "runs", "mean", "gate", "gate-all", "batch", "batch-mean", "speed", "speed-batch",
-        "one-run", "phase", "one-run-phase", "speed-phase", "speed-beside"}  # fmt: skip
+        "one-run", "phase", "one-run-phase", "speed-phase", "speed-beside",
+        "speed-lone-beside"}  # fmt: skip
     assert AT_SPEED.RATIOS["mean"].read is AT_SPEED.runs_mean_ratio
     # --ratio one-run: every load at the mean step of the load Tables 2 and 3 fit on
     res["loads"]["poisson_0.6"] = {"steps_vs_charge": {"decode": {"median": 1.0, "mean": 1.04}}}

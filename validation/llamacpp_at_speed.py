@@ -46,11 +46,16 @@ same with the prompt read beside the full batch's other decoders (``--prompt N -
 NP-1``, :func:`speed_beside_ratio`, item 75 on): the kind of step a load's prompts run in.
 ``--ratio speed-lone-beside`` takes that prompt reading with the lone decode reading
 (``speed``'s) for the decode steps instead of the full batch's (item 77): over five points
-the lone reading alone did better than the full batch's (items 75–76).
+the lone reading alone did better than the full batch's (items 75–76). ``--ratio
+speed-beside-fit`` is ``speed-beside`` with the prompt reading taken against what Table 1's
+fit charges for the profile rows it was read against instead of the rows themselves
+(:func:`beside_rows_over_fit`, an ablation, item 77): ``cost.prompt_speed`` multiplies the
+fit's price, so a reading against rows the fit misses carries that miss.
 
     PYTHONPATH=src python validation/llamacpp_at_speed.py
         [--ratio runs|mean|gate|gate-all|batch|batch-mean|speed|speed-batch|one-run|phase
-                 |one-run-phase|speed-phase|speed-beside|speed-lone-beside]
+                 |one-run-phase|speed-phase|speed-beside|speed-lone-beside
+                 |speed-beside-fit]
         [--only CFG/REGIME ...] [--json OUT]
 
 After the table it prints how far the speed it priced each load at lay from the load's
@@ -71,6 +76,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import csv
 import json
 import shutil
 import sys
@@ -253,6 +259,42 @@ def speed_beside_ratio(res: dict[str, Any], load: str) -> float:
                         "75 on)")  # fmt: skip
 
 
+def beside_rows_over_fit(here: Path) -> float:
+    """The profile rows ``lyra-simpy speed --prompt N --beside B`` read the point in folder
+    *here* against, over what its probe fit (``fit_probes.yaml``, Table 1's) charges for
+    the same rows: for each decoder context the rows of the prompt's *N* tokens beside *B*
+    were taken at, their ``latency_ms`` summed (the prompt's steps) and the fit's
+    prediction summed; the median of the one over the median of the other, as the reading
+    takes the rows' median over the contexts. *B* and *N* are the point's first beside
+    reading's (``speed/LOAD/run1-beside.json``). Times the reading, it gives the prompt
+    steps' speed against the fit's price, which ``cost.prompt_speed`` multiplies."""
+    from lyra_simpy.calibration.fit import predict_ms
+    from lyra_simpy.calibration.fitfile import load_fit
+    from lyra_simpy.calibration.profiles import read_profile
+
+    found = sorted((here / "speed").glob("*/run1-beside.json"))
+    if not found:
+        raise SystemExit(f"{here.name}: no beside reading kept under speed/ (item 75 on)")
+    request = json.loads(found[0].read_text())["request"]
+    beside, tokens = int(request["beside"]), int(request["contexts"][0])
+    profile = read_profile(here / "profile.csv")
+    fitted = predict_ms(load_fit(here / "fit_probes.yaml"), profile)
+    with (here / "profile.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    col = "prompt_tokens" if rows and "prompt_tokens" in rows[0] else "input_tokens"
+    sums: dict[int, list[float]] = {}
+    for row, fit_ms in zip(rows, fitted, strict=True):
+        if (row["phase"] == "mixed" and row[col].strip() and int(row["batch_size"]) == beside
+                and int(row[col]) == tokens):  # fmt: skip
+            got = sums.setdefault(int(row["context_len"]), [0.0, 0.0])
+            got[0] += float(row["latency_ms"])
+            got[1] += float(fit_ms)
+    if not sums:
+        raise SystemExit(f"{here.name}: no mixed rows of {tokens} tokens beside {beside}")
+    measured, charged = zip(*sums.values(), strict=True)
+    return float(np.median(measured) / np.median(charged))
+
+
 def folder(here: Path, source: str) -> Path:
     """Where :func:`point` writes a point's scenarios, fits and simulations at the speed
     *source* gives (``llamacpp_noise.py --at-speed`` reads ``runs``')."""
@@ -271,6 +313,8 @@ class Ratio(NamedTuple):
     prompt: Callable[[dict[str, Any], str], float] | None = None
     """Where the steps with prompt tokens get a speed of their own (``cost.prompt_speed``),
     the function that reads it (None: every step at :attr:`read`'s)."""
+    prompt_scale: Callable[[Path], float] | None = None
+    """A factor on :attr:`prompt`'s reading from the point's folder (None: none)."""
 
 
 RATIOS = {
@@ -346,6 +390,15 @@ RATIOS = {
         "speed_lone",
         prompt=speed_beside_ratio,
     ),
+    "speed-beside-fit": Ratio(
+        speed_batch_ratio,
+        "`lyra-simpy speed --batch NP` and `--prompt N --beside NP-1` (against the fit) "
+        "before the runs",
+        "at the speeds it printed",
+        "speed_batch",
+        prompt=speed_beside_ratio,
+        prompt_scale=beside_rows_over_fit,
+    ),
     "one-run-phase": Ratio(
         one_run_ratio,
         f"{FIT_LOAD}'s real mean decode step ÷ Table 1's charge (prompt steps at their own)",
@@ -370,8 +423,10 @@ def point(key: str, res: dict[str, Any], repeats: int, log: list[str],
     for load in LOADS:
         got = res["loads"][load]
         ratio = RATIOS[source].read(res, load)
-        reader = RATIOS[source].prompt
+        reader, scale = RATIOS[source].prompt, RATIOS[source].prompt_scale
         prompt = reader(res, load) if reader is not None else None
+        if prompt is not None and scale is not None:
+            prompt *= scale(here)
         scenario = yaml.safe_load((here / f"{load}.yaml").read_text())
         path = work / f"{load}.yaml"
         moved = at_speed_scenario(scenario, ratio, here / "fit_probes.yaml", prompt)

@@ -4,8 +4,10 @@ decode step)."""
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,9 @@ import pytest
 import yaml
 
 from builders import validation_module
+from lyra_simpy.calibration.fit import predict_ms
+from lyra_simpy.calibration.fitfile import load_fit
+from lyra_simpy.calibration.profiles import read_profile
 from lyra_simpy.cli import main as cli_main
 from lyra_simpy.scenario import load_scenario
 
@@ -177,7 +182,7 @@ def test_the_speeds_a_load_is_priced_at():
     assert set(AT_SPEED.RATIOS) == {
         "runs", "mean", "gate", "gate-all", "batch", "batch-mean", "speed", "speed-batch",
         "one-run", "phase", "one-run-phase", "speed-phase", "speed-beside",
-        "speed-lone-beside"}  # fmt: skip
+        "speed-lone-beside", "speed-beside-fit"}  # fmt: skip
     assert AT_SPEED.RATIOS["mean"].read is AT_SPEED.runs_mean_ratio
     # --ratio one-run: every load at the mean step of the load Tables 2 and 3 fit on
     res["loads"]["poisson_0.6"] = {"steps_vs_charge": {"decode": {"median": 1.0, "mean": 1.04}}}
@@ -311,3 +316,50 @@ def test_a_points_scenarios_name_their_fit_beside_them(tmp_path):
     out = tmp_path / "sim"
     assert cli_main(["run", str(moved / "closed_4.yaml"), "--out", str(out), "--no-figures"]) == 0
     assert list(out.rglob("summary.json"))
+
+
+def test_a_beside_reading_against_the_fits_price_of_its_rows(tmp_path: Path) -> None:
+    # --ratio speed-beside-fit (item 77): -np 4 short's kept profile, fit and first beside
+    # reading; its 64-token prompts beside 3 decoders sat 7 % above the fit's price of them
+    validation = Path(__file__).parents[2] / "docs" / "validation"
+    wanted = (
+        "profile.csv",
+        "profile.yaml",
+        "fit_probes.yaml",
+        "speed/poisson_0.3/run1-beside.json",
+    )
+    with tarfile.open(validation / "points" / "default_short.tar.xz") as tar:
+        for name in wanted:
+            (tmp_path / "default_short" / name).parent.mkdir(parents=True, exist_ok=True)
+            got = tar.extractfile(f"default_short/{name}")
+            assert got is not None
+            (tmp_path / "default_short" / name).write_bytes(got.read())
+    here = tmp_path / "default_short"
+    got = AT_SPEED.beside_rows_over_fit(here)
+    assert round(got, 3) == 1.071
+    # by hand: the rows of 64 tokens beside 3, summed by the decoders' context, the median
+    # over the contexts against the fit's prediction of the same rows
+    profile = read_profile(here / "profile.csv")
+    fitted = predict_ms(load_fit(here / "fit_probes.yaml"), profile)
+    with (here / "profile.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    shape = ("mixed", "3", "64")  # (the phase, the decoders beside, the prompt's tokens)
+    mine = [(int(r["context_len"]), float(r["latency_ms"]), f)
+            for r, f in zip(rows, fitted, strict=True)
+            if (r["phase"], r["batch_size"], r["prompt_tokens"]) == shape]  # fmt: skip
+    contexts = sorted({c for c, _, _ in mine})
+    assert len(contexts) > 1
+    measured = np.median([sum(m for c2, m, _ in mine if c2 == c) for c in contexts])
+    charged = np.median([sum(f for c2, _, f in mine if c2 == c) for c in contexts])
+    assert got == pytest.approx(measured / charged)
+    # the kept outputs: every load's prompt speed is the beside reading's times the point's
+    # factor
+    fit = json.loads((validation / "llamacpp-at-speed-beside-fit-item77.json").read_text())
+    rows_ = json.loads((validation / "llamacpp-at-speed-beside-item77.json").read_text())
+    loads = fit["points"]["default/short"]
+    assert [v["prompt_ratio"] for v in loads.values()] == pytest.approx(
+        [rows_["points"]["default/short"][k]["prompt_ratio"] * got for k in loads], abs=1e-4
+    )
+    (here / "speed" / "poisson_0.3" / "run1-beside.json").unlink()
+    with pytest.raises(SystemExit, match=r"default_short: no beside reading kept under speed/"):
+        AT_SPEED.beside_rows_over_fit(here)

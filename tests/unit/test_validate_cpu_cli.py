@@ -3022,6 +3022,22 @@ def test_item_77s_beside_reading_at_np4_long_and_over_all_six_points() -> None:
     lone_beside = json.loads((validation / "llamacpp-at-speed-lone-beside-item77.json").read_text())
     assert lone_beside["ratio"] == "speed-lone-beside"
     assert six == {"beside": (180, 23, 35), "phase": (153, 18, 32), "lone-beside": (179, 27, 34)}
+    # the beside reading against the fit's price of its rows (an ablation): each point's
+    # prompt speed the beside reading's times its rows over the fit
+    against_fit = json.loads((validation / "llamacpp-at-speed-beside-fit-item77.json").read_text())
+    assert against_fit["ratio"] == "speed-beside-fit"
+    beside = json.loads((validation / "llamacpp-at-speed-beside-item77.json").read_text())
+    factors = {p: {round(v["prompt_ratio"] / beside["points"][p][load]["prompt_ratio"], 2)
+                   for load, v in loads.items()}
+               for p, loads in against_fit["points"].items()}  # fmt: skip
+    assert factors == {"default/short": {1.07}, "default/long": {1.06}, "np2_b64/long": {1.02},
+                       "kvu/long": {1.01}, "kvu/short": {1.0}, "np2_b64/short": {0.99}}  # fmt: skip
+    assert sum(v["at_speed"]["in_target"] for loads in against_fit["points"].values()
+               for v in loads.values()) == 183  # fmt: skip
+    moved = {p: round(b, 3) for p, (b, _) in
+             at_speed.prompt_against_runs(against_fit["points"], now).items()}  # fmt: skip
+    assert moved == {"default/short": -0.02, "default/long": 0.071, "np2_b64/long": 0.064,
+                     "kvu/long": 0.05, "kvu/short": 0.009, "np2_b64/short": 0.006}  # fmt: skip
     for r, n in (("speed-batch", 170), ("speed", 168), ("phase", 196)):
         assert sum(_points_at_speed(sets, r, tuple(now)).values()) == n
     assert sum(sum(_inside(now[p]).values()) for p in now) == 134

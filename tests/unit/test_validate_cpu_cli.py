@@ -601,6 +601,19 @@ def _run_again(kept: str, before: str, again: dict[str, tuple[str, int]]) -> dic
     return now
 
 
+def _epyc_points_again(kept: str, before: str, again: dict[str, tuple[str, int]],
+                       item: int) -> dict:  # fmt: skip
+    """:func:`_run_again` for item *item*'s points run again on the AMD EPYC VM (items 68
+    on): each on that host, every real run begun with its slots emptied
+    (:func:`_all_settled`) and its host noise as the item's line logs it
+    (:func:`_noise_as_kept`)."""
+    now = _run_again(kept, before, again)
+    assert {now[p]["hardware"] for p in again} == {"AMD EPYC (2 cores)"}
+    _all_settled(now, again)
+    _noise_as_kept(now, again, item)
+    return now
+
+
 def _noise_as_kept(now: dict, points: dict, item: int) -> None:
     """Each of *points*' ``host_noise`` median in the matrix *now* is the one its line for
     item *item* in ``llamacpp-host-noise.txt`` gives."""
@@ -624,6 +637,11 @@ def _decode_steps(point: dict) -> list[float]:
     """A stored point's real decode steps over Table 1's charge, load by load (each load's
     median, two places)."""
     return [round(v["steps_vs_charge"]["decode"]["median"], 2) for v in point["loads"].values()]
+
+
+def _prompt_steps(point: dict) -> list[float]:
+    """:func:`_decode_steps` for the steps that carry prompt tokens."""
+    return [round(v["steps_vs_charge"]["prompt"]["median"], 2) for v in point["loads"].values()]
 
 
 def _save_probes(now: dict, points: dict) -> list[float]:
@@ -2480,16 +2498,13 @@ def test_item_68s_points_again_on_a_host_whose_speed_swung() -> None:
     validation = ROOT / "docs" / "validation"
     again = {"np2_b64/short": ("2026-12-06 11:49 UTC", 25),
              "default/long": ("2026-12-06 12:47 UTC", 22)}  # fmt: skip
-    now = _run_again("llamacpp-matrix-epyc-item68.json", "llamacpp-matrix-epyc-item67.json", again)
+    now = _epyc_points_again("llamacpp-matrix-epyc-item68.json",
+                             "llamacpp-matrix-epyc-item67.json", again, 68)  # fmt: skip
     steps = {p: _decode_steps(now[p]) for p in again}
     assert steps == {"np2_b64/short": [0.98, 1.06, 1.15, 1.18, 1.21],
                      "default/long": [0.98, 0.87, 0.86, 0.89, 0.9]}  # fmt: skip
-    for p in again:
-        assert now[p]["hardware"] == "AMD EPYC (2 cores)"
-    _all_settled(now, again)
     # the save probe: the dear page at -np 2 -b 64 short, the cheap one at -np 4 long
     assert _save_probes(now, again) == [0.1151, 0.0157]
-    _noise_as_kept(now, again, 68)
     # their raw runs were kept in the repository; -np 4 long's archive is item 77's since,
     # -np 2 -b 64 short's item 76's (item 68's stay in git history, as of commit 19163a7)
     index = json.loads((validation / "points" / "index.json").read_text())
@@ -2505,16 +2520,12 @@ def test_item_69s_points_again_so_that_five_of_six_are_kept() -> None:
     again = {"default/short": ("2026-12-06 14:23 UTC", 30),
              "kvu/short": ("2026-12-06 14:48 UTC", 31),
              "np2_b64/long": ("2026-12-06 15:33 UTC", 24)}  # fmt: skip
-    now = _run_again("llamacpp-matrix-epyc-item69.json", "llamacpp-matrix-epyc-item68.json",
-                     again)  # fmt: skip
+    now = _epyc_points_again("llamacpp-matrix-epyc-item69.json",
+                             "llamacpp-matrix-epyc-item68.json", again, 69)  # fmt: skip
     steps = {p: _decode_steps(now[p]) for p in again}
     assert steps == {"default/short": [1.09, 1.04, 1.03, 1.01, 0.97],
                      "kvu/short": [0.98, 0.98, 0.98, 0.99, 1.01],
                      "np2_b64/long": [1.04, 1.03, 1.0, 0.95, 1.04]}  # fmt: skip
-    for p in again:
-        assert now[p]["hardware"] == "AMD EPYC (2 cores)"
-    _all_settled(now, again)
-    _noise_as_kept(now, again, 69)
     # the gate took more than one probe before 5, 5 and 10 runs, read up to 1.37-1.48 x,
     # and gave up (its last probe still outside 5 %) before 2, 0 and 2 runs
     gate = {p: _gate_readings(now[p]) for p in again}
@@ -2549,15 +2560,11 @@ def test_item_70s_kvu_long_again_so_that_all_six_are_kept() -> None:
     # from a clone
     validation = ROOT / "docs" / "validation"
     again = {"kvu/long": ("2026-12-06 17:11 UTC", 29)}
-    now = _run_again("llamacpp-matrix-epyc-item70.json", "llamacpp-matrix-epyc-item69.json",
-                     again)  # fmt: skip
+    now = _epyc_points_again("llamacpp-matrix-epyc-item70.json",
+                             "llamacpp-matrix-epyc-item69.json", again, 70)  # fmt: skip
     assert _decode_steps(now["kvu/long"]) == [1.05, 1.09, 0.98, 1.01, 1.03]
-    prompt = [round(v["steps_vs_charge"]["prompt"]["median"], 2)
-              for v in now["kvu/long"]["loads"].values()]  # fmt: skip
-    assert prompt == [1.02, 1.03, 0.95, 0.99, 1.0]
-    assert {r["hardware"] for r in now.values()} == {"AMD EPYC (2 cores)"}
-    _all_settled(now, again)
-    _noise_as_kept(now, again, 70)
+    assert _prompt_steps(now["kvu/long"]) == [1.02, 1.03, 0.95, 0.99, 1.0]
+    assert {r["hardware"] for r in now.values()} == {"AMD EPYC (2 cores)"}  # (all six)
     # the gate took more than one probe before 5 runs, read up to 1.07 x and let every run
     # through within 5 %
     (gate,) = (_gate_readings(now[p]) for p in again)
@@ -2637,14 +2644,11 @@ def test_item_71s_prompt_reading_before_each_run_of_np4_long() -> None:
     # lone and full-batch decode readings; both phases read before the runs hold 33 of 35
     validation = ROOT / "docs" / "validation"
     again = {"default/long": ("2026-12-06 18:21 UTC", 24)}
-    now = _run_again("llamacpp-matrix-epyc-item71.json", "llamacpp-matrix-epyc-item70.json", again)
+    now = _epyc_points_again("llamacpp-matrix-epyc-item71.json",
+                             "llamacpp-matrix-epyc-item70.json", again, 71)  # fmt: skip
     point = now["default/long"]
     assert _decode_steps(point) == [1.05, 1.0, 0.94, 0.91, 0.92]
-    prompt = [round(v["steps_vs_charge"]["prompt"]["median"], 2) for v in point["loads"].values()]
-    assert prompt == [0.96, 0.96, 0.97, 0.94, 0.96]
-    assert point["hardware"] == "AMD EPYC (2 cores)"
-    _all_settled(now, again)
-    _noise_as_kept(now, again, 71)
+    assert _prompt_steps(point) == [0.96, 0.96, 0.97, 0.94, 0.96]
     gate = _gate_readings(point)
     assert sum(n > 1 for _, n in gate) == 9
     assert all(abs(x - 1) <= 0.05 for x, _ in gate)
@@ -2690,19 +2694,16 @@ def test_item_72s_prompt_reading_on_two_more_points() -> None:
     validation = ROOT / "docs" / "validation"
     again = {"default/short": ("2026-12-06 19:34 UTC", 24),
              "np2_b64/long": ("2026-12-06 20:22 UTC", 16)}  # fmt: skip
-    now = _run_again("llamacpp-matrix-epyc-item72.json", "llamacpp-matrix-epyc-item71.json", again)
+    now = _epyc_points_again("llamacpp-matrix-epyc-item72.json",
+                             "llamacpp-matrix-epyc-item71.json", again, 72)  # fmt: skip
     was = json.loads((validation / "llamacpp-matrix-epyc-item71.json").read_text())["results"]
     assert [sum(_inside(was[p]).values()) for p in again] == [30, 24]  # item 69's runs
     short, long = now["default/short"], now["np2_b64/long"]
     assert _decode_steps(short) == [1.06, 1.03, 1.08, 1.03, 1.04]
     assert _decode_steps(long) == [1.08, 1.09, 1.07, 1.05, 1.01]
-    prompt = {p: [round(v["steps_vs_charge"]["prompt"]["median"], 2)
-                  for v in now[p]["loads"].values()] for p in again}  # fmt: skip
-    assert prompt == {"default/short": [1.05, 1.11, 1.11, 1.07, 1.04],
-                      "np2_b64/long": [1.09, 1.11, 1.12, 1.08, 1.03]}  # fmt: skip
-    assert {now[p]["hardware"] for p in again} == {"AMD EPYC (2 cores)"}
-    _all_settled(now, again)
-    _noise_as_kept(now, again, 72)
+    assert {p: _prompt_steps(now[p]) for p in again} == {
+        "default/short": [1.05, 1.11, 1.11, 1.07, 1.04],
+        "np2_b64/long": [1.09, 1.11, 1.12, 1.08, 1.03]}  # fmt: skip
     assert _save_probes(now, again) == [0.0185, 0.0243]
     # the gate: every -np 4 short run through within 5 %; before 5 of -np 2 -b 64 long's it
     # gave up (1.07-1.18 x)
@@ -2770,18 +2771,14 @@ def test_item_75s_prompt_reading_beside_the_full_batchs_other_decoders() -> None
     validation = ROOT / "docs" / "validation"
     again = {"np2_b64/long": ("2026-12-06 22:18 UTC", 16),
              "default/short": ("2026-12-06 22:48 UTC", 30)}  # fmt: skip
-    now = _run_again("llamacpp-matrix-epyc-item75.json", "llamacpp-matrix-epyc-item72.json",
-                     again)  # fmt: skip
+    now = _epyc_points_again("llamacpp-matrix-epyc-item75.json",
+                             "llamacpp-matrix-epyc-item72.json", again, 75)  # fmt: skip
     long, short = now["np2_b64/long"], now["default/short"]
     assert _decode_steps(long) == [1.01, 1.13, 1.2, 1.04, 1.09]
     assert _decode_steps(short) == [1.04, 1.02, 1.03, 0.99, 0.97]
-    prompt = {p: [round(v["steps_vs_charge"]["prompt"]["median"], 2)
-                  for v in now[p]["loads"].values()] for p in again}  # fmt: skip
-    assert prompt == {"np2_b64/long": [0.99, 1.1, 1.21, 1.01, 1.08],
-                      "default/short": [1.02, 1.05, 1.08, 1.03, 1.01]}  # fmt: skip
-    assert {now[p]["hardware"] for p in again} == {"AMD EPYC (2 cores)"}
-    _all_settled(now, again)
-    _noise_as_kept(now, again, 75)
+    assert {p: _prompt_steps(now[p]) for p in again} == {
+        "np2_b64/long": [0.99, 1.1, 1.21, 1.01, 1.08],
+        "default/short": [1.02, 1.05, 1.08, 1.03, 1.01]}  # fmt: skip
     assert _save_probes(now, again) == [0.0256, 0.073]
     # the gate: it waited before 9 of -np 2 -b 64 long's runs and gave up before 6; every
     # -np 4 short run went through within 5 %, after the check set two profiles aside
@@ -2869,15 +2866,12 @@ def test_item_76s_beside_reading_at_three_more_points() -> None:
     again = {"np2_b64/short": ("2026-12-07 00:11 UTC", 28),
              "kvu/long": ("2026-12-07 00:53 UTC", 21),
              "kvu/short": ("2026-12-07 01:31 UTC", 16)}  # fmt: skip
-    now = _run_again("llamacpp-matrix-epyc-item76.json", "llamacpp-matrix-epyc-item75.json",
-                     again)  # fmt: skip
+    now = _epyc_points_again("llamacpp-matrix-epyc-item76.json",
+                             "llamacpp-matrix-epyc-item75.json", again, 76)  # fmt: skip
     assert {p: _decode_steps(now[p]) for p in again} == {
         "np2_b64/short": [0.99, 0.99, 0.95, 1.12, 1.15],
         "kvu/long": [1.06, 1.03, 1.13, 1.15, 1.16],
         "kvu/short": [1.14, 1.03, 0.98, 0.99, 1.16]}  # fmt: skip
-    assert {now[p]["hardware"] for p in again} == {"AMD EPYC (2 cores)"}
-    _all_settled(now, again)
-    _noise_as_kept(now, again, 76)
     assert _save_probes(now, again) == [0.0233, 0.0927, 0.0186]
     # the gate waited before 7, 7 and 8 runs, read up to 1.48, 1.46 and 1.41 x, and gave up
     # before 2, 2 and 6; the check set one of -kvu short's profiles aside
@@ -2961,12 +2955,9 @@ def test_item_77s_beside_reading_at_np4_long_and_over_all_six_points() -> None:
     # full batch's decode reading is the best forecast read before the runs
     validation = ROOT / "docs" / "validation"
     again = {"default/long": ("2026-12-07 03:02 UTC", 23)}
-    now = _run_again("llamacpp-matrix.json", "llamacpp-matrix-epyc-item76.json", again)
+    now = _epyc_points_again("llamacpp-matrix.json", "llamacpp-matrix-epyc-item76.json", again, 77)
     point = now["default/long"]
     assert _decode_steps(point) == [1.03, 1.05, 1.08, 1.06, 1.04]
-    assert point["hardware"] == "AMD EPYC (2 cores)"
-    _all_settled(now, again)
-    _noise_as_kept(now, again, 77)
     assert _save_probes(now, again) == [0.0083]
     # the gate waited before 3 runs and gave up before none; the full-batch check set two
     # profiles aside

@@ -30,6 +30,13 @@ decoding sequence, by the chunk's place in its prompt (``c0``: its first), each 
 time the fit charges it, beside the two-sequence decode-only steps and the profile's
 mixed rows of the same chunk: the same shape of step at each load, with no fit in
 between (item 24).
+
+``--mixed`` prints instead the profile's mixed rows (a prompt beside decoding sequences)
+by decoders, prompt and the prompt's step (``b3 p64 s1``: the second step of a 64-token
+prompt beside three decoders), each with its rows' median ms, each row's ms by the
+decoders' context in brackets, the fit's median ms and measured / fit: the rows
+``lyra-simpy speed --prompt N --beside B`` reads the host against, each the median of
+the grid's repeats, one row per decoder context (item 77).
 """
 
 from __future__ import annotations
@@ -261,6 +268,35 @@ def chunk_rows(point: Path) -> list[str]:
     return lines
 
 
+def mixed_rows(point: Path, which: str = "probes") -> list[str]:
+    """*point*'s profile's mixed rows by (decoders, the prompt's tokens, its step), each
+    with their median ``latency_ms``, each row's by the decoders' context, the median of
+    what the fit of its *which* charges them and the median of measured / fit, one line
+    each."""
+    fit = load_fit(point / f"fit_{which}.yaml")
+    profile = read_profile(point / "profile.csv")
+    fitted = predict_ms(fit, profile)
+    with (point / "profile.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    groups: dict[tuple[int, int, int], list[tuple[int, float, float]]] = {}
+    for row, charged in zip(rows, fitted, strict=True):
+        if row["phase"] != "mixed":
+            continue
+        whole = row.get("prompt_tokens") or row["input_tokens"]
+        key = (int(row["batch_size"]), int(whole), int(row.get("prompt_step") or 0))
+        got = (int(row["context_len"]), float(row["latency_ms"]), float(charged))
+        groups.setdefault(key, []).append(got)
+    lines = [f"{point.name}: mixed rows by decoders, prompt and its step (the fit of its "
+             f"{which}): median ms measured (each row's, by the decoders' context), fitted, "
+             "measured / fit"]  # fmt: skip
+    for (b, n, step), got in sorted(groups.items()):
+        ms, fitted_ms = np.array([(m, f) for _, m, f in got]).T
+        each = ", ".join(f"{c}: {m:.1f}" for c, m, _ in sorted(got))
+        lines.append(f"  b{b} p{n} s{step}  {np.median(ms):.1f} ({each})  "
+                     f"{np.median(fitted_ms):.1f}  {np.median(ms / fitted_ms):.3f}")  # fmt: skip
+    return lines
+
+
 def _both_ways(point: Path, load: str) -> dict[str, Scenario]:
     """*load*'s Table 1 scenario at *point* with ``cost.decode_passes`` ``each`` (its
     default) and ``together``."""
@@ -357,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the decode-only steps by sequences and passes, measured / "
                         "charged by Table 1 with each pass priced at its own rows and "
                         "together (cost.decode_passes)")  # fmt: skip
+    parser.add_argument("--mixed", action="store_true",
+                        help="the profile's mixed rows by decoders, prompt and step, "
+                        "measured / fit (the beside reading's reference)")  # fmt: skip
     args = parser.parse_args(argv)
     stored = sorted(p.name for p in OUT.glob("*") if (p / "fit_probes.yaml").is_file())
     names = args.points or stored
@@ -364,7 +403,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nothing stored in {OUT}: run validate_cpu.py --matrix first", file=sys.stderr)
         return 2
     for name in names:
-        if args.chunks:
+        if args.mixed:
+            rows = mixed_rows(OUT / name, args.fit)
+        elif args.chunks:
             rows = chunk_rows(OUT / name)
         elif args.passes:
             rows = pass_rows_of(OUT / name)

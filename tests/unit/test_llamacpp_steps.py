@@ -3,6 +3,10 @@ sequences and passes, without a fit."""
 
 from __future__ import annotations
 
+import json
+import tarfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -80,3 +84,35 @@ def test_steps_are_split_by_arrivals_and_checkpoints():
     none = steps_script.arrival_split(_steps([1], [0], [1], [1.0]), np.array([1.0]))
     assert none["prompt"][1] == 0
     assert np.isnan(none["prompt"][0])
+
+
+def test_mixed_rows_by_decoders_prompt_and_step_against_the_fit(tmp_path: Path) -> None:
+    # --mixed (item 77): -np 4 short's kept profile and probe fit; the rows `speed --prompt
+    # 64 --beside 3` reads the host against, one per decoder context: the 60-token step at
+    # context 65 sat 21 % above its twin at 17, so the reading's reference (the median of
+    # the two prompts' sums, their mean) came out 7 % above the fit's price
+    archive = Path(__file__).parents[2] / "docs" / "validation" / "points" / "default_short.tar.xz"
+    point = tmp_path / "default_short"
+    point.mkdir()
+    with tarfile.open(archive) as tar:
+        for name in ("profile.csv", "profile.yaml", "fit_probes.yaml"):
+            got = tar.extractfile(f"default_short/{name}")
+            assert got is not None
+            (point / name).write_bytes(got.read())
+        got = tar.extractfile("default_short/speed/poisson_0.3/run1-beside.json")
+        assert got is not None
+        reading = json.loads(got.read())
+    lines = steps_script.mixed_rows(point)
+    assert lines[0].startswith("default_short: mixed rows by decoders, prompt and its step")
+    rows = {line.split()[0] + " " + line.split()[1] + " " + line.split()[2]: line
+            for line in lines[1:]}  # fmt: skip
+    assert len(rows) == 8  # decoders 1 and 3, prompts of 16 and 64 tokens, two steps each
+    assert rows["b3 p64 s0"] == "  b3 p64 s0  124.6 (17: 112.7, 65: 136.6)  117.5  1.060"
+    assert rows["b3 p64 s1"] == "  b3 p64 s1  56.0 (17: 52.4, 65: 59.6)  51.2  1.092"
+    assert rows["b1 p64 s0"].endswith("0.932")
+    # the reading's reference: each context's two steps summed, their median (the mean of
+    # two), as the reading before the point's first run took it
+    each = [[float(x.split(": ")[1]) for x in rows[f"b3 p64 s{s}"].split("(")[1].split(")")[0]
+             .split(", ")] for s in (0, 1)]  # fmt: skip
+    assert reading["request"] == {"batch": 1, "contexts": [64], "outputs": 1, "beside": 3}
+    assert reading["profile_ms"] == pytest.approx(np.median(np.sum(each, axis=0)), abs=0.1)

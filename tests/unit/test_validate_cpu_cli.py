@@ -3053,6 +3053,12 @@ def test_item_77s_beside_reading_at_np4_long_and_over_all_six_points() -> None:
            "step, the full batch's −0.5 %." in doc  # fmt: skip
     assert "the full batch's read 1.00–1.16 ×, the lone decode reading 0.94–1.10 ×, the beside " \
            "reading 0.93–1.15 ×, the lone prompt 0.88–1.30 ×" in doc  # fmt: skip
+    # -np 4 short's reference rows (llamacpp_steps.py --mixed, tests/unit/
+    # test_llamacpp_steps.py), and the lone decode reading's references at -np 4 long
+    assert "took 112.7 ms at context 17 and 136.6 at 65 (21 % apart; its 4-token step " \
+           "52.4 and 59.6), so the reference, 180.6 ms, sits 9 % above the quicker " \
+           "pair" in doc  # fmt: skip
+    assert point["gate"]["speed_reference"]["references"] == 102
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert "(`--prompt N --beside NP-1`, items 75–77, all six points, outputs kept in " \
            "`docs/validation/llamacpp-at-speed-beside-item77.json`) **180 of 210**, against " \

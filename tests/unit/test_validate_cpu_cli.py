@@ -3298,3 +3298,37 @@ def test_the_readme_quotes_item_77s_set_at_the_speeds_read() -> None:
         kept = json.loads((validation / f"llamacpp-at-speed-item{item}.json").read_text())
         printed = "\n".join(kept["noise_printed"][key]["--wander"])
         assert f"{run_to_run}(real repeats / draws): T1 {figure}" in printed
+
+
+def test_the_readmes_short_account_of_the_llamacpp_matrix() -> None:
+    # the README's bullets under the fidelity table, each from a kept output: the published
+    # matrix and its cells by the host's speed, the cells at each load's own speed per
+    # phase and at the readings before each run (item 77), the p90 floor (item 54)
+    validation = ROOT / "docs" / "validation"
+    results = json.loads((validation / "llamacpp-matrix.json").read_text())["results"]
+    t1 = sum(sum(_inside(r).values()) for r in results.values())
+    bands = validation_module("llamacpp_report").cells_by_steps(results)
+    (near, cells_near, n_near), (far, cells_far, n_far) = (bands["within 3 %"],
+                                                           bands["beyond 6 %"])  # fmt: skip
+    assert all(v["steps_vs_charge"]["decode"]["median"] > 1.06 for r in results.values()
+               for v in r["loads"].values()
+               if abs(v["steps_vs_charge"]["decode"]["median"] - 1) > 0.06)  # fmt: skip
+    sets = json.loads((validation / "llamacpp-at-speed-item77.json").read_text())
+    phase = sum(_points_at_speed(sets, "phase", tuple(results)).values())
+    beside = json.loads((validation / "llamacpp-at-speed-beside-item77.json").read_text())
+    ahead = sum(v["at_speed"]["in_target"] for loads in beside["points"].values()
+                for v in loads.values())  # fmt: skip
+    floor = json.loads((validation / "llamacpp-floor-item54.json").read_text())
+    p90 = round(100 * floor["inside"]["one run"]["p90"])
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert (
+        f"**The target is not met** on this host: {t1} of 210 cells from probes. What moves "
+        f"the cells is the host's speed: at the {n_near} loads whose real decode steps ran "
+        f"within 3 % of the charge {round(100 * near / cells_near)} % of the cells are in "
+        f"target, at the {n_far} that ran more than 6 % slower {round(100 * far / cells_far)} %."
+    ) in readme
+    assert f"Table 1 holds **{phase} of 210**: what is left of the model's own error" in readme
+    assert f"the host's speed gives **{ahead} of 210**, against {t1} at the profile's speed" \
+        in readme  # fmt: skip
+    assert f"requests holds the p90 rule only {p90} % of the time" in readme
+    assert (t1, phase, ahead, p90) == (134, 196, 180, 63)

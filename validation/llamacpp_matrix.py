@@ -205,6 +205,9 @@ def grid(flags: list[str], regime: dict[str, Any]) -> dict[str, Any]:
         "wander_s": WANDER_S,
         "wake_gaps_s": WAKE_GAPS_S,
         **({"speed_reference": SPEED_REFERENCE} if SPEED_REFERENCE else {}),
+        # the beside reading's own reference through the profile (item 77): the pair
+        # speed_before's beside reading sends, NP-1 decoders and the longest mixed prompt
+        **({"speed_reference_beside": [slots - 1, hi]} if SPEED_REFERENCE and slots > 1 else {}),
         **({"decode_step": DECODE_STEP} if DECODE_STEP else {}),
     }
 

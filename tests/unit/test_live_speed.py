@@ -10,6 +10,7 @@ import yaml
 
 from live_server import StreamServer
 from lyra_simpy.cli import main
+from lyra_simpy.errors import LyraError
 from lyra_simpy.live.profile import profile
 from lyra_simpy.live.profile_grid import ProfileGrid
 
@@ -427,3 +428,62 @@ def test_the_json_keeps_the_speed_the_command_prints(step_ms: float) -> None:
     kept = reading.as_json()["speed"]
     assert f"{kept:.3f}" == f"{reading.speed:.3f}"
     assert kept == float(f"{reading.speed:.3f}")
+
+
+def test_speed_beside_reads_against_the_profiles_own_beside_reference(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # item 77: with grid.speed_reference_beside the profile times the reading's own probe
+    # through its grid, and `speed --prompt N --beside B` reads the host against the median
+    # of those instead of the pair's two mixed rows
+    mixed = {"mixed_batch": [1], "mixed_prompt_tokens": [8], "mixed_context": [8]}
+    grid = GRID.model_copy(update={**mixed, "sliding_window": True,
+                                   "speed_reference_beside": (1, 8),
+                                   "speed_reference_beside_every": 1})  # fmt: skip
+    csv = tmp_path / "m.csv"
+    with StreamServer(ttft_s=0.1, itl_s=0.02, timings=True) as srv:
+        profile(srv.url, "openai", grid, csv, "test box", "-np 4")
+    ref = yaml.safe_load(csv.with_suffix(".yaml").read_text())["speed_reference"]
+    got = ref["beside"]
+    # one before every measurement of the grid, as many as the lone references
+    assert got["references"] == ref["references"] > 1
+    assert (got["decoders"], got["tokens"], got["every"]) == (1, 8, 1)
+    assert list(got["by_context"]) == [8]
+    assert got["min_ms"] <= got["median_ms"] <= got["max_ms"]
+    assert got["median_ms"] == pytest.approx(40.0, rel=0.25)  # two steps of 20 ms
+    kept = tmp_path / "m-grid.yaml"
+    kept.write_text(yaml.safe_dump(grid.model_dump(mode="json")))
+    out = tmp_path / "speed.json"
+    with StreamServer(ttft_s=0.25, itl_s=0.06, timings=True) as srv:
+        argv = f"speed {csv} --endpoint {srv.url} --grid {kept} --prompt 8 --beside 1"
+        assert main([*argv.split(), "--probes", "2", "--pause-s", "0.01", "--json", str(out)]) == 0
+    reading = json.loads(out.read_text())
+    assert reading["profile_ms"] == got["median_ms"]
+    assert reading["against"] == "beside reference"
+    assert reading["speed"] == pytest.approx(3.0, rel=0.25)
+    assert (
+        f"the profile's {got['median_ms']:.2f} ms (its beside reference)" in capsys.readouterr().out
+    )
+    # a pair the profile has no reference of reads against its rows, as before
+    from lyra_simpy.live.speed_prompt import beside_reference
+
+    assert beside_reference(csv, 1, 16) is None
+    assert beside_reference(csv, 1, 8) == got["median_ms"]
+
+
+def test_a_beside_reference_the_grid_cannot_take_is_refused(tmp_path: Path) -> None:
+    mixed = {"mixed_batch": [1], "mixed_prompt_tokens": [8], "mixed_context": [8]}
+    for update, words in (
+        ({"speed_reference_beside": (3, 8)}, r"got \[3, 8\], needs speed_reference record or "
+         r"scale \(got 'record'\) and its decoders among mixed_batch \[1\]"),
+        ({"speed_reference_beside": (1, 16)}, r"got \[1, 16\], its prompt must be one of "
+         r"mixed_prompt_tokens \[8\]"),
+        ({"speed_reference_beside": (1, 8), "speed_reference": "off"},
+         r"got \[1, 8\], needs speed_reference record or scale \(got 'off'\)"),
+    ):  # fmt: skip
+        grid = GRID.model_copy(update={**mixed, **update})
+        with StreamServer(ttft_s=0.01, itl_s=0.005, timings=True) as srv:
+            with pytest.raises(LyraError, match=r"grid.speed_reference_beside: " + words):
+                profile(srv.url, "openai", grid, tmp_path / "x.csv", "test box", "-np 4")
+            assert srv.received == []  # refused before any request
+    assert not (tmp_path / "x.csv").exists()

@@ -113,6 +113,11 @@ def test_the_matrix_grid_asks_for_the_reference_only_when_told(
     grid = ProfileGrid.model_validate(matrix.grid(flags, regime))
     assert grid.speed_reference == "record"
     assert grid.speed_reference_context == 32  # the gate's lone request
+    # the beside reading's own reference (item 77): NP-1 decoders and the longest mixed
+    # prompt, the pair speed_before's beside reading sends
+    assert grid.speed_reference_beside == (3, max(grid.mixed_prompt_tokens))
+    two = ProfileGrid.model_validate(matrix.grid(points.CONFIGS["np2_b64"], regime))
+    assert two.speed_reference_beside == (1, max(two.mixed_prompt_tokens))
     # the wander probe, its streams inside a slot's context at -np 4 -c 4096
     assert grid.wander_s == matrix.WANDER_S > 0
     assert min(grid.decode_context) + grid.wander_outputs <= 4096 // 4

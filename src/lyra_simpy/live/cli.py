@@ -207,6 +207,7 @@ def _speed(args: argparse.Namespace) -> int:
         f"host now: {got.now_ms:.2f} ms, the {got.statistic} of {len(got.steps_ms)} {what} "
         f"({min(got.steps_ms):.2f}-{max(got.steps_ms):.2f}); the profile's "
         f"{got.profile_ms:.2f} ms"
+        + (" (its beside reference)" if got.against == "beside reference" else "")
     )
     print(
         f"{got.field}: {got.speed:.3f}  (lyra-simpy run SCENARIO --set {got.field}={got.speed:.3f})"

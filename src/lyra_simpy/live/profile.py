@@ -185,6 +185,30 @@ def _speed_reference(grid: ProfileGrid, beside: list[list[float]]) -> dict[str, 
     }
 
 
+def _beside_reference(
+    pair: tuple[int, int], refs: list[tuple[int, float]], every: int
+) -> dict[str, Any]:
+    """The metadata's ``speed_reference.beside``: the prompt of *pair* ``(B, N)`` timed
+    beside decoders through the grid (*refs*: the decoders' prompt, the prompt's steps
+    summed), its median over them all (what ``lyra-simpy speed --prompt N --beside B``
+    reads the host against), spread and count, and the median at each decoder prompt."""
+    every_ms = [ms for _, ms in refs]
+    by_context = {
+        ctx: round(float(statistics.median(ms for c, ms in refs if c == ctx)), 3)
+        for ctx in sorted({c for c, _ in refs})
+    }
+    return {
+        "decoders": pair[0],
+        "tokens": pair[1],
+        "median_ms": round(float(statistics.median(every_ms)), 3),
+        "min_ms": round(min(every_ms), 3),
+        "max_ms": round(max(every_ms), 3),
+        "references": len(every_ms),
+        "every": every,
+        "by_context": by_context,
+    }
+
+
 def profile(
     url: str,
     api: Api,
@@ -238,6 +262,19 @@ def profile(
             "its engine model; use 'prompt' or 'auto'"
         )
     by_step = llama is not None and grid.mixed_timing != "prompt"
+    if grid.speed_reference_beside is not None:
+        b, n = grid.speed_reference_beside
+        if grid.speed_reference == "off" or b not in grid.mixed_batch:
+            raise LyraError(
+                f"grid.speed_reference_beside: got [{b}, {n}], needs speed_reference record "
+                f"or scale (got {grid.speed_reference!r}) and its decoders among "
+                f"mixed_batch {grid.mixed_batch}"
+            )
+        if n not in grid.mixed_prompt_tokens:
+            raise LyraError(
+                f"grid.speed_reference_beside: got [{b}, {n}], its prompt must be one of "
+                f"mixed_prompt_tokens {grid.mixed_prompt_tokens} (the rows speed falls back on)"
+            )
     together = [b for b in grid.prefill_together if b > 1]
     per_slot = llama is not None and not llama.kv_unified
     fragmented = grid.fragmented_decode_batch if per_slot else []
@@ -273,6 +310,11 @@ def profile(
 
     beside: list[list[float]] = [[] for _ in plan]
     """Each measurement's speed reference (``grid.speed_reference``), ms."""
+    beside_refs: list[tuple[int, float]] = []
+    """The prompt timed beside decoders through the grid (``grid.speed_reference_beside``):
+    (the decoders' prompt tokens, the prompt's steps summed in ms)."""
+    pair = grid.speed_reference_beside if grid.speed_reference != "off" else None
+    contexts = mixed_contexts(grid)
     wander: list[tuple[float, float, int]] = []
     """The wander probe's decode steps (``grid.wander_s``): (end, s from its start;
     latency, ms; context per sequence)."""
@@ -310,8 +352,14 @@ def profile(
         # measurements lie minutes apart: a slow spell of the host (VALIDATION-NOTES;
         # validation/host_noise.py) then moves one of them, which the median drops,
         # where back to back it would move them all.
-        for _ in range(grid.repeats):
+        for r in range(grid.repeats):
             for k, (phase, b, n, arg) in enumerate(plan):
+                at = r * len(plan) + k
+                if pair is not None and at % grid.speed_reference_beside_every == 0:
+                    ctx = contexts[(at // grid.speed_reference_beside_every) % len(contexts)]
+                    steps = steps_of(*pair)
+                    lat, _, gaps = await prober.mixed(*pair, ctx, steps)
+                    beside_refs.append((ctx, float(sum(gaps)) if steps else lat))
                 if grid.speed_reference != "off":
                     gap, _, _ = await prober.decode(1, grid.speed_reference_context)
                     beside[k].append(gap)
@@ -337,6 +385,8 @@ def profile(
 
     asyncio.run(measure())
     speed = _speed_reference(grid, beside) if grid.speed_reference != "off" else None
+    if speed is not None and pair is not None:
+        speed["beside"] = _beside_reference(pair, beside_refs, grid.speed_reference_beside_every)
     raw_rows: list[tuple[float, float]] = []
     """Each row's unscaled latency and speed factor (``grid.speed_reference``)."""
     row_of: list[tuple[int, int | None]] = []

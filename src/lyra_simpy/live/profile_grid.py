@@ -96,6 +96,21 @@ class ProfileGrid(BaseModel):
     by default: it adds a lone decode to every measurement."""
     speed_reference_context: PositiveInt = 32
     """The reference request's prompt (tokens): the speed gate's lone request."""
+    speed_reference_beside: tuple[PositiveInt, PositiveInt] | None = None
+    """With ``speed_reference`` on, ``[B, N]``: also time a prompt of *N* fresh tokens
+    beside *B* sequences decoding (a pair the grid's ``mixed_batch`` and
+    ``mixed_prompt_tokens`` hold), as ``lyra-simpy speed --prompt N --beside B`` times it
+    (:func:`~lyra_simpy.live.speed_prompt.beside_speed`: the prompt's steps summed, the
+    decoders' prompts each of ``mixed_context`` in turn), before every
+    ``speed_reference_beside_every``-th measurement, so that the reading has a reference
+    taken through the profile's minutes (the metadata's ``speed_reference.beside``: the
+    median of them all) instead of the two mixed rows of the pair, each the median of
+    ``repeats`` probes taken at the same moments: on the llama.cpp matrix's 2-core host
+    one such row ran 21 % above its twin and the reading read 9 % low at every load of
+    its point (docs/VALIDATION-llamacpp.md item 77). None (default): off."""
+    speed_reference_beside_every: PositiveInt = 4
+    """How many of the grid's measurements apart the beside reference is taken (1:
+    before every one)."""
     wander_s: NonNegativeFloat = 0.0
     """After the grid, this long (s) of lock-step decode streams timed step by step, for
     the host's wander (``cost.jitter.wander``): ``wander_batch`` requests of the smallest

@@ -85,6 +85,9 @@ class SpeedReading:
     """For a prompt reading, the sequences decoding beside each prompt
     (:func:`~lyra_simpy.live.speed_prompt.beside_speed`, their prompts the grid's
     ``mixed_context``); 0: lone prompts."""
+    against: str = ""
+    """For a beside reading, what :attr:`profile_ms` is: the profile's ``beside
+    reference`` or its ``mixed rows``; empty for the others."""
 
     @property
     def field(self) -> str:
@@ -117,6 +120,7 @@ class SpeedReading:
                 **({"beside": self.beside} if self.beside else {}),
             },
             "phase": self.phase,
+            **({"against": self.against} if self.against else {}),
         }
 
 

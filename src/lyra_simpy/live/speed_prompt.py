@@ -149,7 +149,11 @@ def beside_speed(
     (:func:`mixed_rows_ms`, the median over the decoder contexts). The
     ``cost.prompt_speed`` of the steps a load's prompts run in, which beside other
     requests' decodes are the kind of step this one is, where a lone prompt's is not
-    (docs/VALIDATION-llamacpp.md item 75)."""
+    (docs/VALIDATION-llamacpp.md item 75). Where the profile timed the same prompt beside
+    as many decoders through its grid (:func:`beside_reference`,
+    ``grid.speed_reference_beside``) the reading goes against the median of those instead
+    of the two rows, each the median of a few probes taken at the same moments (item
+    77)."""
     from lyra_simpy.live.profile_grid import mixed_contexts
 
     rows = mixed_rows_ms(profile_csv, beside, tokens)
@@ -185,5 +189,30 @@ def beside_speed(
         return got
 
     steps_ms = asyncio.run(measure())
+    recorded = beside_reference(profile_csv, beside, tokens)
+    if recorded is not None:
+        return SpeedReading(steps_ms, recorded, (tokens,), 1, phase="prompt", beside=beside,
+                            against="beside reference")  # fmt: skip
     profile_ms = float(statistics.median(rows[at][1] for at in ref))
-    return SpeedReading(steps_ms, profile_ms, (tokens,), 1, phase="prompt", beside=beside)
+    return SpeedReading(steps_ms, profile_ms, (tokens,), 1, phase="prompt", beside=beside,
+                        against="mixed rows")  # fmt: skip
+
+
+def beside_reference(profile_csv: Path, beside: int, tokens: int) -> float | None:
+    """The profile's own reference for a prompt of *tokens* beside *beside* decoders, where
+    it took one through its grid (``grid.speed_reference_beside``: the metadata's
+    ``speed_reference.beside``, its ``median_ms``); None where it has none for that pair
+    (the reading then goes against the mixed rows)."""
+    from lyra_simpy.calibration.profiles import metadata_path_of, read_metadata
+
+    meta = metadata_path_of(profile_csv)
+    ref = (read_metadata(meta).get("speed_reference") or {}) if meta is not None else {}
+    got = ref.get("beside") if isinstance(ref, dict) else None
+    if not isinstance(got, dict) or (got.get("decoders"), got.get("tokens")) != (beside, tokens):
+        return None
+    ms = got.get("median_ms")
+    if not isinstance(ms, (int, float)) or isinstance(ms, bool) or not ms > 0:
+        raise LyraError(
+            f"{meta}: speed_reference.beside.median_ms: got {ms!r}, must be a number > 0"
+        )
+    return float(ms)

@@ -376,7 +376,12 @@ def pass_rows_of(point: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("points", nargs="*", help="e.g. kvu_long (default: every stored point)")
+    parser.add_argument(
+        "points",
+        nargs="*",
+        help="e.g. kvu_long, or a point's folder "
+        "elsewhere (--mixed: its profile and fit; default: every stored point)",
+    )
     parser.add_argument("--fit", choices=["probes", "runs"], default="probes",
                         help="price the steps by the fit of the probes (Table 1's, default) "
                         "or of the fitted load's runs (Table 2's)")  # fmt: skip
@@ -404,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for name in names:
         if args.mixed:
-            rows = mixed_rows(OUT / name, args.fit)
+            rows = mixed_rows(Path(name) if Path(name).is_dir() else OUT / name, args.fit)
         elif args.chunks:
             rows = chunk_rows(OUT / name)
         elif args.passes:

@@ -4,7 +4,6 @@ sequences and passes, without a fit."""
 from __future__ import annotations
 
 import json
-import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -86,24 +85,18 @@ def test_steps_are_split_by_arrivals_and_checkpoints():
     assert np.isnan(none["prompt"][0])
 
 
-def test_mixed_rows_by_decoders_prompt_and_step_against_the_fit(tmp_path: Path) -> None:
+def test_mixed_rows_by_decoders_prompt_and_step_against_the_fit() -> None:
     # --mixed (item 77): -np 4 short's kept profile and probe fit; the rows `speed --prompt
     # 64 --beside 3` reads the host against, one per decoder context: the 60-token step at
     # context 65 sat 21 % above its twin at 17, so the reading's reference (the median of
     # the two prompts' sums, their mean) came out 7 % above the fit's price
-    archive = Path(__file__).parents[2] / "docs" / "validation" / "points" / "default_short.tar.xz"
-    point = tmp_path / "default_short"
-    point.mkdir()
-    with tarfile.open(archive) as tar:
-        for name in ("profile.csv", "profile.yaml", "fit_probes.yaml"):
-            got = tar.extractfile(f"default_short/{name}")
-            assert got is not None
-            (point / name).write_bytes(got.read())
-        got = tar.extractfile("default_short/speed/poisson_0.3/run1-beside.json")
-        assert got is not None
-        reading = json.loads(got.read())
+    # (item 75's profile and fit, kept apart since item 78 ran the point again)
+    point = Path(__file__).parents[2] / "docs" / "validation" / "llamacpp-default-short-item75"
+    reading = json.loads((point / "speed" / "poisson_0.3" / "run1-beside.json").read_text())
     lines = steps_script.mixed_rows(point)
-    assert lines[0].startswith("default_short: mixed rows by decoders, prompt and its step")
+    assert lines[0].startswith(
+        "llamacpp-default-short-item75: mixed rows by decoders, prompt and its step"
+    )
     rows = {line.split()[0] + " " + line.split()[1] + " " + line.split()[2]: line
             for line in lines[1:]}  # fmt: skip
     assert len(rows) == 8  # decoders 1 and 3, prompts of 16 and 64 tokens, two steps each

@@ -131,6 +131,7 @@ from lyra_simpy.live.llamacpp_probes import (
 )
 from lyra_simpy.live.prober import Prober
 from lyra_simpy.live.profile_grid import ProfileGrid, mixed_contexts
+from lyra_simpy.live.references import beside_reference, check_beside, speed_reference
 from lyra_simpy.machine import cpu_model
 from lyra_simpy.metrics.io import atomic_write
 
@@ -163,49 +164,6 @@ def _metadata(
         "server_settings": info["flags"],
         "timing_source": sources,
         "measured_by": "lyra-simpy profile (lyra_simpy.live.profile)",
-    }
-
-
-def _speed_reference(grid: ProfileGrid, beside: list[list[float]]) -> dict[str, Any]:
-    """The metadata's ``speed_reference``: the reference request (in words, and its
-    prompt tokens and outputs, which ``lyra-simpy speed`` sends again), the typical step
-    (the median of every reference, what the rows are scaled to) and the spread."""
-    every = [ms for row in beside for ms in row]  # each a decode probe's median gap
-    quick, slow = min(every), max(every)
-    return {
-        "request": f"a lone prompt of {grid.speed_reference_context} tokens, "
-        f"{grid.decode_steps} outputs; its median chunk gap",
-        "context": grid.speed_reference_context,
-        "outputs": grid.decode_steps,
-        "mode": grid.speed_reference,
-        "median_ms": round(float(statistics.median(every)), 3),
-        "min_ms": round(quick, 3),
-        "max_ms": round(slow, 3),
-        "references": len(every),
-    }
-
-
-def _beside_reference(
-    pair: tuple[int, int], refs: list[tuple[int, float]], every: int
-) -> dict[str, Any]:
-    """The metadata's ``speed_reference.beside``: the prompt of *pair* ``(B, N)`` timed
-    beside decoders through the grid (*refs*: the decoders' prompt, the prompt's steps
-    summed), its median over them all (what ``lyra-simpy speed --prompt N --beside B``
-    reads the host against), spread and count, and the median at each decoder prompt."""
-    every_ms = [ms for _, ms in refs]
-    by_context = {
-        ctx: round(float(statistics.median(ms for c, ms in refs if c == ctx)), 3)
-        for ctx in sorted({c for c, _ in refs})
-    }
-    return {
-        "decoders": pair[0],
-        "tokens": pair[1],
-        "median_ms": round(float(statistics.median(every_ms)), 3),
-        "min_ms": round(min(every_ms), 3),
-        "max_ms": round(max(every_ms), 3),
-        "references": len(every_ms),
-        "every": every,
-        "by_context": by_context,
     }
 
 
@@ -262,19 +220,7 @@ def profile(
             "its engine model; use 'prompt' or 'auto'"
         )
     by_step = llama is not None and grid.mixed_timing != "prompt"
-    if grid.speed_reference_beside is not None:
-        b, n = grid.speed_reference_beside
-        if grid.speed_reference == "off" or b not in grid.mixed_batch:
-            raise LyraError(
-                f"grid.speed_reference_beside: got [{b}, {n}], needs speed_reference record "
-                f"or scale (got {grid.speed_reference!r}) and its decoders among "
-                f"mixed_batch {grid.mixed_batch}"
-            )
-        if n not in grid.mixed_prompt_tokens:
-            raise LyraError(
-                f"grid.speed_reference_beside: got [{b}, {n}], its prompt must be one of "
-                f"mixed_prompt_tokens {grid.mixed_prompt_tokens} (the rows speed falls back on)"
-            )
+    check_beside(grid)
     together = [b for b in grid.prefill_together if b > 1]
     per_slot = llama is not None and not llama.kv_unified
     fragmented = grid.fragmented_decode_batch if per_slot else []
@@ -384,9 +330,9 @@ def profile(
             await measure_wake()
 
     asyncio.run(measure())
-    speed = _speed_reference(grid, beside) if grid.speed_reference != "off" else None
+    speed = speed_reference(grid, beside) if grid.speed_reference != "off" else None
     if speed is not None and pair is not None:
-        speed["beside"] = _beside_reference(pair, beside_refs, grid.speed_reference_beside_every)
+        speed["beside"] = beside_reference(pair, beside_refs, grid.speed_reference_beside_every)
     raw_rows: list[tuple[float, float]] = []
     """Each row's unscaled latency and speed factor (``grid.speed_reference``)."""
     row_of: list[tuple[int, int | None]] = []

@@ -147,7 +147,7 @@ def reference_of(profile_csv: Path) -> dict[str, Any]:
 
 
 _REQUEST_WORDS = re.compile(r"a lone prompt of (\d+) tokens, (\d+) outputs")
-"""How :func:`~lyra_simpy.live.profile._speed_reference` words the request (``request``),
+"""How :func:`~lyra_simpy.live.references.speed_reference` words the request (``request``),
 the only record of it in a profile written before ``context`` and ``outputs`` were kept."""
 
 

@@ -260,14 +260,14 @@ def speed_beside_ratio(res: dict[str, Any], load: str) -> float:
 
 
 def beside_rows_over_fit(here: Path) -> float:
-    """The profile rows ``lyra-simpy speed --prompt N --beside B`` read the point in folder
-    *here* against, over what its probe fit (``fit_probes.yaml``, Table 1's) charges for
-    the same rows: for each decoder context the rows of the prompt's *N* tokens beside *B*
-    were taken at, their ``latency_ms`` summed (the prompt's steps) and the fit's
-    prediction summed; the median of the one over the median of the other, as the reading
-    takes the rows' median over the contexts. *B* and *N* are the point's first beside
-    reading's (``speed/LOAD/run1-beside.json``). Times the reading, it gives the prompt
-    steps' speed against the fit's price, which ``cost.prompt_speed`` multiplies."""
+    """What ``lyra-simpy speed --prompt N --beside B`` read the point in folder *here*
+    against (its first beside reading's ``profile_ms``, ``speed/LOAD/run1-beside.json``:
+    the profile's mixed rows of the pair, or since item 78 its own beside reference), over
+    what its probe fit (``fit_probes.yaml``, Table 1's) charges for the pair's rows: for
+    each decoder context the rows of the prompt's *N* tokens beside *B* were taken at, the
+    fit's prediction summed (the prompt's steps), their median over the contexts, as the
+    reading takes its rows'. Times the reading, it gives the prompt steps' speed against
+    the fit's price, which ``cost.prompt_speed`` multiplies."""
     from lyra_simpy.calibration.fit import predict_ms
     from lyra_simpy.calibration.fitfile import load_fit
     from lyra_simpy.calibration.profiles import read_profile
@@ -275,24 +275,21 @@ def beside_rows_over_fit(here: Path) -> float:
     found = sorted((here / "speed").glob("*/run1-beside.json"))
     if not found:
         raise SystemExit(f"{here.name}: no beside reading kept under speed/ (item 75 on)")
-    request = json.loads(found[0].read_text())["request"]
-    beside, tokens = int(request["beside"]), int(request["contexts"][0])
+    reading = json.loads(found[0].read_text())
+    beside, tokens = int(reading["request"]["beside"]), int(reading["request"]["contexts"][0])
     profile = read_profile(here / "profile.csv")
     fitted = predict_ms(load_fit(here / "fit_probes.yaml"), profile)
     with (here / "profile.csv").open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     col = "prompt_tokens" if rows and "prompt_tokens" in rows[0] else "input_tokens"
-    sums: dict[int, list[float]] = {}
+    sums: dict[int, float] = {}
     for row, fit_ms in zip(rows, fitted, strict=True):
         if (row["phase"] == "mixed" and row[col].strip() and int(row["batch_size"]) == beside
                 and int(row[col]) == tokens):  # fmt: skip
-            got = sums.setdefault(int(row["context_len"]), [0.0, 0.0])
-            got[0] += float(row["latency_ms"])
-            got[1] += float(fit_ms)
+            sums[int(row["context_len"])] = sums.get(int(row["context_len"]), 0.0) + fit_ms
     if not sums:
         raise SystemExit(f"{here.name}: no mixed rows of {tokens} tokens beside {beside}")
-    measured, charged = zip(*sums.values(), strict=True)
-    return float(np.median(measured) / np.median(charged))
+    return float(reading["profile_ms"]) / float(np.median(list(sums.values())))
 
 
 def folder(here: Path, source: str) -> Path:

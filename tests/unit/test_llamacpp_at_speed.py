@@ -349,6 +349,13 @@ def test_a_beside_reading_against_the_fits_price_of_its_rows(tmp_path: Path) -> 
     assert [v["prompt_ratio"] for v in loads.values()] == pytest.approx(
         [rows_["points"]["default/short"][k]["prompt_ratio"] * got for k in loads], abs=1e-4
     )
+    # a reading taken against the profile's own beside reference (item 78) is priced
+    # against what it read: the factor moves with the reference, the fit's price the same
+    first = here / "speed" / "poisson_0.3" / "run1-beside.json"
+    reading = json.loads(first.read_text())
+    first.write_text(json.dumps({**reading, "profile_ms": 1.1 * reading["profile_ms"],
+                                 "against": "beside reference"}))  # fmt: skip
+    assert AT_SPEED.beside_rows_over_fit(here) == pytest.approx(1.1 * got)
     (here / "speed" / "poisson_0.3" / "run1-beside.json").unlink()
     with pytest.raises(SystemExit, match=r"default_short: no beside reading kept under speed/"):
         AT_SPEED.beside_rows_over_fit(here)

@@ -106,8 +106,10 @@ class ProfileGrid(BaseModel):
     taken through the profile's minutes (the metadata's ``speed_reference.beside``: the
     median of them all) instead of the two mixed rows of the pair, each the median of
     ``repeats`` probes taken at the same moments: on the llama.cpp matrix's 2-core host
-    one such row ran 21 % above its twin and the reading read 9 % low at every load of
-    its point (docs/VALIDATION-llamacpp.md item 77). None (default): off."""
+    one such row ran 21 % above its twin (about 7 % of it the decoders' context) and the
+    reading read 9 % low at every load of its point (docs/VALIDATION-llamacpp.md item 77);
+    read against 26 such references the point ran again read 1.5 % low (item 78). None
+    (default): off."""
     speed_reference_beside_every: PositiveInt = 4
     """How many of the grid's measurements apart the beside reference is taken (1:
     before every one)."""

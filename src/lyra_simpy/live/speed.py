@@ -30,9 +30,9 @@ prompt beside *B* sequences decoding against the profile's mixed rows
 run in. Read so before every
 run of two points (item 75) it scattered less about the runs' prompt steps than the lone
 prompt and Table 1 held 53 of 70 cells at it against 43, but with a bias of its own at
-each point (−9 % and +5 %); over all six points (items 75–77), with ``--batch NP`` for
-the decode steps, 180 of 210 against 153 with the lone prompt, 170 at the full batch's
-reading alone and 168 at the lone decode reading alone.
+each point (−9 % and +5 %); over all six points (items 75–78), with ``--batch NP`` for
+the decode steps, 181 of 210 against 154 with the lone prompt, 167 at the full batch's
+reading alone and 164 at the lone decode reading alone.
 ``validate_cpu.py --matrix --speed-before`` runs this command itself, both readings,
 before every real run; the document says how well each forecast the runs (items 42–43,
 every point: the full batch's reading the better, Table 1 183 of 210 cells against the

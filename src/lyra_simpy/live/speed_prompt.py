@@ -9,7 +9,7 @@ of step a load's prompts run in. On the llama.cpp matrix's 2-core host neither
 forecast the runs' prompt steps: the lone prompts strayed as far as the host moved
 (docs/VALIDATION-llamacpp.md item 72), the prompts beside decoders scattered less but
 kept a bias of their own at each point (item 75); with the full batch's decode reading
-they gave the best forecast of the six points' runs, Table 1 180 of 210 (item 77).
+they gave the best forecast of the six points' runs, Table 1 181 of 210 (items 77–78).
 """
 
 from __future__ import annotations

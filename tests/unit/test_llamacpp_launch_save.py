@@ -127,7 +127,7 @@ def test_the_readme_quotes_item_62s_kept_output() -> None:
             for p in ("default_long", "kvu_long", "np2_b64_long")]  # fmt: skip
     waits = [kept[k][c]["after_idle_median_ms"] for k in ("kvu", "np4")
              for c in ("defaults", "cache_ram_0")]  # fmt: skip
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    readme = " ".join((ROOT / "docs" / "llamacpp-fidelity.md").read_text().split())
     # item 63 charges the save: the README gives the lone requests' shortfall after and before
     now = json.loads((KEPT.parent / "llamacpp-launch-save-item63.json").read_text())
     after = [now[p]["lone"]["over_table1_median_ms"]

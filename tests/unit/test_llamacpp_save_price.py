@@ -96,7 +96,7 @@ def test_the_kept_prices_by_the_caches_state() -> None:
            "long 46 of 48" in doc  # fmt: skip
     assert "and 0.021–0.026 at the short points, whose caches never evicted (12–32 launches" in doc
     assert "`-kvu` long's (0.086) charges its runs after the eviction nine times" in doc
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    readme = " ".join((ROOT / "docs" / "llamacpp-fidelity.md").read_text().split())
     assert "a save cost 0.009–0.010 ms a token at every long point once the cache held its " \
            "8 GiB and evicted, while the profiles' probes read 0.008–0.115 (item 73" \
            in readme  # fmt: skip

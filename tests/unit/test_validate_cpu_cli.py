@@ -298,7 +298,9 @@ def test_the_published_matrix_is_item_23s_round_with_later_points_again() -> Non
             if any(abs(v["steps_vs_charge"]["decode"]["median"] - 1) > 0.06
                    for v in r["loads"].values())} == {"AMD EPYC (2 cores)"}  # fmt: skip
     share = [round(100 * n / cells) for n, cells, _ in bands.values()]
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    readme = " ".join(
+        (ROOT / "docs" / "llamacpp-fidelity.md").read_text().split()
+    )  # (the README's account)
     assert (
         f"at the 9 loads whose real decode steps ran within 3 % of what the model charges, "
         f"{share[0]} % of the cells are in target, at the 9 between 3 and 6 % off {share[1]} %, "
@@ -836,7 +838,7 @@ def test_the_readmes_fidelity_table_is_the_published_matrixs_summary() -> None:
     cells = _by_point(_cells(ROOT / "docs" / "validation" / "llamacpp-matrix.json")).values()
     t1, t2, t3 = ([int(row[c].split()[0]) for row in cells] for c in (2, 4, 6))
     p50 = [int(row[3].rstrip(" %")) for row in cells]
-    text = " ".join(readme)
+    text = " ".join((ROOT / "docs" / "llamacpp-fidelity.md").read_text().split())
     assert (
         f"**The target is not met: {sum(t1)} of 210 cells from probes, {sum(t2)} from one load "
         f"run, {sum(t3)} from both**"
@@ -3150,7 +3152,9 @@ def test_item_78s_np4_short_with_the_beside_readings_own_reference() -> None:
            "prompt 154; 167 at the full batch's reading alone, 164 at the lone decode reading " \
            "alone, 136 at the profile's speed; each phase at the runs' own median ratio 197" \
         in doc  # fmt: skip
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    readme = " ".join(
+        (ROOT / "docs" / "llamacpp-fidelity.md").read_text().split()
+    )  # (the README's account)
     assert "(`--prompt N --beside NP-1`, items 75–78, all six points, outputs kept in " \
            "`docs/validation/llamacpp-at-speed-beside-item78.json`) **181 of 210**, against " \
            "154 with the lone prompt, 167 at the full batch's reading alone, 164 at the lone " \
@@ -3194,7 +3198,9 @@ def test_item_74s_saves_at_the_runs_price_lose_cells() -> None:
     assert growing == [(0.0129, 0.0418), (0.0261, 0.0355)]
     doc = " ".join((ROOT / "docs" / "VALIDATION-llamacpp.md").read_text().split())
     assert "Table 1 holds **143 of 210** against 149 at the probes' prices" in doc
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    readme = " ".join(
+        (ROOT / "docs" / "llamacpp-fidelity.md").read_text().split()
+    )  # (the README's account)
     assert "one price a point at the runs' own loses cells (143 of 210, item 74)" in readme
 
 
@@ -3364,8 +3370,10 @@ def test_a_set_at_the_speeds_read_and_its_bands(
     assert _points_at_speed(kept, "runs", tuple(points)) == points
 
 
-def test_the_readme_quotes_item_78s_set_at_the_speeds_read() -> None:
-    readme = " ".join((ROOT / "README.md").read_text().split())
+def test_the_fidelity_account_quotes_item_78s_set_at_the_speeds_read() -> None:
+    readme = " ".join(
+        (ROOT / "docs" / "llamacpp-fidelity.md").read_text().split()
+    )  # (the README's account)
     assert (
         "the lone reading holds **164 of 210** cells against 136 at the profile's speed, "
         "at `--batch NP`'s reading 167; at each load's own mean decode step"

@@ -469,6 +469,13 @@ def test_speed_beside_reads_against_the_profiles_own_beside_reference(
 
     assert beside_reference(csv, 1, 16) is None
     assert beside_reference(csv, 1, 8) == got["median_ms"]
+    # a reference whose median is not a number is refused in one line naming the field
+    meta = yaml.safe_load(csv.with_suffix(".yaml").read_text())
+    meta["speed_reference"]["beside"]["median_ms"] = "fast"
+    csv.with_suffix(".yaml").write_text(yaml.safe_dump(meta))
+    with pytest.raises(LyraError, match=r"m.yaml: speed_reference.beside.median_ms: got 'fast', "
+                       r"must be a number > 0$"):  # fmt: skip
+        beside_reference(csv, 1, 8)
 
 
 def test_a_beside_reference_the_grid_cannot_take_is_refused(tmp_path: Path) -> None:

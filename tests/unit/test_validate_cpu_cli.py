@@ -2860,7 +2860,7 @@ def test_item_75s_prompt_reading_beside_the_full_batchs_other_decoders() -> None
     assert "**53 of 70** with the beside reading (30 and 23), 43 with the lone prompt (25 and " \
            "18); 50 at the full batch's reading alone (30 and 20), 59 at the lone decode " \
            "reading alone (30 and 29), 46 at the profile's speed" in doc  # fmt: skip
-    # (the README quotes the five points of items 75-76 since: item 76's test)
+    # (docs/VALIDATION-llamacpp.md gives the five points of items 75-76: item 76's test)
 
 
 def test_item_76s_beside_reading_at_three_more_points() -> None:

@@ -259,7 +259,7 @@ def profile(
     beside_refs: list[tuple[int, float]] = []
     """The prompt timed beside decoders through the grid (``grid.speed_reference_beside``):
     (the decoders' prompt tokens, the prompt's steps summed in ms)."""
-    pair = grid.speed_reference_beside if grid.speed_reference != "off" else None
+    pair = grid.speed_reference_beside  # (with the lone reference on: check_beside)
     contexts = mixed_contexts(grid)
     wander: list[tuple[float, float, int]] = []
     """The wander probe's decode steps (``grid.wander_s``): (end, s from its start;

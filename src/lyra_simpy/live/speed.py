@@ -124,25 +124,35 @@ class SpeedReading:
         }
 
 
-def reference_of(profile_csv: Path) -> dict[str, Any]:
-    """The ``speed_reference`` of the metadata beside *profile_csv*, checked."""
+def metadata_reference(profile_csv: Path) -> tuple[Path | None, dict[str, Any]]:
+    """The metadata file beside *profile_csv* (None: none) and its ``speed_reference``
+    (empty where it has none)."""
     from lyra_simpy.calibration.profiles import metadata_path_of, read_metadata
 
     meta_path = metadata_path_of(profile_csv)
+    ref = read_metadata(meta_path).get("speed_reference") if meta_path is not None else None
+    return meta_path, ref if isinstance(ref, dict) else {}
+
+
+def reference_ms(ref: dict[str, Any], where: str, field: str, hint: str = "") -> float:
+    """*ref*'s ``median_ms``, refused in one line naming *where* and *field* unless it is
+    a number > 0."""
+    ms = ref.get("median_ms")
+    if not isinstance(ms, (int, float)) or isinstance(ms, bool) or not ms > 0:
+        raise LyraError(f"{where}: {field}.median_ms: got {ms!r}, must be a number > 0{hint}")
+    return float(ms)
+
+
+def reference_of(profile_csv: Path) -> dict[str, Any]:
+    """The ``speed_reference`` of the metadata beside *profile_csv*, checked."""
+    meta_path, ref = metadata_reference(profile_csv)
     if meta_path is None:
         raise LyraError(
             f"{profile_csv}: no metadata YAML beside it; speed reads the profile's "
             "speed_reference, which lyra-simpy profile writes there"
         )
-    ref = read_metadata(meta_path).get("speed_reference")
-    if not isinstance(ref, dict):
-        ref = {}
-    ms = ref.get("median_ms")
-    if not isinstance(ms, (int, float)) or isinstance(ms, bool) or not ms > 0:
-        raise LyraError(
-            f"{meta_path}: speed_reference.median_ms: got {ms!r}, must be a number > 0 "
-            "(profile with grid speed_reference: record or scale)"
-        )
+    reference_ms(ref, str(meta_path), "speed_reference",
+                 " (profile with grid speed_reference: record or scale)")  # fmt: skip
     return ref
 
 

@@ -25,7 +25,13 @@ import numpy as np
 
 from lyra_simpy.errors import LyraError
 from lyra_simpy.live.client import Api
-from lyra_simpy.live.speed import SpeedReading, _prober, _spaced
+from lyra_simpy.live.speed import (
+    SpeedReading,
+    _prober,
+    _spaced,
+    metadata_reference,
+    reference_ms,
+)
 
 if TYPE_CHECKING:
     from lyra_simpy.live.profile_grid import ProfileGrid
@@ -203,16 +209,8 @@ def beside_reference(profile_csv: Path, beside: int, tokens: int) -> float | Non
     it took one through its grid (``grid.speed_reference_beside``: the metadata's
     ``speed_reference.beside``, its ``median_ms``); None where it has none for that pair
     (the reading then goes against the mixed rows)."""
-    from lyra_simpy.calibration.profiles import metadata_path_of, read_metadata
-
-    meta = metadata_path_of(profile_csv)
-    ref = (read_metadata(meta).get("speed_reference") or {}) if meta is not None else {}
-    got = ref.get("beside") if isinstance(ref, dict) else None
+    meta, ref = metadata_reference(profile_csv)
+    got = ref.get("beside")
     if not isinstance(got, dict) or (got.get("decoders"), got.get("tokens")) != (beside, tokens):
         return None
-    ms = got.get("median_ms")
-    if not isinstance(ms, (int, float)) or isinstance(ms, bool) or not ms > 0:
-        raise LyraError(
-            f"{meta}: speed_reference.beside.median_ms: got {ms!r}, must be a number > 0"
-        )
-    return float(ms)
+    return reference_ms(got, str(meta), "speed_reference.beside")

@@ -752,6 +752,16 @@ def _readings_over_six(now: dict, again: dict, item: int, before: int) -> dict[s
     return per_point
 
 
+def _six_at_speed(sets: dict, now: dict) -> dict[str, int]:
+    """Table 1's cells over every point of the matrix *now* in a kept set at the speeds read
+    (*sets*): at the full batch's reading, at the lone one and with each phase at the runs'
+    own median ratio, and at the profile's speed."""
+    out = {r: sum(_points_at_speed(sets, r, tuple(now)).values())
+           for r in ("speed-batch", "speed", "phase")}  # fmt: skip
+    out["profile"] = sum(sum(_inside(now[p]).values()) for p in now)
+    return out
+
+
 def _set_at_speed(
     item: str,
     matrix: str,
@@ -3153,19 +3163,10 @@ def test_item_78s_np4_short_with_the_beside_readings_own_reference() -> None:
     rows_ = _by_point(_cells(validation / "llamacpp-matrix-epyc-item78.json"))
     assert tuple(rows_[NP4, "short"][c] for c in (2, 4, 6)) == ("32 / 35", "23 / 35", "23 / 35")
     # over all six points: the other five are item 77's outputs
-    six = {}
-    for name in ("beside", "phase", "lone-beside"):
-        kept_ = json.loads((validation / f"llamacpp-at-speed-{name}-item78.json").read_text())
-        earlier = json.loads((validation / f"llamacpp-at-speed-{name}-item77.json").read_text())
-        others = set(now) - set(again)
-        assert {p: kept_["points"][p] for p in others} == {p: earlier["points"][p] for p in others}
-        six[name] = sum(v["at_speed"]["in_target"] for loads in kept_["points"].values()
-                        for v in loads.values())  # fmt: skip
+    six = {name: sum(v.values()) for name, v in _readings_over_six(now, again, 78, 77).items()}
     assert six == {"beside": 181, "phase": 154, "lone-beside": 181}
-    assert {r: sum(_points_at_speed(sets, r, tuple(now)).values())
-            for r in ("speed-batch", "speed", "phase")} == {
-        "speed-batch": 167, "speed": 164, "phase": 197}  # fmt: skip
-    assert sum(sum(_inside(now[p]).values()) for p in now) == 136
+    assert _six_at_speed(sets, now) == {"speed-batch": 167, "speed": 164, "phase": 197,
+                                         "profile": 136}  # fmt: skip
     printed = "\n".join(sets["noise_printed"]["new_points_printed"]["--wander"])
     assert "(real repeats / draws): T1 5.3% /" in printed
     doc = " ".join((ROOT / "docs" / "VALIDATION-llamacpp.md").read_text().split())
@@ -3278,10 +3279,8 @@ def test_item_79s_short_points_with_the_beside_readings_own_reference() -> None:
     assert {p: per_point["lone-beside"][p] for p in again} == {"np2_b64/short": 27,
                                                                  "kvu/short": 33}  # fmt: skip
     assert (min(per_point["beside"].values()), max(per_point["beside"].values())) == (23, 34)
-    assert {r: sum(_points_at_speed(sets, r, tuple(now)).values())
-            for r in ("speed-batch", "speed", "phase")} == {
-        "speed-batch": 163, "speed": 157, "phase": 198}  # fmt: skip
-    assert sum(sum(_inside(now[p]).values()) for p in now) == 139
+    assert _six_at_speed(sets, now) == {"speed-batch": 163, "speed": 157, "phase": 198,
+                                         "profile": 139}  # fmt: skip
     printed = "\n".join(sets["noise_printed"]["new_points_printed"]["--wander"])
     assert "(real repeats / draws): T1 4.1% /" in printed
     doc = " ".join((ROOT / "docs" / "VALIDATION-llamacpp.md").read_text().split())
@@ -3380,10 +3379,8 @@ def test_item_80s_np2_b64_long_whose_rows_and_reference_disagree() -> None:
     assert six == {"beside": 180, "phase": 139, "lone-beside": 162}
     assert per_point["lone-beside"]["np2_b64/long"] == 16
     assert (min(per_point["beside"].values()), max(per_point["beside"].values())) == (26, 34)
-    assert {r: sum(_points_at_speed(sets, r, tuple(now)).values())
-            for r in ("speed-batch", "speed", "phase")} == {
-        "speed-batch": 169, "speed": 145, "phase": 196}  # fmt: skip
-    assert sum(sum(_inside(now[p]).values()) for p in now) == 127
+    assert _six_at_speed(sets, now) == {"speed-batch": 169, "speed": 145, "phase": 196,
+                                         "profile": 127}  # fmt: skip
     printed = "\n".join(sets["noise_printed"]["new_points_printed"]["--wander"])
     assert "(real repeats / draws): T1 3.3% /" in printed
     doc = " ".join((ROOT / "docs" / "VALIDATION-llamacpp.md").read_text().split())

@@ -76,7 +76,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import csv
 import json
 import shutil
 import sys
@@ -268,25 +267,19 @@ def beside_rows_over_fit(here: Path) -> float:
     fit's prediction summed (the prompt's steps), their median over the contexts, as the
     reading takes its rows'. Times the reading, it gives the prompt steps' speed against
     the fit's price, which ``cost.prompt_speed`` multiplies."""
-    from lyra_simpy.calibration.fit import predict_ms
-    from lyra_simpy.calibration.fitfile import load_fit
-    from lyra_simpy.calibration.profiles import read_profile
+    from llamacpp_steps import priced_mixed_rows
 
     found = sorted((here / "speed").glob("*/run1-beside.json"))
     if not found:
         raise SystemExit(f"{here.name}: no beside reading kept under speed/ (item 75 on)")
     reading = json.loads(found[0].read_text())
     beside, tokens = int(reading["request"]["beside"]), int(reading["request"]["contexts"][0])
-    profile = read_profile(here / "profile.csv")
-    fitted = predict_ms(load_fit(here / "fit_probes.yaml"), profile)
-    with (here / "profile.csv").open(newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    col = "prompt_tokens" if rows and "prompt_tokens" in rows[0] else "input_tokens"
     sums: dict[int, float] = {}
-    for row, fit_ms in zip(rows, fitted, strict=True):
-        if (row["phase"] == "mixed" and row[col].strip() and int(row["batch_size"]) == beside
-                and int(row[col]) == tokens):  # fmt: skip
-            sums[int(row["context_len"])] = sums.get(int(row["context_len"]), 0.0) + fit_ms
+    for (b, n, _), rows in priced_mixed_rows(here).items():
+        if (b, n) != (beside, tokens):
+            continue
+        for ctx, _, fit_ms in rows:
+            sums[ctx] = sums.get(ctx, 0.0) + fit_ms
     if not sums:
         raise SystemExit(f"{here.name}: no mixed rows of {tokens} tokens beside {beside}")
     return float(reading["profile_ms"]) / float(np.median(list(sums.values())))

@@ -268,14 +268,13 @@ def chunk_rows(point: Path) -> list[str]:
     return lines
 
 
-def mixed_rows(point: Path, which: str = "probes") -> list[str]:
+def priced_mixed_rows(point: Path, which: str = "probes"
+                      ) -> dict[tuple[int, int, int], list[tuple[int, float, float]]]:  # fmt: skip
     """*point*'s profile's mixed rows by (decoders, the prompt's tokens, its step), each
-    with their median ``latency_ms``, each row's by the decoders' context, the median of
-    what the fit of its *which* charges them and the median of measured / fit, one line
-    each."""
+    row as (the decoders' context, its ``latency_ms``, what the fit of its *which*
+    charges it)."""
     fit = load_fit(point / f"fit_{which}.yaml")
-    profile = read_profile(point / "profile.csv")
-    fitted = predict_ms(fit, profile)
+    fitted = predict_ms(fit, read_profile(point / "profile.csv"))
     with (point / "profile.csv").open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     groups: dict[tuple[int, int, int], list[tuple[int, float, float]]] = {}
@@ -286,6 +285,15 @@ def mixed_rows(point: Path, which: str = "probes") -> list[str]:
         key = (int(row["batch_size"]), int(whole), int(row.get("prompt_step") or 0))
         got = (int(row["context_len"]), float(row["latency_ms"]), float(charged))
         groups.setdefault(key, []).append(got)
+    return groups
+
+
+def mixed_rows(point: Path, which: str = "probes") -> list[str]:
+    """*point*'s profile's mixed rows by (decoders, the prompt's tokens, its step)
+    (:func:`priced_mixed_rows`), each with their median ``latency_ms``, each row's by the
+    decoders' context, the median of what the fit of its *which* charges them and the
+    median of measured / fit, one line each."""
+    groups = priced_mixed_rows(point, which)
     lines = [f"{point.name}: mixed rows by decoders, prompt and its step (the fit of its "
              f"{which}): median ms measured (each row's, by the decoders' context), fitted, "
              "measured / fit"]  # fmt: skip

@@ -476,6 +476,12 @@ def test_speed_beside_reads_against_the_profiles_own_beside_reference(
     with pytest.raises(LyraError, match=r"m.yaml: speed_reference.beside.median_ms: got 'fast', "
                        r"must be a number > 0$"):  # fmt: skip
         beside_reference(csv, 1, 8)
+    # and `speed` refuses it before it sends a probe: nothing listens at the endpoint here,
+    # and the line names the field, not the connection
+    capsys.readouterr()
+    argv = f"speed {csv} --endpoint http://127.0.0.1:9 --grid {kept} --prompt 8 --beside 1"
+    assert main(argv.split()) != 0
+    assert "speed_reference.beside.median_ms: got 'fast'" in capsys.readouterr().err
 
 
 def test_a_beside_reference_the_grid_cannot_take_is_refused(tmp_path: Path) -> None:

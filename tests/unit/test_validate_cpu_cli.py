@@ -762,6 +762,26 @@ def _six_at_speed(sets: dict, now: dict) -> dict[str, int]:
     return out
 
 
+def _archived_beside(point: str, decoders: int, tokens: int) -> tuple[list[dict], dict[str, float]]:
+    """*point*'s archive (``docs/validation/points``): its kept beside readings, and its
+    profile's mixed rows of a prompt of *tokens* beside *decoders*, the prompt's steps
+    summed by the decoders' context (ms; the rows ``speed --beside`` falls back on)."""
+    validation = ROOT / "docs" / "validation"
+    index = json.loads((validation / "points" / "index.json").read_text())
+    with tarfile.open(validation / "points" / index[point]["file"]) as tar:
+        kept = [json.load(tar.extractfile(n)) for n in tar.getnames() if n.endswith("-beside.json")]
+        profile = tar.extractfile(f"{point.replace('/', '_')}/profile.csv")
+        assert profile is not None
+        rows = [r.split(",") for r in profile.read().decode().splitlines()]
+    col = {name: k for k, name in enumerate(rows[0])}
+    sums: dict[str, float] = {}
+    for r in rows[1:]:
+        if (r[0], r[1], r[col["prompt_tokens"]]) == ("mixed", str(decoders), str(tokens)):
+            ctx = r[col["context_len"]]
+            sums[ctx] = sums.get(ctx, 0.0) + float(r[col["latency_ms"]])
+    return kept, sums
+
+
 def _set_at_speed(
     item: str,
     matrix: str,
@@ -3134,18 +3154,9 @@ def test_item_78s_np4_short_with_the_beside_readings_own_reference() -> None:
     # every beside reading before a run went against it, not the rows (188.2 ms here)
     index = json.loads((validation / "points" / "index.json").read_text())
     assert index["default/short"]["finished"] == point["finished"]
-    with tarfile.open(validation / "points" / index["default/short"]["file"]) as tar:
-        kept = [json.load(tar.extractfile(n)) for n in tar.getnames() if n.endswith("-beside.json")]
-        profile = tar.extractfile("default_short/profile.csv")
-        assert profile is not None
-        rows = [r.split(",") for r in profile.read().decode().splitlines()]
+    kept, sums = _archived_beside("default/short", 3, 64)
     assert len(kept) == 15
     assert {(r["against"], r["profile_ms"]) for r in kept} == {("beside reference", 188.582)}
-    col = {name: k for k, name in enumerate(rows[0])}
-    pair = [r for r in rows[1:] if (r[0], r[1], r[col["prompt_tokens"]]) == ("mixed", "3", "64")]
-    sums = {}
-    for r in pair:
-        sums[r[col["context_len"]]] = sums.get(r[col["context_len"]], 0.0) + float(r[4])
     assert {c: round(ms, 1) for c, ms in sums.items()} == {"17": 178.6, "65": 197.8}
     assert round(sum(sums.values()) / 2, 1) == 188.2
     spans = {f: (min(r), max(r)) for f in ("speed_batch", "speed_lone", "speed_beside",
@@ -3220,25 +3231,15 @@ def test_item_79s_short_points_with_the_beside_readings_own_reference() -> None:
     # each profile's beside reference, and the pair's two rows a step in its profile
     index = json.loads((validation / "points" / "index.json").read_text())
     refs, pairs = {}, {}
-    for p, tokens in (("np2_b64/short", "1"), ("kvu/short", "3")):
+    for p, decoders in (("np2_b64/short", 1), ("kvu/short", 3)):
         ref = now[p]["gate"]["speed_reference"]["beside"]
         refs[p] = (ref["decoders"], ref["tokens"], ref["references"], ref["median_ms"],
                    ref["min_ms"], ref["max_ms"], ref["by_context"])  # fmt: skip
         assert index[p]["finished"] == now[p]["finished"]
-        with tarfile.open(validation / "points" / index[p]["file"]) as tar:
-            kept = [json.load(tar.extractfile(n)) for n in tar.getnames()
-                    if n.endswith("-beside.json")]  # fmt: skip
-            profile = tar.extractfile(f"{p.replace('/', '_')}/profile.csv")
-            assert profile is not None
-            rows = [r.split(",") for r in profile.read().decode().splitlines()]
+        kept, sums = _archived_beside(p, decoders, 64)
         assert len(kept) == 15
         assert {(r["against"], r["profile_ms"]) for r in kept} == {("beside reference",
                                                                     ref["median_ms"])}  # fmt: skip
-        col = {name: k for k, name in enumerate(rows[0])}
-        sums: dict[str, float] = {}
-        for r in rows[1:]:
-            if (r[0], r[1], r[col["prompt_tokens"]]) == ("mixed", tokens, "64"):
-                sums[r[col["context_len"]]] = sums.get(r[col["context_len"]], 0.0) + float(r[4])
         pairs[p] = {c: round(ms, 1) for c, ms in sums.items()}
         assert abs(sum(sums.values()) / len(sums) / ref["median_ms"] - 1) < 0.01
     assert refs == {
@@ -3334,18 +3335,9 @@ def test_item_80s_np2_b64_long_whose_rows_and_reference_disagree() -> None:
     assert ref["by_context"] == {"200": 914.49, "400": 931.891}  # (JSON keys)
     index = json.loads((validation / "points" / "index.json").read_text())
     assert index["np2_b64/long"]["finished"] == point["finished"]
-    with tarfile.open(validation / "points" / index["np2_b64/long"]["file"]) as tar:
-        kept = [json.load(tar.extractfile(n)) for n in tar.getnames() if n.endswith("-beside.json")]
-        profile = tar.extractfile("np2_b64_long/profile.csv")
-        assert profile is not None
-        rows = [r.split(",") for r in profile.read().decode().splitlines()]
+    kept, sums = _archived_beside("np2_b64/long", 1, 400)
     assert len(kept) == 15
     assert {(r["against"], r["profile_ms"]) for r in kept} == {("beside reference", 928.549)}
-    col = {name: k for k, name in enumerate(rows[0])}
-    sums: dict[str, float] = {}
-    for r in rows[1:]:
-        if (r[0], r[1], r[col["prompt_tokens"]]) == ("mixed", "1", "400"):
-            sums[r[col["context_len"]]] = sums.get(r[col["context_len"]], 0.0) + float(r[4])
     assert {c: round(ms, 1) for c, ms in sums.items()} == {"202": 965.3, "402": 966.9}
     pair = sum(sums.values()) / 2
     assert round(pair / ref["median_ms"] - 1, 3) == 0.040

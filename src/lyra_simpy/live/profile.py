@@ -260,6 +260,7 @@ def profile(
     """The prompt timed beside decoders through the grid (``grid.speed_reference_beside``):
     (the decoders' prompt tokens, the prompt's steps summed in ms)."""
     pair = grid.speed_reference_beside  # (with the lone reference on: check_beside)
+    pair_steps = steps_of(*pair) if pair is not None else 0
     contexts = mixed_contexts(grid)
     wander: list[tuple[float, float, int]] = []
     """The wander probe's decode steps (``grid.wander_s``): (end, s from its start;
@@ -303,9 +304,8 @@ def profile(
                 at = r * len(plan) + k
                 if pair is not None and at % grid.speed_reference_beside_every == 0:
                     ctx = contexts[(at // grid.speed_reference_beside_every) % len(contexts)]
-                    steps = steps_of(*pair)
-                    lat, _, gaps = await prober.mixed(*pair, ctx, steps)
-                    beside_refs.append((ctx, float(sum(gaps)) if steps else lat))
+                    lat, _, gaps = await prober.mixed(*pair, ctx, pair_steps)
+                    beside_refs.append((ctx, float(sum(gaps)) if pair_steps else lat))
                 if grid.speed_reference != "off":
                     gap, _, _ = await prober.decode(1, grid.speed_reference_context)
                     beside[k].append(gap)

@@ -176,6 +176,7 @@ def beside_speed(
             f"rows of {tokens} tokens beside {beside} were taken with the decoders at "
             f"{sorted(rows)} tokens: give the profile's own grid (--grid)"
         )
+    recorded = beside_reference(profile_csv, beside, tokens)  # (refused before any probe)
     prober, slots = _prober(url, api, grid, vocab_size)
     if isinstance(slots, int) and beside >= slots:
         raise LyraError(
@@ -195,13 +196,12 @@ def beside_speed(
         return got
 
     steps_ms = asyncio.run(measure())
-    recorded = beside_reference(profile_csv, beside, tokens)
     if recorded is not None:
-        return SpeedReading(steps_ms, recorded, (tokens,), 1, phase="prompt", beside=beside,
-                            against="beside reference")  # fmt: skip
-    profile_ms = float(statistics.median(rows[at][1] for at in ref))
+        profile_ms, against = recorded, "beside reference"
+    else:
+        profile_ms, against = float(statistics.median(rows[at][1] for at in ref)), "mixed rows"
     return SpeedReading(steps_ms, profile_ms, (tokens,), 1, phase="prompt", beside=beside,
-                        against="mixed rows")  # fmt: skip
+                        against=against)  # fmt: skip
 
 
 def beside_reference(profile_csv: Path, beside: int, tokens: int) -> float | None:

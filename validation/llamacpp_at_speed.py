@@ -50,12 +50,15 @@ the lone reading alone did better than the full batch's (items 75–76). ``--rat
 speed-beside-fit`` is ``speed-beside`` with the prompt reading taken against what Table 1's
 fit charges for the profile rows it was read against instead of the rows themselves
 (:func:`beside_rows_over_fit`, an ablation, item 77): ``cost.prompt_speed`` multiplies the
-fit's price, so a reading against rows the fit misses carries that miss.
+fit's price, so a reading against rows the fit misses carries that miss. ``--ratio
+speed-beside-rows`` takes it against the profile's rows of the pair instead of the beside
+reading's own reference (:func:`beside_reference_over_rows`, an ablation, item 81): the
+same as ``speed-beside`` where the reading was taken against the rows (items 75–77).
 
     PYTHONPATH=src python validation/llamacpp_at_speed.py
         [--ratio runs|mean|gate|gate-all|batch|batch-mean|speed|speed-batch|one-run|phase
                  |one-run-phase|speed-phase|speed-beside|speed-lone-beside
-                 |speed-beside-fit]
+                 |speed-beside-fit|speed-beside-rows]
         [--only CFG/REGIME ...] [--json OUT]
 
 After the table it prints how far the speed it priced each load at lay from the load's
@@ -258,15 +261,14 @@ def speed_beside_ratio(res: dict[str, Any], load: str) -> float:
                         "75 on)")  # fmt: skip
 
 
-def beside_rows_over_fit(here: Path) -> float:
+def _beside_rows(here: Path) -> tuple[float, float, float]:
     """What ``lyra-simpy speed --prompt N --beside B`` read the point in folder *here*
     against (its first beside reading's ``profile_ms``, ``speed/LOAD/run1-beside.json``:
-    the profile's mixed rows of the pair, or since item 78 its own beside reference), over
-    what its probe fit (``fit_probes.yaml``, Table 1's) charges for the pair's rows: for
-    each decoder context the rows of the prompt's *N* tokens beside *B* were taken at, the
-    fit's prediction summed (the prompt's steps), their median over the contexts, as the
-    reading takes its rows'. Times the reading, it gives the prompt steps' speed against
-    the fit's price, which ``cost.prompt_speed`` multiplies."""
+    the profile's mixed rows of the pair, or since item 78 its own beside reference), the
+    pair's rows as measured and what the probe fit (``fit_probes.yaml``, Table 1's)
+    charges for them: for each decoder context the rows of the prompt's *N* tokens beside
+    *B* were taken at, summed (the prompt's steps), their median over the contexts, as the
+    reading takes its rows'."""
     from llamacpp_steps import priced_mixed_rows
 
     found = sorted((here / "speed").glob("*/run1-beside.json"))
@@ -274,15 +276,35 @@ def beside_rows_over_fit(here: Path) -> float:
         raise SystemExit(f"{here.name}: no beside reading kept under speed/ (item 75 on)")
     reading = json.loads(found[0].read_text())
     beside, tokens = int(reading["request"]["beside"]), int(reading["request"]["contexts"][0])
-    sums: dict[int, float] = {}
+    sums: dict[int, np.ndarray] = {}
     for (b, n, _), rows in priced_mixed_rows(here).items():
         if (b, n) != (beside, tokens):
             continue
-        for ctx, _, fit_ms in rows:
-            sums[ctx] = sums.get(ctx, 0.0) + fit_ms
+        for ctx, ms, fit_ms in rows:
+            sums[ctx] = sums.get(ctx, np.zeros(2)) + np.array((ms, fit_ms))
     if not sums:
         raise SystemExit(f"{here.name}: no mixed rows of {tokens} tokens beside {beside}")
-    return float(reading["profile_ms"]) / float(np.median(list(sums.values())))
+    measured, fitted = np.median(list(sums.values()), axis=0)
+    return float(reading["profile_ms"]), float(measured), float(fitted)
+
+
+def beside_rows_over_fit(here: Path) -> float:
+    """What the beside reading of the point in folder *here* was read against over what
+    its probe fit charges for the pair's rows (:func:`_beside_rows`). Times the reading,
+    it gives the prompt steps' speed against the fit's price, which ``cost.prompt_speed``
+    multiplies."""
+    against, _, fitted = _beside_rows(here)
+    return against / fitted
+
+
+def beside_reference_over_rows(here: Path) -> float:
+    """What the beside reading of the point in folder *here* was read against over the
+    pair's rows as the profile measured them (:func:`_beside_rows`): 1 where the reading
+    was taken against those rows (items 75–77); since item 78 its own reference over the
+    rows. Times the reading, it gives the prompt steps' speed against the rows the fit is
+    fitted on (item 81: which yardstick, when reference and rows disagree)."""
+    against, measured, _ = _beside_rows(here)
+    return against / measured
 
 
 def folder(here: Path, source: str) -> Path:
@@ -388,6 +410,15 @@ RATIOS = {
         "speed_batch",
         prompt=speed_beside_ratio,
         prompt_scale=beside_rows_over_fit,
+    ),
+    "speed-beside-rows": Ratio(
+        speed_batch_ratio,
+        "`lyra-simpy speed --batch NP` and `--prompt N --beside NP-1` (against the rows) "
+        "before the runs",
+        "at the speeds it printed",
+        "speed_batch",
+        prompt=speed_beside_ratio,
+        prompt_scale=beside_reference_over_rows,
     ),
     "one-run-phase": Ratio(
         one_run_ratio,

@@ -181,7 +181,7 @@ def test_the_speeds_a_load_is_priced_at():
     assert set(AT_SPEED.RATIOS) == {
         "runs", "mean", "gate", "gate-all", "batch", "batch-mean", "speed", "speed-batch",
         "one-run", "phase", "one-run-phase", "speed-phase", "speed-beside",
-        "speed-lone-beside", "speed-beside-fit"}  # fmt: skip
+        "speed-lone-beside", "speed-beside-fit", "speed-beside-rows"}  # fmt: skip
     assert AT_SPEED.RATIOS["mean"].read is AT_SPEED.runs_mean_ratio
     # --ratio one-run: every load at the mean step of the load Tables 2 and 3 fit on
     res["loads"]["poisson_0.6"] = {"steps_vs_charge": {"decode": {"median": 1.0, "mean": 1.04}}}
@@ -359,3 +359,46 @@ def test_a_beside_reading_against_the_fits_price_of_its_rows(tmp_path: Path) -> 
     (here / "speed" / "poisson_0.3" / "run1-beside.json").unlink()
     with pytest.raises(SystemExit, match=r"default_short: no beside reading kept under speed/"):
         AT_SPEED.beside_rows_over_fit(here)
+
+
+def test_a_beside_reading_against_the_profiles_rows(tmp_path: Path) -> None:
+    # --ratio speed-beside-rows (item 81): the reading's yardstick over the pair's rows as
+    # the profile measured them. Item 75's -np 4 short reading was taken against those
+    # rows (the median over the decoders' contexts of each context's summed steps): 1
+    validation = Path(__file__).parents[2] / "docs" / "validation"
+    shutil.copytree(validation / "llamacpp-default-short-item75", tmp_path / "default_short")
+    here = tmp_path / "default_short"
+    assert AT_SPEED.beside_reference_over_rows(here) == pytest.approx(1.0, abs=5e-4)
+    with (here / "profile.csv").open(newline="") as fh:
+        pair = ("mixed", "3", "64")  # (the phase, the decoders beside, the prompt's tokens)
+        mine = [(r["context_len"], float(r["latency_ms"])) for r in csv.DictReader(fh)
+                if (r["phase"], r["batch_size"], r["prompt_tokens"]) == pair]  # fmt: skip
+    sums = {c: sum(m for c2, m in mine if c2 == c) for c, _ in mine}
+    assert len(sums) == 2
+    first = here / "speed" / "poisson_0.3" / "run1-beside.json"
+    reading = json.loads(first.read_text())
+    assert reading["profile_ms"] == pytest.approx(np.median(list(sums.values())), abs=0.05)
+    # a reading against its own reference (item 78 on) is moved onto the rows: the
+    # reference over the rows, whatever the fit charges
+    first.write_text(json.dumps({**reading, "profile_ms": 0.96 * reading["profile_ms"],
+                                 "against": "beside reference"}))  # fmt: skip
+    assert AT_SPEED.beside_reference_over_rows(here) == pytest.approx(0.96, abs=5e-4)
+    assert AT_SPEED.beside_rows_over_fit(here) / AT_SPEED.beside_reference_over_rows(
+        here
+    ) == pytest.approx(np.median(list(sums.values())) / _fit_of_pair(here, "3", "64"))
+    assert AT_SPEED.RATIOS["speed-beside-rows"].prompt is AT_SPEED.speed_beside_ratio
+    assert AT_SPEED.RATIOS["speed-beside-rows"].read is AT_SPEED.speed_batch_ratio
+
+
+def _fit_of_pair(here: Path, decoders: str, tokens: str) -> float:
+    """What *here*'s probe fit charges for its profile's mixed rows of *tokens* beside
+    *decoders*, summed by the decoders' context, the median over the contexts."""
+    profile = read_profile(here / "profile.csv")
+    fitted = predict_ms(load_fit(here / "fit_probes.yaml"), profile)
+    with (here / "profile.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    sums: dict[str, float] = {}
+    for r, f in zip(rows, fitted, strict=True):
+        if (r["phase"], r["batch_size"], r["prompt_tokens"]) == ("mixed", decoders, tokens):
+            sums[r["context_len"]] = sums.get(r["context_len"], 0.0) + f
+    return float(np.median(list(sums.values())))

@@ -59,7 +59,7 @@ same as ``speed-beside`` where the reading was taken against the rows (items 75โ
         [--ratio runs|mean|gate|gate-all|batch|batch-mean|speed|speed-batch|one-run|phase
                  |one-run-phase|speed-phase|speed-beside|speed-lone-beside
                  |speed-beside-fit|speed-beside-rows]
-        [--only CFG/REGIME ...] [--json OUT]
+        [--only CFG/REGIME ...] [--json OUT] [--per-run]
 
 After the table it prints how far the speed it priced each load at lay from the load's
 mean real decode step (:func:`against_mean`: bias and spread of the log over the loads),
@@ -69,6 +69,8 @@ for a reading taken before each run, how much those readings stray within a load
 (:func:`readings_spread`) and how the same readings fare taken right *after* each run
 (:func:`read_after`); and how far each load's mean step lies from its point's own level
 (:func:`point_level`), what no one speed for a point can follow (item 43).
+``--per-run`` prints instead each run's beside reading against its own prompt steps
+(:func:`prompt_by_run`, item 81).
 
 It reads what ``validate_cpu.py --matrix`` left in ``results/validation-llamacpp`` (each
 point's ``fit_probes.yaml``, Table 1 scenarios, real runs and ``matrix.json``'s
@@ -561,6 +563,42 @@ def point_level(results: dict[str, Any], points: list[str]) -> float:
     return float(np.std(logs))
 
 
+def prompt_by_run(key: str, res: dict[str, Any], repeats: int
+                  ) -> list[tuple[str, int, float, float]]:  # fmt: skip
+    """Each real run of the stored point *key*, in the matrix's order: its load, its number,
+    the beside reading taken right before it (``speed_beside``) and the median of its own
+    steps with prompt tokens over Table 1's charge (``compare RUN RUN --steps LOAD.yaml``
+    on that run alone). A load's ``steps_vs_charge`` pools its runs; run by run, it asks
+    whether a reading forecasts the run it was taken for, or only the host's level around
+    it (item 81: ``-np 4`` long's readings fell in two bands)."""
+    from lyra_simpy.live.stepcheck import step_check
+    from lyra_simpy.scenario import load_scenario
+
+    here = point_folder(key, OUT)
+    out = []
+    for load in LOADS:
+        scenario = load_scenario(here / f"{load}.yaml")
+        machine = res["loads"][load]["machine"]
+        for k, run_dir in enumerate(real_runs(here, load, repeats), 1):
+            if not machine[k - 1].get("speed_beside"):
+                raise SystemExit(f"{key}: run {k} of {load} has no beside reading (item 75 on)")
+            steps = step_check(scenario, [Path(run_dir)])["prompt"]["median"]
+            out.append((load, k, float(machine[k - 1]["speed_beside"]), float(steps)))
+    return out
+
+
+def by_run_lines(key: str, runs: list[tuple[str, int, float, float]]) -> list[str]:
+    """:func:`prompt_by_run`'s table for the point *key*, and the correlation over its runs
+    of each reading with its own run's prompt steps."""
+    lines = [f"{key}: each run's beside reading and its own prompt steps รท Table 1's charge",
+             "| load | run | beside reading | prompt steps |", "|---|---:|---:|---:|"]  # fmt: skip
+    lines += [f"| {load} | {k} | {r:.3f} | {s:.3f} |" for load, k, r, s in runs]
+    got = np.array([(r, s) for _, _, r, s in runs])
+    corr = float(np.corrcoef(got[:, 0], got[:, 1])[0, 1])
+    lines.append(f"correlation over the {len(runs)} runs: {corr:.2f}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="llamacpp_at_speed.py", description=__doc__.split("\n")[0]
@@ -574,6 +612,9 @@ def main(argv: list[str] | None = None) -> int:
                         "the steps with a prompt at their own")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, metavar="OUT",
                         help="also write every load's figures here")  # fmt: skip
+    parser.add_argument("--per-run", action="store_true",
+                        help="print each run's beside reading against its own prompt steps "
+                        "instead (no simulation)")  # fmt: skip
     args = parser.parse_args(argv)
     stored = OUT / "matrix.json"
     if not stored.is_file():
@@ -584,6 +625,11 @@ def main(argv: list[str] | None = None) -> int:
     missing = [k for k in args.only or [] if k not in have]
     if missing:
         raise SystemExit(f"--only: no stored runs of {missing[0]!r}; stored: {have}")
+    if args.per_run:
+        for k in args.only or have:
+            runs = prompt_by_run(k, results[k], keep["facts"]["repeats"])
+            print("\n".join(by_run_lines(k, runs)))
+        return 0
     for k in args.only or have:  # every point can be read at that speed, before any runs
         for load in LOADS:
             try:

@@ -402,3 +402,67 @@ def _fit_of_pair(here: Path, decoders: str, tokens: str) -> float:
         if (r["phase"], r["batch_size"], r["prompt_tokens"]) == ("mixed", decoders, tokens):
             sums[r["context_len"]] = sums.get(r["context_len"], 0.0) + f
     return float(np.median(list(sums.values())))
+
+
+def test_each_runs_beside_reading_against_its_own_prompt_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # --per-run (item 81): -np 4 long's archive; its beside readings fell in two bands 9 %
+    # apart, and the runs after a low reading took their prompts only 2 % quicker
+    validation = ROOT / "docs" / "validation"
+    _unpack("default/long", tmp_path)
+    monkeypatch.setattr(AT_SPEED, "OUT", tmp_path)
+    res = json.loads((validation / "llamacpp-matrix.json").read_text())["results"]["default/long"]
+    runs = AT_SPEED.prompt_by_run("default/long", res, 3)
+    assert [(load, k) for load, k, _, _ in runs] == [
+        (load, k) for load in AT_SPEED.LOADS for k in (1, 2, 3)]  # fmt: skip
+    machine = [m for load in AT_SPEED.LOADS for m in res["loads"][load]["machine"]]
+    assert [r for _, _, r, _ in runs] == [m["speed_beside"] for m in machine]
+    steps = [round(s, 3) for *_, s in runs]
+    assert steps == [0.96, 0.98, 0.997, 1.005, 1.009, 1.024, 1.034, 1.039, 0.94, 0.967, 1.041,
+                     1.035, 1.016, 1.016, 1.036]  # fmt: skip
+    low = [s for _, _, r, s in runs if r < 0.95]
+    high = [s for _, _, r, s in runs if r >= 0.95]
+    assert (len(low), round(float(np.mean(low)), 3), round(float(np.mean(high)), 3)) == (
+        6, 0.994, 1.015)  # fmt: skip
+    lines = AT_SPEED.by_run_lines("default/long", runs)
+    assert lines[3] == "| poisson_0.3 | 1 | 0.923 | 0.960 |"
+    assert lines[-1] == "correlation over the 15 runs: 0.35"
+    # a run without a beside reading (before item 75): refused, naming it
+    res["loads"]["poisson_0.6"]["machine"][1]["speed_beside"] = None
+    with pytest.raises(SystemExit, match=r"default/long: run 2 of poisson_0.6 has no beside"):
+        AT_SPEED.prompt_by_run("default/long", res, 3)
+
+
+def test_the_readings_against_their_own_runs_at_every_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # docs/VALIDATION-llamacpp.md item 81: --per-run's correlation at each of the six points
+    validation = ROOT / "docs" / "validation"
+    results = json.loads((validation / "llamacpp-matrix.json").read_text())["results"]
+    monkeypatch.setattr(AT_SPEED, "OUT", tmp_path)
+    got = {}
+    for key in results:
+        _unpack(key, tmp_path)
+        lines = AT_SPEED.by_run_lines(key, AT_SPEED.prompt_by_run(key, results[key], 3))
+        got[key] = lines[-1].split()[-1]
+    assert got == {"default/short": "0.71", "default/long": "0.35", "np2_b64/long": "0.38",
+                   "kvu/long": "0.75", "kvu/short": "0.64", "np2_b64/short": "0.35"}  # fmt: skip
+    doc = " ".join((ROOT / "docs" / "VALIDATION-llamacpp.md").read_text().split())
+    assert "the correlation over a point's 15 runs is 0.35–0.75 (`-np 4` short 0.71, `-np 4` " \
+           "long 0.35, `-kvu` short 0.64, `-kvu` long 0.75, `-np 2 -b 64` short 0.35 and long " \
+           "0.38)" in doc  # fmt: skip
+
+
+def _unpack(key: str, out: Path) -> None:
+    """The archived point *key* (``docs/validation/points``) unpacked into *out*, as
+    ``llamacpp_store.py unpack`` lays it out."""
+    import tarfile
+
+    points = ROOT / "docs" / "validation" / "points"
+    index = json.loads((points / "index.json").read_text())
+    with tarfile.open(points / index[key]["file"]) as tar:
+        if hasattr(tarfile, "data_filter"):  # Python >= 3.10.12 / 3.11.4
+            tar.extractall(out, filter="data")
+        else:  # pragma: no cover - older Pythons
+            tar.extractall(out)

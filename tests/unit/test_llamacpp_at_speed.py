@@ -410,8 +410,7 @@ def test_each_runs_beside_reading_against_its_own_prompt_steps(
     # --per-run (item 81): -np 4 long's archive; its beside readings fell in two bands 9 %
     # apart, and the runs after a low reading took their prompts only 2 % quicker
     validation = ROOT / "docs" / "validation"
-    _unpack("default/long", tmp_path)
-    monkeypatch.setattr(AT_SPEED, "OUT", tmp_path)
+    _unpacked(["default/long"], tmp_path, monkeypatch)
     res = json.loads((validation / "llamacpp-matrix.json").read_text())["results"]["default/long"]
     runs = AT_SPEED.prompt_by_run("default/long", res, 3)
     assert [(load, k) for load, k, _, _ in runs] == [
@@ -440,10 +439,9 @@ def test_the_readings_against_their_own_runs_at_every_point(
     # docs/VALIDATION-llamacpp.md item 81: --per-run's correlation at each of the six points
     validation = ROOT / "docs" / "validation"
     results = json.loads((validation / "llamacpp-matrix.json").read_text())["results"]
-    monkeypatch.setattr(AT_SPEED, "OUT", tmp_path)
+    _unpacked(list(results), tmp_path, monkeypatch)
     got = {}
     for key in results:
-        _unpack(key, tmp_path)
         lines = AT_SPEED.by_run_lines(key, AT_SPEED.prompt_by_run(key, results[key], 3))
         got[key] = lines[-1].split()[-1]
     assert got == {"default/short": "0.71", "default/long": "0.35", "np2_b64/long": "0.38",
@@ -454,15 +452,10 @@ def test_the_readings_against_their_own_runs_at_every_point(
            "0.38)" in doc  # fmt: skip
 
 
-def _unpack(key: str, out: Path) -> None:
-    """The archived point *key* (``docs/validation/points``) unpacked into *out*, as
-    ``llamacpp_store.py unpack`` lays it out."""
-    import tarfile
-
-    points = ROOT / "docs" / "validation" / "points"
-    index = json.loads((points / "index.json").read_text())
-    with tarfile.open(points / index[key]["file"]) as tar:
-        if hasattr(tarfile, "data_filter"):  # Python >= 3.10.12 / 3.11.4
-            tar.extractall(out, filter="data")
-        else:  # pragma: no cover - older Pythons
-            tar.extractall(out)
+def _unpacked(keys: list[str], out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The archived points *keys* brought into *out* by ``llamacpp_store.py unpack`` (its
+    checksum and finish checks included), where this script then reads them."""
+    store = validation_module("llamacpp_store")
+    monkeypatch.setattr(store, "OUT", out)
+    monkeypatch.setattr(AT_SPEED, "OUT", out)
+    store.unpack(keys, force=False)

@@ -786,6 +786,32 @@ def _archived_beside(point: str, decoders: int, tokens: int) -> tuple[list[dict]
     return kept, sums
 
 
+READINGS = ("speed_batch", "speed_lone", "speed_beside", "speed_prompt")
+"""The readings ``lyra-simpy speed`` took before each real run (``--speed-before``)."""
+
+
+def _reading_spans(point: dict, fields: tuple[str, ...] = READINGS
+                   ) -> dict[str, tuple[float, float]]:  # fmt: skip
+    """The lowest and the highest of each reading *fields* taken before a stored point's
+    real runs."""
+    return {f: (min(got), max(got)) for f in fields
+            for got in [[m[f] for v in point["loads"].values() for m in v["machine"]]]}  # fmt: skip
+
+
+def _kept_against_reference(now: dict, point: str, decoders: int, tokens: int
+                            ) -> tuple[list[dict], dict[str, float]]:  # fmt: skip
+    """:func:`_archived_beside` for a *point* whose archive holds the runs of the matrix
+    *now*: its 15 kept beside readings, each taken against the profile's own beside
+    reference (item 78 on), and the pair's rows summed by the decoders' context."""
+    index = json.loads((ROOT / "docs" / "validation" / "points" / "index.json").read_text())
+    assert index[point]["finished"] == now[point]["finished"]
+    kept, sums = _archived_beside(point, decoders, tokens)
+    assert len(kept) == 15
+    ref = now[point]["gate"]["speed_reference"]["beside"]["median_ms"]
+    assert {(r["against"], r["profile_ms"]) for r in kept} == {("beside reference", ref)}
+    return kept, sums
+
+
 def _set_at_speed(
     item: str,
     matrix: str,
@@ -3038,9 +3064,7 @@ def test_item_77s_beside_reading_at_np4_long_and_over_all_six_points() -> None:
     rows = _by_point(_cells(validation / "llamacpp-matrix-epyc-item77.json"))
     assert tuple(rows[NP4, "long"][c] for c in (2, 4, 6)) == ("23 / 35", "32 / 35", "31 / 35")
     # the four readings before each run: their spans
-    spans = {f: (min(r), max(r)) for f in ("speed_batch", "speed_lone", "speed_beside",
-                                           "speed_prompt")
-             for r in [[m[f] for v in point["loads"].values() for m in v["machine"]]]}  # fmt: skip
+    spans = _reading_spans(point)
     assert spans == {"speed_batch": (1.003, 1.159), "speed_lone": (0.942, 1.103),
                      "speed_beside": (0.93, 1.152), "speed_prompt": (0.884, 1.295)}  # fmt: skip
     held, strays = _prompt_readings_kept(now, again, 77)
@@ -3155,16 +3179,10 @@ def test_item_78s_np4_short_with_the_beside_readings_own_reference() -> None:
     assert (ref["median_ms"], ref["min_ms"], ref["max_ms"]) == (188.582, 158.427, 249.898)
     assert ref["by_context"] == {"16": 183.174, "64": 195.819}  # (JSON keys)
     # every beside reading before a run went against it, not the rows (188.2 ms here)
-    index = json.loads((validation / "points" / "index.json").read_text())
-    assert index["default/short"]["finished"] == point["finished"]
-    kept, sums = _archived_beside("default/short", 3, 64)
-    assert len(kept) == 15
-    assert {(r["against"], r["profile_ms"]) for r in kept} == {("beside reference", 188.582)}
+    _, sums = _kept_against_reference(now, "default/short", 3, 64)
     assert {c: round(ms, 1) for c, ms in sums.items()} == {"17": 178.6, "65": 197.8}
     assert round(sum(sums.values()) / 2, 1) == 188.2
-    spans = {f: (min(r), max(r)) for f in ("speed_batch", "speed_lone", "speed_beside",
-                                           "speed_prompt")
-             for r in [[m[f] for v in point["loads"].values() for m in v["machine"]]]}  # fmt: skip
+    spans = _reading_spans(point)
     assert spans == {"speed_batch": (0.956, 1.096), "speed_lone": (0.9, 1.108),
                      "speed_beside": (0.856, 1.096), "speed_prompt": (0.695, 1.028)}  # fmt: skip
     held, strays = _prompt_readings_kept(now, again, 78)
@@ -3232,17 +3250,12 @@ def test_item_79s_short_points_with_the_beside_readings_own_reference() -> None:
              for s in now[p]["gate"]["superseded"]] for p in again] == [
         [(18.1, 17.1)], [(15.1, 17.2)]]  # fmt: skip
     # each profile's beside reference, and the pair's two rows a step in its profile
-    index = json.loads((validation / "points" / "index.json").read_text())
     refs, pairs = {}, {}
     for p, decoders in (("np2_b64/short", 1), ("kvu/short", 3)):
         ref = now[p]["gate"]["speed_reference"]["beside"]
         refs[p] = (ref["decoders"], ref["tokens"], ref["references"], ref["median_ms"],
                    ref["min_ms"], ref["max_ms"], ref["by_context"])  # fmt: skip
-        assert index[p]["finished"] == now[p]["finished"]
-        kept, sums = _archived_beside(p, decoders, 64)
-        assert len(kept) == 15
-        assert {(r["against"], r["profile_ms"]) for r in kept} == {("beside reference",
-                                                                    ref["median_ms"])}  # fmt: skip
+        _, sums = _kept_against_reference(now, p, decoders, 64)
         pairs[p] = {c: round(ms, 1) for c, ms in sums.items()}
         assert abs(sum(sums.values()) / len(sums) / ref["median_ms"] - 1) < 0.01
     assert refs == {
@@ -3251,9 +3264,7 @@ def test_item_79s_short_points_with_the_beside_readings_own_reference() -> None:
     }  # fmt: skip
     assert pairs == {"np2_b64/short": {"18": 142.7, "66": 142.2},
                      "kvu/short": {"17": 154.4, "65": 155.2}}  # fmt: skip
-    spans = {f: [(min(r), max(r)) for r in
-                 ([m[f] for v in now[p]["loads"].values() for m in v["machine"]] for p in again)]
-             for f in ("speed_batch", "speed_lone", "speed_beside", "speed_prompt")}  # fmt: skip
+    spans = {f: [_reading_spans(now[p])[f] for p in again] for f in READINGS}
     assert spans == {"speed_batch": [(0.944, 1.084), (1.011, 1.246)],
                      "speed_lone": [(0.925, 1.054), (0.97, 1.222)],
                      "speed_beside": [(0.876, 1.048), (0.977, 1.41)],
@@ -3337,17 +3348,11 @@ def test_item_80s_np2_b64_long_whose_rows_and_reference_disagree() -> None:
     assert (ref["decoders"], ref["tokens"], ref["references"], ref["every"]) == (1, 400, 14, 4)
     assert (ref["median_ms"], ref["min_ms"], ref["max_ms"]) == (928.549, 813.645, 1188.537)
     assert ref["by_context"] == {"200": 914.49, "400": 931.891}  # (JSON keys)
-    index = json.loads((validation / "points" / "index.json").read_text())
-    assert index["np2_b64/long"]["finished"] == point["finished"]
-    kept, sums = _archived_beside("np2_b64/long", 1, 400)
-    assert len(kept) == 15
-    assert {(r["against"], r["profile_ms"]) for r in kept} == {("beside reference", 928.549)}
+    _, sums = _kept_against_reference(now, "np2_b64/long", 1, 400)
     assert {c: round(ms, 1) for c, ms in sums.items()} == {"202": 965.3, "402": 966.9}
     pair = sum(sums.values()) / 2
     assert round(pair / ref["median_ms"] - 1, 3) == 0.040
-    spans = {f: (min(r), max(r)) for f in ("speed_batch", "speed_lone", "speed_beside",
-                                           "speed_prompt")
-             for r in [[m[f] for v in point["loads"].values() for m in v["machine"]]]}  # fmt: skip
+    spans = _reading_spans(point)
     assert spans == {"speed_batch": (0.874, 0.985), "speed_lone": (0.873, 1.086),
                      "speed_beside": (0.856, 1.051), "speed_prompt": (0.846, 1.229)}  # fmt: skip
     held, strays = _prompt_readings_kept(now, again, 80)
@@ -3434,14 +3439,9 @@ def test_item_81s_long_points_and_which_yardstick_the_beside_reading_takes() -> 
     assert {p: r["by_context"] for p, r in refs.items()} == {
         "default/long": {"200": 682.037, "400": 686.211},
         "kvu/long": {"200": 703.991, "400": 743.609}}  # fmt: skip
-    index = json.loads((validation / "points" / "index.json").read_text())
     rows = {}
     for p in again:
-        assert index[p]["finished"] == now[p]["finished"]
-        kept, sums = _archived_beside(p, 3, 400)
-        assert len(kept) == 15
-        assert {(r["against"], r["profile_ms"]) for r in kept} == {
-            ("beside reference", refs[p]["median_ms"])}  # fmt: skip
+        kept, sums = _kept_against_reference(now, p, 3, 400)
         rows[p] = sum(sums.values()) / 2
         if p == "default/long":  # the reading's two bands, each reading's probes mostly in its own
             low = [r for r in kept if r["speed"] < 0.95]
@@ -3453,9 +3453,7 @@ def test_item_81s_long_points_and_which_yardstick_the_beside_reading_takes() -> 
     assert {p: round(rows[p], 1) for p in again} == {"default/long": 691.7, "kvu/long": 717.5}
     assert {p: round(rows[p] / refs[p]["median_ms"] - 1, 3) for p in again} == {
         "default/long": 0.013, "kvu/long": 0.011}  # fmt: skip
-    spans = {p: {f: (min(r), max(r)) for f in ("speed_beside", "speed_prompt")
-                 for r in [[m[f] for v in now[p]["loads"].values() for m in v["machine"]]]}
-             for p in again}  # fmt: skip
+    spans = {p: _reading_spans(now[p], ("speed_beside", "speed_prompt")) for p in again}
     assert spans == {
         "default/long": {"speed_beside": (0.922, 1.019), "speed_prompt": (0.901, 1.046)},
         "kvu/long": {"speed_beside": (0.912, 1.03), "speed_prompt": (0.881, 1.026)}}  # fmt: skip
@@ -3489,10 +3487,11 @@ def test_item_81s_long_points_and_which_yardstick_the_beside_reading_takes() -> 
     # prompt speed is the beside reading's times the point's factor
     at_speed = validation_module("llamacpp_at_speed")
     beside = json.loads((validation / "llamacpp-at-speed-beside-item81.json").read_text())
-    held_by, biases = {}, {}
+    held_by, biases, priced = {}, {}, {}
     for name in ("beside", "beside-rows", "beside-fit"):
         kept = json.loads((validation / f"llamacpp-at-speed-{name}-item81.json").read_text())
         assert kept["ratio"] == f"speed-{name}"
+        priced[name] = kept["points"]
         held_by[name] = sum(v["at_speed"]["in_target"] for loads in kept["points"].values()
                             for v in loads.values())  # fmt: skip
         biases[name] = [b for b, _ in at_speed.prompt_against_runs(kept["points"], now).values()]
@@ -3508,6 +3507,15 @@ def test_item_81s_long_points_and_which_yardstick_the_beside_reading_takes() -> 
                                "np2_b64/long": {0.99}, "kvu/long": {1.01}, "kvu/short": {1.01},
                                "np2_b64/short": {1.0}}  # fmt: skip
     assert held_by == {"beside": 179, "beside-rows": 179, "beside-fit": 173}
+    # the rows over the reference (within 1.3 % but at -np 2 -b 64 long) and over the fit
+    # (-np 4 long's rows took 5.7 % more than the fit charges)
+    over = {p: [max(priced[a][p][load]["prompt_ratio"] / priced[b][p][load]["prompt_ratio"]
+                    for load in loads) for a, b in (("beside", "beside-rows"),
+                                                    ("beside-rows", "beside-fit"))]
+            for p, loads in priced["beside"].items()}  # fmt: skip
+    assert {p: round(x[0], 3) for p, x in over.items() if abs(x[0] - 1) > 0.013} == {
+        "np2_b64/long": 1.041}  # fmt: skip
+    assert round(1 / over["default/long"][1], 3) == 1.057
     assert {k: (round(100 * min(b), 1), round(100 * max(b), 1),
                 round(100 * float(np.mean(np.abs(b))), 1)) for k, b in biases.items()} == {
         "beside": (-3.8, 2.7, 2.2), "beside-rows": (-5.0, 0.7, 1.9),

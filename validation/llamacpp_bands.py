@@ -464,8 +464,11 @@ def report(doc: dict[str, Any]) -> list[str]:
     )
     lines.append(
         "the next k rounds' mean pair reading, median miss of the reading before them / of "
-        "the median so far: "
-        + ", ".join(f"k={k} {v['reading']:.1%} / {v['past']:.1%}" for k, v in forecast(doc).items())
+        f"the median so far / of the last {RECENT} rounds' median: "
+        + ", ".join(
+            f"k={k} {v['reading']:.1%} / {v['past']:.1%} / {v['recent']:.1%}"
+            for k, v in forecast(doc).items()
+        )
     )
     corr = b["speedup_vs_contention"]
     if corr is not None:
@@ -489,6 +492,9 @@ FORECAST = (1, 3, 9)
 length)."""
 WARMUP = 5
 """Rounds :func:`forecast` lets pass before it forecasts (the past median needs some)."""
+RECENT = 9
+"""How many rounds up to the forecast's :func:`forecast` takes the ``recent`` median of
+(9 tight rounds: about the 2 minutes before)."""
 
 
 def forecast(doc: dict[str, Any], probe: str = "pair") -> dict[int, dict[str, float]]:
@@ -496,9 +502,11 @@ def forecast(doc: dict[str, Any], probe: str = "pair") -> dict[int, dict[str, fl
     *probe* reading: for each *k* in ``FORECAST``, over every round *i* from ``WARMUP``
     on with *k* rounds after it, the median relative miss of round *i*'s own reading
     (``reading``: the speed read right before, as ``lyra-simpy speed`` reads it before a
-    run) and of the median of rounds 0 … *i* (``past``: the host's level so far, as a
-    profile's reference recorded through its minutes reads it) against the mean of
-    rounds *i* + 1 … *i* + *k*. Where the host's speed holds over *k* rounds the reading
+    run), of the median of rounds 0 … *i* (``past``: the host's level so far, as a
+    profile's reference recorded through its minutes reads it) and of the median of the
+    last ``RECENT`` rounds up to *i* (``recent``: readings spread over the minutes before,
+    as ``lyra-simpy speed --probes P --pause-s S`` takes them) against the mean of rounds
+    *i* + 1 … *i* + *k*. Where the host's speed holds over *k* rounds the reading
     wins; where it changes within them the level does."""
     x = np.array([r[probe] for r in doc["rounds"]])
     out = {}
@@ -509,9 +517,11 @@ def forecast(doc: dict[str, Any], probe: str = "pair") -> dict[int, dict[str, fl
         ahead = np.array([x[i + 1 : i + 1 + k].mean() for i in idx])
         now = x[list(idx)]
         past = np.array([np.median(x[: i + 1]) for i in idx])
+        recent = np.array([np.median(x[max(0, i + 1 - RECENT) : i + 1]) for i in idx])
         out[k] = {
             "reading": round(float(np.median(np.abs(now / ahead - 1))), 4),
             "past": round(float(np.median(np.abs(past / ahead - 1))), 4),
+            "recent": round(float(np.median(np.abs(recent / ahead - 1))), 4),
         }
     return out
 

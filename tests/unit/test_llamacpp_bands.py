@@ -278,6 +278,7 @@ def test_a_reading_forecasts_a_host_that_holds_its_speed_and_the_level_one_that_
     got = bands.forecast(wander)
     assert set(got) == set(bands.FORECAST)
     assert got[9]["past"] < 0.02
+    assert got[9]["recent"] < 0.02
     assert got[9]["reading"] > 0.05
     # too few rounds to look 9 ahead after the warm-up: that horizon is left out
     assert set(bands.forecast(_series([1.0] * 12))) == {1, 3}
@@ -325,11 +326,11 @@ def test_item_82s_kept_recordings_give_the_figures_its_doc_bullet_quotes():
     # over the next 9 tight rounds (about 2 minutes) the median so far misses by 3.1 %,
     # the reading right before by 8.6 %
     f9 = bands.forecast(tight)[9]
-    assert f9 == {"reading": 0.0855, "past": 0.0306}
+    assert f9 == {"reading": 0.0855, "past": 0.0306, "recent": 0.034}
     # with 3-repeat readings 35 s apart the reading wins for the next round only
     f1 = bands.forecast(doc)
-    assert f1[1] == {"reading": 0.0986, "past": 0.142}
-    assert f1[9] == {"reading": 0.0957, "past": 0.0515}
+    assert (f1[1]["reading"], f1[1]["past"]) == (0.0986, 0.142)
+    assert (f1[9]["reading"], f1[9]["past"]) == (0.0957, 0.0515)
     s = bands.steal(tight)
     assert max(v["share"] for v in s.values()) < 0.001
     facts = json.loads((KEPT / "llamacpp-bands-facts-item82.json").read_text())

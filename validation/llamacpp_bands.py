@@ -34,6 +34,12 @@ is read against one-thread prompts seconds away and its time against the time th
 took its cores away. ``facts [--seconds 20] [--out FILE]`` writes the CPU's facts and
 ``host_noise.py``'s reading of the host (20 s of it).
 
+``watch CFG/REGIME [--minutes 15]`` takes a matrix point's own beside reading (``lyra-simpy
+speed PROFILE --prompt N --beside NP-1``, one probe at a time) again and again against a
+llama-server launched with the point's flags (:func:`watch`; the point unpacked first:
+``python validation/llamacpp_store.py unpack CFG/REGIME``), and ``report`` prints how far
+a reading forecast the next ones.
+
 ``python validation/llamacpp_bands.py report FILE`` (no engine) splits the rounds at the
 ``pair`` reading's two-means threshold (the split that leaves the least spread within the
 two groups) and prints, for every probe, the median of the slow band's rounds over the
@@ -59,6 +65,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -88,7 +95,7 @@ PROBES = (
 TIGHT = ("core0", "pair", "core1")
 """A ``--tight`` round's probes, in order (:func:`tight_round`)."""
 LOOP = """
-import os, sys, time
+import time
 import numpy as np
 a = np.random.default_rng(0).random((128, 128))
 b = a.copy()
@@ -186,12 +193,6 @@ def _seconds(proc: subprocess.Popen[str]) -> float:
     return float(out.strip())
 
 
-def _steal() -> int:
-    """The guest's steal time so far, in clock ticks (``/proc/stat``'s cpu line)."""
-    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
-    return int(fields[8]) if len(fields) > 8 else 0
-
-
 def _steal_by_core() -> list[int]:
     """Each core's steal time so far, in clock ticks (``/proc/stat``'s cpuN lines)."""
     out = []
@@ -203,7 +204,12 @@ def _steal_by_core() -> list[int]:
     return out
 
 
-def _timed(run: Any) -> tuple[float, float, list[int]]:
+def _steal() -> int:
+    """The guest's steal time so far over all cores, in clock ticks."""
+    return sum(_steal_by_core())
+
+
+def _timed(run: Callable[[], float]) -> tuple[float, float, list[int]]:
     """*run*'s result, its wall seconds and each core's steal ticks over it."""
     s0, t0 = _steal_by_core(), time.perf_counter()
     got = run()
@@ -255,9 +261,8 @@ def record(minutes: float, out: Path, tight: bool = False) -> dict[str, Any]:
 
     bench = bench_binary()
     model = model_file()
-    for tool in ("taskset",):
-        if shutil.which(tool) is None:
-            raise SystemExit(f"{tool} not found (util-linux)")
+    if shutil.which("taskset") is None:
+        raise SystemExit("taskset not found: install util-linux")
     doc: dict[str, Any] = {
         "what": "llamacpp_bands.py record" + (" --tight" if tight else ""),
         "llama_cpp": COMMIT,
@@ -280,6 +285,73 @@ def record(minutes: float, out: Path, tight: bool = False) -> dict[str, Any]:
             flush=True,
         )
         _write(out, doc)
+    doc["finished"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    _write(out, doc)
+    return doc
+
+
+def watch(key: str, minutes: float, out: Path) -> dict[str, Any]:
+    """The beside reading a matrix point takes before each run (``lyra-simpy speed
+    PROFILE --prompt N --beside NP-1``, against the point's stored profile), one probe at
+    a time, again and again for *minutes* against a llama-server launched with the point's
+    flags: each round's ``beside`` is the reading's ``speed`` (the prompt's time over the
+    profile's reference), written to *out* after every round like :func:`record`'s. The
+    point's folder must be there (``python validation/llamacpp_store.py unpack POINT``);
+    its profile may come from another host, for what counts is how the reading moves."""
+    import contextlib
+    import io
+
+    from llamacpp_matrix import reading_beside_tokens
+    from llamacpp_points import CONFIGS, OUT, point_folder
+
+    from lyra_simpy.cli import main as cli_main
+    from lyra_simpy.live import llamacpp
+
+    cfg = key.split("/")[0]
+    if cfg not in CONFIGS:
+        raise SystemExit(f"point: {key!r} is not CFG/REGIME with CFG in {list(CONFIGS)}")
+    here = point_folder(key, OUT)
+    profile = here / "profile.csv"
+    if not profile.is_file():
+        raise SystemExit(
+            f"point: {key}: no profile in {here} (python validation/llamacpp_store.py unpack {key})"
+        )
+    flags = CONFIGS[cfg]
+    beside = int(flags[flags.index("-np") + 1]) - 1
+    tokens = reading_beside_tokens(profile, beside)
+    if tokens is None:
+        raise SystemExit(f"point: {key}: its profile has no mixed row beside {beside}")
+    doc: dict[str, Any] = {
+        "what": f"llamacpp_bands.py watch {key}",
+        "llama_cpp": llamacpp.COMMIT,
+        "flags": flags,
+        "prompt": tokens,
+        "beside": beside,
+        "host": host_facts(),
+        "probes": ["beside"],
+        "rounds": [],
+        "finished": None,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    reading = out.with_suffix(".reading.json")
+    server_log = out.with_suffix(".server.log")
+    with llamacpp.Server(llamacpp.server_binary(), llamacpp.model_file(), flags, server_log) as srv:
+        args = [str(profile), "--endpoint", srv.url, "--grid", str(here / "grid.yaml")]
+        args += ["--prompt", str(tokens), "--beside", str(beside), "--probes", "1"]
+        args += ["--pause-s", "0.1", "--json", str(reading)]
+        end = time.monotonic() + minutes * 60
+        while time.monotonic() < end:
+            utc = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+            reading.unlink(missing_ok=True)
+            with contextlib.redirect_stdout(io.StringIO()):
+                code = cli_main(["speed", *args])
+            if code not in (0, 1, 2) or not reading.is_file():
+                raise SystemExit(f"lyra-simpy speed exited {code} (server log: {server_log})")
+            got = json.loads(reading.read_text())
+            doc["rounds"].append({"utc": utc, "beside": got["speed"], "steps_ms": got["steps_ms"]})
+            print(f"{utc}  beside {got['speed']:.3f}", flush=True)
+            _write(out, doc)
+    reading.unlink(missing_ok=True)
     doc["finished"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
     _write(out, doc)
     return doc
@@ -440,8 +512,9 @@ def steal(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def report(doc: dict[str, Any]) -> list[str]:
     """The printed table of :func:`bands`."""
     b = bands(doc)
+    unfinished = "" if doc.get("finished", True) else " (the recording did not finish)"
     lines = [
-        f"{b['rounds']} rounds from {doc['rounds'][0]['utc']} UTC; pair (-t 2, "
+        f"{b['rounds']} rounds from {doc['rounds'][0]['utc']} UTC{unfinished}; pair (-t 2, "
         f"{doc['prompt']}-token prompt) split at {b['cut']:.1f} ms: quick {b['quick']} "
         f"rounds at {b['levels'][0]:.1f} ms, slow {b['slow']} at {b['levels'][1]:.1f} ms "
         f"(x{b['ratio']:.3f}, separation {b['separation']:.1f} sd); bimodality coefficient "
@@ -526,6 +599,28 @@ def forecast(doc: dict[str, Any], probe: str = "pair") -> dict[int, dict[str, fl
     return out
 
 
+def watch_report(doc: dict[str, Any]) -> list[str]:
+    """The printed lines for a :func:`watch` file: its spread, bimodality and
+    :func:`forecast`."""
+    x = [r["beside"] for r in doc["rounds"]]
+    if len(x) < 4:
+        return [f"{len(x)} readings: too few to read"]
+    head = (
+        f"{len(x)} beside readings from {doc['rounds'][0]['utc']} UTC: median "
+        f"{np.median(x):.3f}, p90/p10 {_spread(np.array(x)):.2f}, bimodality "
+        f"{bimodality(x):.2f} (a flat spread of as many {flat_bimodality(len(x)):.2f})"
+    )
+    ahead = ", ".join(
+        f"k={k} {v['reading']:.1%} / {v['past']:.1%} / {v['recent']:.1%}"
+        for k, v in forecast(doc, "beside").items()
+    )
+    return [
+        head,
+        "the next k readings' mean, median miss of the reading before them / of the median "
+        f"so far / of the last {RECENT} readings' median: {ahead}",
+    ]
+
+
 def readings(matrix: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The beside readings a stored matrix took before each real run (``lyra-simpy speed
     --prompt N --beside B``, ``machine[].speed_beside``: the prompt's speed over the
@@ -565,6 +660,14 @@ def main(argv: list[str] | None = None) -> int:
         help="rounds of three one-repeat prompts (core 0, the pair, core 1) with the "
         "steal over each, instead of every probe",
     )
+    wat = sub.add_parser(
+        "watch",
+        help="a matrix point's beside reading (lyra-simpy speed) again and again against "
+        "a llama-server launched with its flags",
+    )
+    wat.add_argument("point", help="CFG/REGIME, e.g. default/long (unpacked)")
+    wat.add_argument("--minutes", type=float, default=15.0)
+    wat.add_argument("--out", type=Path, default=OUT.with_name("watch.json"))
     fac = sub.add_parser(
         "facts", help="the CPU's facts and host_noise.py's reading, as JSON (no engine)"
     )
@@ -604,10 +707,24 @@ def main(argv: list[str] | None = None) -> int:
                 f"(flat {r['flat']:.2f})"
             )
         return 0
+    if args.cmd == "watch":
+        doc = watch(args.point, args.minutes, args.out)
+        print("\n".join(watch_report(doc)))
+        return 0
     if args.cmd == "record":
         doc = record(args.minutes, args.out, tight=args.tight)
     else:
+        if not args.file.is_file():
+            raise SystemExit(f"{args.file}: no such file (record one with `record`)")
         doc = json.loads(args.file.read_text())
+        if doc.get("probes") == ["beside"]:
+            print("\n".join(watch_report(doc)))
+            return 0
+        if len(doc.get("rounds", [])) < 4:
+            raise SystemExit(
+                f"{args.file}: rounds: {len(doc.get('rounds', []))} recorded, need at least 4 "
+                "to split into bands"
+            )
     print("\n".join(report(doc)))
     return 0
 

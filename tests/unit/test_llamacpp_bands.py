@@ -306,6 +306,7 @@ def test_item_82s_kept_recordings_give_the_figures_its_doc_bullet_quotes():
     assert p["strict"]["ratio"] == pytest.approx(1.190, abs=0.0005)
     assert p["speedup"]["quick"] == pytest.approx(1.737, abs=0.0005)
     assert p["speedup"]["slow"] == pytest.approx(1.467, abs=0.0005)
+    assert p["speedup"]["rank_corr"] == pytest.approx(-0.75, abs=0.005)
     assert p["both_over_alone"]["quick"] == pytest.approx(1.019, abs=0.0005)
     assert p["both_over_alone"]["slow"] == pytest.approx(1.099, abs=0.0005)
     assert p["both_over_alone"]["rank_corr"] == pytest.approx(0.14, abs=0.005)
@@ -323,6 +324,7 @@ def test_item_82s_kept_recordings_give_the_figures_its_doc_bullet_quotes():
     assert t["probes"]["core1"]["ratio"] == pytest.approx(0.971, abs=0.0005)
     assert t["probes"]["speedup"]["quick"] == pytest.approx(1.827, abs=0.0005)
     assert t["probes"]["speedup"]["slow"] == pytest.approx(1.51, abs=0.0005)
+    assert t["probes"]["speedup"]["rank_corr"] == pytest.approx(-0.675, abs=0.0005)
     # over the next 9 tight rounds (about 2 minutes) the median so far misses by 3.1 %,
     # the reading right before by 8.6 %
     f9 = bands.forecast(tight)[9]
@@ -331,6 +333,16 @@ def test_item_82s_kept_recordings_give_the_figures_its_doc_bullet_quotes():
     f1 = bands.forecast(doc)
     assert (f1[1]["reading"], f1[1]["past"]) == (0.0986, 0.142)
     assert (f1[9]["reading"], f1[9]["past"]) == (0.0957, 0.0515)
+    watch = json.loads((KEPT / "llamacpp-bands-watch-item82.json").read_text())
+    assert (len(watch["rounds"]), watch["prompt"], watch["beside"]) == (71, 400, 3)
+    assert watch["flags"] == ["-np", "4", "-c", "4096", "-t", "2"]
+    head = bands.watch_report(watch)[0]
+    assert "median 2.097, p90/p10 1.25, bimodality 0.29 (a flat spread of as many 0.52)" in head
+    assert bands.forecast(watch, "beside")[9] == {
+        "reading": 0.0685,
+        "past": 0.038,
+        "recent": 0.0669,
+    }
     s = bands.steal(tight)
     assert max(v["share"] for v in s.values()) < 0.001
     facts = json.loads((KEPT / "llamacpp-bands-facts-item82.json").read_text())
@@ -345,3 +357,47 @@ def test_item_82s_kept_recordings_give_the_figures_its_doc_bullet_quotes():
     # three points read about as a flat spread of 15 does
     others = [r[k]["bimodality"] for k in ("default/short", "np2_b64/long", "np2_b64/short")]
     assert others == pytest.approx([0.38, 0.35, 0.43], abs=0.005)
+
+
+def test_report_names_an_unfinished_file_and_refuses_a_missing_or_short_one(tmp_path: Path, capsys):
+    with pytest.raises(SystemExit, match="no such file"):
+        bands.main(["report", str(tmp_path / "none.json")])
+    cut = tmp_path / "cut.json"
+    cut.write_text(json.dumps({**_doc(), "finished": None}))
+    bands.main(["report", str(cut)])
+    assert "(the recording did not finish)" in capsys.readouterr().out.splitlines()[0]
+    short = tmp_path / "short.json"
+    short.write_text(json.dumps({**_doc(), "rounds": _doc()["rounds"][:3]}))
+    with pytest.raises(SystemExit, match=r"rounds: 3 recorded, need at least 4"):
+        bands.main(["report", str(short)])
+
+
+def test_watch_refuses_an_unknown_point_or_one_not_unpacked(tmp_path: Path, monkeypatch):
+    import llamacpp_points
+
+    monkeypatch.setattr(llamacpp_points, "OUT", tmp_path)
+    with pytest.raises(SystemExit, match=r"point: 'big/long' is not CFG/REGIME with CFG in"):
+        bands.watch("big/long", 1.0, tmp_path / "w.json")
+    with pytest.raises(SystemExit, match=r"no profile in .*llamacpp_store.py unpack default/long"):
+        bands.watch("default/long", 1.0, tmp_path / "w.json")
+    assert not (tmp_path / "w.json").exists()
+
+
+def test_a_watch_file_is_read_as_readings_one_after_another(tmp_path: Path, capsys):
+    values = [1.0 + 0.1 * ((i * 7) % 5 - 2) for i in range(30)]
+    doc = {
+        "probes": ["beside"],
+        "rounds": [{"utc": f"2026-12-07 11:{i:02d}:00", "beside": v} for i, v in enumerate(values)],
+        "finished": "2026-12-07 11:30:00",
+    }
+    lines = bands.watch_report(doc)
+    assert lines[0].startswith("30 beside readings from 2026-12-07 11:00:00 UTC: median 1.000")
+    f = bands.forecast(doc, "beside")
+    assert f"k=9 {f[9]['reading']:.1%} / {f[9]['past']:.1%} / {f[9]['recent']:.1%}" in lines[1]
+    assert bands.watch_report({**doc, "rounds": doc["rounds"][:3]}) == [
+        "3 readings: too few to read"
+    ]
+    kept = tmp_path / "watch.json"
+    kept.write_text(json.dumps(doc))
+    assert bands.main(["report", str(kept)]) == 0
+    assert capsys.readouterr().out.splitlines() == lines

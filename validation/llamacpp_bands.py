@@ -424,8 +424,10 @@ def bands(doc: dict[str, Any]) -> dict[str, Any]:
     """The ``pair`` reading's two bands and every probe against them: ``cut`` (ms),
     ``slow``/``quick`` (rounds in each), ``levels`` (the two bands' median pair reading),
     ``separation`` (the gap between the bands' means over the pooled within-band standard
-    deviation: above ~2 the two do not overlap), per probe ``ratio`` (median in the slow
-    band over median in the quick band) and ``rank_corr`` with ``pair``, two series made
+    deviation: a flat spread split so reads 3.5, a normal one 2.6, so it does not show two
+    bands), ``bimodality`` (:func:`bimodality`, which does) beside ``flat`` (what a flat
+    spread of as many reads) and ``spread`` (p90/p10), per probe ``ratio`` (median in the slow
+    band over median in the quick band), ``rank_corr`` with ``pair`` and ``spread``, two series made
     from the probes — ``both_over_alone`` (per round, the slower of the two loops run at
     once over the slower run alone: 1 where the two cores run side by side, 2 where they
     take turns on one) and ``speedup`` (the two one-thread prompts' mean over the pair's:
@@ -456,15 +458,7 @@ def bands(doc: dict[str, Any]) -> dict[str, Any]:
             "rank_corr": _rank_corr(pair, v),
             "spread": _spread(v),
         }
-    spells = []
-    run = 1
-    for a, b in itertools.pairwise(slow):
-        if a == b:
-            run += 1
-        else:
-            spells.append(run)
-            run = 1
-    spells.append(run)
+    spells = [len(list(run)) for _, run in itertools.groupby(slow)]
     return {
         "rounds": len(rounds),
         "cut": round(cut, 2),
@@ -515,8 +509,8 @@ def report(doc: dict[str, Any]) -> list[str]:
     unfinished = "" if doc.get("finished", True) else " (the recording did not finish)"
     lines = [
         f"{b['rounds']} rounds from {doc['rounds'][0]['utc']} UTC{unfinished}; pair (-t 2, "
-        f"{doc['prompt']}-token prompt) split at {b['cut']:.1f} ms: quick {b['quick']} "
-        f"rounds at {b['levels'][0]:.1f} ms, slow {b['slow']} at {b['levels'][1]:.1f} ms "
+        f"{doc['prompt']}-token prompt) split at {b['cut']:.1f} ms a token: quick {b['quick']} "
+        f"rounds at {b['levels'][0]:.2f}, slow {b['slow']} at {b['levels'][1]:.2f} "
         f"(x{b['ratio']:.3f}, separation {b['separation']:.1f} sd); bimodality coefficient "
         f"{b['bimodality']:.2f} (a flat spread of as many {b['flat']:.2f}, two groups above); "
         f"p90/p10 {b['spread']:.2f}",
@@ -535,14 +529,7 @@ def report(doc: dict[str, Any]) -> list[str]:
         f"runs of one band: {len(b['spells'])}, median {np.median(b['spells']):.0f} rounds, "
         f"longest {max(b['spells'])}"
     )
-    lines.append(
-        "the next k rounds' mean pair reading, median miss of the reading before them / of "
-        f"the median so far / of the last {RECENT} rounds' median: "
-        + ", ".join(
-            f"k={k} {v['reading']:.1%} / {v['past']:.1%} / {v['recent']:.1%}"
-            for k, v in forecast(doc).items()
-        )
-    )
+    lines.append(_forecast_line(doc, "pair", "rounds"))
     corr = b["speedup_vs_contention"]
     if corr is not None:
         lines.append(f"the second thread's speedup against both/alone, rank corr: {corr:.2f}")
@@ -566,8 +553,8 @@ length)."""
 WARMUP = 5
 """Rounds :func:`forecast` lets pass before it forecasts (the past median needs some)."""
 RECENT = 9
-"""How many rounds up to the forecast's :func:`forecast` takes the ``recent`` median of
-(9 tight rounds: about the 2 minutes before)."""
+"""How many rounds, up to and including the one read, :func:`forecast`'s ``recent``
+median takes (9 tight rounds: about the 2 minutes before)."""
 
 
 def forecast(doc: dict[str, Any], probe: str = "pair") -> dict[int, dict[str, float]]:
@@ -599,6 +586,18 @@ def forecast(doc: dict[str, Any], probe: str = "pair") -> dict[int, dict[str, fl
     return out
 
 
+def _forecast_line(doc: dict[str, Any], probe: str, what: str) -> str:
+    """:func:`forecast` of *probe* as one printed line (*what*: rounds or readings)."""
+    ahead = ", ".join(
+        f"k={k} {v['reading']:.1%} / {v['past']:.1%} / {v['recent']:.1%}"
+        for k, v in forecast(doc, probe).items()
+    )
+    return (
+        f"the next k {what}' mean {probe} reading, median miss of the reading before them / "
+        f"of the median so far / of the last {RECENT} {what}' median: {ahead}"
+    )
+
+
 def watch_report(doc: dict[str, Any]) -> list[str]:
     """The printed lines for a :func:`watch` file: its spread, bimodality and
     :func:`forecast`."""
@@ -610,22 +609,14 @@ def watch_report(doc: dict[str, Any]) -> list[str]:
         f"{np.median(x):.3f}, p90/p10 {_spread(np.array(x)):.2f}, bimodality "
         f"{bimodality(x):.2f} (a flat spread of as many {flat_bimodality(len(x)):.2f})"
     )
-    ahead = ", ".join(
-        f"k={k} {v['reading']:.1%} / {v['past']:.1%} / {v['recent']:.1%}"
-        for k, v in forecast(doc, "beside").items()
-    )
-    return [
-        head,
-        "the next k readings' mean, median miss of the reading before them / of the median "
-        f"so far / of the last {RECENT} readings' median: {ahead}",
-    ]
+    return [head, _forecast_line(doc, "beside", "readings")]
 
 
 def readings(matrix: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The beside readings a stored matrix took before each real run (``lyra-simpy speed
     --prompt N --beside B``, ``machine[].speed_beside``: the prompt's speed over the
-    profile's), per point: how many, their two-means bands' medians and ratio, and their
-    :func:`bimodality`."""
+    profile's), per point: how many (``n``), their two-means bands' medians (``levels``) and
+    sizes (``in_bands``), their :func:`bimodality` and a flat spread's (``flat``)."""
     out = {}
     for key, res in matrix["results"].items():
         got = [

@@ -358,9 +358,10 @@ def watch(key: str, minutes: float, out: Path) -> dict[str, Any]:
 
 
 def _write(out: Path, doc: dict[str, Any]) -> None:
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    tmp.replace(out)
+    """*doc* as *out*, whole or not at all (:func:`~lyra_simpy.metrics.io.atomic_write`)."""
+    from lyra_simpy.metrics.io import atomic_write
+
+    atomic_write(out, lambda tmp: tmp.write_text(json.dumps(doc, indent=1) + "\n"))
 
 
 def split(values: list[float]) -> float:

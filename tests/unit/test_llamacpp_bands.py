@@ -145,7 +145,7 @@ def test_record_writes_after_every_round_and_marks_the_file_finished_last(
     kept = json.loads(out.read_text())
     assert kept["finished"] is not None
     assert len(kept["rounds"]) == 2
-    assert not out.with_suffix(".tmp").exists()
+    assert list(tmp_path.iterdir()) == [out]  # no temporary file left beside it
 
 
 def _tight(i: int) -> dict[str, Any]:

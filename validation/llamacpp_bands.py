@@ -222,7 +222,7 @@ def tight_round(bench: Path, model: Path) -> dict[str, Any]:
     back (``-r 1`` each, a few seconds in all), each with its wall time and each core's
     steal over it."""
     prompt = ["-p", str(PROMPT), "-n", "0", "-r", "1"]
-    got: dict[str, Any] = {"utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")}
+    got: dict[str, Any] = {"utc": _utc()}
     runs = {
         "core0": lambda: _bench(bench, model, [*prompt, "-t", "1"], core=0),
         "pair": lambda: _bench(bench, model, [*prompt, "-t", "2"]),
@@ -235,10 +235,9 @@ def tight_round(bench: Path, model: Path) -> dict[str, Any]:
 
 def one_round(bench: Path, model: Path) -> dict[str, Any]:
     """Every probe once, in ``PROBES`` order."""
-    start = datetime.now(timezone.utc)
+    got: dict[str, Any] = {"utc": _utc()}
     steal = _steal()
     prompt = ["-p", str(PROMPT), "-n", "0"]
-    got: dict[str, Any] = {"utc": start.strftime("%Y-%m-%d %H:%M:%S")}
     got["pair"] = _bench(bench, model, [*prompt, "-t", "2"])
     got["strict"] = _bench(bench, model, [*prompt, "-t", "2", "--cpu-strict", "1"])
     got["core0"] = _bench(bench, model, [*prompt, "-t", "1"], core=0)
@@ -274,18 +273,33 @@ def record(minutes: float, out: Path, tight: bool = False) -> dict[str, Any]:
         "rounds": [],
         "finished": None,
     }
+
+    def take() -> str:
+        r = (tight_round if tight else one_round)(bench, model)
+        doc["rounds"].append(r)
+        return f"pair {r['pair']:.2f} ms a token  core0 {r['core0']:.2f}  core1 {r['core1']:.2f}"
+
+    return _rounds(doc, out, minutes, take)
+
+
+def _utc() -> str:
+    """Now, as the files write it (UTC, to the second)."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _rounds(
+    doc: dict[str, Any], out: Path, minutes: float, take: Callable[[], str]
+) -> dict[str, Any]:
+    """*take* (which adds one round to *doc* and says what it read) again and again until
+    *minutes* have passed, *doc* written to *out* after every round and once more with
+    its ``finished`` time after the last (until then the file says ``null``)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     end = time.monotonic() + minutes * 60
     while time.monotonic() < end:
-        doc["rounds"].append((tight_round if tight else one_round)(bench, model))
-        r = doc["rounds"][-1]
-        print(
-            f"{r['utc']}  pair {r['pair']:.2f} ms a token  core0 {r['core0']:.2f}  "
-            f"core1 {r['core1']:.2f}",
-            flush=True,
-        )
+        said = take()
+        print(f"{doc['rounds'][-1]['utc']}  {said}", flush=True)
         _write(out, doc)
-    doc["finished"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    doc["finished"] = _utc()
     _write(out, doc)
     return doc
 
@@ -339,9 +353,9 @@ def watch(key: str, minutes: float, out: Path) -> dict[str, Any]:
         args = [str(profile), "--endpoint", srv.url, "--grid", str(here / "grid.yaml")]
         args += ["--prompt", str(tokens), "--beside", str(beside), "--probes", "1"]
         args += ["--pause-s", "0.1", "--json", str(reading)]
-        end = time.monotonic() + minutes * 60
-        while time.monotonic() < end:
-            utc = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+        def take() -> str:
+            utc = _utc()
             reading.unlink(missing_ok=True)
             with contextlib.redirect_stdout(io.StringIO()):
                 code = cli_main(["speed", *args])
@@ -349,11 +363,10 @@ def watch(key: str, minutes: float, out: Path) -> dict[str, Any]:
                 raise SystemExit(f"lyra-simpy speed exited {code} (server log: {server_log})")
             got = json.loads(reading.read_text())
             doc["rounds"].append({"utc": utc, "beside": got["speed"], "steps_ms": got["steps_ms"]})
-            print(f"{utc}  beside {got['speed']:.3f}", flush=True)
-            _write(out, doc)
+            return f"beside {got['speed']:.3f}"
+
+        _rounds(doc, out, minutes, take)
     reading.unlink(missing_ok=True)
-    doc["finished"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-    _write(out, doc)
     return doc
 
 
@@ -489,9 +502,9 @@ def steal(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     and ``rounds_with`` (how many rounds saw any), and ``rank_corr``, its rank correlation
     with the probe's reading over the rounds (``None`` where no round saw any)."""
     cores = {"core0": [0], "core1": [1], "pair": [0, 1]}
+    rounds = doc["rounds"]
     out: dict[str, dict[str, Any]] = {}
     for name in doc["probes"]:
-        rounds = doc["rounds"]
         stolen = np.array([sum(r[f"{name}_steal"][c] for c in cores[name]) for r in rounds])
         stolen = stolen * TICK_MS
         wall = np.array([r[f"{name}_wall_s"] for r in rounds]) * 1e3 * len(cores[name])

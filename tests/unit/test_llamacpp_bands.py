@@ -359,6 +359,22 @@ def test_item_82s_kept_recordings_give_the_figures_its_doc_bullet_quotes():
     assert others == pytest.approx([0.38, 0.35, 0.43], abs=0.005)
 
 
+def test_item_82s_doc_bullet_quotes_those_figures():
+    doc = " ".join((KEPT.parent / "VALIDATION-llamacpp.md").read_text().split())
+    item = doc[doc.index("82. **Where a prompt reading's spread comes from") :]
+    for quoted in (
+        "its slow half ran **1.23 ×** its quick half (3.57 against 2.90 ms a token)",
+        "fell from **1.74 to 1.47**",
+        "p90/p10 1.41 on each core, 1.36 for the pair",
+        "The reading right before missed it by a median **8.6 %**",
+        "missed it by **3.1 %**",
+        "by **3.4 %**",
+        "the reading right before missed by **6.9 %**",
+        "`-np 4` long's readings, 6 at 0.925 and 9 at 1.009, read **0.69**",
+    ):
+        assert quoted in item, quoted
+
+
 def test_report_names_an_unfinished_file_and_refuses_a_missing_or_short_one(tmp_path: Path, capsys):
     with pytest.raises(SystemExit, match="no such file"):
         bands.main(["report", str(tmp_path / "none.json")])

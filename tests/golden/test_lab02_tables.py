@@ -32,6 +32,11 @@ def _fit_module() -> Any:
 
 fit = _fit_module()
 
+# 20 seeds of both lab scenarios (140 runs): numbers, not lines. Coverage's tracer would
+# make them three times as long (47 s against 13 s on the 2-core CI) for code the unit
+# tests trace already.
+pytestmark = pytest.mark.no_cover
+
 SEED_NOISE = (
     "a queueing cell that moves with the arrival seed; the lab's value lies inside the "
     "simulator's band over 20 seeds (test_lab02_queueing_cells_inside_the_seed_band)"

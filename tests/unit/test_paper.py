@@ -31,15 +31,20 @@ SCENARIOS = REPO / "scenarios"
 
 
 @pytest.fixture(scope="module")
-def built(quick_run_all, tmp_path_factory):
-    """Every paper figure from the session's quick results (which are fresh: reused)."""
-    out = tmp_path_factory.mktemp("paper")
-    lines: list[str] = []
-    written = build(
-        scenarios_dir=SCENARIOS, results_dir=quick_run_all.results, out_dir=out, quick=True,
-        echo=lines.append,
-    )  # fmt: skip
-    return out, written, lines
+def built(quick_run_all, once):
+    """Every paper figure from the session's quick results (which are fresh: reused),
+    drawn once for the test run (``once``: not once on each xdist worker)."""
+
+    def draw(out: Path) -> dict[str, list[str]]:
+        lines: list[str] = []
+        written = build(
+            scenarios_dir=SCENARIOS, results_dir=quick_run_all.results, out_dir=out,
+            quick=True, echo=lines.append,
+        )  # fmt: skip
+        return {"written": [str(path) for path in written], "lines": lines}
+
+    out, got = once("paper", draw)
+    return out, [Path(path) for path in got["written"]], got["lines"]
 
 
 def test_every_registered_figure_is_written_as_pdf_and_png(built):

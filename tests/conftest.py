@@ -48,6 +48,28 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+@pytest.hookimpl(hookwrapper=True, trylast=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """A test marked ``no_cover`` runs untraced under pytest-xdist too. pytest-cov pauses
+    its own coverage for it, but an xdist worker holds two started coverages (pytest-cov
+    7.1 starts one more when ``-n`` is in the worker's arguments) and pausing the top one
+    resumes the other, so the test ran traced all the same (the M/D/1 tests 25 s against
+    6 s). Inside pytest-cov's pause (``trylast``: the innermost wrapper) this stops every
+    coverage still started and restarts them after, in the order they were started."""
+    stopped: list[Any] = []
+    if item.get_closest_marker("no_cover") is not None:
+        import coverage
+
+        while (cov := coverage.Coverage.current()) is not None:
+            cov.stop()
+            stopped.append(cov)
+    try:
+        yield
+    finally:
+        for cov in reversed(stopped):
+            cov.start()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """One test needing the quick run of every scenario (``quick_run_all``, the slowest
     thing the tests do) first, the other tests needing it last: under pytest-xdist one
@@ -123,11 +145,16 @@ SCENARIOS_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 @dataclass(frozen=True)
 class QuickRun:
     """``lyra-simpy run --quick scenarios/`` once per session (the slowest thing the
-    tests do, shared by the CLI and paper-figure tests)."""
+    tests do, shared by the CLI and paper-figure tests), then ``lyra-simpy figures
+    --quick`` on its results."""
 
     results: Path
     figures: Path
+    """The figures ``run`` drew (``--figures``)."""
     stdout: str
+    paper: Path
+    """Every paper figure ``lyra-simpy figures --quick`` drew from :attr:`results`."""
+    paper_stdout: str
 
 
 def once_per_run(
@@ -141,7 +168,7 @@ def once_per_run(
     if os.environ.get("PYTEST_XDIST_WORKER"):
         shared = shared.parent  # (each worker's base is a folder of the run's)
     root = shared / name
-    done = root / "done.json"
+    done = shared / f"{name}.done.json"  # (beside the folder: *make* owns all of it)
     try:
         root.mkdir()  # the first to get here runs it
     except FileExistsError:
@@ -167,22 +194,37 @@ def once(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., tuple[Path, 
     return functools.partial(once_per_run, tmp_path_factory)
 
 
+def lyra_simpy_process(*args: str) -> str:
+    """``lyra-simpy ARGS`` as a user runs it, in its own process from the repository's
+    root, warnings as errors; its stdout (a failure shows its stderr's end). Coverage
+    does not trace that process: under the tracer ``run --quick scenarios/`` takes three
+    times as long (238 s against 82 s on the 2-core CI), and the code it runs is traced
+    by the unit tests."""
+    warnings = ["-W", "error", "-W", f"ignore:{LEGEND_WARNING}:UserWarning"]
+    cmd = [sys.executable, *warnings, "-m", "lyra_simpy", *args]
+    root = SCENARIOS_DIR.parent
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=root)
+    assert done.returncode == 0, f"lyra-simpy {' '.join(args)}:\n{done.stderr[-4000:]}"
+    return done.stdout
+
+
 @pytest.fixture(scope="session")
-def quick_run_all(tmp_path_factory: pytest.TempPathFactory) -> QuickRun:
-    """``lyra-simpy run --quick scenarios/ --figures ...`` once for the whole test run
-    (:func:`once_per_run`), as a user runs it: in its own process, warnings as errors.
-    Coverage does not trace that process: under the tracer the run takes three times as
-    long (238 s against 82 s on the 2-core CI), and the code it runs is traced by the
-    unit tests."""
+def quick_run_all(once: Callable[..., tuple[Path, Any]]) -> QuickRun:
+    """``lyra-simpy run --quick scenarios/ --figures ...``, then ``lyra-simpy figures
+    --quick`` on its results, once for the whole test run (:func:`once_per_run`,
+    :func:`lyra_simpy_process`): one worker draws the paper figures right after the run,
+    while the others take the tests that need neither, instead of one drawing them at
+    the end while another waits."""
 
-    def run(root: Path) -> str:
-        argv = ["run", "--quick", str(SCENARIOS_DIR), "--out", str(root / "results")]
-        warnings = ["-W", "error", "-W", f"ignore:{LEGEND_WARNING}:UserWarning"]
-        cmd = [sys.executable, *warnings, "-m", "lyra_simpy", *argv]
-        figures = ["--figures", str(root / "figures")]
-        done = subprocess.run([*cmd, *figures], capture_output=True, text=True, check=False)
-        assert done.returncode == 0, done.stderr[-4000:]
-        return done.stdout
+    def run(root: Path) -> dict[str, str]:
+        results = root / "results"
+        out = ["--out", str(results), "--figures", str(root / "figures")]
+        stdout = lyra_simpy_process("run", "--quick", str(SCENARIOS_DIR), *out)
+        folders = ["--scenarios", str(SCENARIOS_DIR), "--results", str(results)]
+        paper = lyra_simpy_process("figures", "--quick", *folders, "--out", str(root / "paper"))
+        return {"run": stdout, "figures": paper}
 
-    root, stdout = once_per_run(tmp_path_factory, "quick_all", run)
-    return QuickRun(root / "results", root / "figures", stdout)
+    root, printed = once("quick_all", run)
+    return QuickRun(
+        root / "results", root / "figures", printed["run"], root / "paper", printed["figures"]
+    )

@@ -30,21 +30,14 @@ REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = REPO / "scenarios"
 
 
-@pytest.fixture(scope="module")
-def built(quick_run_all, once):
-    """Every paper figure from the session's quick results (which are fresh: reused),
-    drawn once for the test run (``once``: not once on each xdist worker)."""
-
-    def draw(out: Path) -> dict[str, list[str]]:
-        lines: list[str] = []
-        written = build(
-            scenarios_dir=SCENARIOS, results_dir=quick_run_all.results, out_dir=out,
-            quick=True, echo=lines.append,
-        )  # fmt: skip
-        return {"written": [str(path) for path in written], "lines": lines}
-
-    out, got = once("paper", draw)
-    return out, [Path(path) for path in got["written"]], got["lines"]
+@pytest.fixture
+def built(quick_run_all):
+    """Every paper figure from the session's quick results, as ``lyra-simpy figures
+    --quick`` drew them right after the run (``quick_run_all``: in its own process,
+    through the same :func:`build`): the folder, the files written and the lines printed."""
+    out = quick_run_all.paper
+    written = sorted(path for path in out.iterdir() if path.name != "README.md")
+    return out, written, quick_run_all.paper_stdout.splitlines()
 
 
 def test_every_registered_figure_is_written_as_pdf_and_png(built):

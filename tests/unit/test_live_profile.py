@@ -597,8 +597,10 @@ def test_the_prompt_cache_probe_times_the_save_of_an_idle_slot_and_calibrate_fit
     assert fit is not None
     assert fit.prompts == 9
     assert sorted(fit.median_wait_ms) == [32, 256, 512]
+    # each size's median wait: the save and the host's scheduling (a 2-core CI host with
+    # both test workers busy has added 26 ms to one); the slope is the save's price
     for n, ms in fit.median_wait_ms.items():
-        assert 0.4 * n <= ms < 0.4 * n + 25.0
+        assert 0.4 * n <= ms < 0.4 * n + 60.0
     assert fit.ms_per_token == pytest.approx(0.4, rel=0.1)
     # off: no file, no fit; --cache-ram 0 or --no-cache-idle-slots: no probe
     for flags, update in (("-np 4", {"save_prompt_tokens": []}), ("-np 4 --cache-ram 0", {}),

@@ -33,7 +33,7 @@ def _fit_module() -> Any:
 fit = _fit_module()
 
 # 20 seeds of both lab scenarios (140 runs): numbers, not lines. Coverage's tracer would
-# make them three times as long (47 s against 13 s on the 2-core CI) for code the unit
+# make them three times as long (47 s against 13 s on a 2-core VM) for code the unit
 # tests trace already.
 pytestmark = pytest.mark.no_cover
 

@@ -132,15 +132,11 @@ def host_facts() -> dict[str, Any]:
     """What ``/proc/cpuinfo`` says of this machine: the CPU's name, the core count and
     whether it has the AVX2 and AVX-512 units ggml's CPU kernels use when built for the
     host (``GGML_NATIVE``)."""
-    name, flags = "", set()
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "model name" and not name:
-            name = value.strip()
-        elif key.strip() == "flags" and not flags:
-            flags = set(value.split())
+    from lyra_simpy.machine import cpu_flags, cpu_model
+
+    flags = cpu_flags()
     return {
-        "cpu": name,
+        "cpu": cpu_model() or "",
         "cores": os.cpu_count(),
         "avx2": "avx2" in flags,
         "avx512f": "avx512f" in flags,

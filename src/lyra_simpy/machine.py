@@ -17,6 +17,18 @@ def cpu_model() -> str | None:
     return None
 
 
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags from ``/proc/cpuinfo`` (``avx2``, ``avx512f`` …; empty where
+    there is none)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
 def load_average() -> str:
     """The 1, 5 and 15-minute load averages as ``/proc/loadavg`` writes them
     (``unknown`` where there is none)."""

@@ -45,6 +45,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "filterwarnings", "ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning"
     )
+    WARNING_FILTERS[:] = config.getini("filterwarnings")
+
+
+WARNING_FILTERS: list[str] = []
+"""The test run's warning filters (pyproject.toml's ``filterwarnings``: every warning an
+error but the few named), which :func:`lyra_simpy_process` gives its process as ``-W``."""
 
 
 @pytest.hookimpl(hookwrapper=True, trylast=True)
@@ -133,10 +139,6 @@ def make_scenario() -> Callable[..., Scenario]:
     return make
 
 
-#: matplotlib's note that placing a ``loc="best"`` legend took over a second (a timing
-#: note on a loaded machine, not a fault; pyproject.toml's filterwarnings ignores it too).
-LEGEND_WARNING = 'Creating legend with loc="best" can be slow'
-
 #: The repository's scenarios folder.
 SCENARIOS_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 
@@ -189,12 +191,13 @@ def once_per_run(
 
 def lyra_simpy_process(*args: str) -> str:
     """``lyra-simpy ARGS`` as a user runs it, in its own process from the repository's
-    root, warnings as errors; its stdout (a failure shows its stderr's end). Coverage
+    root, under the test run's warning filters (:data:`WARNING_FILTERS`, as ``-W``: a
+    later filter wins in both); its stdout (a failure shows its stderr's end). Coverage
     does not trace that process: under the tracer ``run --quick scenarios/`` took three
     times as long (238 s against 82 s on a 2-core VM). The unit tests trace most of what
     it runs; the paper figures' drawing, which only ``figures`` runs whole, is left out
     of the coverage figure (95 % against 96 % with it in process)."""
-    warnings = ["-W", "error", "-W", f"ignore:{LEGEND_WARNING}:UserWarning"]
+    warnings = [option for rule in WARNING_FILTERS for option in ("-W", rule)]
     cmd = [sys.executable, *warnings, "-m", "lyra_simpy", *args]
     root = SCENARIOS_DIR.parent
     done = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=root)

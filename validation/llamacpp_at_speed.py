@@ -54,11 +54,14 @@ fit's price, so a reading against rows the fit misses carries that miss. ``--rat
 speed-beside-rows`` takes it against the profile's rows of the pair instead of the beside
 reading's own reference (:func:`beside_reference_over_rows`, an ablation, item 81): the
 same as ``speed-beside`` where the reading was taken against the rows (items 75–77).
+``--ratio speed-beside-median`` is ``speed-beside`` with each run priced at the median of
+every reading of the point up to the one right before it (:func:`_running_median`, item
+83): a forecast from the host's level so far rather than its last moment.
 
     PYTHONPATH=src python validation/llamacpp_at_speed.py
         [--ratio runs|mean|gate|gate-all|batch|batch-mean|speed|speed-batch|one-run|phase
                  |one-run-phase|speed-phase|speed-beside|speed-lone-beside
-                 |speed-beside-fit|speed-beside-rows]
+                 |speed-beside-fit|speed-beside-rows|speed-beside-median]
         [--only CFG/REGIME ...] [--json OUT] [--per-run]
 
 After the table it prints how far the speed it priced each load at lay from the load's
@@ -331,6 +334,45 @@ class Ratio(NamedTuple):
     """A factor on :attr:`prompt`'s reading from the point's folder (None: none)."""
 
 
+def _running_median(res: dict[str, Any], load: str, field: str, missing: str) -> float:
+    """The mean over *load*'s real runs of the median of every reading of *field* the
+    point took up to and including the one right before that run (each run's own median
+    where it holds several), the loads in the matrix's order (:data:`LOADS`): what a user
+    who kept every ``lyra-simpy speed`` reading since the profile could price the next run
+    at. On a host whose speed wanders from minute to minute without a trend, that median
+    forecasts a run better than the last reading (item 82: 3.1–3.8 % against 6.9–8.6 %
+    off the next two minutes); where the speed holds for minutes and then moves, worse
+    (item 83)."""
+    seen: list[float] = []
+    at: list[float] = []
+    for name in LOADS:
+        for m in res["loads"][name]["machine"]:
+            if m.get(field):
+                seen.append(float(np.median(m[field])))
+            if name == load and seen:
+                at.append(float(np.median(seen)))
+        if name == load:
+            break
+    if not at:
+        raise SystemExit(f"{load} has {missing}")
+    return float(np.mean(at))
+
+
+def speed_batch_median_ratio(res: dict[str, Any], load: str) -> float:
+    """:func:`speed_batch_ratio` with the running median of the point's ``--batch NP``
+    readings so far (:func:`_running_median`) instead of each run's own."""
+    return _running_median(res, load, "speed_batch", _NO_SPEED.format("speed-beside-median"))
+
+
+def speed_beside_median_ratio(res: dict[str, Any], load: str) -> float:
+    """:func:`speed_beside_ratio` with the running median of the point's beside readings
+    so far (:func:`_running_median`)."""
+    return _running_median(res, load, "speed_beside",
+                           "no `lyra-simpy speed --prompt N --beside B` reading before its "
+                           "runs for --ratio speed-beside-median (run the matrix with "
+                           "--speed-before, item 75 on)")  # fmt: skip
+
+
 RATIOS = {
     "runs": Ratio(runs_ratio, "real decode steps ÷ Table 1's charge", "at the runs' speed"),
     "mean": Ratio(
@@ -421,6 +463,14 @@ RATIOS = {
         "speed_batch",
         prompt=speed_beside_ratio,
         prompt_scale=beside_reference_over_rows,
+    ),
+    "speed-beside-median": Ratio(
+        speed_batch_median_ratio,
+        "the running median of `lyra-simpy speed --batch NP` and `--prompt N --beside NP-1` "
+        "readings up to each run",
+        "at the speeds they printed",
+        "speed_batch",
+        prompt=speed_beside_median_ratio,
     ),
     "one-run-phase": Ratio(
         one_run_ratio,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -181,7 +182,8 @@ def test_the_speeds_a_load_is_priced_at():
     assert set(AT_SPEED.RATIOS) == {
         "runs", "mean", "gate", "gate-all", "batch", "batch-mean", "speed", "speed-batch",
         "one-run", "phase", "one-run-phase", "speed-phase", "speed-beside",
-        "speed-lone-beside", "speed-beside-fit", "speed-beside-rows"}  # fmt: skip
+        "speed-lone-beside", "speed-beside-fit", "speed-beside-rows",
+        "speed-beside-median"}  # fmt: skip
     assert AT_SPEED.RATIOS["mean"].read is AT_SPEED.runs_mean_ratio
     # --ratio one-run: every load at the mean step of the load Tables 2 and 3 fit on
     res["loads"]["poisson_0.6"] = {"steps_vs_charge": {"decode": {"median": 1.0, "mean": 1.04}}}
@@ -231,6 +233,36 @@ def test_the_speeds_a_load_is_priced_at():
     )
     assert bias == pytest.approx(0.0, abs=1e-12)
     assert spread == pytest.approx(np.log(1.1))
+
+
+def test_a_run_priced_at_the_median_of_every_reading_so_far():
+    # item 83: each run at the median of the point's readings up to the one right before
+    # it, the loads in the matrix's order; a load's ratio is the mean over its runs; a
+    # reading that failed adds nothing, and each run's own median is one reading
+    loads = {load: {"machine": [{"speed_batch": 1.0 + i / 10 + k / 100} for k in (1, 2, 3)]}
+             for i, load in enumerate(AT_SPEED.LOADS)}  # fmt: skip
+    res = {"loads": loads}
+    first = AT_SPEED.speed_batch_median_ratio(res, "poisson_0.3")
+    assert first == pytest.approx(np.mean([1.01, np.median([1.01, 1.02]), 1.02]))
+    seen = [1.0 + i / 10 + k / 100 for i in range(2) for k in (1, 2, 3)]
+    want = np.mean([np.median(seen[:4]), np.median(seen[:5]), np.median(seen)])
+    assert AT_SPEED.speed_batch_median_ratio(res, "poisson_0.6") == pytest.approx(want)
+    # against each run's own reading: the level so far pulls a rising host's reading back
+    median, last = (AT_SPEED.speed_batch_median_ratio(res, "closed_8"),
+                    AT_SPEED.speed_batch_ratio(res, "closed_8"))  # fmt: skip
+    assert median < last
+    loads["poisson_0.9"]["machine"] = [{"speed_batch": None}, {"speed_batch": [3.0, 1.0, 2.0]}]
+    seen = [*seen, 2.0]
+    want = np.mean([np.median(seen[:-1]), np.median(seen)])
+    assert AT_SPEED.speed_batch_median_ratio(res, "poisson_0.9") == pytest.approx(want)
+    with pytest.raises(SystemExit, match=re.escape(
+            "poisson_0.3 has no `lyra-simpy speed --prompt N --beside B` reading before its "
+            "runs for --ratio speed-beside-median")):  # fmt: skip
+        AT_SPEED.speed_beside_median_ratio(res, "poisson_0.3")
+    got = AT_SPEED.RATIOS["speed-beside-median"]
+    assert got.read is AT_SPEED.speed_batch_median_ratio
+    assert got.prompt is AT_SPEED.speed_beside_median_ratio
+    assert got.field == "speed_batch"
 
 
 def test_the_readings_own_spread_within_a_load():

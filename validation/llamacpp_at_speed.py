@@ -339,10 +339,10 @@ def _running_median(res: dict[str, Any], load: str, field: str, missing: str) ->
     point took up to and including the one right before that run (each run's own median
     where it holds several), the loads in the matrix's order (:data:`LOADS`): what a user
     who kept every ``lyra-simpy speed`` reading since the profile could price the next run
-    at. On a host whose speed wanders from minute to minute without a trend, that median
-    forecasts a run better than the last reading (item 82: 3.1–3.8 % against 6.9–8.6 %
-    off the next two minutes); where the speed holds for minutes and then moves, worse
-    (item 83)."""
+    at. Item 82 found that median nearer the next two minutes' speed than the last reading
+    on a host that wandered (3.1–3.8 % against 6.9–8.6 % off); in the matrix's cells it
+    held fewer than the last reading on both hosts it was tried on (item 83: it lags a
+    host that moves and stays)."""
     seen: list[float] = []
     at: list[float] = []
     for name in LOADS:

@@ -48,6 +48,19 @@ def _admits_bool(tp: Any) -> bool:
     return False
 
 
+def _takes_words(tp: Any) -> bool:
+    """Whether a field of annotation *tp* takes only words (a ``Literal`` of strings,
+    maybe beside None): a boolean there is left to pydantic's own error, which names the
+    words (a boolean is most likely YAML's reading of an unquoted ``off`` or ``on``)."""
+    origin = get_origin(tp)
+    if origin is Annotated:
+        return _takes_words(get_args(tp)[0])
+    if origin is Union or origin is types.UnionType:
+        args = [arg for arg in get_args(tp) if arg is not type(None)]
+        return len(args) == 1 and _takes_words(args[0])
+    return origin is Literal and all(isinstance(arg, str) for arg in get_args(tp))
+
+
 def _item_types(tp: Any) -> list[Any] | None:
     """The item annotations *tp* allows in a list/tuple/set value, or in a mapping's
     values (None: *tp* says nothing about items, e.g. ``Any``)."""
@@ -68,7 +81,7 @@ def _misplaced_bool(tp: Any, value: Any) -> str | None:
     """Where in *value* a boolean stands that *tp* does not take ('' for *value*
     itself, ``[i]`` / ``[key]`` for an item), or None."""
     if isinstance(value, bool):
-        return None if _admits_bool(tp) else ""
+        return None if _admits_bool(tp) or _takes_words(tp) else ""
     if isinstance(value, (list, tuple, dict)):
         items = _item_types(tp)
         if items is None or any(_admits_bool(t) for t in items):

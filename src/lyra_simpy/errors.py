@@ -88,6 +88,9 @@ def from_validation_error(exc: ValidationError, prefix: str = "") -> ScenarioErr
     for prefix_word in ("Input should be ", "Value should be "):
         if msg.startswith(prefix_word):
             msg = "must be " + msg[len(prefix_word) :]
+    if kind == "literal_error" and isinstance(err.get("input"), bool):
+        # YAML 1.1, which PyYAML reads, takes an unquoted off/on/yes/no for false/true
+        msg += ' (YAML reads an unquoted off, on, yes or no as true/false: quote it, "off")'
     if "input" in err and not isinstance(err["input"], dict):
         return ScenarioError(f"{path}: got {_short(err['input'])}, {msg}")
     return ScenarioError(f"{path}: {msg}")

@@ -12,6 +12,8 @@ import yaml
 
 from lyra_simpy import Scenario, ScenarioError, load_scenario, scenario_from_dict
 from lyra_simpy.dotted import deep_merge, parse_override, set_path
+from lyra_simpy.errors import TraceError
+from lyra_simpy.live.profile_grid import load_grid
 
 
 @pytest.fixture
@@ -472,6 +474,32 @@ def test_lab_scenarios_validate():
 )
 def test_non_finite_negative_seed_and_boolean_numbers_refused(error_of, changes, expected):
     assert error_of(changes) == expected
+
+
+def test_an_unquoted_off_for_a_field_of_words_is_named_with_the_words_and_the_quote(
+    tiny_raw, tmp_path
+):
+    # YAML 1.1 (PyYAML) reads an unquoted off/on/yes/no as false/true: a field that takes
+    # words says which, and how to write one, not "must be a number"
+    fit = Path(__file__).resolve().parents[1] / "data" / "synthetic_fit.yaml"
+    tiny_raw["cost"] = {"name": "profile", "path": str(fit)}
+    with pytest.raises(ScenarioError) as info:
+        scenario_from_dict(tiny_raw, overrides=["cost.prompt_save=off"])
+    assert str(info.value) == (
+        "cost.profile.prompt_save: got False, must be 'fitted' or 'off' (YAML reads an "
+        'unquoted off, on, yes or no as true/false: quote it, "off")'
+    )
+    assert scenario_from_dict(tiny_raw, overrides=["cost.prompt_save='off'"]).cost.prompt_save == (
+        "off"
+    )
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("speed_reference: off\n")
+    with pytest.raises(TraceError) as info:
+        load_grid(grid)
+    assert str(info.value) == (
+        f"{grid}: speed_reference: got False, must be 'off', 'record' or 'scale' (YAML reads "
+        'an unquoted off, on, yes or no as true/false: quote it, "off")'
+    )
 
 
 def test_booleans_still_accepted_where_the_field_is_a_boolean(make_scenario):

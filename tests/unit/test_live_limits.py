@@ -86,6 +86,7 @@ def test_replay_draws_ids_inside_the_reported_vocabulary(
         "vocab_source": "/v1/models meta.n_vocab",
         "max_model_len": 4096,
         "served_model": "tiny",
+        "prompt_seed": None,
     }
 
 

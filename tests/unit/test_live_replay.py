@@ -48,6 +48,42 @@ def test_shared_prefix_units_share_ids(tiny_raw: dict[str, Any]) -> None:
     assert plan.prompts[0][16:] != plan.prompts[1][16:]
 
 
+def test_a_prompt_seed_draws_other_ids_for_the_same_requests(tiny_raw: dict[str, Any]) -> None:
+    # item 84: llama-server restores a prompt it has seen from its cache in RAM, so each
+    # repeat of a load needs ids of its own; lengths, times and outputs stay the scenario's
+    tiny_raw["workload"]["input_tokens"] = {"name": "fixed", "tokens": 32}
+    tiny_raw["workload"]["prefix"] = {"name": "system_prompt", "groups": 1, "prefix_tokens": 16}
+    sc = scenario_from_dict(tiny_raw)
+    plan, other = planned_requests(sc), planned_requests(sc, prompt_seed=12345)
+    assert (other.arrival_s, other.output_tokens) == (plan.arrival_s, plan.output_tokens)
+    assert [len(p) for p in other.prompts] == [len(p) for p in plan.prompts]
+    assert all(a[16:] != b[16:] for a, b in zip(plan.prompts, other.prompts, strict=True))
+    # the shared units are shared within the run, not with the run before
+    assert all(p[:16] == other.prompts[0][:16] for p in other.prompts)
+    assert other.prompts[0][:16] != plan.prompts[0][:16]
+    assert planned_requests(sc, prompt_seed=sc.seed).prompts == plan.prompts
+    assert planned_requests(sc, prompt_seed=12345).prompts == other.prompts
+
+
+def test_cli_replay_sends_the_prompt_seeds_ids_and_keeps_the_seed(
+    tmp_path: Path, tiny_raw: dict[str, Any]
+) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(json.dumps(_closed(tiny_raw, 3)))
+    sent = []
+    for k, seed in enumerate(([], ["--prompt-seed", "8"])):
+        with StreamServer() as srv:
+            out = tmp_path / f"o{k}"
+            argv = ["replay", str(path), "--endpoint", srv.url, "--out", str(out), *seed]
+            assert main(argv) == 0
+            sent.append([b["prompt"] for b in srv.received])
+        man = json.loads((out / "manifest.json").read_text())
+        assert man["token_ids"]["prompt_seed"] == (8 if seed else None)
+    sc = scenario_from_dict(_closed(tiny_raw, 3))
+    assert sent[0] == planned_requests(sc).prompts
+    assert sent[1] == planned_requests(sc, prompt_seed=8).prompts != sent[0]
+
+
 def test_open_loop_replay_writes_the_contract(tmp_path: Path, tiny_raw: dict[str, Any]) -> None:
     sc = scenario_from_dict(tiny_raw)
     with StreamServer(ttft_s=0.02, itl_s=0.004) as srv:
@@ -168,6 +204,7 @@ def test_cli_replay_prints_a_summary(
         (["--max-in-flight", "x"], "--max-in-flight: got 'x', must be an integer >= 1"),
         (["--extra-body", "[1]"], "--extra-body: got '[1]', must be a JSON object"),
         (["--api", "grpc"], "invalid choice: 'grpc'"),
+        (["--prompt-seed", "-1"], "--prompt-seed: got '-1', must be an integer >= 0"),
     ],
 )
 def test_cli_bad_replay_options_exit_2(

@@ -31,6 +31,12 @@ def add_live_parsers(sub: Any) -> None:
         "--token-ids", type=_id_range, help="prompt ids LOW:HIGH (default 1000:30000, fitted)"
     )
     rep.add_argument("--vocab-size", type=count, help="the model's vocabulary (vLLM: config.json)")
+    rep.add_argument(
+        "--prompt-seed",
+        type=_seed,
+        help="seed of the prompts' token ids (default: the scenario's); give each repeat its "
+        "own against a server that keeps prompts it has seen (llama.cpp's --cache-ram)",
+    )
 
     prof = sub.add_parser("profile", help="measure a live engine's step costs: profile CSV")
     prof.add_argument("--endpoint", required=True, help="e.g. http://127.0.0.1:8080")
@@ -117,6 +123,12 @@ def _id_range(text: str) -> Any:
     raise argparse.ArgumentTypeError(f"got {text!r}, must be LOW:HIGH with 0 < LOW < HIGH")
 
 
+def _seed(text: str) -> int:
+    if text.isdigit():
+        return int(text)
+    raise argparse.ArgumentTypeError(f"got {text!r}, must be an integer >= 0")
+
+
 def _replay(args: argparse.Namespace) -> int:
     from lyra_simpy.live.replay import ReplayConfig, replay
     from lyra_simpy.metrics.summary import number
@@ -134,6 +146,7 @@ def _replay(args: argparse.Namespace) -> int:
         "extra_body": args.extra_body,
         "token_ids": args.token_ids,
         "vocab_size": args.vocab_size,
+        "prompt_seed": args.prompt_seed,
     }
     cfg = ReplayConfig(endpoint=args.endpoint, **{k: v for k, v in given.items() if v is not None})
     out = args.out or Path("results") / "live" / scenario.name

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt
+from pydantic import BaseModel, ConfigDict, NonNegativeInt, PositiveFloat, PositiveInt
 
 from lyra_simpy.calibration.streams import TOKENS_FILE
 from lyra_simpy.engine.request import RECORD_FIELDS
@@ -79,6 +79,11 @@ class ReplayConfig(BaseModel):
     """The model's vocabulary size, when the endpoint does not report it (vLLM)."""
     extra_body: dict[str, Any] = {}
     """Extra JSON fields for every request (e.g. ``{"cache_prompt": false}``)."""
+    prompt_seed: NonNegativeInt | None = None
+    """Seed of the prompts' token ids (None: the scenario's, the same ids every replay);
+    the lengths, times and outputs stay the scenario's. Give each repeat its own against
+    a server that keeps the prompts it has seen (llama-server's prompt cache in RAM:
+    :mod:`~lyra_simpy.live.workload`)."""
 
 
 @dataclass
@@ -277,6 +282,7 @@ def write_run(
         "vocab_source": run.limits.vocab_source,
         "max_model_len": run.limits.max_model_len,
         "served_model": run.limits.model,
+        "prompt_seed": cfg.prompt_seed,
     }
     with atomic_dir(out) as tmp:
         write_jsonl(tmp / "requests.jsonl", rows)
@@ -300,7 +306,7 @@ def replay(
     props = check_endpoint(cfg.endpoint.rstrip("/"))
     limits = with_vocab(endpoint_limits(cfg.endpoint), cfg.vocab_size)
     ids = token_range(cfg.token_ids, limits)
-    run = _Run(planned_requests(scenario, ids), limits, ids)
+    run = _Run(planned_requests(scenario, ids, cfg.prompt_seed), limits, ids)
     check_lengths(run.plan, limits)
     t0 = time.perf_counter()
     try:

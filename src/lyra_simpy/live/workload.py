@@ -10,6 +10,16 @@ drawn uniformly from ``[TokenIds.low, TokenIds.high)`` — fresh per request fro
 stream ``prompt_ids`` — except that a prompt's shared-prefix units (the workload's
 ``prefix`` keys, one per ``unit`` tokens) take ids that depend only on the key, so two
 prompts sharing a key share those tokens and a real prefix cache can hit them.
+
+Every replay of a scenario sends the same ids unless it is given its own *prompt_seed*
+(``lyra-simpy replay --prompt-seed N``): the ids, shared units included, are then drawn
+from *N* instead of the scenario's seed, and the lengths, times and outputs stay the
+scenario's. A server that keeps the prompts it has seen meets a second replay of the same
+ids as a return visit: llama-server's prompt cache in RAM (``--cache-ram``, on by default)
+restores a cached state whose tokens cover the new prompt into its slot at the launch,
+even with ``cache_prompt: false``, and frees its buffer for the next save
+(``server_prompt_cache::load``, ``tools/server/server-task.cpp``, llama.cpp 0c1e570;
+docs/VALIDATION-llamacpp.md item 84).
 """
 
 from __future__ import annotations
@@ -59,8 +69,11 @@ class Plan:
     """Closed loop: send nothing after this time."""
 
 
-def planned_requests(scenario: Scenario, ids: TokenIds | None = None) -> Plan:
-    """The requests of *scenario*'s workload, drawn as the simulator draws them."""
+def planned_requests(
+    scenario: Scenario, ids: TokenIds | None = None, prompt_seed: int | None = None
+) -> Plan:
+    """The requests of *scenario*'s workload, drawn as the simulator draws them, their
+    prompt ids from *prompt_seed* (None: the scenario's seed; module docstring)."""
     ids = ids or TokenIds()
     streams = Streams(scenario.seed)
     block_size = scenario.replica_specs()[0].kv_cache.block_size
@@ -68,7 +81,8 @@ def planned_requests(scenario: Scenario, ids: TokenIds | None = None) -> Plan:
     if isinstance(source, ClosedLoopSource):
         source.draw_all()  # the replay sends them all: no chunk left to draw as it goes
     unit = unit_tokens(scenario.workload.prefix, block_size)
-    rng = streams.get("prompt_ids")
+    seed = scenario.seed if prompt_seed is None else prompt_seed
+    rng = (streams if prompt_seed is None else Streams(prompt_seed)).get("prompt_ids")
     keys = getattr(source, "keys", None)
     prompts = []
     for i, n in enumerate(source.input_tokens.tolist()):
@@ -78,7 +92,7 @@ def planned_requests(scenario: Scenario, ids: TokenIds | None = None) -> Plan:
                 lo, hi = u * unit, min((u + 1) * unit, n)
                 if lo >= n:
                     break
-                shared = np.random.Generator(np.random.PCG64([scenario.seed, int(key) & _MASK]))
+                shared = np.random.Generator(np.random.PCG64([seed, int(key) & _MASK]))
                 fresh[lo:hi] = shared.integers(ids.low, ids.high, size=hi - lo).tolist()
         prompts.append(fresh)
     outputs = source.output_tokens.tolist()

@@ -72,6 +72,7 @@ from llamacpp_points import (
     REQUEST_PATH_CPU_SHARE,
     ROOT,
     point_folder,
+    prompt_seed,
     real_runs,
     runs_here,
     scenario,
@@ -377,9 +378,10 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
                     srv.url, here / "grid.yaml", slots)  # fmt: skip
             if SETTLE:  # (last: nothing between it and the run's first request)
                 record["settled"] = settle_slots(srv.url, slots)
+            seed = prompt_seed(scenario_file.stem, folder.name)  # (item 84)
             run("replay", str(scenario_file), "--endpoint", srv.url, "--out", str(folder),
                 "--timeout-s", "300", "--time-limit-s", "1200", "--extra-body", EXTRA_BODY,
-                log=log)  # fmt: skip
+                "--prompt-seed", str(seed), log=log)  # fmt: skip
 
         tries = 1 if SPEED_REFERENCE else speed_gate.PROFILE_TRIES
         out["gate"] = speed_gate.profile_at_floor(

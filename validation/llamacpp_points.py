@@ -122,6 +122,16 @@ def has_wake(fit: str) -> bool:
     return fit_wake(Path(fit)) is not None
 
 
+def prompt_seed(load: str, run: str) -> int:
+    """The prompt ids' seed of real run *run* (``runK``) of *load* (``replay
+    --prompt-seed``): every run of a point its own prompts, so that none meets
+    llama-server's prompt cache in RAM holding its prompts from the runs before, as a
+    user's fresh load does not (item 84: with the same ids every run after a point's first
+    had its requests' old states restored at each launch, which freed the memory its saves
+    then reused at a ninth of the fresh price). ``1000 × (the load's place) + K``."""
+    return 1000 * (list(LOADS).index(load) + 1) + int(run.removeprefix("run"))
+
+
 def point_folder(key: str, out: Path) -> Path:
     """Point *key*'s (``CFG/REGIME``) folder in *out* (:data:`OUT`): ``CFG_REGIME``, where
     ``validate_cpu.py --matrix`` leaves its profile, real runs and simulations."""

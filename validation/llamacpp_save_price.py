@@ -20,6 +20,14 @@ own slot held an unsaved state of at least ``--least`` tokens it takes the time 
 10th and 90th percentiles, and the mean) of those, apart for the launches before the cache's first
 eviction and after it. It prints them beside
 the point's probe (the matrix's ``prompt_save``) and when the cache first evicted.
+
+``--by-run`` prices each real run apart (:func:`by_run`, item 84): a run's window in the
+log is the first stretch after the last one's whose prompts (``prompt eval time``'s
+tokens) are that run's requests' ``input_tokens``, every request once (the matrix sends
+``cache_prompt: false``, so the server evaluates every prompt token), the loads in the
+matrix's order and each load's runs in theirs; the run's price is the time its
+own-slot saves took over the tokens they saved (all of them, not a median: a request's
+TTFT sums its saves).
 """
 
 from __future__ import annotations
@@ -28,12 +36,13 @@ import argparse
 import json
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from llamacpp_idle import LINE, clock_s
-from llamacpp_points import OUT, point_folder
+from llamacpp_idle import LINE, PROMPT, clock_s
+from llamacpp_points import LOADS, OUT, every_run, point_folder
 
 N_TOKENS = re.compile(r"n_tokens = (\d+)")
 EVICT = "making room for prompt cache entry"
@@ -109,6 +118,49 @@ def point(key: str, least: int, results: dict[str, Any] | None) -> dict[str, Any
     }
 
 
+def prompts(log: Path) -> list[tuple[float, int]]:
+    """Every prompt *log*'s server evaluated: when it finished (s since the server
+    started) and its tokens (``prompt eval time``)."""
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        if (m := LINE.match(line)) and (p := PROMPT.search(m.group(8))):
+            out.append((clock_s(*m.groups()[:4]), int(p.group(2))))
+    return out
+
+
+def by_run(key: str) -> dict[str, list[dict[str, Any]]]:
+    """Each load's real runs in the point's log (module docstring): the window's start
+    (min since the server started), the own-slot launches that saved, the tokens they
+    saved and their ms a token; a run whose prompts the log lacks is refused."""
+    here = point_folder(key, OUT)
+    log = here / "llama-server.log"
+    rows, _ = launches(log)
+    seen = prompts(log)
+    tokens = [n for _, n in seen]
+    start = 0
+    out: dict[str, list[dict[str, Any]]] = {}
+    for load in LOADS:
+        for run in every_run(here, load):
+            lines = (run / "requests.jsonl").read_text().splitlines()
+            want = Counter(json.loads(line)["input_tokens"] for line in lines)
+            n = len(lines)
+            at = next((i for i in range(start, len(seen) - n + 1)
+                       if Counter(tokens[i : i + n]) == want), None)  # fmt: skip
+            if at is None:
+                raise SystemExit(f"{key}: {run}'s prompts are not in {log} after the run before")
+            # from the first prompt's launch (its prompt took under 3 s) to the last's end
+            t0, t1 = seen[at][0] - 3.0, seen[at + n - 1][0]
+            start = at + n
+            kept = [r for r in rows if t0 <= r["t"] <= t1]
+            saved = sum(r["tokens"] for r in kept)
+            out.setdefault(load, []).append({
+                "run": run.name, "start_min": round(t0 / 60, 1), "launches": len(kept),
+                "tokens": saved,
+                "ms_per_token": round(sum(r["ms"] for r in kept) / saved, 4) if saved else None,
+            })  # fmt: skip
+    return out
+
+
 def _fmt(p: dict[str, Any] | None) -> str:
     if p is None:
         return "-"
@@ -129,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         metavar="TOKENS",
         help="launches saving fewer tokens are left out (default 100)",
     )
+    parser.add_argument("--by-run", action="store_true",
+                        help="price each real run apart (item 84)")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, metavar="OUT")
     args = parser.parse_args(argv)
     matrix = OUT / "matrix.json"
@@ -139,8 +193,19 @@ def main(argv: list[str] | None = None) -> int:
         evict = "never" if first is None else f"{first} min into the server's {p['log_min']}"
         print(f"{key}: probe {p['probe_ms_per_token']} ms a token; first eviction {evict}\n"
               f"  growing:  {_fmt(p['growing'])}\n  evicting: {_fmt(p['evicting'])}")  # fmt: skip
+    runs = {key: by_run(key) for key in args.points} if args.by_run else None
+    for key, loads in (runs or {}).items():
+        print(f"{key}: each run's own-slot saves (start min, launches, tokens, ms a token)")
+        for load, got_runs in loads.items():
+            print(f"  {load:12s} " + " | ".join(
+                f"{r['start_min']:.1f} {r['launches']} {r['tokens']} "
+                + ("-" if r["ms_per_token"] is None else f"{r['ms_per_token']:.4f}")
+                for r in got_runs))  # fmt: skip
     if args.json is not None:
-        args.json.write_text(json.dumps({"least": args.least, "points": got}, indent=1) + "\n")
+        kept: dict[str, Any] = {"least": args.least, "points": got}
+        if runs is not None:
+            kept["by_run"] = runs
+        args.json.write_text(json.dumps(kept, indent=1) + "\n")
     return 0
 
 

@@ -23,9 +23,13 @@ has ``prompt_save`` charges them (:mod:`~lyra_simpy.calibration.savefit`).
 Modelling choices: a slot's state is its request's computed tokens (prompt and output
 but the last sampled token); the cache's size limit is not modelled (8 GiB holds
 hundreds of thousands of tokens of the small models run on a CPU), nor the cache's
-*load* (``server_prompt_cache::load``: a cached prompt sharing at least a quarter of its
-tokens with a new request's is restored into its slot, which the simulator's prompts,
-without prompt reuse, never do) nor its scans over the cached prompts.
+*load* (``server_prompt_cache::load``: a cached state sharing at least a quarter of its
+tokens with a new request's prompt is restored into its slot at the launch, whatever the
+request's ``cache_prompt``, and its buffer freed, so that the next save reuses memory the
+process holds, at a fraction of the price; the simulator's prompts, without prompt reuse,
+never meet it, and a replay meets it only when it sends the ids of an earlier run again:
+``lyra-simpy replay --prompt-seed``, docs/VALIDATION-llamacpp.md item 84) nor its scans
+over the cached prompts.
 """
 
 from __future__ import annotations

@@ -21,6 +21,14 @@ same prompts again in the same order. From the log (:func:`cache_events`) it pri
 save that copied (from ``saving prompt`` to the cache's next ``cache state`` line) and
 each restore (``found better prompt`` to ``cache state``), in ms and in ms a token of the
 state, for the first pass and the second.
+
+``--pinned`` runs instead the profile's prompt-cache probe's protocol twice over
+(:func:`pinned`): for each size *N* of ``--sizes``, a prompt of *N* tokens and one output
+in slot 1, then a lone prompt of 16 tokens in slot 0, whose launch saves slot 1's state
+(a fresh save); then the same *N* prompts again in slot 1 (each restored from the cache at
+its launch) and a lone prompt after each (a save after a restore); ``--rounds`` times. It
+prints each size's saves in both passes: whether a probe can read the cheaper price by
+resending its prompts.
 """
 
 from __future__ import annotations
@@ -121,13 +129,65 @@ def send_twice(url: str, prompts: int, tokens: int) -> None:
     asyncio.run(go())
 
 
+def pinned(url: str, sizes: list[int], rounds: int) -> None:
+    """The profile probe's pairs (module docstring, ``--pinned``), *rounds* times: each of
+    *sizes* in slot 1 then a lone prompt in slot 0, fresh prompts, then the same again."""
+    import asyncio
+
+    from lyra_simpy.live.client import new_client, send
+
+    rng = np.random.default_rng(84)
+
+    async def one(client: Any, ids: list[int], slot: int, t0: float) -> None:
+        out = await send(client, url, "openai", ids, 1, 300.0, t0,
+                         {"cache_prompt": False, "id_slot": slot})  # fmt: skip
+        if out.error:
+            raise SystemExit(f"llamacpp_prompt_reuse: a request failed ({out.error})")
+
+    async def go() -> None:
+        t0 = time.perf_counter()
+        async with new_client() as client:
+            for _ in range(rounds):
+                prompts = [rng.integers(1000, 20000, size=n).tolist() for n in sizes]
+                for _ in range(2):  # fresh, then the same prompts again
+                    for ids in prompts:
+                        await one(client, ids, 1, t0)
+                        await one(client, rng.integers(1000, 20000, size=16).tolist(), 0, t0)
+
+    asyncio.run(go())
+
+
+def pinned_saves(events: list[dict[str, Any]], sizes: list[int], rounds: int) -> dict[str, Any]:
+    """The saves of slot 1's states in :func:`pinned`'s order (the lone prompts' own 16
+    tokens left out): per size, the fresh pass's ms and the pass after a restore's."""
+    saves = [e for e in events if e["kind"] == "save" and e["tokens"] in sizes]
+    want = 2 * rounds * len(sizes)
+    if len(saves) != want:
+        raise SystemExit(f"llamacpp_prompt_reuse --pinned: {len(saves)} saves of slot 1 in "
+                         f"the log, expected {want}")  # fmt: skip
+    out: dict[str, Any] = {str(n): {"fresh_ms": [], "after_restore_ms": []} for n in sizes}
+    for i, e in enumerate(saves):
+        kind = "fresh_ms" if (i // len(sizes)) % 2 == 0 else "after_restore_ms"
+        out[str(e["tokens"])][kind].append(e["ms"])
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--flags", default=" ".join(FLAGS), help="the server's flags")
     ap.add_argument("--prompts", type=int, default=6)
     ap.add_argument("--tokens", type=int, default=300)
+    ap.add_argument("--pinned", action="store_true", help="the profile probe's protocol")
+    ap.add_argument("--sizes", default="256,512,768", help="with --pinned: slot 1's prompts")
+    ap.add_argument("--rounds", type=int, default=3, help="with --pinned")
     ap.add_argument("--json", type=Path, default=None, metavar="OUT")
     args = ap.parse_args(argv)
+    sizes = [int(x) for x in args.sizes.split(",") if x.isdigit()]
+    if len(sizes) != len(args.sizes.split(",")) or not all(32 <= n <= 2000 for n in sizes):
+        ap.error(f"--sizes: got {args.sizes!r}, must be token counts of 32 to 2000, comma-"
+                 "separated")  # fmt: skip
+    if args.rounds < 1:
+        ap.error(f"--rounds: got {args.rounds}, must be 1 or more")
     if args.prompts < 2:
         ap.error(f"--prompts: got {args.prompts}, must be 2 or more")
     if not 32 <= args.tokens <= 2000:
@@ -137,8 +197,23 @@ def main(argv: list[str] | None = None) -> int:
     log = OUT / "prompt_reuse" / "llama-server.log"
     flags = [*args.flags.split(), "-v"]
     with llamacpp.Server(llamacpp.server_binary(), llamacpp.model_file(), flags, log) as srv:
-        send_twice(srv.url, args.prompts, args.tokens)
-    got = passes(cache_events(log.read_text(errors="replace").splitlines()))
+        if args.pinned:
+            pinned(srv.url, sizes, args.rounds)
+        else:
+            send_twice(srv.url, args.prompts, args.tokens)
+    events = cache_events(log.read_text(errors="replace").splitlines())
+    if args.pinned:
+        by_size = pinned_saves(events, sizes, args.rounds)
+        print(f"llama-server {args.flags}: the profile probe's pairs, {args.rounds} rounds")
+        for n, got_n in by_size.items():
+            print(f"  {n:>5} tokens: fresh {got_n['fresh_ms']} ms, after a restore "
+                  f"{got_n['after_restore_ms']} ms")  # fmt: skip
+        if args.json:
+            argv_kept = sys.argv[1:] if argv is None else argv
+            args.json.write_text(json.dumps({"argv": argv_kept, "flags": args.flags,
+                                             "pinned": by_size}, indent=1) + "\n")  # fmt: skip
+        return 0
+    got = passes(events)
     first, second = got["first"]["saves"], got["second"]
     print(f"llama-server {args.flags}: {args.prompts} prompts of {args.tokens} tokens, twice\n"
           f"  first pass, each save: {first['ms']} ms (median "

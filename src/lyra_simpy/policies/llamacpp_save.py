@@ -23,9 +23,9 @@ has ``prompt_save`` charges them (:mod:`~lyra_simpy.calibration.savefit`).
 Modelling choices: a slot's state is its request's computed tokens (prompt and output
 but the last sampled token); the cache's size limit is not modelled (8 GiB holds
 hundreds of thousands of tokens of the small models run on a CPU; a server that runs
-long fills it all the same, as
-the validation's long points did after 15–46 minutes, and its saves then reuse the memory
-of the states it evicts: docs/VALIDATION-llamacpp.md item 73), nor the cache's
+long fills it all the same, as the validation's long points did after 15–46 minutes, and
+its saves then reuse the memory of the states it evicts: docs/VALIDATION-llamacpp.md item
+73), nor the cache's
 *load* (``server_prompt_cache::load``: a cached state sharing at least a quarter of its
 tokens with a new request's prompt is restored into its slot at the launch, whatever the
 request's ``cache_prompt``, and its buffer freed, so that the next save reuses memory the

@@ -234,3 +234,30 @@ def test_item_84s_figures_are_the_kept_files() -> None:
     assert "the long points hold 97 of 105 cells against 88" in fidelity
     calibration = " ".join((ROOT / "docs" / "calibration.md").read_text().split())
     assert "0.0065 ms a token after a restore against 0.0339 fresh" in calibration
+
+
+def test_item_85s_point_with_fresh_prompts_and_its_save_prices() -> None:
+    # item 85: -np 4 long, one run a load, each run its own prompts (--prompt-seed)
+    kept = KEPT / "llamacpp-matrix-epyc-item85.json"
+    point = json.loads(kept.read_text())["results"]["default/long"]
+    table1 = sum(sum(points.in_target(v["table"]).values()) for v in point["loads"].values())
+    assert table1 == 4
+    assert [c["check_ms"] for c in point["gate"]["batch_check"]] == [65.3, 57.6, 64.1]
+    assert point["gate"]["batch_check"][-1]["profile_ms"] == 54.7
+    assert (point["host_noise"]["median_ms"], round(point["host_noise"]["p90_over_p10"], 2)) == (
+        112.1, 1.18)  # fmt: skip
+    probes = json.loads((KEPT / "llamacpp-save-probes-item85.json").read_text())
+    assert [round(probes[f]["ms_per_token"], 4) for f in (
+        "profile-superseded-1.csv", "profile-superseded-2.csv", "profile.csv")] == [
+        0.0909, 0.0079, 0.0139]  # fmt: skip
+    by_run = json.loads((KEPT / "llamacpp-save-price-by-run-item85.json").read_text())
+    assert by_run["points"]["default/long"]["first_eviction_min"] == 27.6
+    runs = [r for rs in by_run["by_run"]["default/long"].values() for r in rs]
+    assert len(runs) == 5
+    assert (min(r["ms_per_token"] for r in runs), max(r["ms_per_token"] for r in runs)) == (
+        0.0113, 0.0238)  # fmt: skip
+    doc = " ".join((ROOT / "docs" / "VALIDATION-llamacpp.md").read_text().split())
+    assert "The three profiles' probes read 0.0909, 0.0079 and 0.0139 ms a token" in doc
+    assert "the five runs, each with prompts of its own, paid 0.0113–0.0238" in doc
+    assert "Table 1 held 4 of 35: the runs' decode steps ran 1.17–1.53 × its charge" in doc
+    assert "the kept profile's four-sequence row 54.7 ms, the check right after it 64.1" in doc

@@ -3959,3 +3959,11 @@ def test_item_83s_point_on_another_vm_and_the_readings_running_median() -> None:
            "set's, the last readings 34 and their running median 32; at `-kvu` short, whose " \
            "host ran 16–18 % faster than its profile in the busy loads, Table 1 held 13, the " \
            "last readings 30 and their running median 17" in account  # fmt: skip
+
+
+def test_item_85s_point_kept_apart_summarises_to_its_row() -> None:
+    # item 85 (tests/unit/test_llamacpp_prompt_reuse.py checks its save prices)
+    assert _summary(ROOT / "docs" / "validation" / "llamacpp-matrix-epyc-item85.json") == [
+        "| `-np 4 -c 4096 -t 2` | long | 4 / 35 | 23 % | 13 / 35 | 8 % | 12 / 35 | 10 % "
+        "| 1.17–1.53 |"
+    ]

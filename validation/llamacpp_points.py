@@ -128,7 +128,7 @@ def prompt_seed(load: str, run: str) -> int:
     llama-server's prompt cache in RAM holding its prompts from the runs before, as a
     user's fresh load does not (item 84: with the same ids every run after a point's first
     had its requests' old states restored at each launch, which freed the memory its saves
-    then reused at a ninth of the fresh price). ``1000 × (the load's place) + K``."""
+    then reused at about a tenth of the fresh price). ``1000 × (the load's place) + K``."""
     return 1000 * (list(LOADS).index(load) + 1) + int(run.removeprefix("run"))
 
 

@@ -21,13 +21,15 @@ own slot held an unsaved state of at least ``--least`` tokens it takes the time 
 eviction and after it. It prints them beside
 the point's probe (the matrix's ``prompt_save``) and when the cache first evicted.
 
-``--by-run`` prices each real run apart (:func:`by_run`, item 84): a run's window in the
-log is the first stretch after the last one's whose prompts (``prompt eval time``'s
-tokens) are that run's requests' ``input_tokens``, every request once (the matrix sends
-``cache_prompt: false``, so the server evaluates every prompt token), the loads in the
-matrix's order and each load's runs in theirs; the run's price is the time its
-own-slot saves took over the tokens they saved (all of them, not a median: a request's
-TTFT sums its saves).
+``--by-run`` prices each real run apart (:func:`by_run`, item 84): a run's requests in
+the log are the first stretch of finished requests after the last run's whose prompts
+(``prompt eval time``'s tokens, printed as a request finishes) are that run's requests'
+``input_tokens``, every request once (the matrix sends ``cache_prompt: false``, so the
+server evaluates every prompt token), the loads in the matrix's order and each load's
+runs in theirs; its window runs from the first of those requests' launches to the last
+one's end, and its price is the time the launches in it took to save their own slots'
+states over the tokens they saved (all of them, not a median: a request's TTFT sums its
+saves).
 """
 
 from __future__ import annotations
@@ -118,13 +120,19 @@ def point(key: str, least: int, results: dict[str, Any] | None) -> dict[str, Any
     }
 
 
-def prompts(log: Path) -> list[tuple[float, int]]:
-    """Every prompt *log*'s server evaluated: when it finished (s since the server
-    started) and its tokens (``prompt eval time``)."""
-    out = []
+def prompts(log: Path) -> list[tuple[float, float, int]]:
+    """Every request *log*'s server finished, in that order: when it was launched and
+    when it finished (s since the server started), and its prompt's tokens (``prompt
+    eval time``, printed as it finishes)."""
+    out, launched = [], {}
     for line in log.read_text(errors="replace").splitlines():
-        if (m := LINE.match(line)) and (p := PROMPT.search(m.group(8))):
-            out.append((clock_s(*m.groups()[:4]), int(p.group(2))))
+        if (m := LINE.match(line)) is None:
+            continue
+        t, task = clock_s(*m.groups()[:4]), m.group(7)
+        if m.group(5) == "launch_slot_":
+            launched[task] = t
+        elif p := PROMPT.search(m.group(8)):
+            out.append((launched.get(task, t), t, int(p.group(2))))
     return out
 
 
@@ -136,7 +144,7 @@ def by_run(key: str) -> dict[str, list[dict[str, Any]]]:
     log = here / "llama-server.log"
     rows, _ = launches(log)
     seen = prompts(log)
-    tokens = [n for _, n in seen]
+    tokens = [n for _, _, n in seen]
     start = 0
     out: dict[str, list[dict[str, Any]]] = {}
     for load in LOADS:
@@ -148,8 +156,8 @@ def by_run(key: str) -> dict[str, list[dict[str, Any]]]:
                        if Counter(tokens[i : i + n]) == want), None)  # fmt: skip
             if at is None:
                 raise SystemExit(f"{key}: {run}'s prompts are not in {log} after the run before")
-            # from the first prompt's launch (its prompt took under 3 s) to the last's end
-            t0, t1 = seen[at][0] - 3.0, seen[at + n - 1][0]
+            t0 = min(launch for launch, _, _ in seen[at : at + n])
+            t1 = seen[at + n - 1][1]
             start = at + n
             kept = [r for r in rows if t0 <= r["t"] <= t1]
             saved = sum(r["tokens"] for r in kept)

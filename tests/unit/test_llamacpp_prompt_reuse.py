@@ -238,7 +238,7 @@ def test_item_84s_figures_are_the_kept_files() -> None:
     ):
         assert text in doc, text
     fidelity = " ".join((ROOT / "docs" / "llamacpp-fidelity.md").read_text().split())
-    assert "At the long points only the first run paid about the probe's price " \
+    assert "At the long points only the first run paid a fresh price " \
            "(0.039–0.107 ms a token, the probes 0.088–0.111), the later ones 0.007–0.017" \
            in fidelity  # fmt: skip
     assert "the long points hold 97 of 105 cells against 88" in fidelity

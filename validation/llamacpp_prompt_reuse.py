@@ -43,21 +43,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from llamacpp_idle import clock_s
 from llamacpp_points import OUT, ROOT
+from llamacpp_save_price import TIME as STAMP
 
 FLAGS = ["-np", "4", "-c", "4096", "-t", "2"]
 """``-np 4`` short's and long's server (``validate_cpu.py --matrix``'s ``default``): the
 flags a user launches with."""
-STAMP = re.compile(r"(\d+)\.(\d+)\.(\d+)\.(\d+) ")
 SAVING = re.compile(r"saving prompt with length (\d+)")
 LOAD = "found better prompt"
 STATE = "cache state:"
 SKIP = "already in the cache"
-
-
-def _s(m: re.Match[str]) -> float:
-    a, b, c, d = (int(x) for x in m.groups())
-    return a * 60 + b + c / 1e3 + d / 1e6
 
 
 def cache_events(lines: list[str]) -> list[dict[str, Any]]:
@@ -72,14 +68,14 @@ def cache_events(lines: list[str]) -> list[dict[str, Any]]:
         if stamp is None:
             continue
         if (m := SAVING.search(line)) is not None:
-            open_ = {"kind": "save", "t": _s(stamp), "tokens": int(m.group(1))}
+            open_ = {"kind": "save", "t": clock_s(*stamp.groups()), "tokens": int(m.group(1))}
         elif SKIP in line and open_ is not None and open_["kind"] == "save":
             open_ = None
         elif LOAD in line:
-            open_ = {"kind": "load", "t": _s(stamp)}
+            open_ = {"kind": "load", "t": clock_s(*stamp.groups())}
         elif STATE in line and open_ is not None:
             t = open_.pop("t")
-            out.append({**open_, "ms": round(1e3 * (_s(stamp) - t), 3)})
+            out.append({**open_, "ms": round(1e3 * (clock_s(*stamp.groups()) - t), 3)})
             open_ = None
     return out
 
@@ -106,55 +102,45 @@ def passes(events: list[dict[str, Any]]) -> dict[str, Any]:
                        "loads": part("load", events[first:])}}  # fmt: skip
 
 
-def send_twice(url: str, prompts: int, tokens: int) -> None:
-    """*prompts* prompts of *tokens* random ids, 20 outputs each, one at a time, as
-    ``lyra-simpy replay`` sends them; then the same again."""
+def _in_turn(url: str, requests: list[tuple[list[int], int, int | None]]) -> None:
+    """*requests* (prompt ids, outputs, slot or None) sent one after another, each once
+    the one before it is done, as ``lyra-simpy replay`` sends them (``cache_prompt:
+    false``)."""
     import asyncio
 
     from lyra_simpy.live.client import new_client, send
 
-    rng = np.random.default_rng(84)
-    ids = [rng.integers(1000, 20000, size=tokens).tolist() for _ in range(prompts)]
-
     async def go() -> None:
         t0 = time.perf_counter()
         async with new_client() as client:
-            for _ in range(2):
-                for p in ids:
-                    out = await send(client, url, "openai", p, 20, 300.0, t0,
-                                     {"cache_prompt": False})  # fmt: skip
-                    if out.error:
-                        raise SystemExit(f"llamacpp_prompt_reuse: a request failed ({out.error})")
+            for ids, outputs, slot in requests:
+                extra = {"cache_prompt": False, **({} if slot is None else {"id_slot": slot})}
+                out = await send(client, url, "openai", ids, outputs, 300.0, t0, extra)
+                if out.error:
+                    raise SystemExit(f"llamacpp_prompt_reuse: a request failed ({out.error})")
 
     asyncio.run(go())
+
+
+def send_twice(url: str, prompts: int, tokens: int) -> None:
+    """*prompts* prompts of *tokens* random ids, 20 outputs each, one at a time; then the
+    same again."""
+    rng = np.random.default_rng(84)
+    ids = [rng.integers(1000, 20000, size=tokens).tolist() for _ in range(prompts)]
+    _in_turn(url, [(p, 20, None) for p in ids * 2])
 
 
 def pinned(url: str, sizes: list[int], rounds: int) -> None:
     """The profile probe's pairs (module docstring, ``--pinned``), *rounds* times: each of
     *sizes* in slot 1 then a lone prompt in slot 0, fresh prompts, then the same again."""
-    import asyncio
-
-    from lyra_simpy.live.client import new_client, send
-
     rng = np.random.default_rng(84)
-
-    async def one(client: Any, ids: list[int], slot: int, t0: float) -> None:
-        out = await send(client, url, "openai", ids, 1, 300.0, t0,
-                         {"cache_prompt": False, "id_slot": slot})  # fmt: skip
-        if out.error:
-            raise SystemExit(f"llamacpp_prompt_reuse: a request failed ({out.error})")
-
-    async def go() -> None:
-        t0 = time.perf_counter()
-        async with new_client() as client:
-            for _ in range(rounds):
-                prompts = [rng.integers(1000, 20000, size=n).tolist() for n in sizes]
-                for _ in range(2):  # fresh, then the same prompts again
-                    for ids in prompts:
-                        await one(client, ids, 1, t0)
-                        await one(client, rng.integers(1000, 20000, size=16).tolist(), 0, t0)
-
-    asyncio.run(go())
+    requests: list[tuple[list[int], int, int | None]] = []
+    for _ in range(rounds):
+        prompts = [rng.integers(1000, 20000, size=n).tolist() for n in sizes]
+        for _ in range(2):  # fresh, then the same prompts again
+            for ids in prompts:
+                requests += [(ids, 1, 1), (rng.integers(1000, 20000, size=16).tolist(), 1, 0)]
+    _in_turn(url, requests)
 
 
 def pinned_saves(events: list[dict[str, Any]], sizes: list[int], rounds: int) -> dict[str, Any]:

@@ -82,7 +82,7 @@ def planned_requests(
         source.draw_all()  # the replay sends them all: no chunk left to draw as it goes
     unit = unit_tokens(scenario.workload.prefix, block_size)
     seed = scenario.seed if prompt_seed is None else prompt_seed
-    rng = (streams if prompt_seed is None else Streams(prompt_seed)).get("prompt_ids")
+    rng = Streams(seed).get("prompt_ids")  # (a stream of its own: none other draws from it)
     keys = getattr(source, "keys", None)
     prompts = []
     for i, n in enumerate(source.input_tokens.tolist()):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
 import json
 import math
 import os
@@ -10,6 +13,7 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -27,12 +31,22 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+def _summary_text(stored: Path) -> str:
+    """What ``validate_cpu.py --matrix --summary STORED`` prints, run in this process:
+    ``llamacpp_matrix.main``, which the script hands ``--matrix`` to (a process of its own
+    took 1.4 s a call, most of it starting Python, and the tests read 80 summaries;
+    :func:`test_the_summary_of_a_stored_matrix_is_its_table_and_runs_nothing` checks the
+    script prints the same)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert validation_module("llamacpp_matrix").main(["--summary", str(stored)]) == 0
+    return out.getvalue()
+
+
 def _summary(stored: Path) -> list[str]:
     """``--matrix --summary`` of a stored matrix: its table's rows, header left out (up to
     the blank line before the cells by step fit)."""
-    out = _run("--matrix", "--summary", str(stored))
-    assert out.returncode == 0, out.stderr
-    return out.stdout.split("\n\n")[0].splitlines()[2:]
+    return _summary_text(stored).split("\n\n")[0].splitlines()[2:]
 
 
 def _cells(stored: Path) -> list[list[str]]:
@@ -113,6 +127,7 @@ def test_the_summary_of_a_stored_matrix_is_its_table_and_runs_nothing() -> None:
     steady = ROOT / "docs" / "validation" / "llamacpp-kvu-long-steady.json"
     out = _run("--matrix", "--summary", str(steady))
     assert out.returncode == 0, out.stderr
+    assert out.stdout == _summary_text(steady)  # (the other tests read it in process)
     rows = out.stdout.splitlines()
     assert len(rows) == 3
     assert rows[2] == (
@@ -600,10 +615,18 @@ def test_each_earlier_matrix_is_kept(
     assert tuple(row[c] for c in columns) == cells
 
 
+@functools.cache
+def _points() -> Any:
+    """``validation/llamacpp_points.py``, loaded once: :func:`_inside` reads it for each of
+    4,000 points (loading it anew each time, and compiling it where Python writes no
+    bytecode, took 16 s)."""
+    return validation_module("llamacpp_points")
+
+
 def _inside(point: dict) -> dict[tuple[str, str], bool]:
     """A stored point's Table 1 cells: (load, metric) -> inside the target (the matrix's
     own rule)."""
-    matrix = validation_module("llamacpp_points")
+    matrix = _points()
     return {(load, r["metric"]): matrix.cell(r)[1] for load, v in point["loads"].items()
             for r in v["table"] if r["metric"] in matrix.METRICS}  # fmt: skip
 

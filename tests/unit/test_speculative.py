@@ -34,6 +34,23 @@ def test_mean_accepted_length_matches_the_configured_one(cfg):
     assert max(drawn) <= cfg.num_steps
 
 
+def test_draws_taken_ahead_give_the_numbers_of_one_draw_per_step():
+    # the speculator draws DRAWN_ROWS sequences at once and hands them out step by step:
+    # each step gets what drawing its own n x num_steps uniforms would have given, across
+    # refills and steps wider than a refill
+    cfg = SpeculativeConfig(num_steps=3, acceptance_rates=[0.8, 0.6, 0.4])
+    spec = Speculator(cfg, np.random.default_rng(5))
+    spec.DRAWN_ROWS = 7
+    rng, rates = np.random.default_rng(5), cfg.rates()
+    for n in [1, 3, 2, 5, 1, 12, 4, 4, 9, 1]:
+        want = [
+            next((j for j, (u, r) in enumerate(zip(row, rates, strict=True)) if u >= r), 3)
+            for row in rng.random((n, 3))
+        ]
+        assert spec.accepted(n) == want
+    assert set(spec.accepted(50)) == {0, 1, 2, 3}
+
+
 def test_bad_acceptance_settings_are_one_line_errors():
     with pytest.raises(ValidationError, match="exactly one of"):
         SpeculativeConfig(num_steps=2)

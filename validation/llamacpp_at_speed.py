@@ -102,6 +102,7 @@ from llamacpp_points import (
     p50_errors,
     point_folder,
     real_runs,
+    run_order,
     runs_here,
 )
 from lyra_cli import run, sim_folder
@@ -337,7 +338,7 @@ class Ratio(NamedTuple):
 def _running_median(res: dict[str, Any], load: str, field: str, missing: str) -> float:
     """The mean over *load*'s real runs of the median of every reading of *field* the
     point took up to and including the one right before that run (each run's own median
-    where it holds several), the loads in the matrix's order (:data:`LOADS`): what a user
+    where it holds several), the runs in the order they ran (:func:`run_order`): what a user
     who kept every ``lyra-simpy speed`` reading since the profile could price the next run
     at. Item 82 found that median nearer the next two minutes' speed than the last reading
     on a host that wandered (3.1–3.8 % against 6.9–8.6 % off); in the matrix's cells it
@@ -345,14 +346,12 @@ def _running_median(res: dict[str, Any], load: str, field: str, missing: str) ->
     host that moves and stays)."""
     seen: list[float] = []
     at: list[float] = []
-    for name in LOADS:
-        for m in res["loads"][name]["machine"]:
-            if m.get(field):
-                seen.append(float(np.median(m[field])))
-            if name == load and seen:
-                at.append(float(np.median(seen)))
-        if name == load:
-            break
+    for name, k in run_order(res):
+        m = res["loads"][name]["machine"][k]
+        if m.get(field):
+            seen.append(float(np.median(m[field])))
+        if name == load and seen:
+            at.append(float(np.median(seen)))
     if not at:
         raise SystemExit(f"{load} has {missing}")
     return float(np.mean(at))
@@ -588,13 +587,13 @@ def readings_spread(results: dict[str, Any], points: list[str], field: str
 
 def read_after(res: dict[str, Any], field: str) -> dict[str, Any]:
     """The stored point *res* with each run's reading *field* replaced by the next run's
-    in the matrix's order (the loads of :data:`~llamacpp_points.LOADS` in turn, each's runs
-    one after another): the reading taken right after each run. The point's last run gets
+    in the order they ran (:func:`~llamacpp_points.run_order`): the reading taken right
+    after each run. The point's last run gets
     none. Read by a ratio, it asks whether the miss is the host moving during the run
     (then the reading after is no worse than the one before, and the two together
     better) or a gap that neither side of the run shows (item 43)."""
     out = copy.deepcopy(res)
-    runs = [m for load in LOADS for m in out["loads"][load]["machine"]]
+    runs = [out["loads"][load]["machine"][k] for load, k in run_order(out)]
     for m, after in zip(runs, [*(m.get(field) for m in runs[1:]), None], strict=True):
         m[field] = after
     return out

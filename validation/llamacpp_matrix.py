@@ -74,6 +74,7 @@ from llamacpp_points import (
     point_folder,
     prompt_seed,
     real_runs,
+    run_rounds,
     runs_here,
     scenario,
 )
@@ -427,19 +428,23 @@ def point(cfg: str, reg: str, quick: bool, log: list[str]) -> dict[str, Any]:
                               .read_text())["request_throughput"]  # fmt: skip
         out["capacity_req_s"] = capacity
         out["request_path_ms"] = request_path_ms(here / "profile.csv")  # (item 18)
-        for load in LOADS:
+        paths = {load: here / f"{load}.yaml" for load in LOADS}
+        for load, path in paths.items():
             raw = scenario(load, flags, regime, quick, str(fit), load, capacity)
-            path = here / f"{load}.yaml"
             path.write_text(yaml.safe_dump(raw))
             run("run", str(path), "--out", str(here / "sim"), "--no-figures", log=log)
-            runs, loads = real_runs(here, load, REPEATS), []
-            for real in runs:
-                before, batch = load_average(), {}
-                got = speed_gate.gated_run(probe, ref_ms,
-                                           functools.partial(replay, path, record=batch),
-                                           Path(real), "validate-cpu --matrix",
-                                           GATE_AFTER)  # fmt: skip
-                loads.append({"before": before, "after": load_average(), **got, **batch})
+
+        def one(load: str, k: int) -> dict[str, Any]:
+            before, batch = load_average(), {}
+            got = speed_gate.gated_run(probe, ref_ms,
+                                       functools.partial(replay, paths[load], record=batch),
+                                       Path(real_runs(here, load, REPEATS)[k]),
+                                       "validate-cpu --matrix", GATE_AFTER)  # fmt: skip
+            return {"before": before, "after": load_average(), **got, **batch}
+
+        out["run_order"], machines = run_rounds(REPEATS, one)  # (item 86: round by round)
+        for load, path in paths.items():
+            runs, loads = real_runs(here, load, REPEATS), machines[load]
             table = here / f"{load}_compare.json"
             run("compare", str(sim_folder(here / "sim" / load)), *runs, "--json", str(table),
                 log=log)  # fmt: skip

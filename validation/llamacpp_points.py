@@ -8,6 +8,7 @@ results go, and the scenario each load is simulated with."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -157,12 +158,56 @@ def real_runs(here: Path, load: str, repeats: int) -> list[str]:
     return [str(here / "real" / load / f"run{k}") for k in range(1, repeats + 1)]
 
 
+def run_order(res: dict[str, Any]) -> list[tuple[str, int]]:
+    """The stored point *res*'s real runs in the order they ran, each as its load and its
+    place in that load's ``machine`` list (run *k* + 1): the matrix's ``run_order`` where
+    it kept one (round by round since item 86: every load's first run, then every load's
+    second, ...), else the loads of :data:`LOADS` in turn, each load's runs one after
+    another (the order before item 86)."""
+    kept = res.get("run_order")
+    if kept is not None:
+        return [(str(load), int(k)) for load, k in kept]
+    return [(load, k) for load in LOADS for k in range(len(res["loads"][load]["machine"]))]
+
+
+def rounds(repeats: int) -> list[tuple[str, int]]:
+    """The order the matrix runs a point's real runs in since item 86: round by round,
+    each load's run *k* in the order of :data:`LOADS` before any load's run *k* + 1, so
+    that a slow spell of the host falls on one run of several loads, not on every run of
+    one (:func:`run_order`)."""
+    return [(load, k) for k in range(repeats) for load in LOADS]
+
+
+def run_rounds(repeats: int, one: Callable[[str, int], dict[str, Any]]
+               ) -> tuple[list[tuple[str, int]], dict[str, list[dict[str, Any]]]]:  # fmt: skip
+    """A point's real runs in :func:`rounds`' order, ``one(load, k)`` running load's run
+    *k* + 1 and giving its record: the order they ran and each load's records in the
+    order of its runs."""
+    order = rounds(repeats)
+    machines: dict[str, list[dict[str, Any]]] = {load: [] for load in LOADS}
+    for load, k in order:
+        machines[load].append(one(load, k))
+    return order, machines
+
+
 def every_run(here: Path, load: str) -> list[Path]:
     """Every real run of *load* the point in *here* holds, in the order they ran: the
     matrix's (``real/LOAD/runK``) and a floor's beyond them (``floor/LOAD/runK``,
     ``llamacpp_floor.py``)."""
     found = [*(here / "real" / load).glob("run*"), *(here / "floor" / load).glob("run*")]
     return sorted(found, key=lambda p: int(p.name[3:]))
+
+
+def runs_as_ran(here: Path, res: dict[str, Any] | None) -> list[tuple[str, Path]]:
+    """Every real run the point in *here* holds, as (load, folder), in the order they ran:
+    the matrix's in the stored point *res*'s :func:`run_order` where it kept one, else
+    (and with *res* None) each load's in turn; then a floor's (``llamacpp_floor.py``, run
+    after the matrix, each load's in turn)."""
+    if res is None or "run_order" not in res:
+        return [(load, run) for load in LOADS for run in every_run(here, load)]
+    got = [(load, here / "real" / load / f"run{k + 1}") for load, k in run_order(res)]
+    return got + [(load, run) for load in LOADS for run in sorted(
+        (here / "floor" / load).glob("run*"), key=lambda p: int(p.name[3:]))]  # fmt: skip
 
 
 START, END = "<!-- llamacpp-matrix:start -->", "<!-- llamacpp-matrix:end -->"

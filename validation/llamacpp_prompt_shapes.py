@@ -18,14 +18,16 @@ run starts in the log).
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from llamacpp_points import LOADS, every_run
+from llamacpp_points import LOADS, runs_as_ran
 
 from lyra_simpy.calibration.runs import StepRebuild, rebuild_for, steps_of_runs
 from lyra_simpy.live.stepcheck import charged_ms
@@ -95,9 +97,43 @@ def server_slots(log: Path) -> list[list[int]]:
     return runs
 
 
+def stored_point(here: Path) -> dict[str, Any] | None:
+    """The stored result of the point in the folder *here* (``CFG_REGIME``) from the
+    ``matrix.json`` beside it (None: none there), for the order its runs ran in."""
+    matrix = here.parent / "matrix.json"
+    if not matrix.is_file():
+        return None
+    key = "/".join(here.name.rsplit("_", 1))
+    got: dict[str, Any] | None = json.loads(matrix.read_text())["results"].get(key)
+    return got
+
+
+def runs_in_log(logged: list[list[int]], sizes: list[int]) -> list[list[int]]:
+    """The runs' launches among :func:`server_slots`' stretches *logged*, for runs of
+    *sizes* requests in the order they ran: the last run in the last stretch of at least
+    its size, each run before it in the last such stretch before the next run's. The lone
+    prompts ``lyra-simpy speed --prompt N`` times between two pinned readings before every
+    run (item 71 on) make stretches of their own, a few launches long, and the profile's
+    probes come before the first run."""
+    out: list[list[int]] = []
+    i = len(logged)
+    for n in reversed(sizes):
+        i -= 1
+        while i >= 0 and len(logged[i]) < n:
+            i -= 1
+        if i < 0:
+            raise SystemExit(
+                f"--slots: the log holds {len(out)} stretches of launches as long as the "
+                f"point's last {len(out)} runs, not one for each of its {len(sizes)}: the "
+                "log is not this point's runs"
+            )
+        out.append(logged[i])
+    return out[::-1]
+
+
 def slots_against_log(here: Path) -> list[str]:
     """Every run of the point: the slots its requests got, read from the server's log
-    (:func:`server_slots`, the runs in the matrix's order), against the rebuild's replay
+    (:func:`server_slots`, the runs in the order they ran), against the rebuild's replay
     (:func:`~lyra_simpy.calibration.llamacpp_runs.replay_slots`, as the engine model
     chooses: a server that never ran a request fills its highest slot first, and of slots
     released in one step the highest id goes first), in the order the server launched
@@ -112,7 +148,7 @@ def slots_against_log(here: Path) -> list[str]:
     from lyra_simpy.calibration.runs import StepRebuild
     from lyra_simpy.calibration.streams import read_run
 
-    runs = [(load, folder) for load in LOADS for folder in every_run(here, load)]
+    runs = runs_as_ran(here, stored_point(here))
     log = here / "llama-server.log"
     if not log.is_file():
         raise SystemExit(f"--slots: no {log} (the server's log, kept by validate_cpu.py)")
@@ -123,17 +159,12 @@ def slots_against_log(here: Path) -> list[str]:
             f"{len(runs)} run folders: its runs need lyra-simpy speed before each "
             "(validate_cpu.py --matrix --speed-before)"
         )
-    logged = logged[-len(runs) :]
+    sent = [read_run(folder) for _, folder in runs]
+    logged = runs_in_log(logged, [len(requests) for requests in sent])
     n = max(max(r, default=0) for r in logged) + 1
     out: list[str] = []
-    for (load, folder), real in zip(runs, logged, strict=True):
+    for (load, folder), requests, real in zip(runs, sent, logged, strict=True):
         k = folder.name[3:]
-        requests = read_run(folder)
-        if len(real) < len(requests):
-            raise SystemExit(
-                f"--slots: {folder} sent {len(requests)} requests, the log's run launched "
-                f"{len(real)}: the log is not this point's runs"
-            )
         real = real[: len(requests)]
         replayed = replay_slots(requests, n, StepRebuild().sent_together_ms / 1000.0)
         order = sorted(range(len(requests)), key=lambda r: requests[r].chunk_s[0])

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 from llamacpp_idle import LINE, PROMPT, clock_s
-from llamacpp_points import LOADS, OUT, every_run, point_folder
+from llamacpp_points import OUT, point_folder, runs_as_ran
 
 N_TOKENS = re.compile(r"n_tokens = (\d+)")
 EVICT = "making room for prompt cache entry"
@@ -136,8 +136,9 @@ def prompts(log: Path) -> list[tuple[float, float, int]]:
     return out
 
 
-def by_run(key: str) -> dict[str, list[dict[str, Any]]]:
-    """Each load's real runs in the point's log (module docstring): the window's start
+def by_run(key: str, res: dict[str, Any] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Each load's real runs in the point's log (module docstring), in the order they ran
+    (the stored point *res*'s, :func:`~llamacpp_points.runs_as_ran`): the window's start
     (min since the server started), the own-slot launches that saved, the tokens they
     saved and their ms a token; a run whose prompts the log lacks is refused."""
     here = point_folder(key, OUT)
@@ -147,25 +148,24 @@ def by_run(key: str) -> dict[str, list[dict[str, Any]]]:
     tokens = [n for _, _, n in seen]
     start = 0
     out: dict[str, list[dict[str, Any]]] = {}
-    for load in LOADS:
-        for run in every_run(here, load):
-            lines = (run / "requests.jsonl").read_text().splitlines()
-            want = Counter(json.loads(line)["input_tokens"] for line in lines)
-            n = len(lines)
-            at = next((i for i in range(start, len(seen) - n + 1)
-                       if Counter(tokens[i : i + n]) == want), None)  # fmt: skip
-            if at is None:
-                raise SystemExit(f"{key}: {run}'s prompts are not in {log} after the run before")
-            t0 = min(launch for launch, _, _ in seen[at : at + n])
-            t1 = seen[at + n - 1][1]
-            start = at + n
-            kept = [r for r in rows if t0 <= r["t"] <= t1]
-            saved = sum(r["tokens"] for r in kept)
-            out.setdefault(load, []).append({
-                "run": run.name, "start_min": round(t0 / 60, 1), "launches": len(kept),
-                "tokens": saved,
-                "ms_per_token": round(sum(r["ms"] for r in kept) / saved, 4) if saved else None,
-            })  # fmt: skip
+    for load, run in runs_as_ran(here, res):
+        lines = (run / "requests.jsonl").read_text().splitlines()
+        want = Counter(json.loads(line)["input_tokens"] for line in lines)
+        n = len(lines)
+        at = next((i for i in range(start, len(seen) - n + 1)
+                   if Counter(tokens[i : i + n]) == want), None)  # fmt: skip
+        if at is None:
+            raise SystemExit(f"{key}: {run}'s prompts are not in {log} after the run before")
+        t0 = min(launch for launch, _, _ in seen[at : at + n])
+        t1 = seen[at + n - 1][1]
+        start = at + n
+        kept = [r for r in rows if t0 <= r["t"] <= t1]
+        saved = sum(r["tokens"] for r in kept)
+        out.setdefault(load, []).append({
+            "run": run.name, "start_min": round(t0 / 60, 1), "launches": len(kept),
+            "tokens": saved,
+            "ms_per_token": round(sum(r["ms"] for r in kept) / saved, 4) if saved else None,
+        })  # fmt: skip
     return out
 
 
@@ -201,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         evict = "never" if first is None else f"{first} min into the server's {p['log_min']}"
         print(f"{key}: probe {p['probe_ms_per_token']} ms a token; first eviction {evict}\n"
               f"  growing:  {_fmt(p['growing'])}\n  evicting: {_fmt(p['evicting'])}")  # fmt: skip
-    runs = {key: by_run(key) for key in args.points} if args.by_run else None
+    runs = ({key: by_run(key, (results or {}).get(key)) for key in args.points}
+            if args.by_run else None)  # fmt: skip
     for key, loads in (runs or {}).items():
         print(f"{key}: each run's own-slot saves (start min, launches, tokens, ms a token)")
         for load, got_runs in loads.items():

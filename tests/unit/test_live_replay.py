@@ -84,6 +84,64 @@ def test_cli_replay_sends_the_prompt_seeds_ids_and_keeps_the_seed(
     assert sent[1] == planned_requests(sc, prompt_seed=8).prompts != sent[0]
 
 
+def test_cli_replay_runs_several_scenarios_round_by_round_each_run_its_own_prompts(
+    tmp_path: Path, tiny_raw: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # item 86: every scenario's first run, then every scenario's second; run K of the i-th
+    # scenario sends the ids of seed S + 1000 (i - 1) + (K - 1) (S: the scenario's seed)
+    a, b = _closed(tiny_raw, 2), _closed(json.loads(json.dumps(tiny_raw)), 2)
+    b["name"] = "other"
+    b["workload"]["input_tokens"]["tokens"] = 5
+    paths = [tmp_path / "a.yaml", tmp_path / "b.yaml"]
+    for path, raw in zip(paths, (a, b), strict=True):
+        path.write_text(json.dumps(raw))
+    with StreamServer() as srv:
+        argv = ["replay", *map(str, paths), "--endpoint", srv.url, "--out", str(tmp_path / "o")]
+        assert main([*argv, "--repeats", "2"]) == 0
+        sent = [b_["prompt"] for b_ in srv.received]
+    assert [len(p) for p in sent] == [8, 8, 5, 5, 8, 8, 5, 5]
+    want = []
+    for k in (1, 2):
+        for i, raw in enumerate((a, b)):
+            seed = 7 + 1000 * i + (k - 1)  # (tiny's seed is 7)
+            folder = tmp_path / "o" / raw["name"] / f"run{k}"
+            man = json.loads((folder / "manifest.json").read_text())
+            assert man["token_ids"]["prompt_seed"] == seed
+            assert len(read_jsonl(folder / "requests.jsonl")) == 2
+            want += planned_requests(scenario_from_dict(raw), prompt_seed=seed).prompts
+    assert sent == want
+    assert sent[:2] != sent[4:6]  # a scenario's two runs send other prompts
+    out = capsys.readouterr().out
+    assert (
+        out.index("tiny: run 1 of 2, prompt seed 7")
+        < out.index("other: run 1 of 2, prompt seed 1007")
+        < out.index("tiny: run 2 of 2, prompt seed 8")
+    )
+    # one scenario, repeated: its runs under --out, from --prompt-seed on
+    with StreamServer() as srv:
+        argv = ["replay", str(paths[0]), "--endpoint", srv.url, "--out", str(tmp_path / "one")]
+        assert main([*argv, "--repeats", "2", "--prompt-seed", "40"]) == 0
+    seeds = [json.loads((tmp_path / "one" / f"run{k}" / "manifest.json").read_text())
+             ["token_ids"]["prompt_seed"] for k in (1, 2)]  # fmt: skip
+    assert seeds == [40, 41]
+
+
+def test_cli_replay_of_scenarios_sharing_a_name_is_one_line_and_sends_nothing(
+    tmp_path: Path, tiny_raw: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths = [tmp_path / "a.yaml", tmp_path / "b.yaml"]
+    for path in paths:
+        path.write_text(json.dumps(_closed(tiny_raw, 2)))
+    with StreamServer() as srv:
+        code = main(["replay", *map(str, paths), "--endpoint", srv.url, "--out", str(tmp_path)])
+        assert srv.received == []
+    assert code != 0
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert "two of the files are named 'tiny'" in err
+    assert not (tmp_path / "tiny").exists()
+
+
 def test_open_loop_replay_writes_the_contract(tmp_path: Path, tiny_raw: dict[str, Any]) -> None:
     sc = scenario_from_dict(tiny_raw)
     with StreamServer(ttft_s=0.02, itl_s=0.004) as srv:
@@ -205,6 +263,7 @@ def test_cli_replay_prints_a_summary(
         (["--extra-body", "[1]"], "--extra-body: got '[1]', must be a JSON object"),
         (["--api", "grpc"], "invalid choice: 'grpc'"),
         (["--prompt-seed", "-1"], "--prompt-seed: got '-1', must be an integer >= 0"),
+        (["--repeats", "0"], "--repeats: got '0', must be an integer >= 1"),
     ],
 )
 def test_cli_bad_replay_options_exit_2(

@@ -16,11 +16,25 @@ from lyra_simpy.errors import LyraError
 def add_live_parsers(sub: Any) -> None:
     """The four subcommands' parsers."""
     rep = sub.add_parser("replay", help="send a scenario's workload to a live endpoint")
-    rep.add_argument("scenario", type=Path, help="scenario YAML (one variant)")
+    rep.add_argument(
+        "scenario", type=Path, nargs="+", help="scenario YAML (one variant); several: in turn"
+    )
     rep.add_argument("--endpoint", required=True, help="e.g. http://127.0.0.1:8080")
     # (no defaults here: what is not given takes ReplayConfig's, the one place they live)
     rep.add_argument("--api", choices=["openai", "sglang"], help="request format (openai)")
-    rep.add_argument("--out", type=Path, help="results folder (default results/live/NAME)")
+    rep.add_argument(
+        "--out",
+        type=Path,
+        help="results folder (default results/live/NAME); with several scenarios the folder "
+        "that holds each one's NAME/ (default results/live)",
+    )
+    rep.add_argument(
+        "--repeats",
+        type=count,
+        default=1,
+        help="runs of each scenario (1), round by round: every scenario's first run, then "
+        "every scenario's second, ...; run K goes to NAME/runK with its own prompt seed",
+    )
     rep.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE")
     rep.add_argument("--quick", action="store_true", help="apply the file's quick: block")
     rep.add_argument("--timeout-s", type=seconds, help="per request (ReplayConfig: 60)")
@@ -129,15 +143,55 @@ def _seed(text: str) -> int:
     raise argparse.ArgumentTypeError(f"got {text!r}, must be an integer >= 0")
 
 
+def replay_plan(
+    scenarios: list[tuple[str, int]], repeats: int, out: Path | None, prompt_seed: int | None
+) -> list[tuple[int, int, Path, int | None]]:
+    """The runs ``lyra-simpy replay`` makes of *scenarios* (each its name and seed, in the
+    order given), *repeats* times, as (scenario's place, run number, results folder, prompt
+    seed): round by round — every scenario's run 1, then every scenario's run 2, ... — so
+    that a host that wanders over minutes moves every scenario's runs alike instead of all
+    the runs of one (docs/VALIDATION-llamacpp.md item 86). One scenario run once keeps
+    ``--out`` (default ``results/live/NAME``) and ``--prompt-seed`` as given. Otherwise a
+    scenario's runs go to ``NAME/runK`` under ``--out`` with one scenario (default
+    ``results/live/NAME``), to ``NAME/`` or ``NAME/runK`` under ``--out`` with several
+    (default ``results/live``); run *K* of the *i*-th scenario sends the prompt ids of
+    seed *S* + 1000 (*i* − 1) + (*K* − 1), *S* being ``--prompt-seed`` or else the
+    scenario's seed, so that no two runs send the same prompts to a server that keeps
+    the prompts it has seen (llama.cpp's ``--cache-ram``: item 84)."""
+    if len(scenarios) == 1 and repeats == 1:
+        return [(0, 1, out or Path("results") / "live" / scenarios[0][0], prompt_seed)]
+    plan: list[tuple[int, int, Path, int | None]] = []
+    for k in range(1, repeats + 1):
+        for i, (name, seed) in enumerate(scenarios):
+            if len(scenarios) == 1:
+                folder = (out or Path("results") / "live" / name) / f"run{k}"
+            else:
+                folder = (out or Path("results") / "live") / name
+                folder = folder / f"run{k}" if repeats > 1 else folder
+            base = seed if prompt_seed is None else prompt_seed
+            plan.append((i, k, folder, base + 1000 * i + (k - 1)))
+    return plan
+
+
 def _replay(args: argparse.Namespace) -> int:
     from lyra_simpy.live.replay import ReplayConfig, replay
     from lyra_simpy.metrics.summary import number
     from lyra_simpy.scenario import load_scenario
 
-    scenario = load_scenario(args.scenario, args.overrides, args.quick)
-    variants = scenario.expand()
-    if len(variants) != 1:
-        raise LyraError(f"{args.scenario}: has {len(variants)} variants, replay takes one")
+    loaded = []
+    for path in args.scenario:  # (every file checked before anything is sent)
+        scenario = load_scenario(path, args.overrides, args.quick)
+        variants = scenario.expand()
+        if len(variants) != 1:
+            raise LyraError(f"{path}: has {len(variants)} variants, replay takes one")
+        loaded.append((path, scenario.name, variants[0]))
+    names = [name for _, name, _ in loaded]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:
+        raise LyraError(
+            f"scenario: two of the files are named {twice!r}, and each one's runs go to its "
+            "NAME/ folder: give each scenario its own name"
+        )
     given = {
         "api": args.api,
         "timeout_s": args.timeout_s,
@@ -146,30 +200,43 @@ def _replay(args: argparse.Namespace) -> int:
         "extra_body": args.extra_body,
         "token_ids": args.token_ids,
         "vocab_size": args.vocab_size,
-        "prompt_seed": args.prompt_seed,
     }
     cfg = ReplayConfig(endpoint=args.endpoint, **{k: v for k, v in given.items() if v is not None})
-    out = args.out or Path("results") / "live" / scenario.name
-    try:
-        summary, complete = replay(variants[0], cfg, out, str(args.scenario))
-    except KeyboardInterrupt:
-        print(f"interrupted: partial results in {out}/ (manifest: complete false)")
-        return 130
-    ttft, tpot, thru = (
-        number(summary[k]) for k in ("median_ttft_ms", "median_tpot_ms", "output_throughput")
+    plan = replay_plan(
+        [(name, v.seed) for _, name, v in loaded], args.repeats, args.out, args.prompt_seed
     )
-    print(
-        f"{summary['completed']} ok, {summary['unfinished']} unfinished; "
-        f"median TTFT {ttft:.1f} ms, median TPOT {tpot:.2f} ms, {thru:.1f} tok/s"
-    )
-    ways = json.loads((out / "manifest.json").read_text()).get("token_counting", {})
-    if ways.get("usage"):
-        print(
-            f"note: {ways['usage']} request(s) counted by usage.completion_tokens, which the "
-            "stream's chunks did not match (counted_by: usage in requests.jsonl; no ITLs)"
+    several = len(plan) > 1
+    failed = 0
+    for i, k, out, seed in plan:
+        path, name, variant = loaded[i]
+        if several:
+            print(f"{name}: run {k} of {args.repeats}, prompt seed {seed}")
+        try:
+            summary, complete = replay(
+                variant, cfg.model_copy(update={"prompt_seed": seed}), out, str(path)
+            )
+        except KeyboardInterrupt:
+            print(f"interrupted: partial results in {out}/ (manifest: complete false)")
+            return 130
+        ttft, tpot, thru = (
+            number(summary[key])
+            for key in ("median_ttft_ms", "median_tpot_ms", "output_throughput")
         )
-    print(f"results: {out}/" + ("" if complete else " (incomplete: stopped early)"))
-    return 0 if complete else 1
+        print(
+            f"{summary['completed']} ok, {summary['unfinished']} unfinished; "
+            f"median TTFT {ttft:.1f} ms, median TPOT {tpot:.2f} ms, {thru:.1f} tok/s"
+        )
+        ways = json.loads((out / "manifest.json").read_text()).get("token_counting", {})
+        if ways.get("usage"):
+            print(
+                f"note: {ways['usage']} request(s) counted by usage.completion_tokens, which the "
+                "stream's chunks did not match (counted_by: usage in requests.jsonl; no ITLs)"
+            )
+        print(f"results: {out}/" + ("" if complete else " (incomplete: stopped early)"))
+        failed += not complete
+    if several and failed:
+        print(f"{failed} of {len(plan)} runs stopped early")
+    return 0 if not failed else 1
 
 
 def _profile(args: argparse.Namespace) -> int:

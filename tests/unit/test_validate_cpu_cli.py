@@ -31,6 +31,13 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+@functools.cache
+def _matrix() -> Any:
+    """``validation/llamacpp_matrix.py``, loaded once for :func:`_summary_text` (``--summary``
+    sets nothing a later call reads: its flags' defaults)."""
+    return validation_module("llamacpp_matrix")
+
+
 def _summary_text(stored: Path) -> str:
     """What ``validate_cpu.py --matrix --summary STORED`` prints, run in this process:
     ``llamacpp_matrix.main``, which the script hands ``--matrix`` to (a process of its own
@@ -39,7 +46,7 @@ def _summary_text(stored: Path) -> str:
     script prints the same)."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert validation_module("llamacpp_matrix").main(["--summary", str(stored)]) == 0
+        assert _matrix().main(["--summary", str(stored)]) == 0
     return out.getvalue()
 
 

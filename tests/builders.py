@@ -231,3 +231,12 @@ def write_run(res: Any, folder: Path, jitter_s: float = 0.0, seed: int = 0) -> P
     write_jsonl(folder / "requests.jsonl", rows)
     write_jsonl(folder / "tokens.jsonl", tokens)
     return folder
+
+
+def llamacpp_log_line(t_s: float, kind: str, slot: int, text: str, task: int = -1) -> str:
+    """One line of a llama-server log (0c1e570, default verbosity) at *t_s* s since its
+    start: a slot's *kind* of event (the log's 12-character function name) and its
+    *text*, as the validation scripts read them."""
+    m, s = divmod(t_s, 60)
+    stamp = f"{int(m)}.{int(s):02d}.{round((s % 1) * 1000):03d}.000"
+    return f"{stamp} I slot {kind:>12}: id  {slot} | task {task} | {text}"

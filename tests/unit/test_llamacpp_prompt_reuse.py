@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from builders import llamacpp_log_line as _line
 from builders import validation_module
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,13 +96,6 @@ def test_every_real_run_of_a_point_replays_prompts_of_its_own() -> None:
     assert len(set(seeds)) == len(runs)
     assert points.prompt_seed("poisson_0.3", "run1") == 1001
     assert points.prompt_seed("closed_8", "run3") == 5003
-
-
-def _line(t_s: float, kind: str, slot: int, text: str, task: int = -1) -> str:
-    m, s = divmod(t_s, 60)
-    ms = round((s % 1) * 1000)
-    stamp = f"{int(m)}.{int(s):02d}.{ms:03d}.000"
-    return f"{stamp} I slot {kind:>12}: id  {slot} | task {task} | {text}"
 
 
 def test_each_runs_window_is_found_by_its_prompts_and_priced_by_its_own_saves(

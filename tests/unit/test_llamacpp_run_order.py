@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from builders import llamacpp_log_line as _log_line
 from builders import validation_module
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,11 +85,6 @@ def _runs(here: Path, tokens: dict[str, int]) -> None:
         run = here / "real" / load / "run1"
         run.mkdir(parents=True)
         (run / "requests.jsonl").write_text(json.dumps({"input_tokens": n}) + "\n")
-
-
-def _log_line(t_s: float, kind: str, slot: int, text: str, task: int) -> str:
-    stamp = f"0.{int(t_s):02d}.{round((t_s % 1) * 1000):03d}.000"
-    return f"{stamp} I slot {kind:>12}: id  {slot} | task {task} | {text}"
 
 
 def test_the_save_price_run_by_run_finds_the_runs_in_the_order_they_ran(

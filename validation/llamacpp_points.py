@@ -206,8 +206,8 @@ def runs_as_ran(here: Path, res: dict[str, Any] | None) -> list[tuple[str, Path]
     if res is None or "run_order" not in res:
         return [(load, run) for load in LOADS for run in every_run(here, load)]
     got = [(load, here / "real" / load / f"run{k + 1}") for load, k in run_order(res)]
-    return got + [(load, run) for load in LOADS for run in sorted(
-        (here / "floor" / load).glob("run*"), key=lambda p: int(p.name[3:]))]  # fmt: skip
+    return got + [(load, run) for load in LOADS for run in every_run(here, load)
+                  if run.parent.parent.name == "floor"]  # fmt: skip
 
 
 START, END = "<!-- llamacpp-matrix:start -->", "<!-- llamacpp-matrix:end -->"

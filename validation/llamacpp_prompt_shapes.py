@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from llamacpp_points import LOADS, runs_as_ran
+from llamacpp_points import LOADS, point_key, runs_as_ran
 
 from lyra_simpy.calibration.runs import StepRebuild, rebuild_for, steps_of_runs
 from lyra_simpy.live.stepcheck import charged_ms
@@ -103,8 +103,7 @@ def stored_point(here: Path) -> dict[str, Any] | None:
     matrix = here.parent / "matrix.json"
     if not matrix.is_file():
         return None
-    key = "/".join(here.name.rsplit("_", 1))
-    got: dict[str, Any] | None = json.loads(matrix.read_text())["results"].get(key)
+    got: dict[str, Any] | None = json.loads(matrix.read_text())["results"].get(point_key(here.name))
     return got
 
 

@@ -52,8 +52,7 @@ def readings(res: dict[str, Any], field: str) -> list[float] | None:
     median where it holds several); None when a run lacks one."""
     got = []
     for load, k in run_order(res):
-        machine = res["loads"][load]["machine"]
-        value = machine[k].get(field) if k < len(machine) else None
+        value = res["loads"][load]["machine"][k].get(field)
         if value is None:
             return None
         got.append(float(np.median(value)))
@@ -63,12 +62,11 @@ def readings(res: dict[str, Any], field: str) -> list[float] | None:
 def load_medians(times: list[float], repeats: int, order: str) -> list[float]:
     """Each load's median of the values *times* (in time order, *repeats* a load) grouped
     into loads as *order* (``load`` or ``round``) runs them, in the order of LOADS."""
-    if order == "load":
-        groups = [times[i * repeats : (i + 1) * repeats] for i in range(len(LOADS))]
-    else:
-        places = {key: i for i, key in enumerate(rounds(repeats))}
-        groups = [[times[places[(load, k)]] for k in range(repeats)] for load in LOADS]
-    return [float(np.median(g)) for g in groups]
+    ran = rounds(repeats) if order == "round" else [(load, k) for load in LOADS
+                                                    for k in range(repeats)]  # fmt: skip
+    places = {key: i for i, key in enumerate(ran)}
+    return [float(np.median([times[places[(load, k)]] for k in range(repeats)]))
+            for load in LOADS]  # fmt: skip
 
 
 def spread(times: list[float], repeats: int, order: str) -> float:

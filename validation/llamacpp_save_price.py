@@ -25,11 +25,11 @@ the point's probe (the matrix's ``prompt_save``) and when the cache first evicte
 the log are the first stretch of finished requests after the last run's whose prompts
 (``prompt eval time``'s tokens, printed as a request finishes) are that run's requests'
 ``input_tokens``, every request once (the matrix sends ``cache_prompt: false``, so the
-server evaluates every prompt token), the loads in the matrix's order and each load's
-runs in theirs; its window runs from the first of those requests' launches to the last
-one's end, and its price is the time the launches in it took to save their own slots'
-states over the tokens they saved (all of them, not a median: a request's TTFT sums its
-saves).
+server evaluates every prompt token), the runs in the order they ran (the point's
+``run_order``: round by round since item 86, load by load before); its window runs from
+the first of those requests' launches to the last one's end, and its price is the time
+the launches in it took to save their own slots' states over the tokens they saved (all
+of them, not a median: a request's TTFT sums its saves).
 """
 
 from __future__ import annotations

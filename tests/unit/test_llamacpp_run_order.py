@@ -19,7 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 points = validation_module("llamacpp_points")
 at_speed = validation_module("llamacpp_at_speed")
 save_price = validation_module("llamacpp_save_price")
+order_script = validation_module("llamacpp_run_order")
 LOADS = list(points.LOADS)
+KEPT = ROOT / "docs" / "validation"
 
 
 def test_the_runs_go_round_by_round_and_each_load_keeps_its_runs_in_order() -> None:
@@ -131,10 +133,6 @@ def test_the_runs_as_they_ran_put_a_floors_runs_last(tmp_path: Path) -> None:
     assert ("closed_4", "floor/closed_4/run3") in old
 
 
-order_script = validation_module("llamacpp_run_order")
-KEPT = ROOT / "docs" / "validation"
-
-
 KEPT_READINGS = [
     ("speed_batch", "llamacpp-run-order-item86.json"),
     ("speed_lone", "llamacpp-run-order-lone-item86.json"),
@@ -142,8 +140,13 @@ KEPT_READINGS = [
 
 
 @pytest.mark.parametrize(("field", "kept"), KEPT_READINGS)
-def test_item_86s_readings_regrouped_are_the_kept_files(field: str, kept: str) -> None:
+def test_item_86s_readings_regrouped_are_the_kept_files(
+    field: str, kept: str, tmp_path: Path
+) -> None:
     want = json.loads((KEPT / kept).read_text())
+    # the command as item 86 gives it writes the kept file
+    assert order_script.main(["--field", field, "--json", str(tmp_path / "got.json")]) == 0
+    assert json.loads((tmp_path / "got.json").read_text()) == want
     got = order_script.kept_points(field)
     assert got == want["points"]
     assert len(got) == 60

@@ -104,7 +104,8 @@ class Speculator:
         as one draw per step (the stream is the speculator's own and yields its uniforms
         in order whatever the shape asked), without numpy's per-call cost at every step
         (a step holds a few sequences: that cost was a fifth of a speculative scenario's
-        time, and counting in Python a tenth)."""
+        time; counting in Python after one draw a step, 7 % of ``sglang_qwen35_4b_b200
+        --quick`` under cProfile)."""
         start = self._next
         if start + n > len(self._taken):
             rows = self._rng.random((max(self.DRAWN_ROWS, n), self.lookahead))

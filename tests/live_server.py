@@ -53,6 +53,8 @@ class StreamServer:
         wake_s: float = 0.0,
         wake_after_s: float = 0.1,
         save_s_per_token: float = 0.0,
+        save_full_tokens: int = 0,
+        save_reused_s_per_token: float = 0.0,
     ):
         self.ttft_s = ttft_s
         self.itl_s = itl_s
@@ -70,9 +72,16 @@ class StreamServer:
         one ended) takes *wake_s* longer to its first token (an engine's wake)."""
         self.save_s_per_token = save_s_per_token
         """llama.cpp's prompt cache in RAM: a request pinned to a slot (``id_slot``) waits
-        this per token of every idle slot's state not saved yet, before its prompt (not
-        in its ``prompt_ms``); a slot's state is its last request's prompt and outputs
-        but the last."""
+        this per token of its own slot's and every idle slot's state not saved yet, before
+        its prompt (not in its ``prompt_ms``); a slot's state is its last request's prompt
+        and outputs but the last."""
+        self.save_full_tokens, self.save_reused_s_per_token = (
+            save_full_tokens,
+            save_reused_s_per_token,
+        )
+        """Once more than *save_full_tokens* (> 0) were saved, the cache is full and a save
+        waits *save_reused_s_per_token* a token instead (memory the cache held before)."""
+        self._saved_total = 0
         self._unsaved: dict[int, int] = {}
         self._running: set[int] = set()
         self._last_end = time.perf_counter()
@@ -190,11 +199,14 @@ class StreamServer:
             slot = body.get("id_slot")
             saved = 0
             if self.save_s_per_token and isinstance(slot, int):
+                saved += self._unsaved.pop(slot, 0)  # its own slot's state first
                 self._running.add(slot)
                 for other in [k for k in self._unsaved if k not in self._running]:
                     saved += self._unsaved.pop(other)
+            full = 0 < self.save_full_tokens < self._saved_total
+            self._saved_total += saved
         wake = self.wake_s if idle else 0.0
-        time.sleep(saved * self.save_s_per_token)
+        time.sleep(saved * (self.save_reused_s_per_token if full else self.save_s_per_token))
         try:
             self._stream(h, event, body, fault, sglang, prompt, n, scale, wake)
         finally:

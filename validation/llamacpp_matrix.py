@@ -64,6 +64,7 @@ from llamacpp_points import (
     CONFIGS,
     DOC,
     EXTRA_BODY,
+    FILL_TOKENS,
     LOADS,
     OUT,
     PUBLISHED,
@@ -71,6 +72,7 @@ from llamacpp_points import (
     REPEATS,
     REQUEST_PATH_CPU_SHARE,
     ROOT,
+    fill_prompts,
     point_folder,
     prompt_seed,
     real_runs,
@@ -159,6 +161,12 @@ states of hundreds of tokens in the slots at the long points, and the run's firs
 waited 68–166 ms for their copies (item 67, ``validation/llamacpp_lone_wait.py
 --first``), which Table 1, whose slots start empty, does not charge. Kept as the run's
 ``settled`` (the slots that answered, in order)."""
+FILL = False
+"""``--fill``: each profile ends by filling the server's prompt cache to ``--cache-ram``
+and taking the prompt-cache probe again (``grid.save_fill_prompts``, item 87), so that
+the real runs meet a full cache, as on a server that has run a while, and Table 1
+charges each save by the memory it copies into (``llamacpp_points.filled``). About six
+minutes a profile on the matrix's CPU."""
 SETTLE_TOKENS = 4
 """Prompt tokens of each :data:`SETTLE` request (fresh random ids, as the probes draw
 them), and one output: a state of a few tokens, whose copy costs the save's intercept."""
@@ -211,6 +219,7 @@ def grid(flags: list[str], regime: dict[str, Any]) -> dict[str, Any]:
         # speed_before's beside reading sends, NP-1 decoders and the longest mixed prompt
         **({"speed_reference_beside": [slots - 1, hi]} if SPEED_REFERENCE and slots > 1 else {}),
         **({"decode_step": DECODE_STEP} if DECODE_STEP else {}),
+        **({"save_fill_prompts": fill_prompts(), "save_fill_tokens": FILL_TOKENS} if FILL else {}),
     }
 
 
@@ -485,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the matrix (``--only CFG/REGIME ...``: those points again, kept beside the
     others in ``matrix.json``; ``--doc-only``: rewrite the document from it)."""
     global SPEED_REFERENCE, GATE_AFTER, BATCH_BEFORE, SPEED_BEFORE, HOST_NOISE_S
-    global SPEED_PROBES, SPEED_BATCH_ROUNDS, DECODE_STEP, SETTLE
+    global SPEED_PROBES, SPEED_BATCH_ROUNDS, DECODE_STEP, SETTLE, FILL
     parser = argparse.ArgumentParser(prog="validate_cpu.py --matrix")
     parser.add_argument("--only", nargs="+", metavar="CFG/REGIME", default=None,
                         help=f"points to run again, e.g. default/short (of {list(CONFIGS)} "
@@ -557,6 +566,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="right before each real run, one request of a few tokens to "
                         "each slot, highest id first, so that no slot holds a probe's state "
                         "when the run starts (kept as each run's settled)")  # fmt: skip
+    parser.add_argument("--fill", action="store_true",
+                        help="end each profile by filling the server's prompt cache and "
+                        "taking its probe again, so that the real runs meet a full cache "
+                        "and Table 1 prices saves into its memory (item 87)")  # fmt: skip
     parser.add_argument("--host-noise", type=float, default=0.0, metavar="SECONDS",
                         help="time a fixed piece of CPU work for SECONDS before each "
                         "point's server starts (validation/host_noise.py), kept with the "
@@ -579,6 +592,7 @@ def main(argv: list[str] | None = None) -> int:
     SPEED_BEFORE = args.speed_before
     GATE_AFTER = args.gate_after
     SETTLE = args.settle
+    FILL = args.fill
     if args.host_noise < 0:
         raise SystemExit(f"--host-noise: got {args.host_noise:g}, must be 0 (off) or more")
     HOST_NOISE_S = args.host_noise

@@ -65,6 +65,36 @@ path (the profile's ``request_path_ms``) is work taken from the engine's cores, 
 to the iteration it lands in (item 18). Not fitted: the path is the profile's measure and
 the share its upper end, what the host's core count gives."""
 
+KV_KIB_PER_CELL = 18.0
+"""Gemma 3 270M's K and V of one cell over its layers (``scheduler.kv_kib_per_cell``):
+18 layers × one KV head × (256 + 256) × 2 bytes (f16) = 18 KiB; a 400-token state with
+its checkpoint comes to 12.82 MiB by it, where the matrix's logs say 12.847 (item 87)."""
+CACHE_RAM_MIB = 8192
+"""llama-server's ``--cache-ram`` default, which every configuration keeps."""
+FILL_TOKENS = 512
+"""``--fill``'s prompts (``grid.save_fill_tokens``): about the sliding window, where a
+prompt's state and checkpoint are the most bytes per prompt token."""
+
+
+def fill_prompts() -> int:
+    """``--fill``'s prompts (``grid.save_fill_prompts``): :data:`CACHE_RAM_MIB` over one
+    :data:`FILL_TOKENS` prompt's state (its checkpoint 4 tokens before its end), plus a
+    tenth."""
+    from lyra_simpy.policies import LlamaCppConfig
+
+    c = LlamaCppConfig(sliding_window=True, kv_kib_per_cell=KV_KIB_PER_CELL)
+    kib = c.state_kib(FILL_TOKENS, c.checkpoint_kib(FILL_TOKENS - 4))
+    return -(-int(1.1 * CACHE_RAM_MIB * 1024) // int(kib))
+
+
+def filled(fit: str) -> bool:
+    """The fit file at *fit* holds the prompt-cache probe taken again on a full cache
+    (the point ran with ``--fill``): the profile left the server's cache full, so Table
+    1's scenarios start full and price each save by the memory it copies into (item 87)."""
+    path = Path(fit)
+    save = load_fit(path).prompt_save if path.is_file() else None
+    return save is not None and save.reused_ms_per_token is not None
+
 
 def scenario(name: str, flags: list[str], regime: dict[str, Any], quick: bool, fit: str,
              load: str, capacity: float | None) -> dict[str, Any]:  # fmt: skip
@@ -101,7 +131,16 @@ def scenario(name: str, flags: list[str], regime: dict[str, Any], quick: bool, f
         },
         # Gemma 3 has sliding-window layers (llama.cpp checkpoints its prompts) and a
         # 32768-token training context; cache_prompt: false is what the replay sends
-        "scheduler": {"name": "llamacpp", "sliding_window": True, "cache_prompt": False},
+        "scheduler": {
+            "name": "llamacpp",
+            "sliding_window": True,
+            "cache_prompt": False,
+            **(
+                {"kv_kib_per_cell": KV_KIB_PER_CELL, "prompt_cache_start_mib": CACHE_RAM_MIB}
+                if filled(fit)
+                else {}
+            ),
+        },
         "cost": {
             "name": "profile",
             "path": Path(fit).name,

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 from llamacpp_idle import LINE, PROMPT, clock_s
-from llamacpp_points import OUT, point_folder, runs_as_ran
+from llamacpp_points import CONFIGS, KV_KIB_PER_CELL, OUT, point_folder, runs_as_ran
 
 N_TOKENS = re.compile(r"n_tokens = (\d+)")
 EVICT = "making room for prompt cache entry"
@@ -169,6 +169,90 @@ def by_run(key: str, res: dict[str, Any] | None = None) -> dict[str, list[dict[s
     return out
 
 
+SKIP = 3
+"""Saved states :func:`state_sizes` may pass over in a row to find the next dropped one."""
+SIZE = re.compile(r"removing oldest entry \(size = ([\d.]+) MiB\)")
+
+
+def state_sizes(log: Path, cfg: str) -> dict[str, Any]:
+    """The sizes of the states the cache of *log*'s server dropped (``making room ...
+    size = X MiB``, oldest first) beside what the engine model gives the states the log
+    saved, in the order saved (``LlamaCppConfig.state_kib`` with
+    :data:`~llamacpp_points.KV_KIB_PER_CELL`, a prompt's checkpoints where the engine
+    model makes them; item 87): the cache drops its states in the order it saved them,
+    so the k-th dropped is the k-th saved, as long as none was skipped (a prompt the
+    cache held already) or restored (a run that sent a prompt again). Each pair's
+    relative error, how many pairs in a row from the first agree within 1 %, and how
+    many agree when a saved state the dropped ones lack is passed over (at most
+    :data:`SKIP` in a row; how many were)."""
+    from lyra_simpy.live.llamacpp_probes import llamacpp_config
+    from lyra_simpy.live.profile_grid import ProfileGrid
+
+    c = llamacpp_config(" ".join(CONFIGS[cfg]), ProfileGrid(sliding_window=True))
+    assert c is not None
+    c = c.model_copy(update={"kv_kib_per_cell": KV_KIB_PER_CELL})
+    prompt: dict[str, int] = {}
+    unsaved: dict[int, float] = {}
+    running: set[int] = set()
+    saved: list[float] = []
+    dropped: list[float] = []
+    for line in log.read_text(errors="replace").splitlines():
+        if (d := SIZE.search(line)) is not None:
+            dropped.append(float(d.group(1)))
+            continue
+        m = LINE.match(line)
+        if m is None:
+            continue
+        kind, slot, task, text = m.group(5), int(m.group(6)), m.group(7), m.group(8)
+        if (p := PROMPT.search(text)) is not None:
+            prompt[task] = int(p.group(2))
+        elif kind == "release" and (n := N_TOKENS.search(text)):
+            unsaved[slot] = _state_mib(c, prompt.get(task, 0), int(n.group(1)))
+            running.discard(slot)
+        elif kind == "launch_slot_":
+            for i in [slot, *sorted(k for k in unsaved if k != slot)]:
+                if i in unsaved and (i == slot or i not in running):
+                    saved.append(unsaved.pop(i))
+            running.add(slot)
+    errors = [got / want - 1.0 for got, want in zip(dropped, saved, strict=False)]
+    run = next((k for k, e in enumerate(errors) if abs(e) > 0.01), len(errors))
+    # the same, a saved state the cache's order lacks passed over (at most SKIP in a row)
+    k, skipped, matched, paired = 0, 0, 0, []
+    for got in dropped:
+        ahead = next((j for j in range(k, min(k + SKIP + 1, len(saved)))
+                      if abs(got / saved[j] - 1.0) <= 0.01), None)  # fmt: skip
+        if ahead is None:
+            k += 1
+            continue
+        skipped += ahead - k
+        matched += 1
+        paired.append(got / saved[ahead] - 1.0)
+        k = ahead + 1
+    return {
+        "dropped": len(dropped), "saved": len(saved), "agree_from_first": run,
+        "within_1pct": sum(abs(e) <= 0.01 for e in errors),
+        "within_1pct_passing_over": matched, "passed_over": skipped,
+        "error_p10_p50_p90": [round(float(x), 4) for x in np.percentile(errors, [10, 50, 90])]
+        if errors else None,
+        "first": [[round(g, 3), round(w, 3)] for g, w in zip(dropped[:8], saved[:8], strict=False)],
+    }  # fmt: skip
+
+
+def _state_mib(c: Any, prompt: int, tokens: int) -> float:
+    """A state of *tokens* whose prompt had *prompt* tokens, MiB: its checkpoints where
+    the engine model makes them (a chunk that ends within ``n_ubatch`` of the prompt's
+    end, after the first; the chunks split at the checkpoint stops and ``n_batch``)."""
+    from lyra_simpy.policies.llamacpp import prompt_chunk
+
+    stops, nub, done, ckpt = c.checkpoint_stops, c.ubatch_tokens, 0, 0.0
+    while done < prompt:
+        take = prompt_chunk(prompt - done, c.batch_tokens, stops)
+        if stops and done and prompt - done - take < nub:
+            ckpt += c.checkpoint_kib(done)
+        done += take
+    return c.state_kib(tokens, ckpt) / 1024.0
+
+
 def _fmt(p: dict[str, Any] | None) -> str:
     if p is None:
         return "-"
@@ -191,8 +275,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--by-run", action="store_true",
                         help="price each real run apart (item 84)")  # fmt: skip
+    parser.add_argument("--sizes", action="store_true",
+                        help="the states the cache dropped against the engine model's "
+                        "sizes of those saved (item 87)")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, metavar="OUT")
     args = parser.parse_args(argv)
+    if args.sizes:
+        sizes = {}
+        for key in args.points:
+            log = point_folder(key, OUT) / "llama-server.log"
+            if not log.is_file():
+                raise SystemExit(f"{key}: no {log} (run validate_cpu.py --matrix, or "
+                                 "llamacpp_store.py unpack)")  # fmt: skip
+            sizes[key] = got = state_sizes(log, key.split("/")[0])
+            print(f"{key}: {got['dropped']} states dropped, {got['saved']} saved; the k-th "
+                  f"dropped against the k-th saved: {got['agree_from_first']} in a row from "
+                  f"the first within 1 %, {got['within_1pct']} in all; "
+                  f"{got['within_1pct_passing_over']} passing over "
+                  f"{got['passed_over']} saved; error 10/50/90 %: "
+                  f"{got['error_p10_p50_p90']}")  # fmt: skip
+        if args.json is not None:
+            args.json.write_text(json.dumps({"sizes": sizes}, indent=1) + "\n")
+        return 0
     matrix = OUT / "matrix.json"
     results = json.loads(matrix.read_text())["results"] if matrix.is_file() else None
     got = {key: point(key, args.least, results) for key in args.points}

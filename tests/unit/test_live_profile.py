@@ -617,3 +617,41 @@ def test_the_prompt_cache_probe_times_the_save_of_an_idle_slot_and_calibrate_fit
     assert not plain.with_suffix(".save.csv").exists()
     meta = yaml.safe_load(plain.with_suffix(".yaml").read_text())
     assert meta["save_probe"] == {"skipped": "the endpoint gave no timings.prompt_ms"}
+
+
+def test_the_fill_takes_the_probe_again_on_a_full_cache_and_calibrate_fits_its_price(
+    tmp_path: Path,
+) -> None:
+    # grid.save_fill_prompts (item 87): after the probe, lone prompts in slot 1 until
+    # the server's cache is full, then the probe again; this server's cache is full
+    # once it has saved 800 tokens (the first probe saves about 600), and its saves
+    # then cost a tenth
+    from lyra_simpy.calibration.fit import fit_profile
+
+    grid = GRID.model_copy(
+        update={"mixed_batch": [], "save_prompt_tokens": [32, 256], "save_repeats": 2,
+                "save_fill_prompts": 4}
+    )  # fmt: skip
+    out = tmp_path / "p.csv"
+    with StreamServer(ttft_s=0.01, itl_s=0.002, timings=True, save_s_per_token=4e-4,
+                      save_full_tokens=800, save_reused_s_per_token=4e-5) as srv:  # fmt: skip
+        profile(srv.url, "openai", grid, out, "test box", "-np 4 -c 4096")
+        bodies = srv.received
+    # the probe (2 rounds x 2 sizes, a pair each), the fill (4 of the largest size, 256,
+    # in slot 1), the probe again
+    shapes = [(len(b["prompt"]), b["id_slot"]) for b in bodies[-20:]]
+    probe = [(n, 1) if k % 2 == 0 else (8, 0) for n in (32, 256) * 2 for k in range(2)]
+    assert shapes == probe + [(256, 1)] * 4 + probe
+    meta = yaml.safe_load(out.with_suffix(".yaml").read_text())
+    assert meta["save_probe"]["fill"] == {"prompts": 4, "prompt_tokens": 256}
+    fit = fit_profile(read_profile(out)).prompt_save
+    assert fit is not None
+    assert fit.ms_per_token == pytest.approx(0.4, rel=0.1)
+    assert fit.reused_ms_per_token == pytest.approx(0.04, abs=0.02)
+    assert fit.reused_prompts == 4
+    # profiled again at the same path without the fill: the old second probe goes
+    with StreamServer(ttft_s=0.01, itl_s=0.002, timings=True, save_s_per_token=4e-4) as srv:
+        profile(srv.url, "openai", grid.model_copy(update={"save_fill_prompts": 0}), out,
+                "test box", "-np 4 -c 4096")  # fmt: skip
+    assert not out.with_suffix(".save_full.csv").exists()
+    assert fit_profile(read_profile(out)).prompt_save.reused_ms_per_token is None  # type: ignore[union-attr]

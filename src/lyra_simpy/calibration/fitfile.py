@@ -189,6 +189,13 @@ def format_report(fit: ProfileFit, profile_label: str | None = None) -> str:
             + ", ".join(f"{n} {ms:.1f} ms" for n, ms in save.median_wait_ms.items())
             + ")"
         )
+        if save.reused_ms_per_token is not None:
+            lines.append(
+                f"  into memory the cache held before: {save.reused_ms_per_token:.4f} ms a "
+                f"token (the probe again on a full cache, {save.reused_prompts} lone prompts; "
+                + ", ".join(f"{n} {ms:.1f} ms" for n, ms in save.reused_median_wait_ms.items())
+                + ")"
+            )
     if fit.fit.unmeasured_terms:
         lines.append(
             "not measured (no row exercises them; fitted as 0): "

@@ -10,6 +10,11 @@ tokens saved at its launch: the request path (constant) plus the copy (growing w
 *N*). The slope is fitted by Theil–Sen (the median of the pairwise slopes,
 ``scipy.stats.theilslopes``): one row that a slow spell of the host moved does not move
 it, where a least-squares line would follow it (issue 12: robust statistics).
+
+With ``grid.save_fill_prompts`` the profile fills the server's cache to its limit and
+takes the probe again (``PROFILE.save_full.csv``, the same columns): its slope is the
+price of a save into memory the cache held before (``reused_ms_per_token``), which the
+engine model charges once its cache drops states (docs/VALIDATION-llamacpp.md item 87).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ Fit = TypeVar("Fit", bound=BaseModel)
 
 SAVE_SUFFIX = ".save.csv"
 """The prompt-cache probe's file beside a profile CSV: one lone prompt a row."""
+SAVE_FULL_SUFFIX = ".save_full.csv"
+"""The probe taken again on a full cache (``grid.save_fill_prompts``), beside the profile."""
 SAVE_COLUMNS = ("saved_tokens", "wait_ms")
 """Its columns: the tokens the server saved at the prompt's launch, and the prompt's
 client TTFT less the engine's ``prompt_ms`` (ms)."""
@@ -47,19 +54,31 @@ class SaveFit(BaseModel):
     """Lone prompts of the probe it was read from."""
     median_wait_ms: dict[int, float]
     """Each size's median wait (ms): how well a line holds them."""
+    reused_ms_per_token: NonNegativeFloat | None = None
+    """The same probe taken again once the server's cache was full
+    (``PROFILE.save_full.csv``, ``grid.save_fill_prompts``): the time per token saved
+    into memory the cache held before (:mod:`~lyra_simpy.policies.llamacpp_save`);
+    None: not measured (such saves are charged ``ms_per_token``)."""
+    reused_prompts: int = 0
+    """Lone prompts of that second probe."""
+    reused_median_wait_ms: dict[int, float] = {}
+    """Its sizes' median waits (ms)."""
 
 
-def write_save(path: Path, rows: list[tuple[int, float]]) -> None:
-    """The probe's *rows* (tokens saved, wait in ms) beside the profile CSV at *path*."""
+def write_save(path: Path, rows: list[tuple[int, float]], full: bool = False) -> None:
+    """The probe's *rows* (tokens saved, wait in ms) beside the profile CSV at *path*
+    (*full*: the probe on a full cache, :data:`SAVE_FULL_SUFFIX`)."""
     lines = [",".join(SAVE_COLUMNS), *(f"{n},{ms:.4f}" for n, ms in rows)]
-    atomic_write(path.with_suffix(SAVE_SUFFIX), lambda tmp: tmp.write_text("\n".join(lines) + "\n"))
+    suffix = SAVE_FULL_SUFFIX if full else SAVE_SUFFIX
+    atomic_write(path.with_suffix(suffix), lambda tmp: tmp.write_text("\n".join(lines) + "\n"))
 
 
-def read_save(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
-    """The prompt-cache probe beside the profile CSV at *path* (:data:`SAVE_SUFFIX`):
-    each prompt's tokens saved and wait (ms); None when the profile has none. A bad cell
-    is a one-line error naming the file, row and column."""
-    probe = path.with_suffix(SAVE_SUFFIX)
+def read_save(path: Path, full: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
+    """The prompt-cache probe beside the profile CSV at *path* (:data:`SAVE_SUFFIX`;
+    *full*: :data:`SAVE_FULL_SUFFIX`): each prompt's tokens saved and wait (ms); None
+    when the profile has none. A bad cell is a one-line error naming the file, row and
+    column."""
+    probe = path.with_suffix(SAVE_FULL_SUFFIX if full else SAVE_SUFFIX)
     if not probe.is_file():
         return None
     columns = {
@@ -88,9 +107,21 @@ def fitted_save(tokens: np.ndarray, ms: np.ndarray) -> SaveFit | None:
 
 
 def with_profile_save(fit: Fit, profile: Profile | None) -> Fit:
-    """*fit* with the save of *profile*'s prompt-cache probe where it has one (else *fit*)."""
+    """*fit* with the save of *profile*'s prompt-cache probe where it has one (else
+    *fit*), and the reused price of its probe on a full cache where it has that too."""
     probe = read_save(profile.path) if profile is not None else None
     got = fitted_save(*probe) if probe is not None else None
     if got is None:
         return fit
+    assert profile is not None
+    full = read_save(profile.path, full=True)
+    again = fitted_save(*full) if full is not None else None
+    if again is not None:
+        got = got.model_copy(
+            update={
+                "reused_ms_per_token": again.ms_per_token,
+                "reused_prompts": again.prompts,
+                "reused_median_wait_ms": again.median_wait_ms,
+            }
+        )
     return fit.model_copy(update={"prompt_save": got})

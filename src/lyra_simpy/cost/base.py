@@ -69,6 +69,10 @@ class BatchShape(NamedTuple):
     """Tokens copied into llama.cpp's prompt cache in RAM before the iteration, on the
     server's main loop (:mod:`~lyra_simpy.policies.llamacpp_save`). Charged by
     ``profile`` only, with a fit that has ``prompt_save`` (``cost.prompt_save``)."""
+    saved_reused_tokens: int = 0
+    """Of ``saved_tokens``, those copied into memory the cache held before (a page the
+    process has, not a fresh one): charged at ``prompt_save.reused_ms_per_token`` where
+    the fit has it, else as the others."""
 
 
 def verify_rows_tokens(shape: BatchShape, rows: int) -> int:

@@ -27,7 +27,9 @@ computes (``BatchShape.prefill_computed_cells``: the tiles its mask leaves open,
 the cells count every cell a pass spans, which its mask scan reads). With a fit that
 has ``prompt_save`` (llama.cpp's prompt cache in RAM, measured by the profile's probe)
 each token the server copies into the cache before a step adds ``ms_per_token``
-(``BatchShape.saved_tokens``, ``prompt_save``). Outside the
+(``BatchShape.saved_tokens``, ``prompt_save``), or ``reused_ms_per_token`` where the fit
+has it for a token copied into memory the cache held before
+(``BatchShape.saved_reused_tokens``). Outside the
 profile's measured grid each term extends linearly; with non-negative coefficients time
 never falls as a batch grows. ``speed`` multiplies every time the fit prices (the host's
 step time at the load over its step time when profiled; ``compare --steps`` gives it
@@ -119,9 +121,11 @@ class ProfileCostConfig(Closed):
     (default) charges the fit's ``prompt_save.ms_per_token`` (the profile's prompt-cache
     probe, :mod:`~lyra_simpy.calibration.savefit`) for every token the ``llamacpp``
     engine model says the server copies into the cache before a step
-    (``BatchShape.saved_tokens``, :mod:`~lyra_simpy.policies.llamacpp_save`); nothing
-    with a fit that has no ``prompt_save``. ``off``: never (the model before
-    docs/VALIDATION-llamacpp.md item 63)."""
+    (``BatchShape.saved_tokens``, :mod:`~lyra_simpy.policies.llamacpp_save`), and for
+    those copied into memory the cache held before (``BatchShape.saved_reused_tokens``)
+    its ``reused_ms_per_token`` where it has one (the probe again on a full cache,
+    ``grid.save_fill_prompts``); nothing with a fit that has no ``prompt_save``.
+    ``off``: never (the model before docs/VALIDATION-llamacpp.md item 63)."""
     speed: PositiveFloat = 1.0
     """Every time the fit prices × this — its terms, its decode residuals and a
     ``fitted`` wake: the host's step time when the load runs over its step time when it
@@ -234,6 +238,9 @@ class ProfileCost:
         """A step with prompt tokens: its time at ``speed`` × this (``prompt_speed``)."""
         save = config.fit.prompt_save if config.prompt_save == "fitted" else None
         self._per_saved = save.ms_per_token * speed if save is not None else 0.0
+        reused = save.reused_ms_per_token if save is not None else None
+        self._per_reused = reused * speed if reused is not None else self._per_saved
+        """A token saved into memory the cache held before (``saved_reused_tokens``)."""
         self._cells = config.fit.attention == "n_kv"
         """The attention term is per prompt token × cell attended (llama.cpp's ``n_kv``):
         charged on ``BatchShape.prefill_attention_cells`` where the scheduler gives it."""
@@ -255,6 +262,11 @@ class ProfileCost:
     def iteration_s(self, shape: BatchShape) -> float:
         passes, checkpoints, outputs = shape.passes, shape.checkpoints, shape.output_passes
         saved = shape.saved_tokens
+        if saved:
+            reused = shape.saved_reused_tokens
+            saved_ms = self._per_saved * (saved - reused) + self._per_reused * reused
+        else:
+            saved_ms = 0.0
         extra = passes != 1 or checkpoints != 0 or outputs != 1 or saved != 0
         if not shape.prefill_seqs and not shape.verify_tokens:
             if extra:  # (never fused: see BatchShape.passes)
@@ -265,11 +277,11 @@ class ProfileCost:
                     and outputs == passes
                 ):  # each pass a lone decode step of its rows (decode_passes: each)
                     ms = sum(self._decode_fixed_ms(n) for n in shape.pass_rows)
-                    ms += self._per_ctx * shape.decode_context_tokens + self._per_saved * saved
+                    ms += self._per_ctx * shape.decode_context_tokens + saved_ms
                     return (ms + self._pass_gap * (passes - 1)) / 1000.0
                 fixed = self.decode_span_s(shape.decode_rows, 0, 0, 1)[0] * 1000.0
                 ms = fixed + self._per_ctx * shape.decode_context_tokens
-                return (ms + self._extra_ms(passes, checkpoints, outputs, saved)) / 1000.0
+                return (ms + self._extra_ms(passes, checkpoints, outputs, saved_ms)) / 1000.0
             return self.decode_span_s(shape.decode_rows, shape.decode_context_tokens, 0, 1)[0]
         rows = shape.decode_rows if shape.prefill_seqs else self._pad(shape.decode_rows)
         verify = verify_rows_tokens(shape, rows)
@@ -293,20 +305,20 @@ class ProfileCost:
             if not shape.prefill_seqs:
                 ms += self._residual_ms(rows)
         if extra:
-            ms += self._extra_ms(passes, checkpoints, outputs, saved)
+            ms += self._extra_ms(passes, checkpoints, outputs, saved_ms)
         if shape.prefill_seqs:
             ms *= self._prompt_scale
         return ms / 1000.0
 
-    def _extra_ms(self, passes: int, checkpoints: int, outputs: int, saved: int) -> float:
+    def _extra_ms(self, passes: int, checkpoints: int, outputs: int, saved_ms: float) -> float:
         """llama.cpp's forward passes beyond one, context checkpoints, passes computing
-        logits other than one (the step's own one is in the fixed part) and tokens saved
-        to its prompt cache (BatchShape)."""
+        logits other than one (the step's own one is in the fixed part) and *saved_ms*,
+        the copy of states into its prompt cache (BatchShape)."""
         return (
             self._per_pass * (passes - 1)
             + self._per_checkpoint * checkpoints
             + self._per_output * (outputs - 1)
-            + self._per_saved * saved
+            + saved_ms
         )
 
     def _residual_ms(self, rows: int) -> float:

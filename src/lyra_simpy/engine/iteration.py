@@ -119,6 +119,7 @@ class Iterations(Runs):
                 len(prefill), prefill_tokens, attention, n_dec, rows, context, 0,
                 plan.passes, plan.checkpoints, plan.prefill_attention_cells, plan.output_passes,
                 plan.prefill_computed_cells, plan.pass_rows, plan.saved_tokens,
+                plan.saved_reused_tokens,
             )  # fmt: skip
             duration = self.cost.iteration_s(shape)
         else:

@@ -56,6 +56,27 @@ def save_sizes(grid: ProfileGrid, llama: LlamaCppConfig | None) -> list[int]:
     return sizes
 
 
+def fill_size(grid: ProfileGrid, llama: LlamaCppConfig | None, sizes: list[int]) -> int | None:
+    """The prompt the cache fill sends (``grid.save_fill_prompts``) before the
+    prompt-cache probe is taken again; None when there is no fill (none asked for, or
+    no probe: *sizes* empty). A fill that cannot fill (``--cache-ram -1``) or a prompt
+    that does not fit a slot is an error."""
+    if not grid.save_fill_prompts or not sizes or llama is None:
+        return None
+    if llama.cache_ram_mib < 0:
+        raise LyraError(
+            f"grid.save_fill_prompts: got {grid.save_fill_prompts}, but the server's "
+            "--cache-ram is -1 (no limit): its cache never fills; use 0"
+        )
+    size = grid.save_fill_tokens or max(sizes)
+    if size + 1 > llama.slot_ctx:
+        raise LyraError(
+            f"grid.save_fill_tokens: got {size}, which with one output does not fit a "
+            f"slot's context ({llama.slot_ctx} tokens): use at most {llama.slot_ctx - 1}"
+        )
+    return size
+
+
 def check_slots(grid: ProfileGrid, llama: LlamaCppConfig) -> None:
     need = max(
         [

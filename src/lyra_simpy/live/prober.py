@@ -192,6 +192,13 @@ class Prober:
                 rows.append((n, ms))
         return rows
 
+    async def fill_cache(self, prompts: int, n: int) -> None:
+        """*prompts* lone prompts of *n* tokens (one output each, ids of their own) one
+        after another in slot 1: each launch copies the last one's state into the
+        prompt cache (``grid.save_fill_prompts``)."""
+        for _ in range(prompts):
+            await self._send(n, 1, time.perf_counter(), slot=1)
+
     async def save_wait(self, n: int, p: int) -> float | None:
         """A prompt of *n* tokens (one output) in slot 1, then, once it is done, a lone
         prompt of *p* tokens in slot 0 (the prompt-cache probe, ``grid.save_prompt_tokens``):

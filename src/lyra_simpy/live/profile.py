@@ -55,7 +55,9 @@ grid is followed by the prompt-cache probe (``grid.save_prompt_tokens``): lone p
 launched with a slot of *N* tokens to save, each a row of ``PROFILE.save.csv`` (*N*, its
 TTFT less ``prompt_ms``) and the metadata's ``save_probe`` (``skipped`` where the
 endpoint gives no ``prompt_ms``); ``lyra-simpy calibrate`` fits the ms per token saved
-(:mod:`~lyra_simpy.calibration.savefit`).
+(:mod:`~lyra_simpy.calibration.savefit`). With ``grid.save_fill_prompts`` the cache is
+then filled to its limit and the probe taken again (``PROFILE.save_full.csv``: the price
+into memory the cache held before).
 
 The metadata YAML beside the CSV says engine, version, model, hardware, flags, date and
 which timing each phase used (``timing_source``).
@@ -113,7 +115,7 @@ from typing import Any
 import yaml
 
 from lyra_simpy.calibration.profiles import decode_slots
-from lyra_simpy.calibration.savefit import write_save
+from lyra_simpy.calibration.savefit import SAVE_FULL_SUFFIX, SAVE_SUFFIX, write_save
 from lyra_simpy.calibration.wakefit import WAKE_COLUMNS, WAKE_SUFFIX
 from lyra_simpy.errors import LyraError
 from lyra_simpy.live.client import (
@@ -124,6 +126,7 @@ from lyra_simpy.live.client import (
 from lyra_simpy.live.llamacpp_probes import (
     COUNT_COLUMNS,
     check_slots,
+    fill_size,
     llamacpp_config,
     prompt_steps,
     row_counts,
@@ -276,6 +279,9 @@ def profile(
                 wander.append((ends[j], (ends[j] - ends[j - 1]) * 1000.0, wander_context + j))
 
     saves = save_sizes(grid, llama)
+    fill = fill_size(grid, llama, saves)
+    save_full: list[tuple[int, float]] = []
+    """The prompt-cache probe again once the cache was filled (``grid.save_fill_prompts``)."""
     save: list[tuple[int, float]] = []
     """The prompt-cache probe's lone prompts (``grid.save_prompt_tokens``): (tokens its
     launch saved, its TTFT less its prompt_ms in ms)."""
@@ -326,6 +332,10 @@ def profile(
             pairs = await prober.save_probe(saves, grid.save_repeats, min(grid.prefill_tokens))
             save.extend(pairs or [])
             save_untimed = pairs is None
+            if fill is not None and pairs:
+                await prober.fill_cache(grid.save_fill_prompts, fill)
+                again = await prober.save_probe(saves, grid.save_repeats, min(grid.prefill_tokens))
+                save_full.extend(again or [])
         if grid.wake_gaps_s:
             await measure_wake()
 
@@ -467,6 +477,12 @@ def profile(
         meta["save_probe"] = {"sizes": saves, "prompt_tokens": min(grid.prefill_tokens),
                               "repeats": grid.save_repeats}  # fmt: skip
         write_save(out, save)
+    if save_full:
+        meta["save_probe"]["fill"] = {"prompts": grid.save_fill_prompts, "prompt_tokens": fill}
+        write_save(out, save_full, full=True)
+    for taken, suffix in ((save, SAVE_SUFFIX), (save_full, SAVE_FULL_SUFFIX)):
+        if not taken:  # an earlier profile's at this path is not this one's
+            out.with_suffix(suffix).unlink(missing_ok=True)
     if wake:
         meta["wake_probe"] = {
             "prompt_tokens": wake_tokens,

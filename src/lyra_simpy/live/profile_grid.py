@@ -10,6 +10,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     NonNegativeFloat,
+    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     ValidationError,
@@ -165,6 +166,20 @@ class ProfileGrid(BaseModel):
     probes keep few tokens in idle slots and never see it. Empty: off."""
     save_repeats: PositiveInt = 5
     """Rounds of the prompt-cache probe (``save_prompt_tokens``)."""
+    save_fill_prompts: NonNegativeInt = 0
+    """After the prompt-cache probe, fill the server's cache to its limit and take the
+    probe again (0, default: not): this many lone prompts of ``save_fill_tokens``
+    tokens and one output, one after another in slot 1, each with ids of its own, so
+    that each launch copies the last one's state into the cache; once the cache holds
+    ``--cache-ram`` it drops its oldest states to make room, and the probe taken again
+    (``PROFILE.save_full.csv``) reads what a save costs into memory the cache held
+    before (``prompt_save.reused_ms_per_token``;
+    :mod:`~lyra_simpy.policies.llamacpp_save`). Enough prompts: ``cache_ram_mib`` over
+    one state's size (``LlamaCppConfig.state_kib`` of the prompt with its checkpoint),
+    plus a tenth — 548 of 512 tokens for 8192 MiB on Gemma 3 270M, about 6 minutes on
+    the matrix's CPU. The server is left full, as a server that has run a while."""
+    save_fill_tokens: PositiveInt | None = None
+    """The fill's prompts (None: the largest ``save_prompt_tokens`` that fits a slot)."""
     fragmented_decode_batch: list[PositiveInt] = [2]
     """llama.cpp with per-slot KV: decode batches measured again in every other slot
     (module docstring); each needs 2B − 1 slots."""

@@ -110,6 +110,10 @@ class BatchPlan:
     ``--cache-ram``: the idle slots' states at each launch,
     :mod:`~lyra_simpy.policies.llamacpp_save`); the cost model reads it as
     ``BatchShape.saved_tokens``."""
+    saved_reused_tokens: int = 0
+    """Of ``saved_tokens``, the tokens' worth copied into memory the prompt cache held
+    before (:mod:`~lyra_simpy.policies.llamacpp_save`: tracked with
+    ``kv_kib_per_cell``); the cost model reads it as ``BatchShape.saved_reused_tokens``."""
     beside: bool = False
     """The prompts run beside the decodes, not in their iteration
     (``continuous.prefill_beside_decode``): the iteration lasts the longer of the two, each

@@ -122,7 +122,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field, NonNegativeInt, PositiveInt
+from pydantic import (
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+)
 
 from lyra_simpy.config import Closed
 from lyra_simpy.engine.kv import blocks_for
@@ -199,6 +206,17 @@ class LlamaCppConfig(Closed):
     """Save idle slots to the prompt cache and, with ``-kvu``, clear them when a request
     is given a slot (``--cache-idle-slots``, default; ``server-context.cpp`` turns it off
     when ``cache_ram_mib`` is 0)."""
+    kv_kib_per_cell: PositiveFloat | None = None
+    """K and V of one cell over all the model's layers, KiB (not a flag: a property of
+    the model and the cache type; GGUF ``block_count`` × ``attention.head_count_kv`` ×
+    (``attention.key_length`` + ``attention.value_length``) × the type's bytes (f16: 2)
+    / 1024: 18 on Gemma 3 270M). Given, the prompt cache's fill is tracked and each save
+    priced by the memory it copies into (:mod:`~lyra_simpy.policies.llamacpp_save`);
+    None (default): every save at the fit's ``prompt_save.ms_per_token``."""
+    prompt_cache_start_mib: NonNegativeFloat = 0.0
+    """States in the prompt cache when the run starts, MiB (0: a fresh server; at least
+    ``cache_ram_mib``: full, as a server that has run a while; the profile's
+    ``grid.save_fill_prompts`` leaves it so). Read only with ``kv_kib_per_cell``."""
 
     @property
     def ctx_total(self) -> int:
@@ -231,6 +249,28 @@ class LlamaCppConfig(Closed):
             return ()
         nb = self.batch_tokens
         return (min(nb, END_STOP + self.ubatch_tokens), min(nb, END_STOP))
+
+    def state_kib(self, tokens: int, checkpoint_kib: float = 0.0) -> float:
+        """A slot state's size in the prompt cache, KiB (``llama_state_seq_get_size_ext``
+        plus its checkpoints, ``server_prompt_cache_state::size``): *tokens* cells of
+        every layer, the sliding-window layers (``swa_layer_share`` of them) keeping the
+        last ``swa_window`` cells only, and *checkpoint_kib* (:meth:`checkpoint_kib`).
+        0 without ``kv_kib_per_cell``."""
+        kv = self.kv_kib_per_cell
+        if kv is None:
+            return 0.0
+        if not self.sliding_window:
+            return kv * tokens
+        swa = kv * self.swa_layer_share
+        return (kv - swa) * tokens + swa * min(tokens, self.swa_window) + checkpoint_kib
+
+    def checkpoint_kib(self, cells: int) -> float:
+        """A context checkpoint made when its slot held *cells* cells, KiB: the
+        sliding-window layers' cells (``create_checkpoint``,
+        ``LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY``). 0 without ``kv_kib_per_cell``."""
+        if self.kv_kib_per_cell is None:
+            return 0.0
+        return self.kv_kib_per_cell * self.swa_layer_share * min(cells, self.swa_window)
 
     @property
     def clears_idle_slots(self) -> bool:
@@ -298,8 +338,19 @@ class LlamaCppServer:
         """When each slot was last released (``t_last_used``; -1: never used)."""
         self.idle_cells = [0] * n
         """Cells an idle slot still holds (``-kvu``; module docstring)."""
-        self.saves = PromptCacheSaves(n, config.cache_ram_mib, config.cache_idle_slots)
+        self.saves = PromptCacheSaves(
+            n,
+            config.cache_ram_mib,
+            config.cache_idle_slots,
+            config.kv_kib_per_cell is not None,
+            config.prompt_cache_start_mib,
+            config.ctx_total,
+        )
         """The prompt cache's copies of slot states (``--cache-ram``)."""
+        self._sizes = config.kv_kib_per_cell is not None
+        """The states' sizes are tracked (``kv_kib_per_cell``)."""
+        self._checkpoint_kib = [0.0] * n
+        """KiB of the context checkpoints each slot's request made (its state's share)."""
         self.fusable = config.kv_unified and config.ubatch_tokens >= n
         """Decode steps may be fused (module docstring)."""
         self._stops = config.checkpoint_stops
@@ -349,12 +400,18 @@ class LlamaCppServer:
                 started[i] = False
                 self.last_used_s[i] = req.last_token_s
                 self.idle_cells[i] = req.computed_tokens
-                self.saves.release(i, req.computed_tokens)
+                kib = (
+                    c.state_kib(req.computed_tokens, self._checkpoint_kib[i])
+                    if self._sizes
+                    else 0.0
+                )
+                self.saves.release(i, req.computed_tokens, kib)
             else:
                 reserved += blocks_for(req.input_tokens + req.output_tokens, bs) - req.blocks
         if view.waiting:
             self._assign(view, view.free_blocks - reserved)
-        plan = BatchPlan(saved_tokens=self.saves.take())
+        saved, reused = self.saves.take()
+        plan = BatchPlan(saved_tokens=saved, saved_reused_tokens=reused)
         segments: list[tuple[int, int]] = []
         outputs: list[bool] = []  # each segment's last token gets logits
         for i, req in enumerate(slots):
@@ -381,6 +438,8 @@ class LlamaCppServer:
                 room -= take
                 if self._stops and req.computed_tokens and left - take < nub:
                     plan.checkpoints += 1
+                    if self._sizes:
+                        self._checkpoint_kib[i] += c.checkpoint_kib(req.computed_tokens)
                 started[i] = True
         if segments:
             plan.passes, plan.output_passes, rows = pass_counts(
@@ -427,6 +486,7 @@ class LlamaCppServer:
             free -= need
             self.slots[slot] = req
             self.saves.launch(slot, self.slots)
+            self._checkpoint_kib[slot] = 0.0  # the new prompt's own, from none
             self.idle_cells[slot] = 0  # its prompt removes them
             if self.config.clears_idle_slots:
                 for i, other in enumerate(self.slots):

@@ -20,45 +20,105 @@ the main loop runs no step meanwhile. :class:`PromptCacheSaves` counts those tok
 the plan carries them (``BatchPlan.saved_tokens``) and a ``profile`` cost whose fit
 has ``prompt_save`` charges them (:mod:`~lyra_simpy.calibration.savefit`).
 
+The cache's fill (``scheduler.kv_kib_per_cell`` given; else none of this is tracked
+and every save is charged at the probe's price): each state the cache holds has a size,
+:meth:`~lyra_simpy.policies.llamacpp.LlamaCppConfig.state_kib` — its tokens' K and V
+(on a sliding-window model the sliding-window layers keep the last ``swa_window`` cells
+only) and its context checkpoints (each the sliding-window layers' cells when it was
+made) — as the matrix's logs show them (``making room for prompt cache entry ...
+size``: a 400-token state with one checkpoint 12.85 MiB on Gemma 3 270M, 12.83 by that
+rule; docs/VALIDATION-llamacpp.md item 87). A save that does not fit beside what the
+cache holds first drops its oldest states (``server_prompt_cache::alloc``: ``making room
+for prompt cache entry, removing oldest entry``), and a state larger than the whole
+limit is not saved (``exceeds cache size limit, skipping``). With ``--cache-ram -1`` (no
+byte limit) the cache keeps at most ``n_ctx`` tokens (``server_prompt_cache::update``,
+run after every save). The run may start with states in the cache
+(``prompt_cache_start_mib``: a server that has run before), dropped first and all at
+once as far as needed.
+
+What a save costs depends on the memory it copies into (item 87, and items 65 and 73):
+memory the process has held before — freed by states the cache dropped, or restored —
+is cheap, pages it never held cost a page fault each. So each save's bytes are split at
+the most the cache has held (its high-water mark, the start fill included): the part
+below it is ``reused`` (charged at the fit's ``prompt_save.reused_ms_per_token``, the
+probe's price once the cache is full), the part above it fresh (``ms_per_token``). A
+fresh server's cache grows fresh until it first drops a state; from then on, and from
+the first save of a run that starts full, its saves reuse.
+
 Modelling choices: a slot's state is its request's computed tokens (prompt and output
-but the last sampled token); the cache's size limit is not modelled (8 GiB holds
-hundreds of thousands of tokens of the small models run on a CPU; a server that runs
-long fills it all the same, as the validation's long points did after 15–46 minutes, and
-its saves then reuse the memory of the states it evicts: docs/VALIDATION-llamacpp.md item
-73), nor the cache's
+but the last sampled token); the memory the process frees is counted as the cache's
+(the allocator may hand some back to the system, or keep the pages of states freed
+outside the cache); the start fill is dropped by the bytes a save needs, where the
+server drops whole states; the cache's
 *load* (``server_prompt_cache::load``: a cached state sharing at least a quarter of its
 tokens with a new request's prompt is restored into its slot at the launch, whatever the
 request's ``cache_prompt``, and its buffer freed, so that the next save reuses memory the
 process holds, at a fraction of the price; the simulator's prompts, without prompt reuse,
 never meet it, and a replay meets it only when it sends the ids of an earlier run again:
-``lyra-simpy replay --prompt-seed``, docs/VALIDATION-llamacpp.md item 84) nor its scans
-over the cached prompts.
+``lyra-simpy replay --prompt-seed``, docs/VALIDATION-llamacpp.md item 84) is not
+modelled, nor the cache's scans over the prompts it holds.
 """
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from collections.abc import Sequence
 
 
 class PromptCacheSaves:
     """The tokens of each slot's state not yet in the prompt cache, and those copied
     since the last plan (module docstring), for a server of *n_parallel* slots with
-    ``--cache-ram`` *cache_ram_mib* and ``--cache-idle-slots`` *cache_idle_slots*."""
+    ``--cache-ram`` *cache_ram_mib* and ``--cache-idle-slots`` *cache_idle_slots*. With
+    *tracked*, the cache's fill as well: *start_mib* of states at the start, at most
+    *ctx_total* tokens with no byte limit (``--cache-ram -1``)."""
 
-    __slots__ = ("_idle_too", "_on", "pending", "unsaved")
+    __slots__ = (
+        "_ctx_total", "_entries", "_held", "_idle_too", "_limit_kib", "_on", "_peak",
+        "_size", "_start", "_tokens", "_tracked", "pending", "pending_reused",
+        "unsaved", "unsaved_kib",
+    )  # fmt: skip
 
-    def __init__(self, n_parallel: int, cache_ram_mib: int, cache_idle_slots: bool) -> None:
+    def __init__(
+        self,
+        n_parallel: int,
+        cache_ram_mib: int,
+        cache_idle_slots: bool,
+        tracked: bool = False,
+        start_mib: float = 0.0,
+        ctx_total: int = 0,
+    ) -> None:
         self._on = cache_ram_mib != 0
         self._idle_too = self._on and cache_idle_slots
+        self._tracked = tracked and self._on
+        self._limit_kib = cache_ram_mib * 1024.0 if cache_ram_mib > 0 else math.inf
+        self._ctx_total = ctx_total
         self.unsaved = [0] * n_parallel
         """Per slot: tokens of its state the cache does not hold (0: saved or empty)."""
+        self.unsaved_kib = [0.0] * n_parallel
+        """Per slot: that state's size (KiB; 0 untracked)."""
         self.pending = 0
         """Tokens copied since :meth:`take`."""
+        self.pending_reused = 0.0
+        """Of those, the tokens' worth copied into memory held before (module docstring)."""
+        self._entries: deque[tuple[float, int]] = deque()
+        """The run's states in the cache, oldest first: (KiB, tokens)."""
+        self._start = min(start_mib * 1024.0, self._limit_kib) if self._tracked else 0.0
+        """KiB of the states from before the run still in the cache (dropped first)."""
+        self._size = self._start
+        """KiB the cache holds."""
+        self._tokens = 0
+        """Tokens of the run's states it holds."""
+        self._peak = self._start
+        """The most KiB it has held (its high-water mark)."""
+        self._held = self._start > 0 and cache_ram_mib < 0
+        """The start fill still counts against ``--cache-ram -1``'s token limit."""
 
-    def release(self, slot: int, tokens: int) -> None:
-        """*slot*'s request finished with *tokens* in its state."""
+    def release(self, slot: int, tokens: int, kib: float = 0.0) -> None:
+        """*slot*'s request finished with *tokens* in its state, of *kib* KiB."""
         if self._on:
             self.unsaved[slot] = tokens
+            self.unsaved_kib[slot] = kib
 
     def drop(self, slot: int) -> None:
         """Idle *slot*'s cells were purged for the launch under way
@@ -72,16 +132,52 @@ class PromptCacheSaves:
         """A request was given *slot* (already set in *slots*, None where idle): the
         slot's own state is saved, then every idle slot's."""
         unsaved = self.unsaved
-        saved = unsaved[slot]
-        unsaved[slot] = 0
+        if unsaved[slot]:
+            self._save(slot)
         if self._idle_too:
             for i, req in enumerate(slots):
                 if req is None and unsaved[i]:
-                    saved += unsaved[i]
-                    unsaved[i] = 0
-        self.pending += saved
+                    self._save(i)
 
-    def take(self) -> int:
-        """The tokens copied since the last call (the next step waits for them)."""
-        got, self.pending = self.pending, 0
-        return got
+    def _save(self, slot: int) -> None:
+        """Copy *slot*'s state into the cache (module docstring)."""
+        tokens, kib = self.unsaved[slot], self.unsaved_kib[slot]
+        self.unsaved[slot] = 0
+        if not self._tracked:
+            self.pending += tokens
+            return
+        if kib > self._limit_kib:  # larger than the whole cache: not saved
+            return
+        entries = self._entries
+        while self._size + kib > self._limit_kib:  # make room: the oldest first
+            if self._start > 0:
+                freed = min(self._start, self._size + kib - self._limit_kib)
+                self._start -= freed
+                self._size -= freed
+            else:
+                old, n = entries.popleft()
+                self._size -= old
+                self._tokens -= n
+        reused = min(kib, max(self._peak - self._size, 0.0))
+        self._size += kib
+        self._tokens += tokens
+        self._peak = max(self._peak, self._size)
+        entries.append((kib, tokens))
+        self.pending += tokens
+        if kib > 0:
+            self.pending_reused += tokens * reused / kib
+        if self._limit_kib == math.inf:  # --cache-ram -1: at most n_ctx tokens
+            if self._held and self._tokens > 0:  # the start fill is dropped at once
+                self._size -= self._start
+                self._start, self._held = 0.0, False
+            while entries and self._tokens > self._ctx_total:
+                old, n = entries.popleft()
+                self._size -= old
+                self._tokens -= n
+
+    def take(self) -> tuple[int, int]:
+        """The tokens copied since the last call (the next step waits for them), and of
+        those the ones copied into memory held before (module docstring)."""
+        got, reused = self.pending, round(self.pending_reused)
+        self.pending, self.pending_reused = 0, 0.0
+        return got, min(reused, got)

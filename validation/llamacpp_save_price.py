@@ -44,7 +44,14 @@ from typing import Any
 
 import numpy as np
 from llamacpp_idle import LINE, PROMPT, clock_s
-from llamacpp_points import CONFIGS, KV_KIB_PER_CELL, OUT, point_folder, runs_as_ran
+from llamacpp_points import (
+    CACHE_RAM_MIB,
+    CONFIGS,
+    KV_KIB_PER_CELL,
+    OUT,
+    point_folder,
+    runs_as_ran,
+)
 
 N_TOKENS = re.compile(r"n_tokens = (\d+)")
 EVICT = "making room for prompt cache entry"
@@ -184,7 +191,10 @@ def state_sizes(log: Path, cfg: str) -> dict[str, Any]:
     cache held already) or restored (a run that sent a prompt again). Each pair's
     relative error, how many pairs in a row from the first agree within 1 %, and how
     many agree when a saved state the dropped ones lack is passed over (at most
-    :data:`SKIP` in a row; how many were)."""
+    :data:`SKIP` in a row; how many were); and after how many saved states the log
+    first drops one, beside where the engine model's sizes would first overfill
+    ``--cache-ram`` (a state restored or skipped, which the model does not see, moves
+    the log's later)."""
     from lyra_simpy.live.llamacpp_probes import llamacpp_config
     from lyra_simpy.live.profile_grid import ProfileGrid
 
@@ -196,9 +206,13 @@ def state_sizes(log: Path, cfg: str) -> dict[str, Any]:
     running: set[int] = set()
     saved: list[float] = []
     dropped: list[float] = []
+    first_drop: int | None = None
+    """States saved before the log's first drop."""
     for line in log.read_text(errors="replace").splitlines():
         if (d := SIZE.search(line)) is not None:
             dropped.append(float(d.group(1)))
+            if first_drop is None:
+                first_drop = len(saved)
             continue
         m = LINE.match(line)
         if m is None:
@@ -228,8 +242,15 @@ def state_sizes(log: Path, cfg: str) -> dict[str, Any]:
         matched += 1
         paired.append(got / saved[ahead] - 1.0)
         k = ahead + 1
+    total, model_drop = 0.0, None
+    for k, mib in enumerate(saved):  # the cache, as the engine model fills it
+        if total + mib > CACHE_RAM_MIB:
+            model_drop = k
+            break
+        total += mib
     return {
         "dropped": len(dropped), "saved": len(saved), "agree_from_first": run,
+        "first_drop_after_saves": first_drop, "model_first_drop_after_saves": model_drop,
         "within_1pct": sum(abs(e) <= 0.01 for e in errors),
         "within_1pct_passing_over": matched, "passed_over": skipped,
         "error_p10_p50_p90": [round(float(x), 4) for x in np.percentile(errors, [10, 50, 90])]
@@ -278,12 +299,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", action="store_true",
                         help="the states the cache dropped against the engine model's "
                         "sizes of those saved (item 87)")  # fmt: skip
+    parser.add_argument("--log", type=Path, default=None, metavar="FILE",
+                        help="with --sizes and one point: this server log instead of the "
+                        "point's (e.g. item 87's: llamacpp-fill-item87.tar.xz)")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, metavar="OUT")
     args = parser.parse_args(argv)
+    if args.log is not None and (not args.sizes or len(args.points) != 1):
+        raise SystemExit(f"--log: got {args.log}, which goes with --sizes and one point "
+                         f"(got {len(args.points)})")  # fmt: skip
     if args.sizes:
         sizes = {}
         for key in args.points:
-            log = point_folder(key, OUT) / "llama-server.log"
+            log = args.log or point_folder(key, OUT) / "llama-server.log"
             if not log.is_file():
                 raise SystemExit(f"{key}: no {log} (run validate_cpu.py --matrix, or "
                                  "llamacpp_store.py unpack)")  # fmt: skip
@@ -293,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"the first within 1 %, {got['within_1pct']} in all; "
                   f"{got['within_1pct_passing_over']} passing over "
                   f"{got['passed_over']} saved; error 10/50/90 %: "
-                  f"{got['error_p10_p50_p90']}")  # fmt: skip
+                  f"{got['error_p10_p50_p90']}; first drop after {got['first_drop_after_saves']} "
+                  f"saves, the model's after {got['model_first_drop_after_saves']}")  # fmt: skip
         if args.json is not None:
             args.json.write_text(json.dumps({"sizes": sizes}, indent=1) + "\n")
         return 0

@@ -251,7 +251,9 @@ def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
     after idle where it has one unless *wake* is false (item 33; an ablation), with
     ``scheduler.kv_layout`` *kv_layout* where given (item 48; ``packed``, an ablation),
     and the prompt cache's save at *save_price* ms a token instead of the profile's
-    probe's where given (item 74, an ablation: the price the runs' saves paid, item 73)."""
+    probe's where given, into fresh memory and (a profile with ``--fill``'s second probe,
+    item 87) into memory the cache held before alike (item 74, an ablation: the price the
+    runs' saves paid, item 73)."""
     cfg, reg = key.split("/")
     here = OUT / f"{cfg}_{reg}"
     res["hardware"] = profile_hardware(here)
@@ -277,6 +279,8 @@ def resimulate(key: str, res: dict[str, Any], repeats: int, log: list[str],
         if priced.get("prompt_save") is None:
             raise SystemExit(f"--save-price: {key}'s profile has no prompt-cache probe")
         priced["prompt_save"]["ms_per_token"] = save_price
+        if priced["prompt_save"].get("reused_ms_per_token") is not None:  # (one price)
+            priced["prompt_save"]["reused_ms_per_token"] = save_price
         fit.write_text(yaml.safe_dump(priced, sort_keys=False))
     shutil.rmtree(here / "sim", ignore_errors=True)
     for load in LOADS:

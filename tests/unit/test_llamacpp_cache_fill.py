@@ -255,3 +255,37 @@ def test_item_87s_sizes_are_the_published_logs(tmp_path, key):
         "default/long": (16, 601, 1, 601), "kvu/long": (546, 546, 0, 546),
         "np2_b64/long": (383, 383, 0, 383),
     }[key]  # fmt: skip
+
+
+def test_item_87s_kept_run_gives_the_document_s_figures(tmp_path):
+    # docs/validation/llamacpp-fill-item87.tar.xz: the profile with --fill's second probe,
+    # and its server's log; the document quotes both prices and the sizes check
+    import json
+    import tarfile
+
+    from builders import validation_module
+    from lyra_simpy.calibration.fit import fit_profile
+    from lyra_simpy.calibration.profiles import read_profile
+
+    root = Path(__file__).resolve().parents[2]
+    with tarfile.open(root / "docs" / "validation" / "llamacpp-fill-item87.tar.xz") as archive:
+        for member in archive.getmembers():  # (plain files only)
+            data = archive.extractfile(member)
+            assert data is not None
+            (tmp_path / Path(member.name).name).write_bytes(data.read())
+    save = fit_profile(read_profile(tmp_path / "profile-superseded-1.csv")).prompt_save
+    assert save is not None
+    assert (save.ms_per_token, save.reused_ms_per_token) == (0.086125, 0.015968)
+    meta = yaml.safe_load((tmp_path / "profile-superseded-1.yaml").read_text())
+    assert meta["save_probe"]["fill"] == {"prompts": 549, "prompt_tokens": 512}
+    price = validation_module("llamacpp_save_price")
+    got = price.state_sizes(tmp_path / "llama-server.log", "default")
+    kept = json.loads(
+        (root / "docs" / "validation" / "llamacpp-state-sizes-fill-item87.json").read_text()
+    )
+    assert got == kept["sizes"]["default/long"]
+    assert (got["first_drop_after_saves"], got["model_first_drop_after_saves"]) == (745, 746)
+    assert (got["within_1pct_passing_over"], got["dropped"]) == (698, 698)
+    doc = " ".join((root / "docs" / "VALIDATION-llamacpp.md").read_text().split())
+    assert "**0.0861 ms a token** on the fresh cache and **0.0160** on the full one" in doc
+    assert "the log first drops a state after 745 saves, the engine model's sizes after 746" in doc

@@ -98,7 +98,9 @@ Read in llama.cpp commit 0c1e570 (vendored by ``llama-cpp-python==0.3.36``, the 
 * **The prompt cache's save** (``--cache-ram``): at each launch the main loop copies the
   chosen slot's and the idle slots' states into host RAM, once per state, before the
   step that starts the prompt (:mod:`~lyra_simpy.policies.llamacpp_save`;
-  ``BatchPlan.saved_tokens``).
+  ``BatchPlan.saved_tokens``); with the model's ``kv_kib_per_cell`` the cache's fill too
+  — each state's size, the oldest dropped to make room, and which saves copy into
+  memory the cache held before (``BatchPlan.saved_reused_tokens``).
 
 Modelling choices, beside the refusal above: with ``-kvu`` llama.cpp admits without
 looking at the free cells and, when the buffer fills, fails every running request

@@ -101,6 +101,7 @@ from llamacpp_points import (
     in_target,
     p50_errors,
     point_folder,
+    point_repeats,
     real_runs,
     run_order,
     runs_here,
@@ -676,7 +677,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--only: no stored runs of {missing[0]!r}; stored: {have}")
     if args.per_run:
         for k in args.only or have:
-            runs = prompt_by_run(k, results[k], keep["facts"]["repeats"])
+            runs = prompt_by_run(k, results[k], point_repeats(results[k], keep["facts"]["repeats"]))
             print("\n".join(by_run_lines(k, runs)))
         return 0
     for k in args.only or have:  # every point can be read at that speed, before any runs
@@ -688,7 +689,8 @@ def main(argv: list[str] | None = None) -> int:
             except SystemExit as exc:
                 raise SystemExit(f"{k}: {exc}; --only takes the points that have it") from None
     log: list[str] = []
-    points = {k: point(k, results[k], keep["facts"]["repeats"], log, args.ratio)
+    points = {k: point(k, results[k], point_repeats(results[k], keep["facts"]["repeats"]), log,
+                       args.ratio)
               for k in (args.only or have)}  # fmt: skip
     print("\n" + "\n".join(report(points, args.ratio)))
     bias, spread = against_mean(points, results)

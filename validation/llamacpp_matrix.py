@@ -74,6 +74,7 @@ from llamacpp_points import (
     ROOT,
     fill_prompts,
     point_folder,
+    point_repeats,
     prompt_seed,
     real_runs,
     run_rounds,
@@ -622,10 +623,11 @@ def main(argv: list[str] | None = None) -> int:
         log = keep.get("commands", [])
         for key, res in stored_points(keep, args.only):
             cfg, reg = key.split("/")
-            resimulate(key, res, keep["facts"]["repeats"], log, args.decode_step,
+            repeats = point_repeats(res, keep["facts"]["repeats"])
+            resimulate(key, res, repeats, log, args.decode_step,
                        args.unscaled, args.path_cpu_share, not args.no_wake,
                        args.kv_layout, args.save_price)  # fmt: skip
-            table2(cfg, reg, keep["facts"]["quick"], res, keep["facts"]["repeats"], log,
+            table2(cfg, reg, keep["facts"]["quick"], res, repeats, log,
                    args.spells)  # fmt: skip
             with_idle(OUT / f"{cfg}_{reg}", res)
         keep["facts"]["resimulated"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -642,8 +644,8 @@ def main(argv: list[str] | None = None) -> int:
         log = keep.get("commands", [])
         for key, res in keep["results"].items():
             cfg, reg = key.split("/")
-            table2(cfg, reg, keep["facts"]["quick"], res, keep["facts"]["repeats"], log,
-                   args.spells)  # fmt: skip
+            table2(cfg, reg, keep["facts"]["quick"], res,
+                   point_repeats(res, keep["facts"]["repeats"]), log, args.spells)  # fmt: skip
         stored.write_text(json.dumps({**keep, "commands": log}, indent=1))
     if args.doc_only or args.table2:
         for key, res in keep.get("results", {}).items():

@@ -209,6 +209,14 @@ def run_order(res: dict[str, Any]) -> list[tuple[str, int]]:
     return [(load, k) for load in LOADS for k in range(len(res["loads"][load]["machine"]))]
 
 
+def point_repeats(res: dict[str, Any], default: int) -> int:
+    """The real runs a load of the stored point *res* ran: from its ``run_order`` where it
+    kept one (a point run again with ``LYRA_VALIDATE_REPEATS`` other than the matrix's),
+    else *default*, the matrix's ``facts.repeats``."""
+    kept = res.get("run_order")
+    return len(kept) // len(LOADS) if kept else default
+
+
 def rounds(repeats: int) -> list[tuple[str, int]]:
     """The order the matrix runs a point's real runs in since item 86: round by round,
     each load's run *k* in the order of :data:`LOADS` before any load's run *k* + 1, so

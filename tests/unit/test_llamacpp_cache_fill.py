@@ -289,3 +289,47 @@ def test_item_87s_kept_run_gives_the_document_s_figures(tmp_path):
     doc = " ".join((root / "docs" / "VALIDATION-llamacpp.md").read_text().split())
     assert "**0.0861 ms a token** on the fresh cache and **0.0160** on the full one" in doc
     assert "the log first drops a state after 745 saves, the engine model's sizes after 746" in doc
+
+
+def test_item_87s_real_runs_on_a_full_cache_give_the_document_s_figures(tmp_path):
+    # the point run with --fill (docs/validation/llamacpp-fill-runs-item87.tar.xz and the
+    # matrix JSONs kept apart): both prices from its profile, what each run's saves paid,
+    # and Table 1 against the same with every save at the fresh price
+    import json
+    import tarfile
+
+    from builders import validation_module
+    from lyra_simpy.calibration.fit import fit_profile
+    from lyra_simpy.calibration.profiles import read_profile
+
+    root = Path(__file__).resolve().parents[2]
+    kept = root / "docs" / "validation"
+    with tarfile.open(kept / "llamacpp-fill-runs-item87.tar.xz") as archive:
+        for name in ("profile.csv", "profile.yaml", "profile.save.csv", "profile.save_full.csv"):
+            data = archive.extractfile(name)
+            assert data is not None
+            (tmp_path / name).write_bytes(data.read())
+    save = fit_profile(read_profile(tmp_path / "profile.csv")).prompt_save
+    assert save is not None
+    assert (save.ms_per_token, save.reused_ms_per_token) == (0.1009, 0.011648)
+    runs = json.loads((kept / "llamacpp-save-price-by-run-item87.json").read_text())["by_run"]
+    paid = [r["ms_per_token"] for load in runs["default/long"].values() for r in load]
+    assert (min(paid), max(paid)) == (0.0215, 0.036)
+    points = validation_module("llamacpp_points")
+    cells, ttft = {}, {}
+    for name in ("item87", "item87-fresh"):
+        res = json.loads((kept / f"llamacpp-matrix-epyc-{name}.json").read_text())
+        point = res["results"]["default/long"]
+        assert points.point_repeats(point, res["facts"]["repeats"]) == 1
+        cells[name] = sum(
+            sum(points.in_target(point["loads"][load]["table"]).values()) for load in points.LOADS
+        )
+        row = {r["metric"]: r for r in point["loads"]["poisson_0.3"]["table"]}
+        ttft[name] = round(100 * row["median_ttft_ms"]["error"], 1)
+    assert cells == {"item87": 14, "item87-fresh": 13}
+    assert ttft == {"item87": 5.1, "item87-fresh": 10.3}
+    doc = " ".join((root / "docs" / "VALIDATION-llamacpp.md").read_text().split())
+    assert "paid **0.0215–0.0360 ms a token** for their own-slot saves" in doc
+    assert "Table 1 held 14 of 35" in doc
+    assert "against 13 with every save at the fresh" in doc
+    assert "the p50 TTFT error went from +10.3 % to +5.1 %" in doc

@@ -103,6 +103,11 @@ def test_without_a_byte_limit_the_cache_keeps_n_ctx_tokens():
     assert _save(saves, 200, 800.0) == (200, 0)
     # the next reuses what that drop freed
     assert _save(saves, 200, 800.0) == (200, 200)
+    # a start fill there: the first save is fresh (the limit is kept after the copy),
+    # and drops the fill whole, whose memory the next save reuses
+    full = _saves(-1, start_mib=1.0)
+    assert _save(full, 200, 800.0) == (200, 0)
+    assert _save(full, 200, 800.0) == (200, 200)
 
 
 def _fit(tmp_path: Path, reused: float | None) -> Path:

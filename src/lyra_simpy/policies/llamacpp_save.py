@@ -33,8 +33,8 @@ for prompt cache entry, removing oldest entry``), and a state larger than the wh
 limit is not saved (``exceeds cache size limit, skipping``). With ``--cache-ram -1`` (no
 byte limit) the cache keeps at most ``n_ctx`` tokens (``server_prompt_cache::update``,
 run after every save). The run may start with states in the cache
-(``prompt_cache_start_mib``: a server that has run before), dropped first and all at
-once as far as needed.
+(``prompt_cache_start_mib``: a server that has run before), dropped first, by the bytes
+each save needs (with ``--cache-ram -1`` whole, at the first save).
 
 What a save costs depends on the memory it copies into (item 87, and items 65 and 73):
 memory the process has held before — freed by states the cache dropped, or restored —
@@ -112,7 +112,8 @@ class PromptCacheSaves:
         self._peak = self._start
         """The most KiB it has held (its high-water mark)."""
         self._held = self._start > 0 and cache_ram_mib < 0
-        """The start fill still counts against ``--cache-ram -1``'s token limit."""
+        """With ``--cache-ram -1`` a start fill is still held: its tokens are not known,
+        so the run's first save (``update`` after it) drops it whole."""
 
     def release(self, slot: int, tokens: int, kib: float = 0.0) -> None:
         """*slot*'s request finished with *tokens* in its state, of *kib* KiB."""

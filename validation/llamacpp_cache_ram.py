@@ -36,7 +36,7 @@ from lyra_simpy.calibration.fitfile import load_fit
 from lyra_simpy.calibration.runs import steps_of_runs
 from lyra_simpy.cli import main as cli
 from lyra_simpy.live import llamacpp
-from lyra_simpy.policies.llamacpp import LlamaCppConfig
+from lyra_simpy.policies.llamacpp_config import LlamaCppConfig
 from lyra_simpy.scenario import load_scenario
 
 

@@ -70,7 +70,7 @@ def measure(rounds: int, log: Path) -> dict[tuple[int, int], list[list[float]]]:
 def counts(together: int, tokens: int) -> tuple[int, ...]:
     """The probe row's extra columns by the engine model (``llamacpp_probes.prompt_counts``)."""
     from lyra_simpy.live.llamacpp_probes import prompt_counts
-    from lyra_simpy.policies.llamacpp import LlamaCppConfig
+    from lyra_simpy.policies.llamacpp_config import LlamaCppConfig
 
     config = LlamaCppConfig(n_parallel=4, n_ctx=4096, kv_unified=True, sliding_window=True)
     return prompt_counts(config, together, tokens, 0, 0)

@@ -56,7 +56,7 @@ from lyra_simpy.calibration.fitmodel import ALL_TERMS, ProfileFit
 from lyra_simpy.calibration.profiles import read_profile
 from lyra_simpy.calibration.runs import StepRebuild, rebuild_for, steps_of_runs
 from lyra_simpy.calibration.steps import Steps
-from lyra_simpy.policies.llamacpp import LlamaCppConfig
+from lyra_simpy.policies.llamacpp_config import LlamaCppConfig
 from lyra_simpy.scenario import Scenario, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]

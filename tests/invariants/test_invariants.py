@@ -30,7 +30,7 @@ from lyra_simpy.engine.kv import blocks_for
 from lyra_simpy.engine.request import FAIL_REASONS, REJECT_REASONS
 from lyra_simpy.metrics.fairness import unloaded_service_s
 from lyra_simpy.metrics.io import write_jsonl
-from lyra_simpy.policies.llamacpp import LlamaCppConfig
+from lyra_simpy.policies.llamacpp_config import LlamaCppConfig
 from lyra_simpy.scenario import set_path
 
 # -- strategies ----------------------------------------------------------------------

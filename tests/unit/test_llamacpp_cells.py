@@ -12,8 +12,8 @@ import pytest
 
 from lyra_simpy.policies import llamacpp
 from lyra_simpy.policies.kvcells import KvCells, NoRoomError, PlacedLayout, Segment
-from lyra_simpy.policies.llamacpp import LlamaCppConfig
 from lyra_simpy.policies.llamacpp_attention import step_attention
+from lyra_simpy.policies.llamacpp_config import LlamaCppConfig
 from lyra_simpy.scenario import scenario_from_dict
 from lyra_simpy.simulation import simulate
 

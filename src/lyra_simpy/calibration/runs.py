@@ -178,7 +178,7 @@ def rebuild_for(scheduler: Any, block_size: int = 1) -> dict[str, Any]:
     (with ``enable_mixed_chunk``: beside the decodes, placed as vLLM's); nothing for an
     engine that computes every prompt in one step."""
     from lyra_simpy.policies.chunked import ChunkedPrefillConfig
-    from lyra_simpy.policies.llamacpp import LlamaCppConfig
+    from lyra_simpy.policies.llamacpp_config import LlamaCppConfig
     from lyra_simpy.policies.prefill_first import PrefillFirstConfig
 
     if isinstance(scheduler, LlamaCppConfig):

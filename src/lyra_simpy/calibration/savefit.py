@@ -73,6 +73,19 @@ def write_save(path: Path, rows: list[tuple[int, float]], full: bool = False) ->
     atomic_write(path.with_suffix(suffix), lambda tmp: tmp.write_text("\n".join(lines) + "\n"))
 
 
+def write_saves(
+    path: Path, rows: list[tuple[int, float]], full_rows: list[tuple[int, float]]
+) -> None:
+    """A profile's prompt-cache probe and its second on a full cache beside the profile
+    CSV at *path* (:func:`write_save`); a file of either that this profile did not take
+    is removed, so that an earlier profile's at the same path is not read as this one's."""
+    for taken, full in ((rows, False), (full_rows, True)):
+        if taken:
+            write_save(path, taken, full)
+        else:
+            path.with_suffix(SAVE_FULL_SUFFIX if full else SAVE_SUFFIX).unlink(missing_ok=True)
+
+
 def read_save(path: Path, full: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
     """The prompt-cache probe beside the profile CSV at *path* (:data:`SAVE_SUFFIX`;
     *full*: :data:`SAVE_FULL_SUFFIX`): each prompt's tokens saved and wait (ms); None

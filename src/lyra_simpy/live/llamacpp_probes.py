@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lyra_simpy.errors import LyraError
-from lyra_simpy.policies.llamacpp import LlamaCppConfig, prompt_chunk
+from lyra_simpy.policies.llamacpp import prompt_chunk
 from lyra_simpy.policies.llamacpp_attention import step_attention
+from lyra_simpy.policies.llamacpp_config import LlamaCppConfig
 from lyra_simpy.policies.ubatch import pass_counts
 
 if TYPE_CHECKING:

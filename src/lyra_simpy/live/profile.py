@@ -115,7 +115,7 @@ from typing import Any
 import yaml
 
 from lyra_simpy.calibration.profiles import decode_slots
-from lyra_simpy.calibration.savefit import SAVE_FULL_SUFFIX, SAVE_SUFFIX, write_save
+from lyra_simpy.calibration.savefit import write_saves
 from lyra_simpy.calibration.wakefit import WAKE_COLUMNS, WAKE_SUFFIX
 from lyra_simpy.errors import LyraError
 from lyra_simpy.live.client import (
@@ -280,8 +280,7 @@ def profile(
 
     saves = save_sizes(grid, llama)
     fill = fill_size(grid, llama, saves)
-    save_full: list[tuple[int, float]] = []
-    """The prompt-cache probe again once the cache was filled (``grid.save_fill_prompts``)."""
+    save_full: list[tuple[int, float]] = []  # the probe again on a full cache (the fill)
     save: list[tuple[int, float]] = []
     """The prompt-cache probe's lone prompts (``grid.save_prompt_tokens``): (tokens its
     launch saved, its TTFT less its prompt_ms in ms)."""
@@ -476,13 +475,9 @@ def profile(
     if save:
         meta["save_probe"] = {"sizes": saves, "prompt_tokens": min(grid.prefill_tokens),
                               "repeats": grid.save_repeats}  # fmt: skip
-        write_save(out, save)
     if save_full:
         meta["save_probe"]["fill"] = {"prompts": grid.save_fill_prompts, "prompt_tokens": fill}
-        write_save(out, save_full, full=True)
-    for taken, suffix in ((save, SAVE_SUFFIX), (save_full, SAVE_FULL_SUFFIX)):
-        if not taken:  # an earlier profile's at this path is not this one's
-            out.with_suffix(suffix).unlink(missing_ok=True)
+    write_saves(out, save, save_full)
     if wake:
         meta["wake_probe"] = {
             "prompt_tokens": wake_tokens,

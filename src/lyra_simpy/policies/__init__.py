@@ -23,7 +23,8 @@ from lyra_simpy.policies.admission import (
 from lyra_simpy.policies.base import BatchPlan, EngineView, Scheduler
 from lyra_simpy.policies.chunked import ChunkedPrefill, ChunkedPrefillConfig
 from lyra_simpy.policies.continuous import ContinuousBatching, ContinuousConfig
-from lyra_simpy.policies.llamacpp import LlamaCppConfig, LlamaCppServer
+from lyra_simpy.policies.llamacpp import LlamaCppServer
+from lyra_simpy.policies.llamacpp_config import LlamaCppConfig
 from lyra_simpy.policies.prefill_first import PrefillFirst, PrefillFirstConfig
 from lyra_simpy.policies.static import StaticBatching, StaticConfig
 

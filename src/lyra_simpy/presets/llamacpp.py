@@ -51,7 +51,7 @@ from typing import Any, Literal
 from pydantic import Field, NonNegativeInt, PositiveInt, field_validator
 
 from lyra_simpy.errors import ScenarioError
-from lyra_simpy.policies.llamacpp import LlamaCppConfig
+from lyra_simpy.policies.llamacpp_config import LlamaCppConfig
 from lyra_simpy.presets.common import EngineBlock, Flags, Knob, Knobs, knob
 
 AUTO_PARALLEL = 4

@@ -265,10 +265,10 @@ def _state_mib(c: Any, prompt: int, tokens: int) -> float:
     end, after the first; the chunks split at the checkpoint stops and ``n_batch``)."""
     from lyra_simpy.policies.llamacpp import prompt_chunk
 
-    stops, nub, done, ckpt = c.checkpoint_stops, c.ubatch_tokens, 0, 0.0
+    done, ckpt = 0, 0.0
     while done < prompt:
-        take = prompt_chunk(prompt - done, c.batch_tokens, stops)
-        if stops and done and prompt - done - take < nub:
+        take = prompt_chunk(prompt - done, c.batch_tokens, c.checkpoint_stops)
+        if c.checkpoint_before(done, prompt - done - take):
             ckpt += c.checkpoint_kib(done)
         done += take
     return c.state_kib(tokens, ckpt) / 1024.0

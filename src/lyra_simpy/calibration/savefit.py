@@ -65,12 +65,16 @@ class SaveFit(BaseModel):
     """Its sizes' median waits (ms)."""
 
 
+def _probe_file(path: Path, full: bool) -> Path:
+    """The probe's file beside the profile CSV at *path* (*full*: on a full cache)."""
+    return path.with_suffix(SAVE_FULL_SUFFIX if full else SAVE_SUFFIX)
+
+
 def write_save(path: Path, rows: list[tuple[int, float]], full: bool = False) -> None:
     """The probe's *rows* (tokens saved, wait in ms) beside the profile CSV at *path*
     (*full*: the probe on a full cache, :data:`SAVE_FULL_SUFFIX`)."""
     lines = [",".join(SAVE_COLUMNS), *(f"{n},{ms:.4f}" for n, ms in rows)]
-    suffix = SAVE_FULL_SUFFIX if full else SAVE_SUFFIX
-    atomic_write(path.with_suffix(suffix), lambda tmp: tmp.write_text("\n".join(lines) + "\n"))
+    atomic_write(_probe_file(path, full), lambda tmp: tmp.write_text("\n".join(lines) + "\n"))
 
 
 def write_saves(
@@ -83,7 +87,7 @@ def write_saves(
         if taken:
             write_save(path, taken, full)
         else:
-            path.with_suffix(SAVE_FULL_SUFFIX if full else SAVE_SUFFIX).unlink(missing_ok=True)
+            _probe_file(path, full).unlink(missing_ok=True)
 
 
 def read_save(path: Path, full: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
@@ -91,7 +95,7 @@ def read_save(path: Path, full: bool = False) -> tuple[np.ndarray, np.ndarray] |
     *full*: :data:`SAVE_FULL_SUFFIX`): each prompt's tokens saved and wait (ms); None
     when the profile has none. A bad cell is a one-line error naming the file, row and
     column."""
-    probe = path.with_suffix(SAVE_FULL_SUFFIX if full else SAVE_SUFFIX)
+    probe = _probe_file(path, full)
     if not probe.is_file():
         return None
     columns = {
@@ -122,11 +126,11 @@ def fitted_save(tokens: np.ndarray, ms: np.ndarray) -> SaveFit | None:
 def with_profile_save(fit: Fit, profile: Profile | None) -> Fit:
     """*fit* with the save of *profile*'s prompt-cache probe where it has one (else
     *fit*), and the reused price of its probe on a full cache where it has that too."""
-    probe = read_save(profile.path) if profile is not None else None
-    got = fitted_save(*probe) if probe is not None else None
+    if profile is None or (probe := read_save(profile.path)) is None:
+        return fit
+    got = fitted_save(*probe)
     if got is None:
         return fit
-    assert profile is not None
     full = read_save(profile.path, full=True)
     again = fitted_save(*full) if full is not None else None
     if again is not None:

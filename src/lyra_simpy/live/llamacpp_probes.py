@@ -133,7 +133,7 @@ def prompt_steps(
     taken to hold no cells: with ``-kvu`` the server's default prompt cache clears them
     when a probe starts (with ``--cache-ram 0`` they keep an earlier probe's, which this
     does not count)."""
-    stops, nub = llama.checkpoint_stops, llama.ubatch_tokens
+    stops = llama.checkpoint_stops
     done = [0] * prompts
     out: list[StepCounts] = []
     while min(done) < prompt:
@@ -145,7 +145,7 @@ def prompt_steps(
             if room <= 0 or done[k] == prompt:
                 continue
             take = prompt_chunk(prompt - done[k], room, stops)
-            if stops and done[k] and prompt - done[k] - take < nub:
+            if llama.checkpoint_before(done[k], prompt - done[k] - take):
                 checkpoints += 1
             chunks.append((done[k], take))
             slots.append(decoders + k)

@@ -181,8 +181,6 @@ class LlamaCppServer:
             config.ctx_total,
         )
         """The prompt cache's copies of slot states (``--cache-ram``)."""
-        self._sizes = config.kv_kib_per_cell is not None
-        """The states' sizes are tracked (``kv_kib_per_cell``)."""
         self._checkpoint_kib = [0.0] * n
         """KiB of the context checkpoints each slot's request made (its state's share)."""
         self.fusable = config.kv_unified and config.ubatch_tokens >= n
@@ -234,11 +232,7 @@ class LlamaCppServer:
                 started[i] = False
                 self.last_used_s[i] = req.last_token_s
                 self.idle_cells[i] = req.computed_tokens
-                kib = (
-                    c.state_kib(req.computed_tokens, self._checkpoint_kib[i])
-                    if self._sizes
-                    else 0.0
-                )
+                kib = c.state_kib(req.computed_tokens, self._checkpoint_kib[i])
                 self.saves.release(i, req.computed_tokens, kib)
             else:
                 reserved += blocks_for(req.input_tokens + req.output_tokens, bs) - req.blocks
@@ -256,7 +250,6 @@ class LlamaCppServer:
         n_decode = len(segments)
         room = c.batch_tokens - n_decode
         if c.cont_batching or not segments:
-            nub = c.ubatch_tokens
             for i, req in enumerate(slots):
                 if room <= 0:
                     break
@@ -270,10 +263,9 @@ class LlamaCppServer:
                 segments.append((i, take))
                 outputs.append(take == left)
                 room -= take
-                if self._stops and req.computed_tokens and left - take < nub:
+                if self._stops and c.checkpoint_before(req.computed_tokens, left - take):
                     plan.checkpoints += 1
-                    if self._sizes:
-                        self._checkpoint_kib[i] += c.checkpoint_kib(req.computed_tokens)
+                    self._checkpoint_kib[i] += c.checkpoint_kib(req.computed_tokens)
                 started[i] = True
         if segments:
             plan.passes, plan.output_passes, rows = pass_counts(

@@ -129,6 +129,13 @@ class LlamaCppConfig(Closed):
         nb = self.batch_tokens
         return (min(nb, END_STOP + self.ubatch_tokens), min(nb, END_STOP))
 
+    def checkpoint_before(self, computed: int, left_after: int) -> bool:
+        """A context checkpoint is copied before a prompt chunk (``update_slots``,
+        ``do_checkpoint``): with checkpoints on (:attr:`checkpoint_stops`), when the slot
+        already holds *computed* tokens and the chunk leaves *left_after* fewer than
+        ``n_ubatch`` tokens of its prompt (``near_prompt_end``)."""
+        return bool(self.checkpoint_stops) and computed > 0 and left_after < self.ubatch_tokens
+
     def state_kib(self, tokens: int, checkpoint_kib: float = 0.0) -> float:
         """A slot state's size in the prompt cache, KiB (``llama_state_seq_get_size_ext``
         plus its checkpoints, ``server_prompt_cache_state::size``): *tokens* cells of
